@@ -1,0 +1,51 @@
+# biasaudit: two commands.
+#   make demo   set up .venv, then run the whole pipeline (offline profile) → reports/index.html
+#   make test   set up .venv, then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export DO_NOT_TRACK := 1
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: setup demo test test-fast bench lock paper offline clean-outputs
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first: the 2.14.1 pair is the one whose torchvision imports (CPU here, CUDA on a GPU box)
+	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/python -m biasaudit.config check
+	$(BIN)/dvc repro
+	@echo "Report: reports/index.html"
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: setup
+	$(BIN)/python -m pip install --quiet --no-deps skin-tone-classifier==1.2.6
+	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | grep -vE "^(opencv-python==|skin-tone-classifier==)" > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+
+paper:
+	$(BIN)/python -m biasaudit.config profile paper
+
+offline:
+	$(BIN)/python -m biasaudit.config profile offline

