@@ -10,6 +10,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _run_from_repo_root():
+    """Stages use repository-relative paths (data/reference, params.yaml), as under DVC."""
+    old = os.getcwd()
+    os.chdir(ROOT)
+    yield
+    os.chdir(old)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

@@ -1,0 +1,1 @@
+"""Face detection, skin segmentation, skin colour (CIELAB) and embeddings for the `faces` stage."""
