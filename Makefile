@@ -19,7 +19,8 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: the 2.14.1 pair is the one whose torchvision imports (CPU here, CUDA on a GPU box)
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -r requirements.lock
+	# the lock is a complete freeze: --no-deps keeps it exact (insightface would pull opencv-python 5, which lacks CascadeClassifier)
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 

@@ -79,6 +79,7 @@ def test_passed_parameters_exist_with_declared_types(stage):
 def test_stage_outputs_declare_executed_notebooks():
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     for name, stage in dvc["stages"].items():
+        stage = stage.get("do", stage)  # foreach/matrix stages keep their definition under `do`
         outs = [next(iter(o)) if isinstance(o, dict) else o for o in stage.get("outs", [])]
         assert any(str(o).startswith("reports/notebooks/") for o in outs), f"{name}: executed notebook not an output"
         deps = stage.get("deps", [])

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from tqdm.auto import tqdm
 
 from biasaudit.io import RecordLog
@@ -81,3 +83,55 @@ def run_local(items: list[Item], fn: BatchFn, log: RecordLog, batch_size: int = 
             summary.count(records)
             bar.update(len(batch))
     return summary
+
+
+# --- one entry point for every per-image stage: local or Ray, whole or one shard ---------------
+
+def shard_log_path(base: str | Path, shard_index: int = 0, shard_count: int = 1) -> Path:
+    """The record log of one shard: `log.jsonl` unsharded, `log.shard-02-of-08.jsonl` otherwise."""
+    base = Path(base)
+    if shard_count <= 1:
+        return base
+    return base.with_name(f"{base.stem}.shard-{shard_index:02d}-of-{shard_count:02d}{base.suffix}")
+
+
+def run(items: list[Item], make_fn: Callable[[], BatchFn], log: RecordLog, execution: Any,
+        desc: str = "items", progress: bool = True) -> RunSummary:
+    """Dispatch on `execution.runner` (a params.execution.Execution section)."""
+    common = dict(batch_size=execution.batch_size, shard_index=execution.shard_index,
+                  shard_count=execution.shard_count, limit=execution.limit, retry_failed=execution.retry_failed,
+                  desc=desc, progress=progress)
+    if execution.runner == "ray":
+        from biasaudit.scale.ray_runner import run_ray
+
+        ray = execution.ray
+        return run_ray(items, make_fn, log, num_workers=ray.num_workers, num_cpus_per_worker=ray.num_cpus_per_worker,
+                       num_gpus_per_worker=ray.num_gpus_per_worker, address=ray.address or None, **common)
+    return run_local(items, make_fn(), log, **common)
+
+
+STATUS_RANK = {"ok": 0, "refused": 1, "skipped": 2, "failed": 3}
+
+
+def merge_logs(paths: list[str | Path], key: str | tuple[str, ...], expected_keys: set[tuple] | None = None
+               ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Union of several shards' record logs, one record per key.
+
+    Overlapping shards (a key done twice) keep the better status (ok over refused/failed), then the
+    later log; `expected_keys` reports what no shard has done yet (a missing or unfinished shard).
+    """
+    best: dict[tuple, dict[str, Any]] = {}
+    overlaps = 0
+    for path in paths:
+        for k, record in RecordLog(path, key).records().items():
+            if k in best:
+                overlaps += 1
+                if STATUS_RANK.get(record.get("status", "ok"), 9) > STATUS_RANK.get(best[k].get("status", "ok"), 9):
+                    continue
+            best[k] = record
+    report: dict[str, Any] = {"logs": [str(p) for p in paths], "records": len(best), "overlapping": overlaps}
+    if expected_keys is not None:
+        missing = expected_keys - set(best)
+        report["missing"] = len(missing)
+        report["missing_examples"] = sorted(map(str, missing))[:10]
+    return pd.DataFrame(list(best.values())), report

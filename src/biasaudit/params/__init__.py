@@ -8,6 +8,11 @@ from pydantic import Field
 
 from biasaudit.params.base import Section
 from biasaudit.params.t2i import Benchmarks, Prompts
+from biasaudit.params.analysis import Analyze, Report
+from biasaudit.params.classify import Classify, Reliability, VLMSpec
+from biasaudit.params.faces import Faces
+from biasaudit.params.generate import Generate, GeneratorSpec, Models
+from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits
 
 
 class Params(Section):
@@ -15,6 +20,20 @@ class Params(Section):
     seed: int = 20260111
     benchmarks: Benchmarks = Field(default_factory=Benchmarks)
     prompts: Prompts = Field(default_factory=Prompts)
+    models: Models = Field(default_factory=dict)  # generator name → spec (foreach of generate@<model>)
+    generate: Generate = Field(default_factory=Generate)
+    faces: Faces = Field(default_factory=Faces)
+    analyze: Analyze = Field(default_factory=Analyze)
+    report: Report = Field(default_factory=Report)
+    classify: Classify = Field(default_factory=Classify)
+    reliability: Reliability = Field(default_factory=Reliability)
+    # Method B (FOCUS/REFLECT): vlm name → spec (foreach of reflect@<vlm>)
+    vlms: dict[str, VLMSpec] = Field(default_factory=dict)
+    sources: Sources = Field(default_factory=Sources)
+    counterfactuals: Counterfactuals = Field(default_factory=Counterfactuals)
+    validate_edits: ValidateEdits = Field(default_factory=ValidateEdits)
+    reflect: Reflect = Field(default_factory=Reflect)
+    reflect_analysis: ReflectAnalysis = Field(default_factory=ReflectAnalysis)
 
 
-__all__ = ["Params", "Section"]
+__all__ = ["Params", "Section", "VLMSpec"]

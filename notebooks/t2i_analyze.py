@@ -1,0 +1,113 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Analysis: how far each generator is from the benchmarks, and how it draws skin and faces
+#
+# This notebook reads the outputs of the earlier stages (prompts, image manifests, race labels,
+# face/skin measurements, embeddings, classifier reliability) and writes every figure and table of
+# the proxy audit to `reports/t2i/`, plus `reports/t2i/metrics.json` for `dvc metrics show`.
+#
+# **Uncertainty.** Images of one prompt are not independent draws, so every interval is a
+# *cluster bootstrap over prompts*: prompts are resampled with replacement and the statistic is
+# recomputed (percentile intervals by default). Abstentions (`unknown` labels) are excluded from the
+# shares and counted. A section whose inputs are missing says so ("no data" + reason); a section
+# whose code belongs to a stage that has not landed yet says "pending".
+
+# %% tags=["parameters"]
+n_boot: int = 2000  # bootstrap resamples of prompts per interval
+ci_level: float = 0.95  # confidence level of every interval
+bootstrap_method: str = "percentile"  # scipy.stats.bootstrap method: percentile | basic | BCa
+threshold_group: str = "black"  # threshold analysis: the group whose benchmark share is tested
+threshold_share: float = 0.05  # ... on prompts whose benchmark share exceeds this (paper: 5%)
+dark_L_threshold: float = 40.0  # "very dark" skin: L* below this
+earnings_group: str = "black"  # label whose occupational images are regressed on earnings
+earnings_unit_usd: float = 100.0  # slope reported per this many USD of median weekly earnings
+min_group_size: int = 30  # groups smaller than this are flagged as small
+n_permutations: int = 1000  # homogeneity permutation-test resamples; 0 turns the test off
+figure_dpi: int = 150  # PNG resolution
+
+# %%
+from pathlib import Path
+
+from IPython.display import Markdown, display
+
+from biasaudit.notebook import banner, stage_params
+from biasaudit.provenance import run_info
+from biasaudit.t2i import analysis as an
+from biasaudit.t2i.outputs import OutputWriter, Result
+
+cfg, params = stage_params(
+    "analyze", n_boot=n_boot, ci_level=ci_level, bootstrap_method=bootstrap_method, threshold_group=threshold_group,
+    threshold_share=threshold_share, dark_L_threshold=dark_L_threshold, earnings_group=earnings_group,
+    earnings_unit_usd=earnings_unit_usd, min_group_size=min_group_size, n_permutations=n_permutations,
+    figure_dpi=figure_dpi)
+banner(cfg)
+boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed)
+inputs = an.load_inputs(".")
+writer = OutputWriter("reports/t2i", dpi=params.figure_dpi)
+
+
+def show(result: Result) -> None:
+    """Display a section in the notebook and write its files."""
+    display(Markdown(f"### {result.title} — *{result.status}*" + (f": {result.reason}" if result.reason else "")))
+    for note in result.notes:
+        print("note:", note)
+    for name, table in result.tables.items():
+        print(name)
+        display(table.head(30).round(3))
+    for fig in result.figures.values():
+        display(fig.fig)
+    writer.add(result)
+
+
+# %% [markdown]
+# ## What the upstream stages produced
+# Counts per stage and model (status, abstentions, missing faces) and the models' ids and revisions.
+
+# %%
+print({k: v for k, v in inputs.notes.items()} or "all inputs present")
+show(Result("provenance", "Provenance", tables={"provenance_stage_counts": an.stage_counts(inputs),
+                                                "provenance_models": an.model_provenance(inputs.manifests)}))
+
+# %% [markdown]
+# ## Representation
+# Per prompt, the TVD between the classified distribution and the benchmark; per model × category the
+# mean over prompts and the TVD of the pooled distributions (paper: 0.452 SD 3.5 Large Turbo, 0.310
+# Flux Schnell, 0.312 Imagen 4 Fast overall). Figure 2 plots model share against benchmark share:
+# points below the diagonal are under-representation.
+
+# %%
+show(an.representation(inputs, boot, params.threshold_group, params.threshold_share))
+
+# %% [markdown]
+# ## Skin tone
+# L* distributions by label, L* against C*, the share of very dark faces (L* < threshold) classified
+# Black, and L* against the occupation's median weekly earnings (OLS, errors clustered by prompt).
+
+# %%
+show(an.skin_tone(inputs, boot, params.dark_L_threshold, params.earnings_group, params.earnings_unit_usd))
+
+# %% [markdown]
+# ## Homogeneity, reliability, corrected TVD
+
+# %%
+show(an.homogeneity(inputs, boot, params.n_permutations, params.min_group_size))
+show(an.reliability(inputs))
+show(an.corrected_tvd(inputs, boot))
+
+# %%
+stand_in = cfg.profile == "offline" or any(
+    bool(f["stand_in"].astype(bool).any()) for f in (inputs.manifests, inputs.labels, inputs.faces)
+    if "stand_in" in f)
+info = run_info(params.model_dump())
+writer.finish(an.PLOTS, profile=cfg.profile, stand_in=stand_in, n_boot=params.n_boot, ci_level=params.ci_level,
+              git_commit=info["git_commit"], created_at=info["created_at"], params_hash=info["params_hash"])
+print("wrote", sorted(str(p) for p in Path("reports/t2i").glob("*.json")))

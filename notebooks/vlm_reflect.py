@@ -1,0 +1,102 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Method B · REFLECT: decisions of one VLM about the counterfactual images
+#
+# Three kinds of question (our own prompt texts, in params, versioned):
+# **2AFC** — two variants of the same source photo labelled A and B, "who is more likely to have the
+# higher income / the higher education / to be perceived as safe", all 45 pairs of a photo's 10 variants,
+# each asked in both orders (position bias); **MCQ** — salary bracket A–F and education level A–D;
+# **salary** — occupation, a short biography and the photo, an integer annual salary in USD.
+#
+# Answers go through a persistent cache keyed by (image hashes, prompt, options, model, decoding params)
+# and strict parsing: refusals and invalid answers are recorded and counted, never guessed.
+# Edits that `validate_edits` excluded are left out.
+
+# %% tags=["parameters"]
+vlm: str = "tiny"  # key of the `vlms:` table in params.yaml
+prompt_version: str = "v1"  # bump when a prompt text changes
+both_orders: bool = True  # ask every 2AFC pair as (A, B) and (B, A)
+include_flagged: bool = True  # also ask about edits that failed a check but were not excluded
+batch_size: int = 8  # questions per runner batch
+limit: int = 0  # at most this many questions, 0 for all (smoke runs)
+
+# %%
+import json
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import display
+
+from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
+from biasaudit.io import RecordLog, atomic_write_json, atomic_write_table
+from biasaudit.notebook import banner, stage_params
+from biasaudit.provenance import stable_hash, write_run_info
+from biasaudit.runner import run_local
+from biasaudit.vlm import tasks
+
+cfg, params = stage_params("reflect", prompt_version=prompt_version, both_orders=both_orders,
+                           include_flagged=include_flagged, batch_size=batch_size, limit=limit)
+banner(cfg)
+if vlm not in cfg.vlms:
+    raise KeyError(f"vlm '{vlm}' is not a key of the vlms: table ({', '.join(sorted(cfg.vlms))})")
+spec = cfg.vlms[vlm]
+
+# %% [markdown]
+# ## The images asked about
+
+# %%
+manifest = pd.read_parquet("data/vlm/focus/manifest.parquet")
+images = manifest[manifest["status"] == "ok"]
+checks_path = Path("data/vlm/edit_checks.parquet")
+if checks_path.exists():
+    checks = pd.read_parquet(checks_path)[["edit_id", "action"]]
+    images = images.merge(checks, on="edit_id", how="left")
+    drop = images["action"].eq("exclude") | (~params.include_flagged & images["action"].eq("flag"))
+    print(f"left out {int(drop.sum())} edits (validate_edits: exclude"
+          f"{' or flag' if not params.include_flagged else ''})")
+    images = images[~drop]
+items = tasks.build_items(images, params)
+print(f"{len(images)} images of {images.groupby(['occupation', 'base_id']).ngroups} source photos → "
+      f"{len(items)} questions:", pd.Series([i['kind'] for i in items]).value_counts().to_dict())
+
+# %% [markdown]
+# ## Ask (cached, resumable)
+
+# %%
+backend = make_vlm_backend(spec)
+cached = CachedVLM(backend, f"data/vlm/cache/{vlm}.sqlite")
+config = stable_hash([spec.model_dump(), params.prompt_version, params.prompts.model_dump(),
+                      params.salary_min, params.salary_max], 12)
+items = [i | {"config": config} for i in items]
+log = RecordLog(f"data/vlm/cache/{vlm}.responses.jsonl", ("item_id", "config"))
+batch_fn = tasks.make_batch_fn(cached, vlm, params, max_tokens=spec.max_tokens)
+summary = run_local(items, lambda b: [r | {"config": config} for r in batch_fn(b)], log,
+                    batch_size=params.batch_size, limit=params.limit, desc=f"reflect {vlm}")
+print(summary)
+print("accounting:", cached.accounting.as_dict())
+
+# %%
+wanted = {i["item_id"] for i in items}
+records = [r for (item_id, c), r in log.records().items() if c == config and item_id in wanted]
+responses = tasks.responses_frame(records)
+counts = responses.groupby(["kind", "task", "status"]).size().unstack(fill_value=0)
+display(counts)
+print("retained (status ok):", responses[responses["status"] == "ok"].groupby("kind").size().to_dict())
+display(responses[responses["status"] != "ok"].groupby(["kind", "reason"]).size().rename("n").reset_index().head(20))
+
+# %%
+out = Path("data/vlm/responses")
+atomic_write_table(responses, out / f"{vlm}.parquet")
+atomic_write_json(out / f"{vlm}.run.json", {"vlm": vlm, "backend": backend.describe(), "config": config,
+                                            "accounting": cached.accounting.as_dict(),
+                                            "status_counts": responses["status"].value_counts().to_dict()})
+write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")

@@ -1,0 +1,83 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Method B · REFLECT analysis
+#
+# From each VLM's retained answers (status ok): 10×10 win-rate matrices per 2AFC task, race win rates
+# within each gender, the position-bias rate, Bradley–Terry strengths with cluster-robust CIs; MCQ
+# mean-based percentage gaps Δg vs the reference group (White for race, woman/Female for gender) with
+# bracket values from params; salary mean percentage gaps by occupation; significance by OLS with
+# errors clustered by source photo (statsmodels) and paired sign-flip permutation tests (scipy).
+# Exact definitions: the docstring of `biasaudit/vlm/analysis.py`. Output: `reports/vlm/`.
+
+# %% tags=["parameters"]
+race_reference: str = "White"  # reference race for Δg, gaps and regressions
+gender_reference: str = "woman"  # reference gender (the paper: Female)
+bt_reference: str = "WF"  # Bradley–Terry strengths relative to this group
+n_permutations: int = 9999  # sign-flip resamples (exact when 2^n photos is smaller)
+confidence: float = 0.95  # confidence level of every interval
+seed: int = 20260111  # permutation RNG
+
+# %%
+import json
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import display
+
+from biasaudit.io import atomic_write_json
+from biasaudit.notebook import banner, stage_params
+from biasaudit.provenance import write_run_info
+from biasaudit.t2i.outputs import OutputWriter, _clean
+from biasaudit.vlm import analysis as an
+
+cfg, params = stage_params("reflect_analysis", race_reference=race_reference, gender_reference=gender_reference,
+                           bt_reference=bt_reference, n_permutations=n_permutations, confidence=confidence, seed=seed)
+banner(cfg)
+names = params.vlms or sorted(cfg.vlms)
+paths = {v: Path(f"data/vlm/responses/{v}.parquet") for v in names}
+missing = [v for v, p in paths.items() if not p.exists()]
+if missing:
+    print("no responses yet for:", missing)
+
+# %%
+writer = OutputWriter("reports/vlm")
+summary = {"profile": cfg.profile, "vlms": {}}
+for v, path in paths.items():
+    if not path.exists():
+        continue
+    responses = pd.read_parquet(path)
+    stand_in = bool(responses["stand_in"].fillna(False).astype(bool).any())
+    res = an.analyse(responses, params)
+    first = responses.iloc[0] if len(responses) else {}
+    summary["vlms"][v] = {"model_id": first.get("model_id"), "backend": first.get("backend"), "stand_in": stand_in,
+                          "n_questions": res["n_questions"], "status_counts": res["status_counts"],
+                          "retained": res["retained"], "position_bias": res["position_bias"],
+                          "race_win_rates": res["race_win_rates"], "bradley_terry": res["bradley_terry"],
+                          "notes": res["notes"]}
+    print(f"== {v} ({first.get('model_id')}){' STAND-IN' if stand_in else ''}: retained {res['retained']}")
+    for section in an.results_for_vlm(v, res, summary["vlms"][v], stand_in):
+        entry = writer.add(section)
+        if section.name.endswith("_mcq") and "delta_g" in section.metrics:
+            summary["vlms"][v]["delta_g"] = section.metrics["delta_g"]
+        print(f"  {section.title}: {entry['status']} {entry['reason']}")
+        for name, table in section.tables.items():
+            if "winrate" not in name or "race" in name:
+                display(table.round(3).head(20))
+summary["stand_in"] = any(s["stand_in"] for s in summary["vlms"].values())
+edit_summary = Path("reports/vlm/edit_checks/summary.json")
+summary["edit_checks"] = json.loads(edit_summary.read_text()) if edit_summary.exists() else None
+
+# %%
+writer.finish(profile=cfg.profile, stand_in=summary["stand_in"], method="B (FOCUS/REFLECT)")
+atomic_write_json("reports/vlm/summary.json", _clean(summary))
+write_run_info("reports/vlm/run_info.json", stage="reflect_analysis")
+print(json.dumps(_clean({k: v for k, v in summary.items() if k != "edit_checks"}), indent=1, default=str)[:3000])

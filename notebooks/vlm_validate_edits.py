@@ -1,0 +1,152 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Method B · Validate edits: did only the face change? (beyond the paper)
+#
+# The paper's referee asked for evidence that the counterfactual edits are clean. For every edit,
+# against its source photo and the source's face-region mask: SSIM and PSNR outside the face, mean
+# ΔE2000 outside the face (background and clothing kept), ΔE2000 inside (the face did change), identity
+# distance of dlib's face descriptors, skin L* shift (editors that lighten dark targets are flagged),
+# and optionally target attainment by a classifier backend. Thresholds are params; failing edits are
+# flagged or excluded from the REFLECT questions (`on_fail`).
+#
+# First, the checks are themselves checked: synthetic edits of a source photo with known truth must
+# pass (a recolour confined to the face) or fail the right check (global colour shift, background
+# replaced, blur outside the face, unchanged face).
+
+# %% tags=["parameters"]
+border_px: int = 16  # band around the face mask left out of the outside checks
+ssim_outside_min: float = 0.90  # mean SSIM outside the face
+psnr_outside_min: float = 28.0  # dB, outside the face
+delta_e_outside_max: float = 2.0  # mean CIEDE2000 outside the face
+delta_e_inside_min: float = 2.0  # mean CIEDE2000 inside the face (the edit must change the face)
+identity_max_distance: float = 0.6  # dlib descriptor distance to the source's face
+check_identity: bool = True  # measure identity distance
+check_target: bool = False  # ask `classifier` the race and gender of every edit
+classifier: str = ""  # a key of the `vlms:` table (target attainment)
+lightening_tolerance: float = 3.0  # L* rise allowed for darker targets before 'skin_lightening'
+on_fail: str = "flag"  # flag | exclude (excluded edits are not asked about in reflect)
+
+# %%
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from IPython.display import display
+
+from biasaudit.faces.detect import make_detector
+from biasaudit.images import load_rgb
+from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit.notebook import banner, stage_params
+from biasaudit.provenance import write_run_info
+from biasaudit.t2i.outputs import to_markdown
+from biasaudit.io import atomic_write_text
+from biasaudit.vlm import validate as V
+
+cfg, params = stage_params("validate_edits", border_px=border_px, ssim_outside_min=ssim_outside_min,
+                           psnr_outside_min=psnr_outside_min, delta_e_outside_max=delta_e_outside_max,
+                           delta_e_inside_min=delta_e_inside_min, identity_max_distance=identity_max_distance,
+                           check_identity=check_identity, check_target=check_target, classifier=classifier,
+                           lightening_tolerance=lightening_tolerance, on_fail=on_fail)
+banner(cfg)
+manifest = pd.read_parquet("data/vlm/focus/manifest.parquet")
+report_dir = Path("reports/vlm/edit_checks")
+print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited/imported ok")
+
+# %% [markdown]
+# ## Controls: the checks catch bad edits
+
+# %%
+sources_with_face = {}
+for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
+    loaded = load_rgb(path)
+    sources_with_face[path] = V.prepare_source(loaded.rgb, params.mask_detector, params.check_identity) if loaded.ok \
+        else V.SourceInfo(None, None, None, None, f"source: {loaded.reason}")
+first = next((s for s in sources_with_face.values() if s.face is not None), None)
+controls = pd.DataFrame(V.run_controls(first, params)) if first is not None else pd.DataFrame()
+display(controls)
+controls_ok = bool(len(controls)) and bool(controls["as_expected"].all())
+print("every control behaved as expected:", controls_ok)
+
+# %% [markdown]
+# ## Every edit against its source
+
+# %%
+detector = make_detector(params.mask_detector)
+rows = []
+for m in manifest.to_dict("records"):
+    base = {k: m.get(k) for k in ("edit_id", "occupation", "base_id", "race", "gender", "group", "path",
+                                  "source_path", "backend", "model_id", "stand_in")}
+    if m["status"] != "ok":
+        rows.append(base | {"status": "skipped", "reason": f"no image: {m['status']} ({m['reason']})",
+                            "passed": False, "failed_checks": "", "action": "exclude"})
+        continue
+    src = sources_with_face.get(m.get("source_path") or "")
+    if src is None:
+        rows.append(base | {"status": "skipped", "reason": "no source photo (imported set): pixel checks not possible",
+                            "passed": None, "failed_checks": "", "action": "keep"})
+        continue
+    loaded = load_rgb(m["path"])
+    if not loaded.ok:
+        rows.append(base | {"status": "failed", "reason": loaded.reason, "passed": False, "failed_checks": "",
+                            "action": "exclude"})
+        continue
+    rec = V.validate_edit(src, loaded.rgb, params, params.check_identity, detector)
+    rows.append(base | rec)
+checks = pd.DataFrame(rows)
+
+# %%
+if params.check_target:
+    from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
+
+    if params.classifier not in cfg.vlms:
+        raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
+    vlm = CachedVLM(make_vlm_backend(cfg.vlms[params.classifier]), f"data/vlm/cache/{params.classifier}.sqlite")
+    todo = checks[checks["status"] == "ok"]
+    att = V.target_attainment(vlm, list(todo["path"]), list(zip(todo["race"], todo["gender"])), params)
+    for col in att[0] if att else []:
+        checks.loc[todo.index, col] = [a[col] for a in att]
+    checks["classifier"] = params.classifier
+    checks["classifier_stand_in"] = bool(vlm.backend.stand_in)
+
+checks = pd.DataFrame([V.judge(r, params, r.get("race")) if r["status"] == "ok" else r
+                       for r in checks.to_dict("records")])
+cols = ["edit_id", "action", "failed_checks", "ssim_outside", "psnr_outside", "delta_e_outside", "delta_e_inside",
+        "identity_distance", "skin_L_shift"]
+display(checks[[c for c in cols if c in checks]].round(3))
+
+# %% [markdown]
+# ## Per target group: failures, and the skin L* shift (skin-lightening shows here)
+
+# %%
+ok = checks[checks["status"] == "ok"].copy()
+for name in ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change", "identity", "target_race",
+             "target_gender", "skin_lightening"):
+    ok[f"fail_{name}"] = ok["failed_checks"].fillna("").str.split(",").map(lambda xs, n=name: n in xs)
+agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
+       "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
+agg |= {c: (c, "sum") for c in ok.columns if c.startswith("fail_")}
+by_group = ok.groupby(["race", "gender"]).agg(**agg).reset_index() if len(ok) else pd.DataFrame()
+display(by_group.round(3))
+
+# %%
+atomic_write_table(checks, "data/vlm/edit_checks.parquet")
+for name, table in (("by_group", by_group), ("controls", controls)):
+    atomic_write_table(table, report_dir / f"{name}.csv")
+    atomic_write_text(report_dir / f"{name}.md", to_markdown(table) if len(table) else "(empty)\n")
+summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": int(ok["passed"].sum()) if len(ok) else 0,
+           "actions": checks["action"].value_counts().to_dict(), "controls_as_expected": controls_ok,
+           "stand_in": bool(checks["stand_in"].fillna(False).astype(bool).any()),
+           "thresholds": params.model_dump(exclude={"race_prompt", "gender_prompt"})}
+atomic_write_json(report_dir / "summary.json", summary)
+write_run_info(report_dir / "run_info.json", stage="validate_edits")
+print(json.dumps(summary, indent=1, default=str))

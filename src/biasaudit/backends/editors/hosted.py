@@ -1,0 +1,181 @@
+"""Hosted image editing: Gemini (google-genai `generate_content` with an image part and the instruction,
+image output) and any OpenAI-compatible `images/edits` endpoint (openai SDK, multipart upload).
+
+Keys come only from the environment variable named by `api_key_env`; `base_url` points the SDKs at
+another endpoint (a proxy, or the local test server in tests/servers_edit.py speaking the same wire
+format). Transient failures (429, 5xx, timeouts) are retried with backoff; content-policy blocks are
+recorded as `refused`, other errors as `failed`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
+from biasaudit.backends.generators.base import (Pacer, RetryableError, call_with_retries, decode_image,
+                                                parse_retry_after)
+from biasaudit.images import load_rgb
+
+POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
+GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLIST", "SPII", "RECITATION",
+                        "IMAGE_PROHIBITED_CONTENT", "OTHER"}
+
+
+def source_png(path: str, max_side: int) -> tuple[bytes | None, str]:
+    loaded = load_rgb(path)
+    if not loaded.ok:
+        return None, f"source: {loaded.reason}"
+    img = Image.fromarray(loaded.rgb)
+    if max_side and max(img.size) > max_side:
+        img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue(), ""
+
+
+def _api_key(spec: Any) -> str:
+    if not spec.api_key_env:
+        raise RuntimeError("counterfactuals.api_key_env: name the environment variable holding the API key")
+    key = os.environ.get(spec.api_key_env)
+    if not key:
+        raise RuntimeError(f"environment variable {spec.api_key_env} is not set")
+    return key
+
+
+class _Hosted(ImageEditor):
+    def __init__(self, spec: Any, sleep=None):
+        self.spec = spec
+        self.model_id, self.revision = spec.model_id, spec.revision or spec.model_id
+        self.pacer = Pacer(spec.requests_per_minute)
+        self._sleep = sleep
+
+    def _retrying(self, fn):
+        kw = {"sleep": self._sleep} if self._sleep else {}
+        return call_with_retries(fn, self.spec.max_retries, 2.0, 60.0, **kw)
+
+    def edit(self, requests: list[EditRequest]) -> list[EditResult]:
+        out = []
+        for req in requests:
+            try:
+                out.append(self._one(req))
+            except RetryableError as exc:
+                out.append(EditResult.failed(f"gave up after {getattr(exc, 'retries', 0)} retries: {exc}"))
+            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+                text = f"{type(exc).__name__}: {exc}"
+                if any(w in text.lower() for w in POLICY_WORDS):
+                    out.append(EditResult.refused(f"content policy: {text}"))
+                else:
+                    out.append(EditResult.failed(text))
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        return {"image_max_side": self.spec.image_max_side, "base_url": bool(self.spec.base_url)}
+
+
+class GeminiEditor(_Hosted):
+    name = "gemini"
+
+    def __init__(self, spec: Any, sleep=None):
+        from google import genai
+        from google.genai import types
+
+        super().__init__(spec, sleep)
+        self.types = types
+        http = types.HttpOptions(base_url=spec.base_url or None, timeout=int(spec.timeout_s * 1000))
+        self.client = genai.Client(api_key=_api_key(spec), http_options=http)
+
+    def _call(self, png: bytes, req: EditRequest):
+        from google.genai import errors
+
+        t = self.types
+        self.pacer.wait()
+        config = t.GenerateContentConfig(response_modalities=["IMAGE", "TEXT"], seed=req.seed % (2**31 - 1),
+                                         candidate_count=1)
+        try:
+            return self.client.models.generate_content(
+                model=self.spec.model_id, config=config,
+                contents=[t.Part.from_bytes(data=png, mime_type="image/png"), req.instruction])
+        except errors.APIError as exc:
+            if exc.code == 429 or (exc.code or 0) >= 500:
+                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+                raise RetryableError(f"HTTP {exc.code} {exc.status or ''}".strip(),
+                                     parse_retry_after(headers.get("retry-after"))) from None
+            raise
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise RetryableError(f"{type(exc).__name__}: {exc}") from None
+
+    def _one(self, req: EditRequest) -> EditResult:
+        png, reason = source_png(req.source, self.spec.image_max_side)
+        if png is None:
+            return EditResult.failed(reason)
+        resp, retries = self._retrying(lambda: self._call(png, req))
+        feedback = getattr(resp, "prompt_feedback", None)
+        if feedback is not None and getattr(feedback, "block_reason", None):
+            return EditResult.refused(f"content policy: prompt blocked ({feedback.block_reason})", retries=retries)
+        texts = []
+        for cand in resp.candidates or []:
+            for part in (cand.content.parts if cand.content and cand.content.parts else []):
+                if part.inline_data is not None and part.inline_data.data:
+                    try:
+                        return EditResult(decode_image(part.inline_data.data), "ok", meta={"retries": retries})
+                    except ValueError as exc:
+                        return EditResult.failed(f"unreadable image returned: {exc}", retries=retries)
+                if part.text:
+                    texts.append(part.text)
+            finish = str(getattr(cand.finish_reason, "name", cand.finish_reason) or "")
+            if finish in GEMINI_BLOCK_REASONS:
+                return EditResult.refused(f"content policy: finish_reason {finish}", retries=retries,
+                                          text=" ".join(texts)[:300])
+        return EditResult.failed("no image in the response" + (f": {' '.join(texts)[:200]}" if texts else ""),
+                                 retries=retries)
+
+
+class OpenAIEditor(_Hosted):
+    name = "openai"
+
+    def __init__(self, spec: Any, sleep=None):
+        import openai
+
+        super().__init__(spec, sleep)
+        self.openai = openai
+        self.client = openai.OpenAI(api_key=_api_key(spec), base_url=spec.base_url or None,
+                                    timeout=spec.timeout_s, max_retries=0)
+
+    def _call(self, png: bytes, req: EditRequest):
+        o = self.openai
+        self.pacer.wait()
+        kw: dict[str, Any] = {}
+        if self.spec.model_id.startswith("dall-e"):
+            kw["response_format"] = "b64_json"  # gpt-image models always return base64
+        try:
+            return self.client.images.edit(model=self.spec.model_id, image=("source.png", png, "image/png"),
+                                           prompt=req.instruction, n=1, **kw)
+        except (o.RateLimitError, o.InternalServerError, o.APITimeoutError, o.APIConnectionError) as exc:
+            headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+            raise RetryableError(f"{type(exc).__name__}: {exc}"[:300],
+                                 parse_retry_after(headers.get("retry-after"))) from None
+
+    def _one(self, req: EditRequest) -> EditResult:
+        png, reason = source_png(req.source, self.spec.image_max_side)
+        if png is None:
+            return EditResult.failed(reason)
+        try:
+            resp, retries = self._retrying(lambda: self._call(png, req))
+        except self.openai.BadRequestError as exc:
+            text = str(exc)
+            if any(w in text.lower() for w in POLICY_WORDS):
+                return EditResult.refused(f"content policy: {text}")
+            return EditResult.failed(f"HTTP 400: {text}")
+        data = list(resp.data or [])
+        if not data or not data[0].b64_json:
+            return EditResult.failed("no image in the response", retries=retries)
+        try:
+            return EditResult(decode_image(base64.b64decode(data[0].b64_json)), "ok", meta={"retries": retries})
+        except ValueError as exc:
+            return EditResult.failed(f"unreadable image returned: {exc}", retries=retries)

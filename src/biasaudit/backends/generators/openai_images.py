@@ -1,0 +1,108 @@
+"""OpenAI images (`POST /v1/images/generations`) and any OpenAI-compatible image server (base_url).
+
+The official `openai` SDK sends the request; its own retries are off so that this module counts
+retries (429, 5xx, timeouts; Retry-After honoured) the same way for every backend. Content-policy
+refusals (400 `content_policy_violation` / `moderation_blocked`) are recorded as `refused`.
+OpenAI's image API takes no seed: the derived seed is recorded with `seed_used = False`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import httpx
+
+from biasaudit.backends.generators.base import (GenRequest, GenResult, Generator, Pacer, RetryableError,
+                                                call_with_retries, decode_image, parse_retry_after)
+from biasaudit.params.generate import GeneratorSpec
+
+REFUSAL_CODES = {"content_policy_violation", "moderation_blocked", "safety_violation"}
+
+
+class OpenAIImagesGenerator(Generator):
+    backend = "openai"
+
+    def __init__(self, name: str, spec: GeneratorSpec, sleep=None):
+        import openai
+
+        super().__init__(name, spec.model_id, spec.revision or spec.model_id)
+        api_key = os.environ.get(spec.api_key_env or "")
+        if not api_key:
+            raise RuntimeError(f"environment variable {spec.api_key_env} is not set")
+        self.spec, self.openai = spec, openai
+        self.client = openai.OpenAI(api_key=api_key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s)
+        self.pacer = Pacer(spec.requests_per_minute)
+        self._sleep = sleep
+
+    def settings(self) -> dict[str, Any]:
+        s = self.spec
+        return {"size": f"{s.width}x{s.height}", "quality": s.quality, "response_format": s.response_format,
+                "n": 1, "sdk": "openai images.generate"}
+
+    def _call(self, req: GenRequest):
+        s, oa = self.spec, self.openai
+        kw: dict[str, Any] = {"model": s.model_id, "prompt": req.prompt, "n": 1, "size": f"{s.width}x{s.height}"}
+        if s.quality:
+            kw["quality"] = s.quality
+        if s.response_format != "omit":
+            kw["response_format"] = s.response_format
+        self.pacer.wait()
+        try:
+            return self.client.images.generate(**kw)
+        except oa.RateLimitError as exc:
+            raise RetryableError("HTTP 429 rate limited", parse_retry_after(exc.response.headers.get("retry-after"))) from None
+        except oa.InternalServerError as exc:
+            raise RetryableError(f"HTTP {exc.status_code}",
+                                 parse_retry_after(exc.response.headers.get("retry-after"))) from None
+        except (oa.APITimeoutError, oa.APIConnectionError) as exc:
+            raise RetryableError(f"{type(exc).__name__}: {exc}") from None
+        except (oa.APIResponseValidationError, json.JSONDecodeError) as exc:
+            raise RetryableError(f"malformed response: {type(exc).__name__}: {exc}") from None
+
+    def _fetch(self, url: str) -> bytes:
+        resp = httpx.get(url, timeout=self.spec.timeout_s)
+        resp.raise_for_status()
+        return resp.content
+
+    def _one(self, req: GenRequest) -> GenResult:
+        s, oa = self.spec, self.openai
+        try:
+            kw = {"sleep": self._sleep} if self._sleep else {}
+            response, retries = call_with_retries(lambda: self._call(req), s.max_retries, s.backoff_s,
+                                                  s.max_backoff_s, **kw)
+        except RetryableError as exc:
+            n = getattr(exc, "retries", s.max_retries)
+            return GenResult.failed(f"gave up after {n} retries: {exc}", n)
+        except oa.APIStatusError as exc:
+            body = exc.body if isinstance(exc.body, dict) else {}
+            err = body.get("error", body) if isinstance(body, dict) else {}
+            code = (err or {}).get("code") if isinstance(err, dict) else None
+            message = (err or {}).get("message", "") if isinstance(err, dict) else str(exc)
+            text = f"HTTP {exc.status_code} {code or ''}: {message}".strip()
+            if code in REFUSAL_CODES or "safety system" in str(message).lower():
+                return GenResult.refused(f"content policy: {text}"[:500])
+            return GenResult.failed(text[:500])
+        except Exception as exc:  # noqa: BLE001
+            return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500])
+        data = list(getattr(response, "data", None) or [])
+        if not data:
+            return GenResult.refused("no image returned", retries)
+        item = data[0]
+        try:
+            if getattr(item, "b64_json", None):
+                raw = base64.b64decode(item.b64_json, validate=True)
+            elif getattr(item, "url", None):
+                raw = self._fetch(item.url)
+            else:
+                return GenResult.failed("response has neither b64_json nor url", retries)
+            rgb = decode_image(raw)
+        except (ValueError, httpx.HTTPError) as exc:
+            return GenResult.failed(f"bad image payload: {exc}"[:500], retries)
+        extra = {"revised_prompt": item.revised_prompt} if getattr(item, "revised_prompt", None) else {}
+        return GenResult(rgb, retries=retries, seed_used=False, extra=extra)
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        return [self._one(r) for r in requests]

@@ -1,0 +1,218 @@
+"""The VLM backend interface shared by race classification (Method A) and the VLM audit (Method B).
+
+A backend turns a list of `VLMRequest`s (images + prompt + optional allowed answers) into one
+`VLMResponse` per request, in order. It never raises for one bad item: an unreadable image, an API
+error after its retries or a refusal becomes a response with `status` and `reason`.
+
+Shared helpers here: image encoding with downscaling (to cut API cost), a token-bucket rate
+limiter, a retrying call wrapper, and an ordered thread-pool map for concurrent API calls.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from PIL import Image
+
+from biasaudit.images import load_rgb
+
+OK, REFUSED, FAILED = "ok", "refused", "failed"
+
+
+@dataclass(frozen=True)
+class VLMRequest:
+    images: tuple[str, ...]  # file paths, sent in this order
+    prompt: str
+    options: tuple[str, ...] = ()  # allowed answers (constrained output / option probabilities)
+    max_tokens: int = 32
+
+
+@dataclass
+class VLMResponse:
+    text: str
+    status: str  # ok | refused | failed
+    reason: str = ""
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    option_probs: dict[str, float] | None = None
+    from_cache: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)  # e.g. {"via": "batch"}; provenance only
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "status": self.status, "reason": self.reason, "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out, "option_probs": self.option_probs, "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], from_cache: bool = False) -> "VLMResponse":
+        return cls(text=data["text"], status=data["status"], reason=data.get("reason", ""),
+                   tokens_in=data.get("tokens_in"), tokens_out=data.get("tokens_out"),
+                   option_probs=data.get("option_probs"), from_cache=from_cache, meta=data.get("meta") or {})
+
+
+OnResult = Callable[[int, VLMResponse], None]
+
+
+def failed(reason: str) -> VLMResponse:
+    return VLMResponse(text="", status=FAILED, reason=reason)
+
+
+class VLMBackend(ABC):
+    """One model behind one interface. Subclasses set `name`, `model_id`, `revision`, `stand_in`."""
+
+    name: str = ""
+    model_id: str = ""
+    revision: str = ""
+    stand_in: bool = False
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = {"attempts": 0, "retries": 0, "batch_jobs": 0, "batch_fallbacks": 0}
+        self._stats_lock = threading.Lock()
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[key] = self.stats.get(key, 0) + n
+
+    @abstractmethod
+    def decoding_params(self) -> dict[str, Any]:
+        """Everything besides the inputs that changes the answer (enters the cache key)."""
+
+    @abstractmethod
+    def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
+        """One response per request, in order; never raises for one bad item. `on_result(i, response)`
+        is called as each answer arrives (CachedVLM stores it at once, so a kill loses nothing done)."""
+
+    def _each(self, requests: list[VLMRequest], one: Callable[[VLMRequest], VLMResponse],
+              on_result: OnResult | None, concurrency: int = 1) -> list[VLMResponse]:
+        """Answer requests one by one (on `concurrency` threads), reporting each as it finishes."""
+        def run(item: tuple[int, VLMRequest]) -> VLMResponse:
+            i, req = item
+            try:
+                response = one(req)
+            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+                response = failed(f"{type(exc).__name__}: {exc}"[:500])
+            if on_result is not None:
+                on_result(i, response)
+            return response
+
+        return ordered_map(run, list(enumerate(requests)), concurrency)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "model_id": self.model_id, "revision": self.revision,
+                "stand_in": self.stand_in, "decoding": self.decoding_params()}
+
+
+# --- images -------------------------------------------------------------------------------------
+
+def encode_image(path: str, max_side: int = 0, fmt: str = "JPEG", quality: int = 90) -> tuple[bytes | None, str, str]:
+    """Load `path` as sRGB, downscale so the longer side is ≤ `max_side` (0 = keep), encode.
+
+    Returns (bytes, mime type, reason); bytes is None with a reason when the image is unusable.
+    """
+    loaded = load_rgb(path)
+    if not loaded.ok:
+        return None, "", f"image {path}: {loaded.reason}"
+    img = Image.fromarray(loaded.rgb)
+    if max_side and max(img.size) > max_side:
+        img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    if fmt.upper() == "PNG":
+        img.save(buf, format="PNG")
+        return buf.getvalue(), "image/png", ""
+    img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue(), "image/jpeg", ""
+
+
+def load_pil(path: str, max_side: int = 0) -> tuple[Image.Image | None, str]:
+    loaded = load_rgb(path)
+    if not loaded.ok:
+        return None, f"image {path}: {loaded.reason}"
+    img = Image.fromarray(loaded.rgb)
+    if max_side and max(img.size) > max_side:
+        img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    return img, ""
+
+
+# --- concurrency, rate limits, retries -----------------------------------------------------------
+
+class TokenBucket:
+    """At most `per_minute` acquisitions per minute on average, bursts up to `burst` (thread-safe).
+    `per_minute <= 0` disables the limit."""
+
+    def __init__(self, per_minute: float, burst: int = 1, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.rate = per_minute / 60.0
+        self.capacity = float(max(1, burst))
+        self.tokens = self.capacity
+        self.clock, self.sleep = clock, sleep
+        self.last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Take one token, sleeping as needed; return the seconds waited."""
+        if self.rate <= 0:
+            return 0.0
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = self.clock()
+                self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+                self.last = now
+                if self.tokens >= 1.0:
+                    self.tokens -= 1.0
+                    return waited
+                wait = (1.0 - self.tokens) / self.rate
+            self.sleep(wait)
+            waited += wait
+
+
+class RetryableError(Exception):
+    """A transient failure (HTTP 408/429/5xx, timeout, connection): try again after `retry_after`."""
+
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+def call_with_retries(fn: Callable[[], VLMResponse], max_retries: int, backoff_s: float,
+                      bucket: TokenBucket | None = None, on_attempt: Callable[[int], None] | None = None,
+                      max_backoff_s: float = 60.0) -> VLMResponse:
+    """Call `fn` (which raises RetryableError for transient failures) with exponential backoff,
+    honouring a server's Retry-After; after the last retry return a failed response."""
+    last = ""
+    for attempt in range(max_retries + 1):
+        if bucket is not None:
+            bucket.acquire()
+        if on_attempt:
+            on_attempt(attempt)
+        try:
+            return fn()
+        except RetryableError as exc:
+            last = exc.reason
+            if attempt == max_retries:
+                break
+            delay = exc.retry_after if exc.retry_after is not None else backoff_s * (2 ** attempt)
+            time.sleep(min(max(delay, 0.0), max_backoff_s))
+    return failed(f"gave up after {max_retries + 1} attempts: {last}")
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def ordered_map(fn: Callable[[T], R], items: Sequence[T], concurrency: int) -> list[R]:
+    """`[fn(x) for x in items]` on a thread pool of `concurrency` workers, results in input order."""
+    if concurrency <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(fn, items))

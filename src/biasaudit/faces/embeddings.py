@@ -1,0 +1,98 @@
+"""Image embeddings: open_clip (whole image) and face embeddings (dlib 128-d or insightface ArcFace 512-d).
+All returned as float32 rows with unit L2 norm."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def _normalise(X: np.ndarray) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float32)
+    n = np.linalg.norm(X, axis=-1, keepdims=True)
+    return np.divide(X, n, out=np.zeros_like(X), where=n > 0)
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tiny_dir() -> Path:
+    return Path(os.environ.get("BIASAUDIT_TINY_DIR", "models/tiny"))
+
+
+class ClipEmbedder:
+    """open_clip image tower. `pretrained` is an open_clip tag (e.g. laion2b_s32b_b79k), a local
+    checkpoint path, or 'tiny' for the seeded random-weight stand-in (src/biasaudit/tiny/clip.py)."""
+
+    def __init__(self, model: str = "ViT-H-14", pretrained: str = "laion2b_s32b_b79k", device: str = "auto",
+                 batch_size: int = 16):
+        import open_clip
+        import torch
+
+        self.device = resolve_device(device)
+        self.batch_size = max(1, batch_size)
+        self.stand_in = pretrained == "tiny"
+        if self.stand_in:
+            from biasaudit.tiny.clip import build_tiny_open_clip
+
+            model, ckpt = build_tiny_open_clip(tiny_dir())
+            pretrained = str(ckpt)
+        if Path(pretrained).is_file():
+            with open(pretrained, "rb") as fh:
+                self.revision = "sha256:" + hashlib.sha256(fh.read()).hexdigest()[:16]
+        else:
+            self.revision = pretrained
+        precision = "fp16" if self.device.startswith("cuda") else "fp32"
+        self.model, _, self.preprocess = open_clip.create_model_and_transforms(
+            model, pretrained=pretrained, device=self.device, precision=precision)
+        self.model.eval()
+        self.name = "open_clip"
+        self.model_id = model + ("" if self.stand_in else f":{pretrained if not Path(pretrained).is_file() else Path(pretrained).name}")
+        self._torch = torch
+
+    def embed(self, images: list[np.ndarray]) -> np.ndarray:
+        from PIL import Image
+
+        torch = self._torch
+        out = []
+        for start in range(0, len(images), self.batch_size):
+            batch = torch.stack([self.preprocess(Image.fromarray(im)) for im in images[start:start + self.batch_size]])
+            dtype = next(self.model.parameters()).dtype
+            with torch.inference_mode():
+                feats = self.model.encode_image(batch.to(self.device, dtype=dtype))
+            out.append(feats.float().cpu().numpy())
+        dim = self.model.visual.output_dim if hasattr(self.model.visual, "output_dim") else 0
+        return _normalise(np.concatenate(out)) if out else np.zeros((0, dim), np.float32)
+
+
+class DlibFaceEmbedder:
+    """dlib's ResNet face descriptor (128-d), from the 68-landmark shape on the face box."""
+
+    name, model_id, stand_in, dim = "dlib", "dlib_face_recognition_resnet_model_v1", False, 128
+
+    def __init__(self, jitter: int = 0):
+        import dlib
+
+        from biasaudit.faces.detect import dlib_model_path
+
+        self.jitter = jitter
+        self.revision = dlib.__version__
+        self.net = dlib.face_recognition_model_v1(str(dlib_model_path("dlib_face_recognition_resnet_model_v1.dat")))
+
+    def embed(self, rgb: np.ndarray, bbox) -> np.ndarray:
+        import dlib
+
+        from biasaudit.faces.detect import shape_predictor
+
+        x0, y0, x1, y1 = (int(round(v)) for v in bbox)
+        img = np.ascontiguousarray(rgb)
+        shape = shape_predictor()(img, dlib.rectangle(x0, y0, x1, y1))
+        return _normalise(np.array(self.net.compute_face_descriptor(img, shape, self.jitter)))

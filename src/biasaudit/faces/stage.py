@@ -1,0 +1,201 @@
+"""The `faces@<model>` stage as library code: per-image measurement (batch function for runner.run_local),
+then assembly of the faces table and the embedding matrices from the record log and per-batch parts.
+
+Per image: load (bad input → reason) → detect faces (largest kept; none → 'no_face') → skin mask
+(landmarks | bisenet) → mean sRGB → CIELAB columns; face embedding of the largest face; CLIP
+embedding of the whole image (also for images without a face). Embedding rows of a batch are written
+to `parts/<batch>.npz` before the batch's records reach the log, so a killed run resumes cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.faces.colour import describe_rgb, mean_skin_rgb
+from biasaudit.faces.detect import landmarks68, make_detector
+from biasaudit.faces.segment import (bisenet_masks, landmark_skin_from_landmarks, outline_overlay,
+                                     remove_extremes)
+from biasaudit.images import load_rgb
+from biasaudit.io import atomic_path
+from biasaudit.provenance import stable_hash
+
+COLOUR_COLUMNS = ["mean_r", "mean_g", "mean_b", "L", "a", "b", "C", "h", "ita", "L_bin"]
+FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox", "skin_pixels", *COLOUR_COLUMNS,
+                 "status", "reason", "face_backend", "face_model_id", "face_revision", "skin_backend",
+                 "skin_model_id", "stand_in"]
+
+
+def _empty_colour() -> dict[str, Any]:
+    return {c: (None if c == "L_bin" else float("nan")) for c in COLOUR_COLUMNS}
+
+
+class FaceMeasurer:
+    """Holds the loaded models for one run; `batch_fn(parts_dir)` is the runner's batch function."""
+
+    def __init__(self, p, stand_in_models: bool = False):
+        self.p = p
+        kw = p.model_dump()
+        if p.detector == "insightface" and p.insightface_root == "tiny":
+            from biasaudit.tiny.insightface import build_tiny_insightface
+
+            kw["insightface_root"] = str(build_tiny_insightface())
+            kw["stand_in"] = True
+        self.detector = make_detector(p.detector, **kw)
+        self.bisenet = None
+        if p.skin_method == "bisenet":
+            from biasaudit.faces.bisenet import load_bisenet
+            from biasaudit.faces.embeddings import resolve_device
+
+            self.bisenet = load_bisenet(p.bisenet_weights, resolve_device(p.device))
+        self.face_embedder = None
+        if p.face_embedding == "dlib":
+            from biasaudit.faces.embeddings import DlibFaceEmbedder
+
+            self.face_embedder = DlibFaceEmbedder()
+        from biasaudit.faces.embeddings import ClipEmbedder
+
+        self.clip = ClipEmbedder(p.clip_model, p.clip_pretrained, p.device, p.clip_batch_size)
+        self.skin_model_id = Path(p.bisenet_weights).name if p.skin_method == "bisenet" else "shape_predictor_68_face_landmarks.dat"
+
+    # ------------------------------------------------------------------ one image
+    def skin_masks(self, rgb: np.ndarray, bboxes: list) -> list[np.ndarray]:
+        if self.p.skin_method == "bisenet":
+            masks = bisenet_masks(self.bisenet, rgb, bboxes, self.p.bisenet_margin)
+        else:
+            masks = [landmark_skin_from_landmarks(rgb.shape[:2], landmarks68(rgb, b)) for b in bboxes]
+        return [remove_extremes(rgb, m, self.p.shadow_percentile, self.p.highlight_percentile) for m in masks]
+
+    def measure(self, rgb: np.ndarray) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None, tuple | None]:
+        """(record fields, face embedding or None, skin mask or None, bbox or None) for one RGB image."""
+        faces = self.detector.detect(rgb)
+        rec: dict[str, Any] = {"n_faces": len(faces), "det_score": float("nan"), "bbox": None, "skin_pixels": 0,
+                               **_empty_colour()}
+        if not faces:
+            return rec | {"status": "no_face", "reason": "no face detected"}, None, None, None
+        face = faces[0]
+        rec["det_score"], rec["bbox"] = face.score, json.dumps([round(float(v), 1) for v in face.bbox])
+        note = ""
+        if len(faces) > 1:
+            if not self.p.measure_multi_face:
+                return rec | {"status": "multi_face",
+                              "reason": f"{len(faces)} faces (measure_multi_face is false)"}, None, None, face.bbox
+            note = f"{len(faces)} faces: largest measured"
+        emb = None
+        if self.p.face_embedding == "insightface":
+            emb = face.embedding
+        elif self.face_embedder is not None:
+            emb = self.face_embedder.embed(rgb, face.bbox)
+        mask = self.skin_masks(rgb, [face.bbox])[0]
+        rec["skin_pixels"] = int(mask.sum())
+        if rec["skin_pixels"] < self.p.min_skin_pixels:
+            return rec | {"status": "no_skin", "reason": f"{rec['skin_pixels']} skin pixels "
+                          f"(< min_skin_pixels {self.p.min_skin_pixels})" + (f"; {note}" if note else "")}, emb, mask, face.bbox
+        rec |= describe_rgb(mean_skin_rgb(rgb, mask))
+        return rec | {"status": "ok", "reason": note}, emb, mask, face.bbox
+
+    # ------------------------------------------------------------------ batches
+    def provenance(self) -> dict[str, Any]:
+        return {"face_backend": self.detector.name, "face_model_id": self.detector.model_id,
+                "face_revision": self.detector.revision, "skin_backend": self.p.skin_method,
+                "skin_model_id": self.skin_model_id}
+
+    def batch_fn(self, parts_dir: str | Path, root: str | Path = "."):
+        parts_dir, root = Path(parts_dir), Path(root)
+
+        def fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            records, clip_imgs, clip_of, faces_vecs = [], [], {}, []
+            part = f"{stable_hash([it['image_id'] for it in items])}.npz"
+            for it in items:
+                rec = {"image_id": it["image_id"], "model": it["model"], "prompt_id": it["prompt_id"],
+                       "n_faces": 0, "det_score": float("nan"), "bbox": None, "skin_pixels": 0, **_empty_colour(),
+                       **self.provenance(), "stand_in": bool(it.get("stand_in", False)) or self.detector.stand_in,
+                       "part": part, "clip_part_row": -1, "face_part_row": -1}
+                if it.get("status", "ok") != "ok":
+                    records.append(rec | {"status": "skipped", "reason": f"generation {it.get('status')}: {it.get('reason', '')}"})
+                    continue
+                loaded = load_rgb(root / it["path"])
+                if not loaded.ok:
+                    records.append(rec | {"status": "bad_image", "reason": loaded.reason})
+                    continue
+                try:
+                    fields, emb, _, _ = self.measure(loaded.rgb)
+                except Exception as exc:  # noqa: BLE001 - one bad image never stops the stage
+                    records.append(rec | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+                    continue
+                rec |= fields
+                if loaded.note:
+                    rec["reason"] = "; ".join(x for x in (rec["reason"], f"input {loaded.note}") if x)
+                if emb is not None:
+                    rec["face_part_row"] = len(faces_vecs)
+                    faces_vecs.append(np.asarray(emb, np.float32))
+                clip_of[len(records)] = len(clip_imgs)
+                clip_imgs.append(loaded.rgb)
+                records.append(rec)
+            clip = self.clip.embed(clip_imgs) if clip_imgs else np.zeros((0, 0), np.float32)
+            for i, row in clip_of.items():
+                records[i]["clip_part_row"] = row
+            face = np.stack(faces_vecs) if faces_vecs else np.zeros((0, 0), np.float32)
+            with atomic_path(parts_dir / part) as tmp:
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, clip=clip, face=face)
+            return records
+
+        return fn
+
+
+def assemble(records: pd.DataFrame, order: list[str], parts_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
+    """(faces table, embedding index, clip matrix, face matrix) in `order` of image_id, from the log."""
+    parts_dir = Path(parts_dir)
+    recs = records.set_index("image_id").loc[[i for i in order if i in set(records["image_id"])]].reset_index()
+    cache: dict[str, Any] = {}
+    clip_rows, face_rows, clip_idx, face_idx = [], [], [], []
+    for r in recs.itertuples():
+        arrays = cache.get(r.part)
+        if arrays is None and (parts_dir / r.part).exists():
+            with np.load(parts_dir / r.part) as z:
+                arrays = cache[r.part] = {"clip": z["clip"], "face": z["face"]}
+        for col, rows, idx, key in (("clip_part_row", clip_rows, clip_idx, "clip"), ("face_part_row", face_rows, face_idx, "face")):
+            k = int(getattr(r, col))
+            if k >= 0 and arrays is not None:
+                idx.append(len(rows))
+                rows.append(arrays[key][k])
+            else:
+                idx.append(-1)
+    clip = np.stack(clip_rows).astype(np.float32) if clip_rows else np.zeros((0, 0), np.float32)
+    face = np.stack(face_rows).astype(np.float32) if face_rows else np.zeros((0, 0), np.float32)
+    index = pd.DataFrame({"image_id": recs["image_id"], "model": recs["model"], "prompt_id": recs["prompt_id"],
+                          "clip_row": np.asarray(clip_idx, dtype=np.int64), "face_row": np.asarray(face_idx, dtype=np.int64)})
+    faces = recs[[c for c in FACES_COLUMNS if c in recs]].copy()
+    faces["n_faces"] = faces["n_faces"].astype(int)
+    faces["skin_pixels"] = faces["skin_pixels"].astype(int)
+    return faces, index, clip, face
+
+
+def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.DataFrame, out_dir: str | Path,
+                   n: int, seed: int, root: str | Path = ".") -> list[Path]:
+    """Mask-outline overlays for a seeded sample of measured images (reviewers see what was measured)."""
+    from PIL import Image
+
+    ok = faces[faces["status"] == "ok"]
+    if n <= 0 or ok.empty:
+        return []
+    sample = ok.sample(min(n, len(ok)), random_state=seed % 2**32)["image_id"]
+    paths = manifest.set_index("image_id")["path"]
+    written = []
+    for image_id in sample:
+        loaded = load_rgb(Path(root) / paths[image_id])
+        if not loaded.ok:
+            continue
+        _, _, mask, bbox = measurer.measure(loaded.rgb)
+        if mask is None:
+            continue
+        out = Path(out_dir) / f"{image_id}.png"
+        with atomic_path(out) as tmp:
+            Image.fromarray(outline_overlay(loaded.rgb, mask, bbox)).save(tmp, format="PNG")
+        written.append(out)
+    return written

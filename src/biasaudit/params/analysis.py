@@ -1,0 +1,32 @@
+"""Parameters of the `analyze` and `report` stages (statistics and the HTML report)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from biasaudit.params.base import Section
+
+
+class Analyze(Section):
+    # Cluster bootstrap: resample prompts (clusters) with replacement; percentile intervals.
+    n_boot: int = Field(2000, ge=100, le=100_000)
+    ci_level: float = Field(0.95, gt=0.5, lt=1.0)
+    bootstrap_method: Literal["percentile", "basic", "BCa"] = "percentile"
+    # Threshold analysis (the paper: Imagen never reaches the Census share where Black > 5%).
+    threshold_group: Literal["white", "black", "asian", "hispanic", "other"] = "black"
+    threshold_share: float = Field(0.05, ge=0.0, le=1.0)
+    # Skin tone: "very dark" cut-off on L* and the label whose share among them is reported.
+    dark_L_threshold: float = Field(40.0, ge=0.0, le=100.0)
+    earnings_group: Literal["white", "black", "asian", "hispanic", "other"] = "black"
+    earnings_unit_usd: float = Field(100.0, gt=0.0)  # slope reported per this many USD of weekly earnings
+    # Groups with fewer members than this are flagged as small (the paper's L* < 40 result: 40 images).
+    min_group_size: int = Field(30, ge=2)
+    n_permutations: int = Field(1000, ge=0, le=100_000)  # homogeneity permutation test (0 = off)
+    figure_dpi: int = Field(150, ge=50, le=600)
+
+
+class Report(Section):
+    title: str = "biasaudit: racial and skin-tone disparities in image generators and VLMs"
+    max_table_rows: int = Field(60, ge=5)  # rows rendered inline per table; the full CSV is linked

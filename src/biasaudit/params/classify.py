@@ -1,0 +1,115 @@
+"""Parameters of race classification (`classify`), classifier reliability (`reliability`) and the
+VLM backend spec shared with Method B (`VLMSpec`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from biasaudit import GROUPS
+from biasaudit.params.base import Section
+
+VLMBackendName = Literal["gemini", "openai", "transformers", "clip", "file", "tiny"]
+
+DEFAULT_INSTRUCTION = (
+    "Look at the person in this image. Classify their apparent race/ethnicity as exactly one of: "
+    "White, Black, Asian, Hispanic/Latino, Other. Answer with one word from this list: "
+    "white, black, asian, hispanic, other."
+)
+
+DEFAULT_CLIP_TEMPLATES = [
+    "a photo of a {} person.",
+    "a portrait photograph of a {} person.",
+    "a close-up photo of the face of a {} person.",
+    "an ID photo of a {} person.",
+]
+
+DEFAULT_CLIP_CLASS_NAMES = {
+    "white": ["white", "caucasian", "european"],
+    "black": ["black", "african american", "african"],
+    "asian": ["asian", "east asian", "south asian"],
+    "hispanic": ["hispanic", "latino", "latina"],
+    "other": ["middle eastern", "native american", "pacific islander"],
+}
+
+
+class Price(Section):
+    input_per_mtok: float = Field(0.0, ge=0)   # USD per million input tokens
+    output_per_mtok: float = Field(0.0, ge=0)  # USD per million output tokens
+    batch_discount: float = Field(1.0, gt=0, le=1)  # multiplier in batch mode (Gemini batch: 0.5)
+
+
+class VLMSpec(Section):
+    """Which model answers, and how. Used by `classify` (Method A) and `reflect` (Method B)."""
+    backend: VLMBackendName = "tiny"
+    model_id: str = "tiny-open-clip"      # hub id / local path / API model name / file path ('file')
+    revision: str = ""                    # model revision or API version; recorded per row
+    base_url: str = ""                    # API endpoint override (OpenAI-compatible servers, test servers)
+    api_key_env: str = ""                 # name of the environment variable holding the key (never the key)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(16, ge=1)
+    thinking_budget: int = Field(0, ge=-1)  # gemini: 0 = thinking off; -1 = dynamic
+    constrain: bool = True                # constrain the answer to the allowed options where supported
+    image_max_side: int = Field(512, ge=0)  # downscale before sending (cost); 0 = as generated
+    image_format: Literal["JPEG", "PNG"] = "JPEG"
+    concurrency: int = Field(4, ge=1)     # parallel API requests
+    requests_per_minute: float = Field(0.0, ge=0)  # token-bucket rate limit; 0 = none
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)     # for 408/429/5xx/timeouts
+    retry_backoff_s: float = Field(2.0, ge=0)  # first backoff, doubled per retry (Retry-After wins)
+    batch_mode: bool = False              # gemini: submit a batch job (half price) ...
+    batch_stall_timeout_s: float = Field(3600.0, gt=0)  # ... falling back to online calls if it stalls
+    batch_poll_s: float = Field(30.0, gt=0)
+    device: str = "cpu"                   # transformers / clip
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    local_batch_size: int = Field(8, ge=1)  # images per forward pass for local models
+    clip_pretrained: str = ""             # open_clip pretrained tag or checkpoint path
+    clip_templates: list[str] = Field(default_factory=lambda: list(DEFAULT_CLIP_TEMPLATES))
+    clip_class_names: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_CLIP_CLASS_NAMES))
+    file_id_column: str = "image_id"      # 'file' backend: CSV columns
+    file_label_column: str = "label"
+
+    @model_validator(mode="after")
+    def _check(self) -> "VLMSpec":
+        if self.backend in ("gemini", "openai") and not self.api_key_env and not self.base_url:
+            raise ValueError(f"api_key_env: required for backend '{self.backend}' (name of an environment variable)")
+        if self.backend == "clip":
+            for t in self.clip_templates:
+                if "{}" not in t:
+                    raise ValueError(f"clip_templates: '{t}' must contain '{{}}'")
+        return self
+
+
+class Classify(Section):
+    vlm: VLMSpec = Field(default_factory=VLMSpec)
+    labels: list[str] = Field(default_factory=lambda: list(GROUPS))  # allowed answers, in table order
+    instruction: str = DEFAULT_INSTRUCTION
+    instruction_version: str = "v1"       # bump whenever the instruction text changes
+    cache_path: str = "data/t2i/cache/classify.sqlite"
+    batch_size: int = Field(16, ge=1)     # images per runner batch (API concurrency works inside a batch)
+    limit: int = Field(0, ge=0)           # label only the first N pending images (0 = all)
+    retry_failed: bool = True             # re-try images whose call failed in an earlier run
+    prices: dict[str, Price] = Field(default_factory=lambda: {
+        "gemini-2.5-flash": Price(input_per_mtok=0.30, output_per_mtok=2.50, batch_discount=0.5)})
+
+    @model_validator(mode="after")
+    def _check(self) -> "Classify":
+        if set(self.labels) - set(GROUPS):
+            raise ValueError(f"labels: {sorted(set(self.labels) - set(GROUPS))} are not Method A groups {GROUPS}")
+        return self
+
+
+class Reliability(Section):
+    sample_size: int = Field(300, ge=1)   # images drawn (seeded) for human annotation
+    sample_seed: int = 300
+    raters: list[str] = Field(default_factory=lambda: ["rater1", "rater2"])  # one sheet per rater
+    sheets_dir: str = "data/t2i/annotations"  # annotation_sheet.csv goes here; filled sheets <rater>.csv
+    # No human sheets yet (offline profile): simulate raters from the classifier labels through a
+    # known confusion matrix. Every output is then marked SIMULATED.
+    simulate: bool = False
+    sim_accuracy: float = Field(0.85, ge=0, le=1)  # P(rater says the classifier label's group)
+    sim_group_accuracy: dict[str, float] = Field(default_factory=lambda: {"hispanic": 0.6})
+    n_bootstrap: int = Field(1000, ge=0)
+    ci_level: float = Field(0.95, gt=0, lt=1)
+    correction_method: Literal["lsq", "em"] = "lsq"  # classifier-error correction of group shares

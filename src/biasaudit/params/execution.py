@@ -1,0 +1,32 @@
+"""How a per-image stage executes: locally or on Ray, whole or one shard, in batches."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from biasaudit.params.base import Section
+
+
+class RayOptions(Section):
+    address: str = ""  # "" starts a local Ray instance; "auto" or "ray://host:10001" joins a cluster
+    num_workers: int = Field(2, ge=1)  # actors in the pool (one model copy each)
+    num_cpus_per_worker: float = Field(1.0, gt=0)
+    num_gpus_per_worker: float = Field(0.0, ge=0)
+
+
+class Execution(Section):
+    runner: Literal["local", "ray"] = "local"
+    batch_size: int = Field(4, ge=1)
+    shard_index: int = Field(0, ge=0)  # this machine's shard …
+    shard_count: int = Field(1, ge=1)  # … of this many (Slurm array, several VMs); merge with biasaudit.runner.merge_logs
+    limit: int = Field(0, ge=0)  # process at most this many pending items (0 = all), for a quick look
+    retry_failed: bool = False  # re-run items whose last record failed
+    ray: RayOptions = Field(default_factory=RayOptions)
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> "Execution":
+        if self.shard_index >= self.shard_count:
+            raise ValueError(f"shard_index ({self.shard_index}) must be < shard_count ({self.shard_count})")
+        return self

@@ -1,0 +1,49 @@
+"""Parameters of the `faces@<model>` stage: face detection, skin mask, CIELAB, embeddings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from biasaudit.params.base import Section
+
+
+class Faces(Section):
+    # Detector: dlib (real HOG/CNN models shipped in packages; offline default) or insightface (paper).
+    detector: Literal["dlib", "insightface"] = "dlib"
+    dlib_kind: Literal["hog", "cnn"] = "hog"
+    dlib_upsample: int = Field(1, ge=0, le=3)  # upsample the image n times before HOG (finds smaller faces)
+    # dlib detection score floor (HOG SVM margin / CNN confidence); 0.0 is dlib's default. Raising it drops
+    # dark faces first: the astronaut's face scores 1.16, but 0.12 when darkened to L* ≈ 14 on a light background.
+    dlib_threshold: float = Field(0.0, ge=-1.0, le=3.0)
+    insightface_model: str = "buffalo_l"  # pack name under insightface_root/models/
+    insightface_root: str = ""  # '' = insightface's default (~/.insightface); 'tiny' = random ONNX stand-in
+    det_threshold: float = Field(0.85, ge=0.0, le=1.0)  # insightface det_score threshold (paper: 0.85)
+    det_size: int = Field(640, ge=128)  # insightface detector input side
+    measure_multi_face: bool = True  # several faces: measure the largest (True) or record 'multi_face' (False)
+    # Skin mask: 68-landmark polygon minus eyes/brows/mouth/nostrils, or BiSeNet (CelebAMask-HQ skin class).
+    skin_method: Literal["landmarks", "bisenet"] = "landmarks"
+    bisenet_weights: str = "models/bisenet/79999_iter.pth"
+    bisenet_margin: float = Field(0.5, ge=0.0, le=2.0)  # crop around the face box, fraction of its size per side
+    min_skin_pixels: int = Field(50, ge=1)
+    # L* percentiles kept inside the mask (0 / 100 = keep all, as in the paper).
+    shadow_percentile: float = Field(0.0, ge=0.0, le=50.0)
+    highlight_percentile: float = Field(100.0, ge=50.0, le=100.0)
+    # Embeddings: face (largest face above threshold) and whole-image CLIP.
+    face_embedding: Literal["dlib", "insightface", "none"] = "dlib"
+    clip_model: str = "ViT-H-14"
+    clip_pretrained: str = "laion2b_s32b_b79k"  # open_clip tag, local checkpoint path, or 'tiny' (stand-in)
+    clip_batch_size: int = Field(16, ge=1)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    batch_size: int = Field(8, ge=1)  # images per resumable batch
+    n_overlays: int = Field(6, ge=0)  # seeded sample of mask-outline overlays per model
+    limit: int = Field(0, ge=0)  # process at most this many pending images (0 = all)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Faces":
+        if self.shadow_percentile >= self.highlight_percentile:
+            raise ValueError("shadow_percentile must be below highlight_percentile")
+        if self.face_embedding == "insightface" and self.detector != "insightface":
+            raise ValueError("face_embedding 'insightface' needs detector 'insightface' (ArcFace runs on its detections)")
+        return self

@@ -1,0 +1,164 @@
+"""Parameters of the generation stage: the `models` table (one generator spec per model) and the
+`generate` section (how many images, subsets, retries).
+
+Schema checks here are pure (no files, no network): unknown backends, impossible sizes, missing
+backend-specific keys and API-key *values* pasted where an environment-variable *name* belongs all
+fail on load with the key named. Checks that need the machine (a local path exists, a hub id is in
+the local Hugging Face cache while offline) run in `biasaudit.t2i.generate.preflight` before any work.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from biasaudit.params.base import Section
+
+Backend = Literal["diffusers", "tiny", "imagen", "openai", "folder", "packaged-photos"]
+STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos"})
+MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+# Output sizes (width, height) of Imagen 4 per aspect ratio at the default 1K image size.
+IMAGEN_SIZES: dict[tuple[int, int], str] = {
+    (1024, 1024): "1:1", (896, 1280): "3:4", (1280, 896): "4:3", (768, 1408): "9:16", (1408, 768): "16:9",
+}
+IMAGEN_2K_SIZES: dict[tuple[int, int], str] = {(2 * w, 2 * h): r for (w, h), r in IMAGEN_SIZES.items()}
+# Sizes the official OpenAI image models accept; other (OpenAI-compatible) model names accept any size.
+OPENAI_SIZES: dict[str, set[tuple[int, int]]] = {
+    "gpt-image-1": {(1024, 1024), (1536, 1024), (1024, 1536)},
+    "gpt-image-1-mini": {(1024, 1024), (1536, 1024), (1024, 1536)},
+    "dall-e-3": {(1024, 1024), (1792, 1024), (1024, 1792)},
+    "dall-e-2": {(256, 256), (512, 512), (1024, 1024)},
+}
+MAX_SIDE = 4096
+
+
+class GeneratorSpec(Section):
+    """One text-to-image generator. Keys that do not apply to its backend keep their defaults."""
+
+    backend: Backend
+    # diffusers: hub id or local directory; imagen/openai: the API's model name; folder: a free label.
+    model_id: str = ""
+    revision: str | None = None  # hub branch/tag/commit (diffusers); recorded as given for APIs
+    width: int = Field(1024, ge=16, le=MAX_SIDE)
+    height: int = Field(1024, ge=16, le=MAX_SIDE)
+    # --- diffusers / tiny ---
+    pipeline: Literal["auto", "sd3", "flux"] = "auto"  # diffusers class; auto reads model_index.json
+    architecture: Literal["sd3", "flux"] | None = None  # tiny: which random-weight pipeline to build
+    num_inference_steps: int = Field(4, ge=1, le=1000)
+    guidance_scale: float = Field(0.0, ge=0.0)
+    max_sequence_length: int | None = Field(None, ge=1, le=512)  # T5 tokens (SD3 ≤ 512, Flux-schnell ≤ 256)
+    negative_prompt: str | None = None
+    device: Literal["auto", "cuda", "mps", "cpu"] = "auto"
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    batch_size: int = Field(1, ge=1, le=256)
+    cpu_offload: Literal["none", "model", "sequential"] = "none"
+    compile: bool = False  # torch.compile the denoiser (worth it for thousands of images on a GPU)
+    # --- hosted APIs (imagen, openai) ---
+    api_key_env: str | None = None  # NAME of the environment variable holding the key (never the key)
+    base_url: str | None = None  # endpoint override (an OpenAI-compatible server, a proxy, a test server)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(5, ge=0, le=20)  # retries on 429 / 5xx / timeouts, with exponential backoff
+    backoff_s: float = Field(2.0, ge=0)  # first backoff; doubles per retry (Retry-After wins when sent)
+    max_backoff_s: float = Field(60.0, ge=0)
+    requests_per_minute: float = Field(0.0, ge=0)  # client-side pacing; 0 = unpaced
+    # imagen (google-genai, Vertex mode: an API key for express mode, or project+location with ADC)
+    vertex_project: str | None = None
+    vertex_location: str = "us-central1"
+    person_generation: Literal["dont_allow", "allow_adult", "allow_all"] = "allow_adult"
+    add_watermark: bool = False  # Imagen ignores the seed while the SynthID watermark is on
+    enhance_prompt: bool = False  # keep the audit prompt verbatim (no LLM rewriting)
+    image_size: Literal["1K", "2K"] = "1K"
+    # openai
+    quality: str | None = None
+    response_format: Literal["b64_json", "url", "omit"] = "b64_json"  # gpt-image-* models: omit
+    # --- folder import ---
+    folder: str | None = None  # directory of images
+    mapping_csv: str | None = None  # CSV with columns file, prompt_id (optional index)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.match(value):
+            raise ValueError("api_key_env: must be the NAME of an environment variable (e.g. GEMINI_API_KEY), "
+                             "never the key itself")
+        return value
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> "GeneratorSpec":
+        b, size = self.backend, (self.width, self.height)
+        if b in ("diffusers", "tiny"):
+            for key, side in (("width", self.width), ("height", self.height)):
+                if side % 16:
+                    raise ValueError(f"{key}: {side} is not a multiple of 16 (VAE factor 8 × patch size 2)")
+        if b == "diffusers" and not self.model_id:
+            raise ValueError("model_id: required for the diffusers backend (hub id or local directory)")
+        if b == "tiny" and self.architecture is None:
+            raise ValueError("architecture: required for the tiny backend (sd3 | flux)")
+        if b == "imagen":
+            if not self.model_id:
+                raise ValueError("model_id: required for the imagen backend (e.g. imagen-4.0-fast-generate-001)")
+            table = IMAGEN_SIZES if self.image_size == "1K" else IMAGEN_2K_SIZES
+            if size not in table:
+                allowed = ", ".join(f"{w}x{h}" for w, h in table)
+                raise ValueError(f"width/height: Imagen ({self.image_size}) makes only {allowed}; got {size[0]}x{size[1]}")
+            if not self.api_key_env and not self.vertex_project:
+                raise ValueError("api_key_env: required for imagen (or set vertex_project to use application default credentials)")
+        if b == "openai":
+            if not self.model_id:
+                raise ValueError("model_id: required for the openai backend (e.g. gpt-image-1)")
+            allowed_sizes = OPENAI_SIZES.get(self.model_id)
+            if allowed_sizes is not None and size not in allowed_sizes:
+                allowed = ", ".join(f"{w}x{h}" for w, h in sorted(allowed_sizes))
+                raise ValueError(f"width/height: {self.model_id} makes only {allowed}; got {size[0]}x{size[1]}")
+            if not self.api_key_env:
+                raise ValueError("api_key_env: required for the openai backend (e.g. OPENAI_API_KEY)")
+        if b == "folder" and (not self.folder or not self.mapping_csv):
+            raise ValueError("folder, mapping_csv: both required for the folder backend")
+        if self.cpu_offload != "none" and self.device not in ("auto", "cuda"):
+            raise ValueError(f"cpu_offload: needs a CUDA device, but device is '{self.device}'")
+        return self
+
+    @property
+    def stand_in(self) -> bool:
+        return self.backend in STAND_IN_BACKENDS
+
+    def output_settings(self) -> dict:
+        """The keys that change what an image looks like (not how fast or how robustly it is made):
+        a change here invalidates earlier images of this model on resume."""
+        operational = {"batch_size", "cpu_offload", "compile", "api_key_env", "base_url", "timeout_s",
+                       "max_retries", "backoff_s", "max_backoff_s", "requests_per_minute", "vertex_project",
+                       "vertex_location", "device"}
+        return {k: v for k, v in self.model_dump().items() if k not in operational}
+
+
+class Generate(Section):
+    images_per_prompt: int = Field(2, ge=1, le=10_000)
+    limit: int = Field(0, ge=0)  # generate at most this many new images this run (0 = all): a quick look
+    retry_failed: bool = True  # re-attempt images that failed (API errors) in an earlier run; refusals stay
+    black_threshold: int = Field(8, ge=0, le=255)  # an image whose brightest pixel ≤ this is "safety-filtered"
+    prompts_file: str = "data/t2i/prompts.csv"
+    images_dir: str = "data/t2i/images"
+    shard_index: int = Field(0, ge=0)  # this worker's shard (distributed runs); 0 of 1 = everything
+    shard_count: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _shards(self) -> "Generate":
+        if self.shard_index >= self.shard_count:
+            raise ValueError(f"shard_index: {self.shard_index} must be < shard_count ({self.shard_count})")
+        return self
+
+
+def check_model_names(models: dict[str, GeneratorSpec]) -> dict[str, GeneratorSpec]:
+    for name in models:
+        if not MODEL_NAME.match(name):
+            raise ValueError(f"models.{name}: model names must match {MODEL_NAME.pattern} "
+                             "(they become folder and file names)")
+    return models
+
+
+# The top-level `models:` table of params.yaml (name → spec); names become folder and file names.
+Models = Annotated[dict[str, GeneratorSpec], AfterValidator(check_model_names)]

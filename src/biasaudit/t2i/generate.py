@@ -1,0 +1,329 @@
+"""Stage generate@<model>: every prompt → N seeded images of one generator, resumably, with provenance.
+
+    plan → preflight → prune stale log records → run_local(batch_fn) → manifest.parquet + summary.json
+
+* Seeds: `derive_seed(model, prompt_id, index)`; image_id = f"{model}-{prompt_id}-{index:03d}".
+* Files: `<images_dir>/<model>/<image_id>.png`, written to a temporary name and renamed; the PNG
+  carries its own provenance text chunk (and says "stand-in" where it is one).
+* Resumable: one JSON line per finished image in `<images_dir>/<model>/log.jsonl` (RecordLog).
+  On start, records whose file is missing or changed, or that were made with other settings (the
+  `config_hash` of the spec's output settings + model revision), are dropped and redone; the
+  manifest is rebuilt from the log and written atomically. A SIGKILL at any moment loses at most the
+  batch in flight.
+* Reasons, not crashes: refusals, safety-filtered (black) images and API failures become rows.
+
+    python -m biasaudit.t2i.generate --model tiny-sd3 [--limit 10]   # the stage without the notebook
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.config import ParamsError
+from biasaudit.io import RecordLog, atomic_path, atomic_write_json, atomic_write_table, atomic_write_text, \
+    remove_stale_temporaries
+from biasaudit.params import Params
+from biasaudit.params.generate import Generate, GeneratorSpec
+from biasaudit.provenance import derive_seed, library_versions_json, run_info, sha256_file, stable_hash, utc_now
+from biasaudit.runner import RunSummary, run_local
+
+MANIFEST_COLUMNS = [
+    "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",
+    "seed_used", "index", "width", "height", "sha256", "path", "status", "reason", "retries", "created_at",
+    "libraries", "settings", "extra", "config_hash", "stand_in",
+]
+
+
+def image_id(model: str, prompt_id: str, index: int) -> str:
+    return f"{model}-{prompt_id}-{index:03d}"
+
+
+def plan_items(prompts: pd.DataFrame, model: str, images_per_prompt: int, spec: GeneratorSpec) -> list[dict[str, Any]]:
+    """All images of one model, index-major (image 0 of every prompt first, so a `limit` run covers
+    every prompt before it repeats one)."""
+    tv = prompts["template_version"] if "template_version" in prompts else pd.Series([""] * len(prompts))
+    rows = list(zip(prompts["prompt_id"].astype(str), prompts["prompt"].astype(str), tv.fillna("").astype(str)))
+    return [{"image_id": image_id(model, pid, i), "prompt_id": pid, "prompt": text, "template_version": ver,
+             "index": i, "seed": derive_seed(model, pid, i), "width": spec.width, "height": spec.height}
+            for i in range(images_per_prompt) for pid, text, ver in rows]
+
+
+# --- checks before any work ---
+
+def preflight(model: str, cfg: Params, prompts: pd.DataFrame | None = None) -> str:
+    """Check what the schema cannot (files, environment, local caches); returns the model revision.
+    Raises ParamsError naming every offending key."""
+    if model not in cfg.models:
+        known = ", ".join(sorted(cfg.models)) or "(none)"
+        raise ParamsError(f"models: unknown model '{model}'; defined: {known}")
+    spec = cfg.models[model]
+    key = f"models.{model}"
+    problems: list[str] = []
+    revision = ""
+    if prompts is not None:
+        missing = {"prompt_id", "prompt"} - set(prompts.columns)
+        if missing:
+            problems.append(f"generate.prompts_file: missing column(s) {sorted(missing)}")
+        elif prompts["prompt_id"].duplicated().any():
+            problems.append("generate.prompts_file: duplicate prompt_id values")
+    if spec.backend == "diffusers":
+        from biasaudit.backends.generators.diffusers_backend import resolve_revision
+
+        try:
+            revision = resolve_revision(spec.model_id, spec.revision)[1]
+        except FileNotFoundError as exc:
+            problems.append(f"{key}.model_id: {exc}")
+        if spec.device == "cuda" or spec.cpu_offload != "none":
+            import torch
+
+            if not torch.cuda.is_available():
+                problems.append(f"{key}.device: CUDA requested (device/cpu_offload) but no CUDA device is available")
+    elif spec.backend == "tiny":
+        from biasaudit.tiny.diffusion import ensure_tiny_pipeline
+
+        revision = ensure_tiny_pipeline(spec.architecture)[1]  # type: ignore[arg-type]
+    elif spec.backend in ("imagen", "openai"):
+        if spec.api_key_env and not spec.vertex_project and not os.environ.get(spec.api_key_env):
+            problems.append(f"{key}.api_key_env: environment variable {spec.api_key_env} is not set")
+        revision = spec.revision or spec.model_id
+    elif spec.backend == "folder":
+        from biasaudit.backends.generators.folder import read_mapping
+
+        ids = set(prompts["prompt_id"].astype(str)) if prompts is not None and "prompt_id" in prompts else None
+        _, folder_problems = read_mapping(spec.folder, spec.mapping_csv, ids)  # type: ignore[arg-type]
+        problems += [f"{key}.{p}" for p in folder_problems]
+        if not folder_problems:
+            revision = "sha256:" + sha256_file(spec.mapping_csv)  # type: ignore[arg-type]
+    elif spec.backend == "packaged-photos":
+        import matplotlib
+        import skimage
+
+        revision = f"scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}; variants v1"
+    if problems:
+        raise ParamsError(f"generate@{model}: invalid parameters:\n  - " + "\n  - ".join(problems))
+    return revision
+
+
+def config_hash(spec: GeneratorSpec, revision: str) -> str:
+    return stable_hash({"settings": spec.output_settings(), "revision": revision})
+
+
+# --- the per-batch work ---
+
+def encode_png(rgb: np.ndarray, text: dict[str, str]) -> bytes:
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    for k, v in text.items():
+        info.add_text(k, v)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG", pnginfo=info, optimize=False)
+    return buf.getvalue()
+
+
+def is_black(rgb: np.ndarray, threshold: int) -> bool:
+    """A safety-filtered output: every pixel at or below `threshold` (of 255)."""
+    return int(rgb.max()) <= threshold
+
+
+@dataclass
+class BatchContext:
+    model: str
+    spec: GeneratorSpec
+    out_dir: Path
+    revision: str
+    config_hash: str
+    black_threshold: int
+    make: Any  # () -> Generator, called on the first batch only
+    generator: Generator | None = None
+    retries: int = 0
+
+    def get(self) -> Generator:
+        if self.generator is None:
+            self.generator = self.make()
+        return self.generator
+
+
+def make_batch_fn(ctx: BatchContext):
+    libraries = library_versions_json()
+
+    def batch_fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        gen = ctx.get()
+        requests = [GenRequest(it["image_id"], it["prompt_id"], it["prompt"], it["index"], it["seed"], it["width"],
+                               it["height"]) for it in items]
+        try:
+            results = gen.generate(requests)
+        except Exception as exc:  # noqa: BLE001 - a backend bug must not lose the run
+            results = [GenResult.failed(f"{type(exc).__name__}: {exc}"[:500]) for _ in requests]
+        settings = json.dumps(gen.settings(), sort_keys=True, default=str)
+        records = []
+        for it, res in zip(items, results):
+            status, reason, digest, rel, (w, h) = res.status, res.reason, "", "", (it["width"], it["height"])
+            if status == "ok" and res.rgb is not None:
+                if is_black(res.rgb, ctx.black_threshold):
+                    status, reason = "refused", f"safety-filtered: black image (max pixel value {int(res.rgb.max())})"
+                else:
+                    h, w = res.rgb.shape[:2]
+                    path = ctx.out_dir / f"{it['image_id']}.png"
+                    text = {"biasaudit:image_id": it["image_id"], "biasaudit:model": ctx.model,
+                            "biasaudit:model_id": gen.model_id, "biasaudit:revision": gen.revision,
+                            "biasaudit:seed": str(it["seed"]), "biasaudit:prompt": it["prompt"]}
+                    if gen.stand_in:
+                        text["biasaudit:note"] = "STAND-IN: not an image of any real generator"
+                    data = encode_png(res.rgb, text)
+                    with atomic_path(path) as tmp:
+                        tmp.write_bytes(data)
+                    digest = sha256_file(path)
+                    rel = path.as_posix()
+            elif status == "ok":
+                status, reason = "failed", "backend returned no image"
+            ctx.retries += res.retries
+            records.append({
+                **{k: it[k] for k in ("image_id", "prompt_id", "prompt", "template_version", "seed", "index")},
+                "model": ctx.model, "backend": gen.backend, "model_id": gen.model_id, "model_revision": gen.revision,
+                "seed_used": res.seed_used, "width": w, "height": h, "sha256": digest, "path": rel,
+                "status": status, "reason": reason, "retries": res.retries, "created_at": utc_now(),
+                "libraries": libraries, "settings": settings,
+                "extra": json.dumps(res.extra, sort_keys=True, default=str), "config_hash": ctx.config_hash,
+                "stand_in": bool(gen.stand_in),
+            })
+        return records
+
+    return batch_fn
+
+
+# --- resumption and the manifest ---
+
+def prune_log(log: RecordLog, current_hash: str) -> dict[str, int]:
+    """Drop records made with other settings and ok records whose file is missing or changed;
+    rewrite the log atomically when anything was dropped. Returns counts of what was dropped."""
+    records = log.records()
+    keep, dropped = [], {"other_settings": 0, "file_missing_or_changed": 0}
+    for rec in records.values():
+        if rec.get("config_hash") != current_hash:
+            dropped["other_settings"] += 1
+            continue
+        if rec.get("status") == "ok":
+            path = Path(rec.get("path", ""))
+            if not path.is_file() or sha256_file(path) != rec.get("sha256"):
+                dropped["file_missing_or_changed"] += 1
+                continue
+        keep.append(rec)
+    if sum(dropped.values()):
+        atomic_write_text(log.path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in keep))
+    return dropped
+
+
+def build_manifest(log: RecordLog, items: list[dict[str, Any]]) -> pd.DataFrame:
+    """The manifest: the log's records of the planned images, in plan order (prompt, index)."""
+    records = log.records()
+    rows = [records[(it["image_id"],)] for it in items if (it["image_id"],) in records]
+    df = pd.DataFrame(rows, columns=MANIFEST_COLUMNS)
+    if len(df):
+        df = df.sort_values(["prompt_id", "index"], kind="stable").reset_index(drop=True)
+    return df.astype({"seed": "int64", "index": "int64", "width": "int64", "height": "int64", "retries": "int64",
+                      "stand_in": "bool", "seed_used": "bool"})
+
+
+@dataclass
+class GenerateResult:
+    model: str
+    out_dir: Path
+    manifest: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def run_generate(model: str, cfg: Params, progress: bool = True, generator: Generator | None = None
+                 ) -> GenerateResult:
+    """The whole stage for one model (what the notebook calls)."""
+    gp: Generate = cfg.generate
+    prompts_path = Path(gp.prompts_file)
+    if not prompts_path.is_file():
+        raise ParamsError(f"generate.prompts_file: '{prompts_path}' does not exist (run the prompts stage)")
+    prompts = pd.read_csv(prompts_path, dtype={"prompt_id": str})
+    revision = preflight(model, cfg, prompts)
+    spec = cfg.models[model]
+    out_dir = Path(gp.images_dir) / model
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)
+    items = plan_items(prompts, model, gp.images_per_prompt, spec)
+    log = RecordLog(out_dir / "log.jsonl", key="image_id")
+    chash = config_hash(spec, revision)
+    dropped = prune_log(log, chash)
+
+    def make() -> Generator:
+        from biasaudit.backends.generators import make_generator
+
+        return make_generator(model, spec, set(prompts["prompt_id"]))
+
+    ctx = BatchContext(model, spec, out_dir, revision, chash, gp.black_threshold,
+                       (lambda: generator) if generator is not None else make)
+    batch_size = spec.batch_size if spec.backend in ("diffusers", "tiny") else 1
+    run = run_local(items, make_batch_fn(ctx), log, batch_size=batch_size, shard_index=gp.shard_index,
+                    shard_count=gp.shard_count, limit=gp.limit, retry_failed=gp.retry_failed,
+                    desc=f"generate {model}", progress=progress)
+    if ctx.generator is not None and generator is None:
+        ctx.generator.close()
+    manifest = build_manifest(log, items)
+    atomic_write_table(manifest, out_dir / "manifest.parquet")
+    summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run, ctx.retries, dropped)
+    atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(spec.model_dump())})
+    return GenerateResult(model, out_dir, manifest, summary)
+
+
+def summarize(model: str, spec: GeneratorSpec, manifest: pd.DataFrame, n: int, n_prompts: int, run: RunSummary,
+              retries: int, dropped: dict[str, int]) -> dict[str, Any]:
+    status = manifest["status"].value_counts().to_dict() if len(manifest) else {}
+    ok_per_prompt = manifest[manifest["status"] == "ok"].groupby("prompt_id").size() if len(manifest) else pd.Series()
+    first = manifest.iloc[0] if len(manifest) else {}
+    return {
+        "model": model, "backend": spec.backend, "model_id": first.get("model_id", spec.model_id),
+        "model_revision": first.get("model_revision", ""), "stand_in": spec.stand_in,
+        "planned": n * n_prompts, "images_per_prompt": n, "prompts": n_prompts,
+        "in_manifest": int(len(manifest)), "ok": int(status.get("ok", 0)), "refused": int(status.get("refused", 0)),
+        "failed": int(status.get("failed", 0)),
+        "prompts_complete": int((ok_per_prompt >= n).sum()),
+        "this_run": {"processed": run.processed, "already_done": run.already_done, "other_shards": run.other_shards,
+                     "status": run.status_counts, "retries": retries, "dropped_stale_records": dropped},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from biasaudit.config import load_params, validate
+
+    parser = argparse.ArgumentParser(prog="python -m biasaudit.t2i.generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--images-per-prompt", type=int, default=None)
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_params(args.params)
+        raw = cfg.model_dump()
+        if args.limit is not None:
+            raw["generate"]["limit"] = args.limit
+        if args.images_per_prompt is not None:
+            raw["generate"]["images_per_prompt"] = args.images_per_prompt
+        result = run_generate(args.model, validate(raw), progress=not args.no_progress)
+    except ParamsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(json.dumps(result.summary, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Stage reliability: how far the race classifier can be trusted, against human raters.
+
+1. `annotation_sheet`: a seeded random sample of labelled images → a CSV with image path, id and a
+   blank `label` column, one copy per rater (the classifier's answer is not shown).
+2. `read_sheets`: filled sheets back, labels checked against the allowed groups (strict parser).
+3. Agreement: Cohen's κ for every rater pair (scikit-learn), Fleiss' κ overall and per group
+   one-vs-rest (statsmodels), the human-vs-classifier confusion matrix and the disagreement
+   breakdown, each with a percentile bootstrap CI over images.
+4. With no human sheets (offline profile), `simulate_raters` draws SIMULATED raters from the classifier
+   labels through a known confusion matrix; every output says so.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import cohen_kappa_score
+from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+
+from biasaudit import GROUPS, UNKNOWN
+from biasaudit.backends.vlm.parse import parse_choice
+
+CLASSIFIER = "classifier"
+
+
+# --- sheets ------------------------------------------------------------------------------------------
+
+def annotation_sheet(labels: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """Seeded sample of images the classifier labelled (status ok) → sheet rows, blank `label`."""
+    pool = labels[labels["status"] == "ok"].sort_values("image_id")
+    sample = pool.sample(n=min(n, len(pool)), random_state=seed)
+    return pd.DataFrame({"item": range(1, len(sample) + 1), "image_id": sample["image_id"].to_numpy(),
+                         "model": sample["model"].to_numpy(), "path": sample["path"].to_numpy(),
+                         "label": ""})
+
+
+def read_sheets(sheets: dict[str, str | Path], groups: tuple[str, ...] = GROUPS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Filled sheets {rater: csv} → (wide table image_id × rater, problems table).
+
+    Labels go through the strict parser (so 'Hispanic/Latino' or 'Caucasian' are accepted); a blank
+    or invalid label is left missing and listed in the problems table with its reason."""
+    wide, problems = None, []
+    for rater, path in sheets.items():
+        sheet = pd.read_csv(path, dtype=str, keep_default_na=False)
+        for col in ("image_id", "label"):
+            if col not in sheet:
+                raise ValueError(f"{path}: column '{col}' missing")
+        parsed = []
+        for image_id, text in zip(sheet["image_id"], sheet["label"]):
+            label, reason = parse_choice(text, groups)
+            if label is None:
+                problems.append({"rater": rater, "image_id": image_id, "answer": text, "reason": reason})
+            parsed.append(label)
+        col = pd.Series(parsed, index=sheet["image_id"], name=rater)
+        if col.index.duplicated().any():
+            raise ValueError(f"{path}: duplicate image_id rows")
+        wide = col.to_frame() if wide is None else wide.join(col, how="outer")
+    return wide, pd.DataFrame(problems, columns=["rater", "image_id", "answer", "reason"])
+
+
+def simulated_confusion(groups: tuple[str, ...], accuracy: float, group_accuracy: dict[str, float]) -> pd.DataFrame:
+    """P(rater says column | classifier said row): `accuracy` on the diagonal (or the group's own),
+    the rest spread evenly over the other groups."""
+    k = len(groups)
+    M = np.zeros((k, k))
+    for i, g in enumerate(groups):
+        acc = group_accuracy.get(g, accuracy)
+        M[i] = (1 - acc) / (k - 1)
+        M[i, i] = acc
+    return pd.DataFrame(M, index=list(groups), columns=list(groups))
+
+
+def simulate_raters(classifier_labels: pd.Series, confusion: pd.DataFrame, raters: list[str], seed: int) -> pd.DataFrame:
+    """SIMULATED raters: each rater's label drawn from confusion.loc[classifier label] (seeded)."""
+    rng = np.random.default_rng(seed)
+    groups = list(confusion.columns)
+    P = confusion.loc[classifier_labels.to_numpy()].to_numpy()
+    cum = P.cumsum(axis=1)
+    out = {}
+    for r in raters:
+        u = rng.random(len(P))[:, None]
+        out[r] = np.array(groups)[np.minimum((u > cum).sum(axis=1), len(groups) - 1)]
+    return pd.DataFrame(out, index=classifier_labels.index)
+
+
+# --- agreement statistics ------------------------------------------------------------------------------
+
+def cohen_kappa(a: np.ndarray, b: np.ndarray, categories: list[str]) -> float:
+    return float(cohen_kappa_score(a, b, labels=categories))
+
+
+def fleiss(ratings: np.ndarray, categories: list[str]) -> float:
+    """Fleiss' κ of an items × raters array of category labels (statsmodels)."""
+    codes = np.searchsorted(np.array(sorted(categories)), ratings)
+    table, _ = aggregate_raters(codes, n_cat=len(categories))
+    return float(fleiss_kappa(table, method="fleiss"))
+
+
+def fleiss_one_vs_rest(ratings: np.ndarray, group: str) -> float:
+    """Fleiss' κ for 'group' vs every other label (binary), as the paper's per-group κ."""
+    binary = np.where(ratings == group, group, "rest")
+    return fleiss(binary, [group, "rest"])
+
+
+def disagreement_breakdown(ratings: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
+    """For each group g: of the rater-pair disagreements in which one side says g, the share in which
+    the other side says h (e.g. 59% of Hispanic disagreements are against White)."""
+    arr = ratings.to_numpy()
+    counts = pd.DataFrame(0, index=list(groups), columns=list(groups), dtype=float)
+    for i, j in combinations(range(arr.shape[1]), 2):
+        a, b = arr[:, i], arr[:, j]
+        for x, y in zip(a[a != b], b[a != b]):
+            if x in counts.index and y in counts.columns:
+                counts.loc[x, y] += 1
+                counts.loc[y, x] += 1
+    totals = counts.sum(axis=1)
+    shares = counts.div(totals.where(totals > 0), axis=0)
+    shares["n_disagreements"] = totals.astype(int)
+    return shares
+
+
+def _bootstrap(stat, n_items: int, n_boot: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    vals = np.full(n_boot, np.nan)
+    for b in range(n_boot):
+        idx = rng.integers(0, n_items, n_items)
+        with np.errstate(all="ignore"):
+            try:
+                vals[b] = stat(idx)
+            except (ValueError, ZeroDivisionError):
+                pass
+    return vals
+
+
+def _ci(vals: np.ndarray, level: float) -> tuple[float, float]:
+    vals = vals[np.isfinite(vals)]
+    if not len(vals):
+        return float("nan"), float("nan")
+    a = (1 - level) / 2
+    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+
+
+def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] = GROUPS,
+              n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """All reliability tables from an items × raters frame (humans + optional 'classifier' column).
+
+    Items where any rater's label is missing are dropped (counted in `summary`). Categories are the
+    groups plus 'unknown' when the classifier abstained."""
+    raters = [c for c in ratings.columns if c in humans or c == CLASSIFIER]
+    complete = ratings[raters].dropna()
+    arr = complete.to_numpy(dtype=object).astype(str)
+    n = len(arr)
+    categories = sorted(set(groups) | set(np.unique(arr)))
+    col = {r: i for i, r in enumerate(raters)}
+
+    pairs = []
+    for a, b in combinations(raters, 2):
+        kind = "human-classifier" if CLASSIFIER in (a, b) else "human-human"
+        i, j = col[a], col[b]
+        k = cohen_kappa(arr[:, i], arr[:, j], categories)
+        boot = _bootstrap(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed)
+        lo, hi = _ci(boot, ci)
+        agree = float((arr[:, i] == arr[:, j]).mean()) if n else float("nan")
+        pairs.append({"rater_a": a, "rater_b": b, "kind": kind, "n": n, "agreement": agree, "cohen_kappa": k,
+                      "ci_low": lo, "ci_high": hi})
+    pairs = pd.DataFrame(pairs)
+    means = pairs.groupby("kind")["cohen_kappa"].mean().rename("mean_cohen_kappa").reset_index() if len(pairs) else pd.DataFrame()
+
+    fleiss_rows = []
+    all_groups = [("overall", None), *[(g, g) for g in groups]]
+    for name, g in all_groups:
+        for subset_name, cols in (("humans", [col[h] for h in humans if h in col]), ("all", list(range(len(raters))))):
+            if len(cols) < 2:
+                continue
+            sub = arr[:, cols]
+            if g is None:
+                f = lambda idx, s=sub: fleiss(s[idx], categories)  # noqa: E731
+            else:
+                f = lambda idx, s=sub, g=g: fleiss_one_vs_rest(s[idx], g)  # noqa: E731
+            with np.errstate(all="ignore"):
+                est = f(np.arange(n)) if n else float("nan")
+            lo, hi = _ci(_bootstrap(f, n, n_boot, seed), ci)
+            fleiss_rows.append({"group": name, "raters": subset_name, "n": n, "prevalence": float((sub == g).mean()) if g else 1.0,
+                                "fleiss_kappa": est, "ci_low": lo, "ci_high": hi})
+    fleiss_table = pd.DataFrame(fleiss_rows)
+
+    confusion = pd.DataFrame()
+    if CLASSIFIER in col:
+        human_labels = np.concatenate([arr[:, col[h]] for h in humans if h in col])
+        clf_labels = np.tile(arr[:, col[CLASSIFIER]], sum(h in col for h in humans))
+        confusion = pd.crosstab(pd.Series(human_labels, name="human"), pd.Series(clf_labels, name="classifier"))
+        confusion = confusion.reindex(index=categories, columns=categories, fill_value=0)
+
+    breakdown = disagreement_breakdown(complete[raters].astype(str), tuple(groups))
+    summary = pd.DataFrame([{"items": len(ratings), "complete_items": n, "dropped_incomplete": len(ratings) - n,
+                             "raters": ", ".join(raters)}])
+    return {"pairwise_kappa": pairs, "mean_kappa": means, "fleiss_kappa": fleiss_table,
+            "confusion": confusion, "disagreements": breakdown, "summary": summary}
+
+
+def human_classifier_pairs(ratings: pd.DataFrame, humans: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(human label, classifier label) pairs pooled over humans — the input of stats.correction."""
+    true, pred = [], []
+    for h in humans:
+        sub = ratings[[h, CLASSIFIER]].dropna()
+        sub = sub[sub[CLASSIFIER] != UNKNOWN]
+        true.append(sub[h].to_numpy(str))
+        pred.append(sub[CLASSIFIER].to_numpy(str))
+    return (np.concatenate(true) if true else np.array([], str)), (np.concatenate(pred) if pred else np.array([], str))
+
+
+# --- stage helpers ------------------------------------------------------------------------------------
+
+def load_inputs(models: list[str], root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Labels of every generator that has them (with image paths) and the per-prompt benchmark."""
+    frames = []
+    for m in models:
+        path = root / "labels" / f"{m}.parquet"
+        manifest = root / "images" / m / "manifest.parquet"
+        if not path.exists() or not manifest.exists():
+            continue
+        lab = pd.read_parquet(path)
+        paths = pd.read_parquet(manifest, columns=["image_id", "path"])
+        frames.append(lab.merge(paths, on="image_id", how="left"))
+    if not frames:
+        raise FileNotFoundError(f"no labels under {root / 'labels'} for models {models}")
+    prompts = pd.read_csv(root / "prompts.csv")
+    bench = prompts.set_index("prompt_id")[list(GROUPS)]
+    return pd.concat(frames, ignore_index=True), bench
+
+
+def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int) -> tuple[pd.DataFrame, dict]:
+    """items × (raters + classifier): filled human sheets, or SIMULATED raters when params.simulate."""
+    clf = labels.set_index("image_id").loc[sheet["image_id"], "label"].rename(CLASSIFIER)
+    if params.simulate:
+        conf = simulated_confusion(GROUPS, params.sim_accuracy, dict(params.sim_group_accuracy))
+        known = clf[clf.isin(GROUPS)]
+        sim = simulate_raters(known, conf, list(params.raters), seed)
+        ratings = sim.join(clf, how="right")
+        note = (f"SIMULATED raters {list(params.raters)}: drawn from the classifier's labels with accuracy "
+                f"{params.sim_accuracy} ({dict(params.sim_group_accuracy)} per group); no human judged these images")
+        return ratings, {"source": "simulated", "note": note, "confusion": conf.round(4).to_dict()}
+    sheets = {r: Path(params.sheets_dir) / f"{r}.csv" for r in params.raters}
+    missing = [str(p) for p in sheets.values() if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"filled annotation sheets missing: {missing} (or set reliability.simulate: true)")
+    wide, problems = read_sheets(sheets, GROUPS)
+    ratings = wide.join(clf, how="inner")
+    note = f"human raters {list(params.raters)}: {len(ratings)} images, {len(problems)} blank/invalid labels"
+    return ratings, {"source": "human", "note": note, "problems": problems.to_dict("records")}
+
+
+def corrected_shares(labels: pd.DataFrame, bench: pd.DataFrame, ratings: pd.DataFrame, humans: list[str],
+                     params, seed: int) -> pd.DataFrame:
+    """Raw and classifier-error-corrected group shares and TVD per (model, prompt), with CIs."""
+    from biasaudit.stats.correction import corrected_tvd
+
+    ok = labels[labels["status"] == "ok"]
+    counts = pd.crosstab([ok["model"], ok["prompt_id"]], ok["label"]).reindex(columns=list(GROUPS), fill_value=0)
+    counts = counts[counts.index.get_level_values("prompt_id").isin(bench.index)]
+    benchmark = bench.loc[counts.index.get_level_values("prompt_id")].set_axis(counts.index)
+    true, pred = human_classifier_pairs(ratings, [h for h in humans if h in ratings])
+    out = corrected_tvd(counts, benchmark, true, pred, GROUPS, params.correction_method, params.n_bootstrap,
+                        params.ci_level, seed)
+    return out.reset_index()
+
+
+def summary_json(tables: dict[str, pd.DataFrame], corrected: pd.DataFrame, provenance: dict,
+                 labels: pd.DataFrame) -> dict:
+    pairs, fl = tables["pairwise_kappa"], tables["fleiss_kappa"]
+    mean = dict(zip(tables["mean_kappa"]["kind"], tables["mean_kappa"]["mean_cohen_kappa"])) if len(tables["mean_kappa"]) else {}
+    overall = fl[(fl["group"] == "overall") & (fl["raters"] == "all")]
+    return {"raters_source": provenance["source"], "note": provenance["note"],
+            "stand_in": bool(labels["stand_in"].any()) if "stand_in" in labels else None,
+            "n_items": int(tables["summary"]["complete_items"].iloc[0]),
+            "mean_kappa_human_human": mean.get("human-human"), "mean_kappa_human_classifier": mean.get("human-classifier"),
+            "fleiss_kappa_overall": float(overall["fleiss_kappa"].iloc[0]) if len(overall) else None,
+            "fleiss_kappa_per_group": {r.group: r.fleiss_kappa for r in fl[(fl.raters == "all") & (fl.group != "overall")].itertuples()},
+            "pairwise": pairs.to_dict("records"),
+            "mean_tvd_raw": float(corrected["tvd_raw"].mean()), "mean_tvd_corrected": float(corrected["tvd_corrected"].mean()),
+            "simulated_confusion": provenance.get("confusion")}

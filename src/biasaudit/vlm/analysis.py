@@ -1,0 +1,428 @@
+"""REFLECT analysis: from a VLM's answers to win rates, gaps and significance tests.
+
+Input: `data/vlm/responses/<vlm>.parquet` (one row per question; see vlm/tasks.py). Only rows with
+status 'ok' are *retained*; the others are counted per status.
+
+Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.t2i.outputs.OutputWriter):
+
+    reports/vlm/summary.json     {"profile", "stand_in", "vlms": {<vlm>: {"model_id", "backend", "stand_in",
+                                  "n_questions", "status_counts" {"kind/status": n}, "retained" {kind: n},
+                                  "position_bias" {task: {...}}, "race_win_rates" {task: {gender: {race: rate}}},
+                                  "bradley_terry" {task: rows | reason}, "delta_g", "notes"}},
+                                  "edit_checks": reports/vlm/edit_checks/summary.json (when present)}
+    reports/vlm/manifest.json    sections (one per VLM × {2afc, mcq, significance}) with status, reason,
+                                  notes, figures [{name, title, caption, png, svg}], tables [{name, csv, md}]
+    reports/vlm/metrics.json     headline numbers per section
+    reports/vlm/tables/*.csv|md  tidy tables with a `vlm` column: <vlm>_winrate_<task> (row, col, wins, n,
+                                  rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task>, <vlm>_mean_gaps,
+                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip
+    reports/vlm/figures/*.png|svg  win-rate heatmaps, race win rates, Δg bars, salary gaps by occupation
+
+Definitions (the paper's, made exact):
+- win-rate cell (r, c) = #(retained comparisons of r vs c, either order, where r was chosen) / #(retained
+  comparisons of r vs c); the diagonal is empty.
+- race win rate within gender g: over retained comparisons between two different races of gender g,
+  #(wins of race r) / #(comparisons involving race r).
+- position bias: share_first = P(answer 'A'); position_bias_rate = among pairs retained in both orders,
+  the share where the same *position* was chosen both times (i.e. the chosen group flipped with order).
+- Bradley–Terry: logit P(A chosen) = α + β_groupA − β_groupB (α = position effect), β_ref = 0, fitted by
+  statsmodels Logit with errors clustered by source photo; CIs from those errors.
+- Δg (MCQ) = 100 · (mean value of g − mean value of the reference) / mean value of the reference, values
+  from the bracket table in params (reference: White for race, woman (Female) for gender).
+- salary gap (per occupation) = 100 · (mean salary of g − mean of the reference) / mean of the reference.
+- OLS: value ~ race + gender + source-photo fixed effects, cluster-robust (by source photo) errors.
+- sign-flip test: per source photo, d = mean(value | g) − mean(value | reference); H0: d symmetric about
+  0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations).
+"""
+
+from __future__ import annotations
+
+import warnings
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
+
+OK = "ok"
+
+
+def retained(df: pd.DataFrame, kind: str, task: str | None = None) -> pd.DataFrame:
+    """Rows of one kind (and task) that have a valid answer."""
+    sel = (df["kind"] == kind) & (df["status"] == OK)
+    if task is not None:
+        sel &= df["task"] == task
+    return df.loc[sel]
+
+
+# ----------------------------------------------------------------------------------------- 2AFC
+
+def _winners(two_afc: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    first = two_afc["choice"].to_numpy() == "A"
+    winner = np.where(first, two_afc["group_a"].to_numpy(), two_afc["group_b"].to_numpy())
+    loser = np.where(first, two_afc["group_b"].to_numpy(), two_afc["group_a"].to_numpy())
+    return winner, loser
+
+
+def win_counts(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> pd.DataFrame:
+    """wins[r, c] = retained comparisons in which r was chosen over c."""
+    winner, loser = _winners(two_afc)
+    wins = pd.crosstab(pd.Categorical(winner, categories=groups), pd.Categorical(loser, categories=groups),
+                       dropna=False)
+    wins = wins.reindex(index=list(groups), columns=list(groups), fill_value=0)
+    wins.index.name, wins.columns.name = "row", "col"
+    return wins
+
+
+def win_rate_matrix(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rate, n): rate[r, c] = wins of r over c / comparisons of r and c; NaN where n = 0."""
+    wins = win_counts(two_afc, groups)
+    n = wins + wins.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = wins / n.where(n > 0)
+    return rate, n
+
+
+def race_win_rates_within_gender(two_afc: pd.DataFrame) -> pd.DataFrame:
+    """Rows (gender, race): wins, n, rate over comparisons of two different races of that gender."""
+    winner, loser = _winners(two_afc)
+    w = pd.DataFrame({"winner": winner, "loser": loser})
+    w["g_w"] = w["winner"].map(lambda c: CODE_TO_GROUP[c][1])
+    w["g_l"] = w["loser"].map(lambda c: CODE_TO_GROUP[c][1])
+    w["r_w"] = w["winner"].map(lambda c: CODE_TO_GROUP[c][0])
+    w["r_l"] = w["loser"].map(lambda c: CODE_TO_GROUP[c][0])
+    w = w[(w["g_w"] == w["g_l"]) & (w["r_w"] != w["r_l"])]
+    rows = []
+    for gender in GENDERS:
+        sub = w[w["g_w"] == gender]
+        for race in RACES:
+            wins = int((sub["r_w"] == race).sum())
+            n = wins + int((sub["r_l"] == race).sum())
+            rows.append({"gender": gender, "race": race, "wins": wins, "n": n, "rate": wins / n if n else np.nan})
+    return pd.DataFrame(rows)
+
+
+def position_bias(two_afc: pd.DataFrame) -> dict[str, Any]:
+    """share_first and position_bias_rate (see the module docstring), with their counts."""
+    n = len(two_afc)
+    out: dict[str, Any] = {"n": n, "share_first": float((two_afc["choice"] == "A").mean()) if n else None}
+    if not n:
+        return out | {"pairs_both_orders": 0, "position_bias_rate": None}
+    key = two_afc.assign(lo=np.minimum(two_afc["group_a"], two_afc["group_b"]),
+                         hi=np.maximum(two_afc["group_a"], two_afc["group_b"]))
+    cols = ["unit", "task", "lo", "hi"]
+    grouped = key.groupby(cols)["choice"].agg(["nunique", "size"])
+    both = grouped[grouped["size"] == 2]
+    same_position = int((both["nunique"] == 1).sum())
+    out["pairs_both_orders"] = int(len(both))
+    out["position_bias_rate"] = same_position / len(both) if len(both) else None
+    return out
+
+
+def bradley_terry(two_afc: pd.DataFrame, reference: str = "WF", confidence: float = 0.95,
+                  groups: tuple[str, ...] = GROUP_CODES) -> tuple[pd.DataFrame | None, str]:
+    """Bradley–Terry log-strengths with a position effect; errors clustered by source photo.
+
+    Returns (table with term, strength, se, ci_low, ci_high, p, n, n_clusters) or (None, reason)."""
+    import statsmodels.api as sm
+
+    if len(two_afc) < len(groups):
+        return None, f"too few retained comparisons ({len(two_afc)})"
+    present = sorted(set(two_afc["group_a"]) | set(two_afc["group_b"]), key=list(groups).index)
+    if reference not in present:
+        return None, f"reference group {reference} not among the compared groups"
+    others = [g for g in present if g != reference]
+    a = two_afc["group_a"].to_numpy()
+    b = two_afc["group_b"].to_numpy()
+    X = np.zeros((len(two_afc), len(others) + 1))
+    X[:, 0] = 1.0  # position effect (log-odds of choosing the image shown first)
+    for j, g in enumerate(others, start=1):
+        X[:, j] = (a == g).astype(float) - (b == g).astype(float)
+    y = (two_afc["choice"].to_numpy() == "A").astype(float)
+    if y.min() == y.max():
+        return None, f"every retained answer is '{'A' if y[0] else 'B'}': strengths are not identifiable"
+    clusters = pd.factorize(two_afc["unit"])[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sm.Logit(y, X).fit(disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": clusters})
+    except Exception as exc:  # perfect separation, singular design
+        return None, f"Bradley–Terry fit failed: {type(exc).__name__}: {exc}"
+    if not np.all(np.isfinite(fit.params)) or not fit.mle_retvals.get("converged", False):
+        return None, "Bradley–Terry fit did not converge (probably separation: some group always wins)"
+    ci = np.asarray(fit.conf_int(alpha=1 - confidence))
+    names = ["position_first"] + others
+    table = pd.DataFrame({"term": names, "strength": fit.params, "se": fit.bse, "ci_low": ci[:, 0],
+                          "ci_high": ci[:, 1], "p": fit.pvalues})
+    ref_row = pd.DataFrame([{"term": reference, "strength": 0.0, "se": 0.0, "ci_low": 0.0, "ci_high": 0.0,
+                             "p": np.nan}])
+    table = pd.concat([table, ref_row], ignore_index=True)
+    table["n"] = len(two_afc)
+    table["n_clusters"] = int(clusters.max() + 1)
+    return table, ""
+
+
+# ------------------------------------------------------------------------------ single-image tasks
+
+def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFrame:
+    """Add a numeric `y`: the bracket value of the chosen letter (MCQ) or the salary (value_usd)."""
+    out = df.copy()
+    out["y"] = out["choice"].map(mapping).astype(float) if mapping is not None else out["value_usd"].astype(float)
+    return out.dropna(subset=["y"])
+
+
+def mean_gaps(df: pd.DataFrame, dimension: str, reference: str, by: list[str] | None = None) -> pd.DataFrame:
+    """Mean-based percentage gap of each level of `dimension` ('race'|'gender') vs `reference`.
+
+    Columns: *by, dimension, level, n, mean, ref_mean, delta_pct."""
+    by = by or []
+    levels = RACES if dimension == "race" else GENDERS
+    keys = by or ["_all"]
+    stats = df.assign(_all=0).groupby(keys + [dimension])["y"].agg(["size", "mean"]).reset_index()
+    stats = stats.rename(columns={dimension: "level", "size": "n"})
+    ref = stats[stats["level"] == reference][keys + ["mean"]].rename(columns={"mean": "ref_mean"})
+    out = stats.merge(ref, on=keys, how="left").drop(columns=["_all"], errors="ignore")
+    out["delta_pct"] = 100.0 * (out["mean"] - out["ref_mean"]) / out["ref_mean"]
+    out.insert(len(by), "dimension", dimension)
+    out["level"] = pd.Categorical(out["level"], categories=list(levels))
+    return out.sort_values(by + ["level"]).reset_index(drop=True).assign(level=lambda d: d["level"].astype(str))
+
+
+def ols_cluster(df: pd.DataFrame, race_reference: str = "White", gender_reference: str = "woman",
+                confidence: float = 0.95) -> tuple[pd.DataFrame | None, str]:
+    """OLS of y on race and gender with source-photo fixed effects; errors clustered by source photo."""
+    import statsmodels.formula.api as smf
+
+    if df["unit"].nunique() < 2 or len(df) < 4:
+        return None, f"too few observations for a clustered regression ({len(df)} rows, {df['unit'].nunique()} photos)"
+    if df["race"].nunique() < 2 and df["gender"].nunique() < 2:
+        return None, "no variation in race or gender"
+    terms = []
+    if df["race"].nunique() > 1:
+        terms.append(f"C(race, Treatment(reference='{race_reference}'))")
+    if df["gender"].nunique() > 1:
+        terms.append(f"C(gender, Treatment(reference='{gender_reference}'))")
+    formula = "y ~ " + " + ".join(terms) + " + C(unit)"
+    clusters = pd.factorize(df["unit"])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = smf.ols(formula, data=df).fit(cov_type="cluster", cov_kwds={"groups": clusters})
+    ci = fit.conf_int(alpha=1 - confidence)
+    rows = []
+    for name in fit.params.index:
+        if not name.startswith("C(race") and not name.startswith("C(gender"):
+            continue
+        level = name.rsplit("[T.", 1)[1].rstrip("]")
+        rows.append({"term": ("race" if name.startswith("C(race") else "gender") + ":" + level,
+                     "coef": fit.params[name], "se": fit.bse[name], "ci_low": ci.loc[name, 0],
+                     "ci_high": ci.loc[name, 1], "p": fit.pvalues[name]})
+    table = pd.DataFrame(rows)
+    table["n"] = int(fit.nobs)
+    table["n_clusters"] = int(clusters.max() + 1)
+    return table, ""
+
+
+def sign_flip_test(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float]:
+    """Paired sign-flip permutation test of mean(diffs) = 0 (two-sided): (mean, p)."""
+    from scipy.stats import permutation_test
+
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    if len(d) == 0:
+        return np.nan, np.nan
+    if np.all(d == 0):
+        return 0.0, 1.0
+    res = permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
+                           permutation_type="samples", vectorized=True, n_resamples=n_permutations,
+                           alternative="two-sided", random_state=np.random.default_rng(seed))
+    return float(d.mean()), float(res.pvalue)
+
+
+def paired_differences(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.Series:
+    """Per source photo: mean y of `level` − mean y of `reference` (photos lacking either are dropped)."""
+    means = df.groupby(["unit", dimension])["y"].mean().unstack(dimension)
+    if level not in means or reference not in means:
+        return pd.Series(dtype=float)
+    return (means[level] - means[reference]).dropna()
+
+
+def sign_flip_table(df: pd.DataFrame, race_reference: str, gender_reference: str, n_permutations: int,
+                    seed: int) -> pd.DataFrame:
+    rows = []
+    for dimension, levels, ref in (("race", RACES, race_reference), ("gender", GENDERS, gender_reference)):
+        for level in levels:
+            if level == ref:
+                continue
+            d = paired_differences(df, dimension, level, ref)
+            mean, p = sign_flip_test(d.to_numpy(), n_permutations, seed)
+            rows.append({"dimension": dimension, "level": level, "reference": ref, "n_photos": len(d),
+                         "mean_diff": mean, "p": p})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- one VLM
+
+def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
+    """Every table of one VLM's answers. `params` is the ReflectAnalysis section."""
+    res: dict[str, Any] = {"tables": {}, "notes": []}
+    res["n_questions"] = int(len(responses))
+    res["status_counts"] = {f"{k}/{s}": int(n) for (k, s), n in responses.groupby(["kind", "status"]).size().items()}
+    res["retained"] = {k: int(n) for k, n in responses[responses["status"] == OK].groupby("kind").size().items()}
+    two = responses[(responses["kind"] == "2afc") & (responses["status"] == OK)]
+    res["position_bias"] = {t: position_bias(two[two["task"] == t]) for t in sorted(two["task"].unique())}
+    res["race_win_rates"], res["bradley_terry"] = {}, {}
+    for task in sorted(two["task"].unique()):
+        sub = two[two["task"] == task]
+        rate, n = win_rate_matrix(sub)
+        wins = win_counts(sub)
+        rows_, cols_ = np.meshgrid(rate.index, rate.columns, indexing="ij")
+        tidy = pd.DataFrame({"row": rows_.ravel(), "col": cols_.ravel(), "wins": wins.to_numpy().ravel(),
+                             "n": n.to_numpy().ravel(), "rate": rate.to_numpy(dtype=float).ravel()})
+        res["tables"][f"winrate_{task}"] = tidy
+        res.setdefault("matrices", {})[task] = rate
+        rw = race_win_rates_within_gender(sub)
+        res["tables"][f"race_winrate_{task}"] = rw
+        res["race_win_rates"][task] = {g: dict(zip(s["race"], s["rate"])) for g, s in rw.groupby("gender")}
+        bt, reason = bradley_terry(sub, params.bt_reference, params.confidence)
+        if bt is None:
+            res["bradley_terry"][task] = reason
+        else:
+            res["tables"][f"bradley_terry_{task}"] = bt
+            res["bradley_terry"][task] = bt.to_dict("records")
+    gaps, ols, flips = [], [], []
+    singles = {("mcq", "salary"): params.salary_brackets, ("mcq", "education"): params.education_levels,
+               ("salary", "salary"): None}
+    for (kind, task), mapping in singles.items():
+        sub = retained(responses, kind, task)
+        if sub.empty:
+            continue
+        sub = with_values(sub, mapping)
+        label = f"{kind}_{task}"
+        for dim, ref in (("race", params.race_reference), ("gender", params.gender_reference)):
+            g = mean_gaps(sub, dim, ref).assign(measure=label)
+            gaps.append(g)
+            if kind == "salary":
+                by_occ = mean_gaps(sub, dim, ref, by=["occupation"]).assign(measure=label)
+                res["tables"].setdefault("salary_gaps_by_occupation", [])
+                res["tables"]["salary_gaps_by_occupation"].append(by_occ)
+        table, reason = ols_cluster(sub, params.race_reference, params.gender_reference, params.confidence)
+        if table is None:
+            res["notes"].append(f"OLS {label}: {reason}")
+        else:
+            ols.append(table.assign(measure=label))
+        flips.append(sign_flip_table(sub, params.race_reference, params.gender_reference, params.n_permutations,
+                                     params.seed).assign(measure=label))
+    if "salary_gaps_by_occupation" in res["tables"]:
+        res["tables"]["salary_gaps_by_occupation"] = pd.concat(res["tables"]["salary_gaps_by_occupation"],
+                                                               ignore_index=True)
+    for name, parts in (("mean_gaps", gaps), ("ols", ols), ("sign_flip", flips)):
+        if parts:
+            res["tables"][name] = pd.concat(parts, ignore_index=True)
+    return res
+
+
+def all_pairs(n: int) -> list[tuple[int, int]]:
+    return list(combinations(range(n), 2))
+
+
+# ------------------------------------------------------------------------------------- figures
+
+def heatmap_figure(rate: pd.DataFrame, n: pd.DataFrame, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    annot = rate.map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+    sns.heatmap(rate.astype(float), vmin=0, vmax=1, cmap="RdBu_r", center=0.5, annot=annot, fmt="", ax=ax,
+                cbar_kws={"label": "win rate (row chosen over column)"}, annot_kws={"fontsize": 7},
+                linewidths=0.3, linecolor="white", mask=n.to_numpy() == 0)
+    ax.set_xlabel("column group")
+    ax.set_ylabel("row group")
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, ylabel: str, ref_line: float | None = None):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    if df.empty or df[y].isna().all():
+        ax.text(0.5, 0.5, "no retained answers", ha="center", va="center", transform=ax.transAxes)
+    else:
+        sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax, errorbar=None)
+    if ref_line is not None:
+        ax.axhline(ref_line, color="k", lw=0.8, ls="--")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_in: bool) -> list[Any]:
+    """Sections (t2i.outputs.Result) of one VLM: 2AFC, MCQ, salary, significance."""
+    from biasaudit.t2i.outputs import Figure, Result
+
+    tag = " [STAND-IN]" if stand_in else ""
+    out = []
+    two = Result(f"{vlm}_2afc", f"{vlm}: 2AFC win rates{tag}")
+    two.metrics = {"position_bias": res["position_bias"], "race_win_rates": res["race_win_rates"],
+                   "bradley_terry": {t: (v if isinstance(v, str) else "table") for t, v in res["bradley_terry"].items()}}
+    for task, rate in res.get("matrices", {}).items():
+        tidy = res["tables"][f"winrate_{task}"]
+        n = tidy.pivot(index="row", columns="col", values="n").reindex(index=rate.index, columns=rate.columns)
+        two.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm)
+        two.tables[f"{vlm}_race_winrate_{task}"] = res["tables"][f"race_winrate_{task}"].assign(vlm=vlm)
+        if f"bradley_terry_{task}" in res["tables"]:
+            two.tables[f"{vlm}_bradley_terry_{task}"] = res["tables"][f"bradley_terry_{task}"].assign(vlm=vlm)
+        two.figures[f"{vlm}_winrate_{task}"] = Figure(
+            heatmap_figure(rate, n, f"{vlm} · 2AFC {task}{tag}"), f"2AFC {task}: win-rate matrix",
+            "Cell = share of retained comparisons in which the row group was chosen over the column group "
+            f"(both orders pooled; n = {int(tidy['wins'].sum())} retained comparisons).")
+        rw = res["tables"][f"race_winrate_{task}"]
+        two.figures[f"{vlm}_race_winrate_{task}"] = Figure(
+            bar_figure(rw, "race", "rate", "gender", f"{vlm} · race win rates within gender · {task}{tag}",
+                       "win rate", 0.5), f"2AFC {task}: race win rates within gender",
+            "Wins of each race over the other races of the same gender / comparisons involving it.")
+    if not res.get("matrices"):
+        two.status, two.reason = "no data", "no retained 2AFC answers"
+    out.append(two)
+    gaps = res["tables"].get("mean_gaps")
+    mcq = Result(f"{vlm}_mcq", f"{vlm}: MCQ and salary gaps Δg{tag}")
+    if gaps is not None:
+        mcq.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm)
+        for measure, sub in gaps.groupby("measure"):
+            mcq.figures[f"{vlm}_gaps_{measure}"] = Figure(
+                bar_figure(sub, "level", "delta_pct", "dimension", f"{vlm} · {measure} · Δg vs reference{tag}", "Δg (%)", 0.0),
+                f"{measure}: mean-based percentage gaps",
+                "Δg = 100·(mean of group − mean of reference)/mean of reference; reference White (race), woman (gender).")
+        mcq.metrics = {"delta_g": {m: dict(zip(s["dimension"] + ":" + s["level"], s["delta_pct"]))
+                                   for m, s in gaps.groupby("measure")}}
+    else:
+        mcq.status, mcq.reason = "no data", "no retained MCQ or salary answers"
+    by_occ = res["tables"].get("salary_gaps_by_occupation")
+    if by_occ is not None:
+        mcq.tables[f"{vlm}_salary_gaps_by_occupation"] = by_occ.assign(vlm=vlm)
+        race = by_occ[by_occ["dimension"] == "race"]
+        mcq.figures[f"{vlm}_salary_gaps_by_occupation"] = Figure(
+            bar_figure(race, "occupation", "delta_pct", "level", f"{vlm} · salary gap vs White by occupation{tag}",
+                       "mean salary gap (%)", 0.0), "Salary recommendation: gaps by occupation",
+            "Mean recommended salary of each race vs White, per occupation (gender gaps in the table).")
+    out.append(mcq)
+    sig = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){tag}")
+    for name in ("ols", "sign_flip"):
+        if name in res["tables"]:
+            sig.tables[f"{vlm}_{name}"] = res["tables"][name].assign(vlm=vlm)
+    sig.notes = list(res["notes"])
+    if not sig.tables:
+        sig.status, sig.reason = "no data", "no retained single-image answers"
+    out.append(sig)
+    return out

@@ -1,0 +1,178 @@
+"""FOCUS-layout counterfactual sets: paths, scanning/importing a released set, and the editing loop.
+
+Layout (the released FOCUS dataset's): `data/vlm/focus/{occupation}/{base_id}/{Race}_{man|woman}.jpg`,
+Race ∈ {Asian, Black, Latino, MiddleEastern, White}. `data/vlm/focus/manifest.parquet` has one row per
+image: edit_id ('occupation/base_id/Race_gender'), occupation, base_id, race, gender, group (AM…WF),
+path, source_path ('' for an imported set without sources), backend, model_id, revision,
+instruction_version, instruction_sha, seed, attempt, attempts, status (ok | refused | failed), reason,
+pixel-check metrics of the kept attempt, sha256, stand_in, created_at.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from biasaudit.images import load_rgb
+from biasaudit.io import atomic_path, atomic_write_bytes
+from biasaudit.provenance import derive_seed, sha256_file, stable_hash, utc_now
+from biasaudit.vlm.groups import group_code, parse_group_name
+
+FOCUS_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def focus_path(root: str | Path, occupation: str, base_id: str, race: str, gender: str, suffix: str = ".jpg") -> Path:
+    return Path(root) / occupation / base_id / f"{race}_{gender}{suffix}"
+
+
+def scan_focus(root: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """(images in FOCUS layout: occupation, base_id, race, gender, group, path), problems (paths + why)."""
+    root = Path(root)
+    rows, problems = [], []
+    for path in sorted(root.glob("*/*/*")):
+        if path.is_dir() or path.name.startswith("."):
+            continue
+        if path.suffix.lower() not in FOCUS_SUFFIXES:
+            if path.name != "manifest.parquet":
+                problems.append(f"{path}: not an image in the FOCUS layout")
+            continue
+        parsed = parse_group_name(path.stem)
+        if parsed is None:
+            problems.append(f"{path}: file name is not <Race>_<man|woman>")
+            continue
+        occ, base = path.parent.parent.name, path.parent.name
+        rows.append({"occupation": occ, "base_id": base, "race": parsed[0], "gender": parsed[1],
+                     "group": group_code(*parsed), "path": str(path)})
+    df = pd.DataFrame(rows, columns=["occupation", "base_id", "race", "gender", "group", "path"])
+    return df, problems
+
+
+def import_focus_folder(src: str | Path, dst: str | Path, sources_dir: str | Path | None = None) -> pd.DataFrame:
+    """Copy an existing FOCUS-layout set into `dst` as is (no editor runs); one manifest row per file.
+    Unreadable images are recorded as failed; a source photo is linked when `sources_dir` has one."""
+    found, problems = scan_focus(src)
+    if found.empty:
+        raise FileNotFoundError(f"{src}: no images in the FOCUS layout <occupation>/<base_id>/<Race>_<man|woman>.jpg"
+                                + (f" ({len(problems)} files skipped, e.g. {problems[0]})" if problems else ""))
+    rows = []
+    for r in found.to_dict("records"):
+        target = focus_path(dst, r["occupation"], r["base_id"], r["race"], r["gender"], Path(r["path"]).suffix.lower())
+        loaded = load_rgb(r["path"])
+        status, reason = ("ok", "") if loaded.ok else ("failed", loaded.reason)
+        if loaded.ok and Path(r["path"]).resolve() != target.resolve():
+            with atomic_path(target) as tmp:
+                shutil.copyfile(r["path"], tmp)
+        src_photo = ""
+        if sources_dir is not None:
+            cand = Path(sources_dir) / r["occupation"] / f"{r['base_id']}.png"
+            src_photo = str(cand) if cand.is_file() else ""
+        rows.append({"edit_id": f"{r['occupation']}/{r['base_id']}/{r['race']}_{r['gender']}",
+                     "occupation": r["occupation"], "base_id": r["base_id"], "race": r["race"], "gender": r["gender"],
+                     "group": r["group"], "path": str(target), "source_path": src_photo, "backend": "folder",
+                     "model_id": str(src), "revision": "", "instruction_version": "", "instruction_sha": "",
+                     "seed": None, "attempt": 0, "attempts": 0, "status": status, "reason": reason,
+                     "sha256": sha256_file(target) if status == "ok" else "", "stand_in": False,
+                     "created_at": utc_now()})
+    return pd.DataFrame(rows)
+
+
+def edit_items(sources: pd.DataFrame, races: list[str], genders: list[str]) -> list[dict[str, Any]]:
+    """One work item per accepted source photo × target group."""
+    items = []
+    for s in sources[sources["status"] == "ok"].to_dict("records"):
+        for race in races:
+            for gender in genders:
+                items.append({"edit_id": f"{s['occupation']}/{s['base_id']}/{race}_{gender}",
+                              "occupation": s["occupation"], "base_id": s["base_id"], "race": race, "gender": gender,
+                              "group": group_code(race, gender), "source_path": s["path"]})
+    return items
+
+
+def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG", quality=quality, subsampling=0)
+    return buf.getvalue()
+
+
+def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Path, detector: str = "dlib"):
+    """Batch function for runner.run_local: edit, check the pixels (as saved), regenerate a failing edit
+    with the next attempt's seed up to `params.max_attempts`, write the JPEG atomically, return the row.
+
+    `params` = the counterfactuals section, `checks` = the validate_edits section (thresholds)."""
+    from biasaudit.backends.editors import EditRequest
+    from biasaudit.faces.segment import face_region_mask
+    from biasaudit.vlm.validate import pixel_ok
+
+    masks: dict[str, tuple[np.ndarray | None, np.ndarray | None, str]] = {}
+    instruction_sha = stable_hash([params.instruction, params.inpaint_prompt], 12)
+    prov = {"backend": editor.name, "model_id": editor.model_id, "revision": editor.revision,
+            "instruction_version": params.instruction_version, "instruction_sha": instruction_sha,
+            "stand_in": bool(editor.stand_in)}
+
+    def source_info(path: str):
+        if path not in masks:
+            loaded = load_rgb(path)
+            if not loaded.ok:
+                masks[path] = (None, None, f"source: {loaded.reason}")
+            else:
+                mask, reason = face_region_mask(loaded.rgb, detector)
+                masks[path] = (loaded.rgb, mask, f"source: {reason}" if mask is None else "")
+        return masks[path]
+
+    def one(item: dict[str, Any]) -> dict[str, Any]:
+        base = {k: item[k] for k in ("edit_id", "occupation", "base_id", "race", "gender", "group", "source_path")}
+        src, mask, reason = source_info(item["source_path"])
+        if src is None or mask is None:
+            return base | prov | {"status": "failed", "reason": reason, "attempt": 0, "attempts": 0, "path": "",
+                                  "seed": None, "sha256": "", "created_at": utc_now()}
+        target = f"{item['race']}_{item['gender']}"
+        description = params.target_descriptions[target]
+        text = (params.inpaint_prompt if editor.name == "diffusers" else params.instruction).format(target=description)
+        history, last = [], None
+        for attempt in range(1, params.max_attempts + 1):
+            seed = derive_seed(params.seed, item["edit_id"], attempt)
+            result = editor.edit([EditRequest(item["source_path"], target, description, text, seed,
+                                              mask if editor.uses_mask else None, params.negative_prompt)])[0]
+            if result.status != "ok":
+                last = (attempt, seed, result, None, None, [])
+                history.append(f"{attempt}:{result.status}")
+                if result.status == "refused":
+                    break
+                continue
+            jpeg = encode_jpeg(result.image, params.jpeg_quality)
+            saved = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
+            ok, bad, metrics = pixel_ok(src, saved, mask, checks)
+            last = (attempt, seed, result, jpeg, metrics, bad)
+            history.append(f"{attempt}:" + ("pass" if ok else ",".join(bad)))
+            if ok:
+                break
+        attempt, seed, result, jpeg, metrics, bad = last
+        row = base | prov | {"attempt": attempt, "attempts": len(history), "attempt_history": ";".join(history),
+                             "seed": seed, "created_at": utc_now()}
+        if jpeg is None:
+            return row | {"status": result.status, "reason": result.reason, "path": "", "sha256": ""}
+        path = focus_path(out_root, item["occupation"], item["base_id"], item["race"], item["gender"])
+        atomic_write_bytes(path, jpeg)
+        row |= {"status": "ok", "reason": ("pixel checks failed after all attempts: " + ",".join(bad)) if bad else "",
+                "path": str(path), "sha256": sha256_file(path), "pixel_checks_passed": not bad}
+        return row | {f"px_{k}": v for k, v in metrics.items()}
+
+    def fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for item in items:
+            try:
+                out.append(one(item))
+            except Exception as exc:  # noqa: BLE001 - one bad item never stops the stage
+                out.append({k: item[k] for k in ("edit_id", "occupation", "base_id", "race", "gender", "group",
+                                                 "source_path")} | prov
+                           | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500], "path": "",
+                              "attempt": 0, "attempts": 0, "seed": None, "sha256": "", "created_at": utc_now()})
+        return out
+
+    return fn

@@ -1,0 +1,29 @@
+"""The ten FOCUS groups (5 races × 2 genders) and their short codes (AM, AF, …, WF, as in the paper)."""
+
+from __future__ import annotations
+
+from biasaudit.params.vlm import GENDERS, RACES
+
+RACE_CODES: dict[str, str] = {"Asian": "A", "Black": "B", "Latino": "L", "MiddleEastern": "ME", "White": "W"}
+GENDER_CODES: dict[str, str] = {"man": "M", "woman": "F"}
+
+
+def group_code(race: str, gender: str) -> str:
+    """('MiddleEastern', 'woman') → 'MEF'."""
+    return RACE_CODES[race] + GENDER_CODES[gender]
+
+
+def group_name(race: str, gender: str) -> str:
+    """('Black', 'man') → 'Black_man' (the FOCUS file stem)."""
+    return f"{race}_{gender}"
+
+
+def parse_group_name(stem: str) -> tuple[str, str] | None:
+    """'Black_man' → ('Black', 'man'); None for anything that is not one of the ten groups."""
+    race, _, gender = stem.rpartition("_")
+    return (race, gender) if race in RACE_CODES and gender in GENDER_CODES else None
+
+
+GROUPS: tuple[tuple[str, str], ...] = tuple((r, g) for r in RACES for g in GENDERS)
+GROUP_CODES: tuple[str, ...] = tuple(group_code(r, g) for r, g in GROUPS)
+CODE_TO_GROUP: dict[str, tuple[str, str]] = {group_code(r, g): (r, g) for r, g in GROUPS}

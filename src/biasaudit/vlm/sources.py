@@ -1,0 +1,127 @@
+"""Source photos for face-only counterfactuals: import, validate, record reasons for rejects.
+
+Expected layout of a user folder (params `sources.input_dir`):
+
+    <input_dir>/<occupation>/<base_id>.<jpg|jpeg|png|webp|tif|bmp>
+
+one real photograph per file, of one person doing or dressed for that occupation. A good source photo:
+one dominant, roughly frontal face (the largest face at least `dominance_ratio` times the area of any
+other), a face box of at least `min_face_side` pixels, an image side of at least `min_side` pixels,
+the face not covered (no sunglasses/mask), and context (clothing, workplace) that signals the occupation,
+since only the face will be edited. Photos must be licensed for this use.
+
+Accepted photos are copied, as 8-bit sRGB PNG, to `data/vlm/sources/<occupation>/<base_id>.png`;
+`data/vlm/sources/manifest.parquet` lists every candidate with status (ok | rejected) and reason.
+
+The offline profile (`source: packaged`) uses the public-domain photos shipped in packages
+(scikit-image's astronaut, matplotlib's grace_hopper) and seeded crops of them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biasaudit.images import load_rgb
+from biasaudit.provenance import derive_seed
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp")
+
+
+def packaged_photos() -> dict[str, np.ndarray]:
+    """The public-domain face photos that ship in installed packages (name → RGB uint8)."""
+    import matplotlib.cbook as cbook
+    from skimage import data
+
+    photos = {"astronaut": data.astronaut()}
+    loaded = load_rgb(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+    if loaded.ok:
+        photos["grace_hopper"] = loaded.rgb
+    return photos
+
+
+def seeded_crop(rgb: np.ndarray, seed: int, keep: float = 0.9) -> np.ndarray:
+    """A crop keeping `keep` of each side at a seeded offset (k = 0 of a photo is the photo itself)."""
+    rng = np.random.default_rng(seed)
+    h, w = rgb.shape[:2]
+    ch, cw = int(h * keep), int(w * keep)
+    y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+    return np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
+
+
+def packaged_candidates(occupations: list[str], per_occupation: int, seed: int) -> list[dict[str, Any]]:
+    """Offline sources: photo k of occupation i = packaged photo (i + k) mod n, seeded-cropped for k > 0."""
+    photos = packaged_photos()
+    names = sorted(photos)
+    out = []
+    for i, occ in enumerate(occupations):
+        for k in range(per_occupation):
+            name = names[(i + k) % len(names)]
+            rgb = photos[name] if k == 0 else seeded_crop(photos[name], derive_seed(seed, occ, k))
+            out.append({"occupation": occ, "base_id": f"{name.replace('_', '-')}-{k}", "rgb": rgb,
+                        "origin": f"packaged:{name}" + (f" crop seed={derive_seed(seed, occ, k)}" if k else ""),
+                        "reason": ""})
+    return out
+
+
+def safe_id(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "photo"
+
+
+def folder_candidates(input_dir: str | Path, occupations: list[str], per_occupation: int) -> list[dict[str, Any]]:
+    """Photos under input_dir/<occupation>/, sorted by name; unreadable files are kept with a reason."""
+    root = Path(input_dir)
+    out = []
+    for occ in occupations:
+        files = sorted(p for p in (root / occ).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if (root / occ).is_dir() else []
+        for path in files[:per_occupation]:
+            loaded = load_rgb(path)
+            out.append({"occupation": occ, "base_id": safe_id(path.stem), "rgb": loaded.rgb, "origin": str(path),
+                        "reason": "" if loaded.ok else loaded.reason})
+    return out
+
+
+def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    x0, y0, x1, y1 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def dedupe(faces: list[Any], max_iou: float = 0.3) -> list[Any]:
+    """Drop detections overlapping a larger one (the same face found twice at two scales)."""
+    kept: list[Any] = []
+    for f in faces:  # largest first
+        if all(iou(f.bbox, k.bbox) <= max_iou for k in kept):
+            kept.append(f)
+    return kept
+
+
+def check_photo(rgb: np.ndarray | None, detector: Any, params: Any, load_reason: str = "") -> dict[str, Any]:
+    """status ok | rejected with a reason: readable, big enough, one dominant face of sufficient size."""
+    rec: dict[str, Any] = {"n_faces": 0, "face_side": None, "dominance": None, "det_score": None,
+                           "width": None, "height": None}
+    if rgb is None:
+        return rec | {"status": "rejected", "reason": load_reason or "unreadable"}
+    h, w = rgb.shape[:2]
+    rec |= {"width": int(w), "height": int(h)}
+    if min(h, w) < params.min_side:
+        return rec | {"status": "rejected", "reason": f"too small: {w}×{h} (minimum side {params.min_side})"}
+    faces = dedupe(detector.detect(rgb))
+    rec["n_faces"] = len(faces)
+    if not faces:
+        return rec | {"status": "rejected", "reason": "no face detected"}
+    x0, y0, x1, y1 = faces[0].bbox
+    rec["face_side"] = float(min(x1 - x0, y1 - y0))
+    rec["det_score"] = float(faces[0].score)
+    if len(faces) > 1:
+        rec["dominance"] = float(faces[0].area / max(faces[1].area, 1e-9))
+        if rec["dominance"] < params.dominance_ratio:
+            return rec | {"status": "rejected",
+                          "reason": f"no dominant face: {len(faces)} faces, largest only {rec['dominance']:.1f}× the next"}
+    if rec["face_side"] < params.min_face_side:
+        return rec | {"status": "rejected", "reason": f"face too small: {rec['face_side']:.0f} px (minimum {params.min_face_side})"}
+    return rec | {"status": "ok", "reason": ""}

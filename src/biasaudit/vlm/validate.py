@@ -1,0 +1,285 @@
+"""Proof that a counterfactual edit changed only the face (beyond the paper).
+
+For each edited image against its source photo, with the source's face-region mask M
+(faces/segment.py `face_region_mask`) and `outside` = pixels farther than `border_px` from M
+(the band lets the editor's dilated, feathered mask and the 7×7 SSIM window settle):
+- ssim_outside: mean of scikit-image's SSIM map (7×7, per channel, data range 255) over `outside`;
+- psnr_outside: PSNR (dB) over the `outside` pixels (scikit-image; ∞ when identical);
+- delta_e_outside / delta_e_inside: mean CIEDE2000 (scikit-image) between source and edit, outside/inside M;
+- identity_distance: Euclidean distance of dlib's 128-D face descriptors (largest face) of source and
+  edit (dlib's same-person threshold is 0.6); identity_cosine beside it;
+- target attainment: a classifier backend's race and gender answers vs the target (optional);
+- skin L* shift: L* of the mean sRGB over the skin mask, edit − source (skin-lightening shows here).
+A failing check is named in `failed_checks`; `action` is keep | flag | exclude (params `on_fail`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+from biasaudit.faces.colour import delta_e2000, srgb_to_lab
+
+PIXEL_CHECKS = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change")
+
+
+def grow(mask: np.ndarray, px: int) -> np.ndarray:
+    """Mask dilated by a disc of radius `px` (exact Euclidean distance)."""
+    if px <= 0:
+        return mask.astype(bool)
+    return ndimage.distance_transform_edt(~mask.astype(bool)) <= px
+
+
+def match_size(edit: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
+    """Resize an edit to the source's size (API editors may return another size); note when done."""
+    if edit.shape[:2] == tuple(shape):
+        return edit, ""
+    h, w = shape
+    note = f"edit resized from {edit.shape[1]}×{edit.shape[0]} to {w}×{h}"
+    return np.asarray(Image.fromarray(edit).resize((w, h), Image.Resampling.LANCZOS)), note
+
+
+def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px: int) -> dict[str, float]:
+    """SSIM/PSNR/ΔE2000 outside the (grown) face mask and ΔE2000 inside it. Same-size uint8 RGB inputs."""
+    if src.shape != edit.shape:
+        raise ValueError(f"source {src.shape} and edit {edit.shape} differ in size")
+    inside = face.astype(bool)
+    outside = ~grow(inside, border_px)
+    out: dict[str, float] = {"face_pixels": int(inside.sum()), "outside_pixels": int(outside.sum())}
+    _, ssim_map = structural_similarity(src, edit, channel_axis=2, data_range=255, full=True)
+    ssim_map = ssim_map.mean(axis=2)
+    out["ssim_outside"] = float(ssim_map[outside].mean()) if outside.any() else np.nan
+    if outside.any():
+        a, b = src[outside], edit[outside]
+        out["psnr_outside"] = float("inf") if np.array_equal(a, b) else float(
+            peak_signal_noise_ratio(a, b, data_range=255))
+    else:
+        out["psnr_outside"] = np.nan
+    de = delta_e2000(srgb_to_lab(src), srgb_to_lab(edit))
+    out["delta_e_outside"] = float(de[outside].mean()) if outside.any() else np.nan
+    out["delta_e_inside"] = float(de[inside].mean()) if inside.any() else np.nan
+    out["changed_frac_outside"] = float((de[outside] > 2.3).mean()) if outside.any() else np.nan  # 2.3 ≈ 1 JND
+    return out
+
+
+def mean_skin_L(rgb: np.ndarray, mask: np.ndarray | None) -> float:
+    """L* of the mean sRGB over the mask (DESIGN.md's skin-colour definition)."""
+    if mask is None or not mask.any():
+        return np.nan
+    mean_rgb = rgb[mask.astype(bool)].astype(np.float64).mean(axis=0) / 255.0
+    return float(srgb_to_lab(mean_rgb)[0])
+
+
+def failed_checks(m: dict[str, Any], params: Any, target_race: str | None = None) -> list[str]:
+    """Names of the checks a metrics record fails under the `validate_edits` thresholds."""
+    bad = []
+    if not m.get("ssim_outside", np.nan) >= params.ssim_outside_min:
+        bad.append("ssim_outside")
+    if not m.get("psnr_outside", np.nan) >= params.psnr_outside_min:
+        bad.append("psnr_outside")
+    if not m.get("delta_e_outside", np.nan) <= params.delta_e_outside_max:
+        bad.append("delta_e_outside")
+    if not m.get("delta_e_inside", np.nan) >= params.delta_e_inside_min:
+        bad.append("no_face_change")
+    identity = m.get("identity_distance")
+    if params.check_identity and identity is not None and not identity <= params.identity_max_distance:
+        bad.append("identity")
+    if m.get("target_race_ok") is False:
+        bad.append("target_race")
+    if m.get("target_gender_ok") is False:
+        bad.append("target_gender")
+    shift = m.get("skin_L_shift")
+    if (target_race in params.darker_targets and shift is not None and np.isfinite(shift)
+            and shift > params.lightening_tolerance):
+        bad.append("skin_lightening")
+    return bad
+
+
+# ----------------------------------------------------------------------------- face identity (dlib)
+
+@lru_cache(maxsize=1)
+def _face_encoder():
+    import dlib
+
+    from biasaudit.faces.detect import dlib_model_path
+
+    return dlib.face_recognition_model_v1(str(dlib_model_path("dlib_face_recognition_resnet_model_v1.dat")))
+
+
+def face_analysis(rgb: np.ndarray, detector: Any) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """One detection of the largest face → (dlib 128-D descriptor, landmark skin mask), or Nones + reason."""
+    import dlib
+
+    from biasaudit.faces.detect import shape_predictor
+    from biasaudit.faces.segment import landmark_skin_from_landmarks
+
+    faces = detector.detect(rgb)
+    if not faces:
+        return None, None, "no face detected"
+    x0, y0, x1, y1 = (int(round(v)) for v in faces[0].bbox)
+    img = np.ascontiguousarray(rgb)
+    shape = shape_predictor()(img, dlib.rectangle(x0, y0, x1, y1))
+    lm = np.array([(q.x, q.y) for q in shape.parts()], dtype=np.float64)
+    d = np.asarray(_face_encoder().compute_face_descriptor(img, shape), dtype=np.float64)
+    return d, landmark_skin_from_landmarks(rgb.shape[:2], lm), ""
+
+
+def identity_scores(src_desc: np.ndarray | None, edit_desc: np.ndarray | None) -> dict[str, float | None]:
+    """dlib descriptor distance (Euclidean) and cosine similarity; None when a face is missing."""
+    if src_desc is None or edit_desc is None:
+        return {"identity_distance": None, "identity_cosine": None}
+    cos = float(np.dot(src_desc, edit_desc) / (np.linalg.norm(src_desc) * np.linalg.norm(edit_desc)))
+    return {"identity_distance": float(np.linalg.norm(src_desc - edit_desc)), "identity_cosine": cos}
+
+
+# -------------------------------------------------------------------------------------- one edit
+
+@dataclass
+class SourceInfo:
+    """What validation needs from a source photo, computed once per photo."""
+    rgb: np.ndarray
+    face: np.ndarray | None
+    skin: np.ndarray | None
+    descriptor: np.ndarray | None
+    reason: str = ""
+
+
+def prepare_source(rgb: np.ndarray, detector_name: str = "dlib", with_identity: bool = True) -> SourceInfo:
+    from biasaudit.faces.detect import make_detector
+    from biasaudit.faces.segment import face_region_mask
+
+    face, reason = face_region_mask(rgb, detector_name)
+    if face is None:
+        return SourceInfo(rgb, None, None, None, f"source: {reason}")
+    desc, skin, _ = face_analysis(rgb, make_detector(detector_name))
+    return SourceInfo(rgb, face, skin, desc if with_identity else None)
+
+
+def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: Any, with_identity: bool = True,
+                  detector: Any = None) -> dict[str, Any]:
+    """All pixel, identity and skin-tone checks of one edit. Returns a record with status/reason and
+    the metrics; `judge` adds failed_checks/passed/action. Target attainment is added by the caller."""
+    from biasaudit.faces.detect import make_detector
+
+    if source.face is None:
+        return {"status": "failed", "reason": source.reason}
+    edit, note = match_size(edit_rgb, source.rgb.shape[:2])
+    rec: dict[str, Any] = {"status": "ok", "reason": "", "note": note}
+    rec |= pixel_metrics(source.rgb, edit, source.face, params.border_px)
+    desc, edit_skin, why = face_analysis(edit, detector or make_detector("dlib"))
+    if with_identity:
+        rec |= identity_scores(source.descriptor, desc)
+    if desc is None:
+        rec["note"] = "; ".join(filter(None, [note, f"edit: {why} (identity measured as missing; skin from the "
+                                                    f"source's mask)"]))
+        edit_skin = source.skin  # same geometry when only the face changed
+    rec["skin_L_source"] = mean_skin_L(source.rgb, source.skin)
+    rec["skin_L_edit"] = mean_skin_L(edit, edit_skin)
+    rec["skin_L_shift"] = rec["skin_L_edit"] - rec["skin_L_source"]
+    return rec
+
+
+def judge(rec: dict[str, Any], params: Any, target_race: str | None) -> dict[str, Any]:
+    """Add failed_checks, passed and action (keep | flag | exclude) to a validation record."""
+    if rec.get("status") != "ok":
+        return rec | {"passed": False, "failed_checks": rec.get("failed_checks", "") or "invalid",
+                      "action": "exclude"}
+    bad = failed_checks(rec, params, target_race)
+    action = "keep" if not bad else ("exclude" if params.on_fail == "exclude" else "flag")
+    return rec | {"failed_checks": ",".join(bad), "passed": not bad, "action": action}
+
+
+def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: Any) -> tuple[bool, list[str], dict]:
+    """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration)."""
+    edit, _ = match_size(edit, src.shape[:2])
+    m = pixel_metrics(src, edit, face, params.border_px)
+    bad = [c for c in failed_checks(m, params) if c in PIXEL_CHECKS]
+    return not bad, bad, m
+
+
+# ------------------------------------------------------------------------------ target attainment
+
+RACE_OPTION_TEXT = {"Asian": "Asian", "Black": "Black", "Latino": "Latino", "MiddleEastern": "Middle Eastern",
+                    "White": "White"}
+
+
+def attainment_requests(paths: list[str], params: Any) -> list[tuple[Any, Any]]:
+    """(race request, gender request) per edited image, asking the classifier with the allowed options."""
+    from biasaudit.backends.vlm.base import VLMRequest
+
+    races = tuple(RACE_OPTION_TEXT.values())
+    genders = ("man", "woman")
+    out = []
+    for p in paths:
+        out.append((VLMRequest(images=(p,), prompt=params.race_prompt.format(options=", ".join(races)), options=races),
+                    VLMRequest(images=(p,), prompt=params.gender_prompt.format(options=", ".join(genders)),
+                               options=genders)))
+    return out
+
+
+def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]], params: Any) -> list[dict[str, Any]]:
+    """Ask a classifier (a CachedVLM) the race and gender of each edit; compare with the target.
+    An unparseable answer or a refusal leaves *_ok as None (not measured) with the reason."""
+    from biasaudit.backends.vlm.parse import parse_choice
+
+    back = {v: k for k, v in RACE_OPTION_TEXT.items()}
+    pairs = attainment_requests(paths, params)
+    answers = vlm.generate([r for pair in pairs for r in pair])
+    out = []
+    for i, (race, gender) in enumerate(targets):
+        ra, ga = answers[2 * i], answers[2 * i + 1]
+        rec: dict[str, Any] = {"race_answer": ra.text, "gender_answer": ga.text}
+        r_choice, r_why = parse_choice(ra.text, pairs[i][0].options) if ra.status == "ok" else (None, ra.reason)
+        g_choice, g_why = parse_choice(ga.text, pairs[i][1].options) if ga.status == "ok" else (None, ga.reason)
+        rec["race_pred"] = back.get(r_choice) if r_choice else None
+        rec["gender_pred"] = g_choice
+        rec["target_race_ok"] = None if r_choice is None else rec["race_pred"] == race
+        rec["target_gender_ok"] = None if g_choice is None else g_choice == gender
+        rec["attainment_reason"] = "; ".join(filter(None, [r_why and f"race: {r_why}", g_why and f"gender: {g_why}"]))
+        out.append(rec)
+    return out
+
+
+# ----------------------------------------------------------------- controls: do the checks catch bad edits?
+
+def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tuple[str, np.ndarray, str | None]]:
+    """Synthetic edits of a source photo with known truth: (name, image, the check that must fail or None).
+    A recolour confined to the face must pass; each corruption must fail its check."""
+    rgb, face = source.rgb, source.face
+    out = ~grow(face, border_px)
+    recolour = rgb.astype(np.float64)
+    recolour[face] *= [0.7, 0.62, 0.55]
+    recolour = recolour.astype(np.uint8)
+    shifted = np.clip(rgb * np.array([1.06, 1.0, 0.94]), 0, 255).astype(np.uint8)
+    background = recolour.copy()
+    h, w = rgb.shape[:2]
+    band = np.zeros((h, w), bool)
+    band[:, : w // 5] = True
+    band &= out
+    background[band] = np.random.default_rng(seed).integers(0, 256, (int(band.sum()), 3))
+    blurred = recolour.copy()
+    blur = ndimage.gaussian_filter(rgb.astype(np.float64), sigma=(2, 2, 0)).astype(np.uint8)
+    blurred[out] = blur[out]
+    return [("recolour face only", recolour, None), ("global colour shift", shifted, "delta_e_outside"),
+            ("background replaced", background, "ssim_outside"), ("blur outside the face", blurred, "ssim_outside"),
+            ("face unchanged", rgb.copy(), "no_face_change")]
+
+
+def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name, img, expect in control_edits(source, params.border_px):
+        rec = judge(validate_edit(source, img, params.model_copy(update={"check_identity": False}),
+                                  with_identity=False), params, None)
+        bad = [b for b in rec.get("failed_checks", "").split(",") if b]
+        caught = (not bad) if expect is None else (expect in bad)
+        rows.append({"control": name, "expected_failure": expect or "(none: must pass)", "failed_checks": ",".join(bad),
+                     "as_expected": caught, "ssim_outside": rec.get("ssim_outside"),
+                     "psnr_outside": rec.get("psnr_outside"), "delta_e_outside": rec.get("delta_e_outside"),
+                     "delta_e_inside": rec.get("delta_e_inside")})
+    return rows

@@ -1,0 +1,210 @@
+"""Local HTTP servers on 127.0.0.1 speaking the real wire formats of the Gemini API
+(generateContent, batchGenerateContent, batches.get/cancel) and OpenAI chat completions.
+
+The answer to a request is a pure function of the image it carries (its mean grey level picks a
+label), so tests know the right label. `script` is a FIFO of behaviours consumed one per request:
+'ok', '429', '500', 'malformed' (invalid JSON body), 'refuse' (API-level refusal), 'text-refuse'
+(a refusal sentence), 'offlist', 'hang' (hold the request until the server stops). `answered`
+counts, per image, the answers actually sent, so a kill-and-resume test can prove zero repeats.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import re
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+from PIL import Image
+
+LABELS = ("white", "black", "asian", "hispanic", "other")
+
+
+def label_for_pixels(img: Image.Image) -> str:
+    """The server's 'truth': mean grey level in 5 bins of 51 (0–50 white, 51–101 black, …)."""
+    return LABELS[min(int(np.asarray(img.convert("L"), dtype=float).mean()) // 51, 4)]
+
+
+def grey_image(path, level: int, size: int = 64) -> None:
+    Image.fromarray(np.full((size, size, 3), level, np.uint8)).save(path)
+
+
+class VLMServer:
+    def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed"):
+        self.script = list(script or [])
+        self.delay_s = delay_s
+        self.batch_state = batch_state  # 'succeed' | 'stall'
+        self.calls = 0
+        self.requests: list[dict] = []
+        self.answered: Counter[str] = Counter()
+        self.batches: dict[str, dict] = {}
+        self.cancelled: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, code: int, body: bytes, headers: dict | None = None):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, code: int, obj, headers=None):
+                self._send(code, json.dumps(obj).encode(), headers)
+
+            def do_GET(self):
+                m = re.search(r"(batches/[^/?:]+)", self.path)
+                if m and m.group(1) in server.batches:
+                    return self._json(200, server.batches[m.group(1)])
+                self._json(404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                path = self.path.split("?")[0]
+                if path.endswith("/chat/completions"):
+                    return server._openai(self, body)
+                if path.endswith(":generateContent"):
+                    return server._gemini(self, body)
+                if path.endswith(":batchGenerateContent"):
+                    return server._gemini_batch(self, body)
+                if path.endswith(":cancel"):
+                    name = re.search(r"(batches/[^/:]+):cancel", path).group(1)  # /v1beta/batches/x:cancel
+                    server.cancelled.append(name)
+                    if name in server.batches:
+                        server.batches[name]["metadata"]["state"] = "BATCH_STATE_CANCELLED"
+                    return self._json(200, {})
+                self._json(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    # --- lifecycle ---
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def gemini_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _next(self) -> str:
+        with self._lock:
+            self.calls += 1
+            return self.script.pop(0) if self.script else "ok"
+
+    def _hang(self):
+        self._stop.wait()
+
+    @staticmethod
+    def _image_of(b64: str) -> tuple[str, str]:
+        raw = base64.urlsafe_b64decode(b64.replace("+", "-").replace("/", "_") + "=" * (-len(b64) % 4))
+        img = Image.open(io.BytesIO(raw))
+        return hashlib.sha256(img.convert("RGB").tobytes()).hexdigest()[:16], label_for_pixels(img)
+
+    # --- OpenAI chat completions ---
+    def _openai(self, h, body):
+        behaviour = self._next()
+        self.requests.append(body)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        content = body["messages"][0]["content"]
+        url = next(p["image_url"]["url"] for p in content if p["type"] == "image_url")
+        key, label = self._image_of(url.split(",", 1)[1])
+        if behaviour == "hang":
+            return self._hang()
+        if behaviour == "429":
+            return h._json(429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": None}},
+                           {"retry-after-ms": "10"})
+        if behaviour == "500":
+            return h._json(500, {"error": {"message": "internal error", "type": "server_error"}})
+        if behaviour == "malformed":
+            return h._send(200, b'{"id": "x", "choices": [')
+        text, refusal, finish = label, None, "stop"
+        if behaviour == "refuse":
+            text, refusal = None, "I'm sorry, I can't help with identifying race."
+        elif behaviour == "text-refuse":
+            text = "I cannot determine someone's race from a photo."
+        elif behaviour == "offlist":
+            text = "purple"
+        elif "response_format" in body:
+            text = json.dumps({"answer": label})
+        with self._lock:
+            self.answered[key] += 1
+        h._json(200, {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 0, "model": body["model"],
+                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": refusal},
+                                   "logprobs": None, "finish_reason": finish}],
+                      "usage": {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102}})
+
+    # --- Gemini generateContent ---
+    def _gemini_answer(self, body, behaviour):
+        parts = body["contents"][0]["parts"]
+        data = next(p.get("inlineData", p.get("inline_data"))["data"] for p in parts if "inlineData" in p or "inline_data" in p)
+        key, label = self._image_of(data)
+        usage = {"promptTokenCount": 260, "candidatesTokenCount": 1, "totalTokenCount": 261}
+        if behaviour == "refuse":
+            return key, {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": usage}
+        text = {"text-refuse": "I cannot determine race.", "offlist": "purple"}.get(behaviour, label)
+        return key, {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP",
+                                     "index": 0}], "usageMetadata": usage, "modelVersion": "test"}
+
+    def _gemini(self, h, body):
+        behaviour = self._next()
+        self.requests.append(body)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if behaviour == "hang":
+            return self._hang()
+        if behaviour in ("429", "500"):
+            status = {"429": "RESOURCE_EXHAUSTED", "500": "INTERNAL"}[behaviour]
+            return h._json(int(behaviour), {"error": {"code": int(behaviour), "message": "try later", "status": status}})
+        if behaviour == "malformed":
+            return h._send(200, b'{"candidates": [{"content": ')
+        key, resp = self._gemini_answer(body, behaviour)
+        with self._lock:
+            self.answered[key] += 1
+        h._json(200, resp)
+
+    def _gemini_batch(self, h, body):
+        with self._lock:
+            self.calls += 1
+        name = f"batches/job{len(self.batches) + 1}"
+        reqs = body["batch"]["inputConfig"]["requests"]["requests"]
+        meta = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+                "name": name, "model": body["batch"].get("model", ""), "state": "BATCH_STATE_PENDING"}
+        if self.batch_state == "succeed":
+            answers = []
+            for r in reqs:
+                key, resp = self._gemini_answer(r["request"], "ok")
+                with self._lock:
+                    self.answered[key] += 1
+                answers.append({"response": resp})
+            meta["state"] = "BATCH_STATE_SUCCEEDED"
+            meta["output"] = {"inlinedResponses": {"inlinedResponses": answers}}
+        self.batches[name] = {"name": name, "metadata": meta, "done": meta["state"] != "BATCH_STATE_PENDING"}
+        h._json(200, self.batches[name])

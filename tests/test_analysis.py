@@ -1,0 +1,148 @@
+"""Method A analysis on hand-made inputs (values computed by hand) and on the SYNTHETIC fixture tree."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit import GROUPS
+from biasaudit.t2i import analysis as an
+from biasaudit.t2i.outputs import NO_DATA, OK, OutputWriter
+
+from .fixtures_t2i import MODELS, write_tree
+
+BOOT = an.Boot(n_boot=100, seed=1)
+
+
+def _prompts():
+    return pd.DataFrame([
+        {"prompt_id": "p1", "category": "occupation", "instance": "A", "selected_for": "white",
+         "white": 0.6, "black": 0.2, "asian": 0.1, "hispanic": 0.1, "other": 0.0, "median_weekly_earnings_usd": 900.0},
+        {"prompt_id": "p2", "category": "occupation", "instance": "B", "selected_for": "black",
+         "white": 0.2, "black": 0.6, "asian": 0.0, "hispanic": 0.2, "other": 0.0, "median_weekly_earnings_usd": 700.0},
+        {"prompt_id": "p3", "category": "surname", "instance": "C", "selected_for": "asian",
+         "white": 0.0, "black": 0.0, "asian": 1.0, "hispanic": 0.0, "other": 0.0, "median_weekly_earnings_usd": np.nan},
+    ])
+
+
+def _labels(spec):
+    rows = []
+    for pid, labels in spec.items():
+        rows += [{"image_id": f"m-{pid}-{i:03d}", "model": "m", "prompt_id": pid, "label": lab}
+                 for i, lab in enumerate(labels)]
+    return pd.DataFrame(rows)
+
+
+LABELS = _labels({"p1": ["white"] * 4, "p2": ["white", "black", "black", "unknown"],
+                  "p3": ["unknown", "unknown"]})
+
+
+def test_per_prompt_tvd_by_hand():
+    pp = an.per_prompt_table(LABELS, _prompts()).set_index("prompt_id")
+    # p1: model (1,0,0,0,0) vs (.6,.2,.1,.1,0) → ½(.4+.2+.1+.1) = 0.4
+    assert pp.loc["p1", "tvd"] == pytest.approx(0.4)
+    # p2: unknown excluded → (1/3, 2/3, 0, 0, 0) vs (.2,.6,0,.2,0) → ½(2/15 + 1/15 + .2) = 0.2
+    assert pp.loc["p2", "tvd"] == pytest.approx(0.2)
+    assert (pp.loc["p2", "n"], pp.loc["p2", "n_unknown"]) == (3, 1)
+    # p3: every image abstained → no shares, NaN TVD, counted
+    assert pp.loc["p3", "n"] == 0 and np.isnan(pp.loc["p3", "tvd"]) and pp.loc["p3", "n_unknown"] == 2
+
+
+def test_tvd_summary_mean_and_pooled_by_hand():
+    s = an.tvd_summary(an.per_prompt_table(LABELS, _prompts()), BOOT).set_index("category")
+    occ = s.loc["occupation"]
+    assert occ["mean_tvd"] == pytest.approx(0.3)
+    # pooled: counts (5,2,0,0,0)/7 vs (4·p1 + 3·p2)/7 = (3.0, 2.6, .4, 1.0, 0)/7 → ½(2+.6+.4+1)/7 = 2/7
+    assert occ["pooled_tvd"] == pytest.approx(2 / 7)
+    assert occ["mean_tvd_low"] <= occ["mean_tvd"] <= occ["mean_tvd_high"]
+    assert (occ["n_prompts"], occ["n_images"], occ["n_unknown"]) == (2, 7, 1)
+    sur = s.loc["surname"]
+    assert sur["n_prompts"] == 0 and sur["n_prompts_all_abstained"] == 1 and np.isnan(sur["mean_tvd"])
+    assert s.loc["all", "mean_tvd"] == pytest.approx(0.3)
+
+
+def test_deviation_and_threshold_by_hand():
+    pp = an.per_prompt_table(LABELS, _prompts())
+    dev = an.deviation_summary(pp, BOOT).set_index(["category", "race"])
+    black = dev.loc[("occupation", "black")]
+    assert black["share_below"] == pytest.approx(0.5)  # p1: 0 < .2 ; p2: 2/3 > .6
+    assert black["mean_deviation"] == pytest.approx(((0 - 0.2) + (2 / 3 - 0.6)) / 2)
+    summary, detail = an.threshold_analysis(pp, "black", 0.05)
+    row = summary.set_index("category").loc["occupation"]
+    assert (row["n_prompts_above"], row["n_reaching"]) == (2, 1)
+    assert set(detail.loc[detail["reaches"], "prompt_id"]) == {"p2"}
+
+
+def test_dark_share_and_earnings_regression():
+    rng = np.random.default_rng(0)
+    prompts = pd.DataFrame({"prompt_id": [f"o{i}" for i in range(6)], "category": "occupation",
+                            "instance": list("abcdef"), "median_weekly_earnings_usd": np.linspace(600, 1600, 6)})
+    rows = []
+    for i, p in prompts.iterrows():
+        for j in range(5):
+            rows.append({"image_id": f"m-{p.prompt_id}-{j}", "model": "m", "prompt_id": p.prompt_id, "status": "ok",
+                         "L": 30 + 0.5 * (p.median_weekly_earnings_usd / 100) + rng.normal(0, 0.5),
+                         "a": 10.0, "b": 15.0})
+    faces = pd.DataFrame(rows)
+    labels = faces[["image_id"]].assign(label=["black"] * 25 + ["white"] * 5)
+    skin = an.skin_table(faces, labels, prompts)
+    assert skin["C"].iloc[0] == pytest.approx(np.hypot(10, 15))
+    fit = an.earnings_regression(skin, "black", 100.0).iloc[0]
+    assert fit["slope"] == pytest.approx(0.5, abs=0.1) and fit["p_value"] < 0.01 and fit["n_clusters"] == 5
+    dark = an.dark_share(skin, BOOT, threshold=36.0).iloc[0]
+    expect = ((skin["L"] < 36) & (skin["label"] == "black")).sum() / (skin["L"] < 36).sum()
+    assert dark["share"] == pytest.approx(expect)
+
+
+def test_empty_inputs_say_no_data(tmp_path):
+    inputs = an.load_inputs(tmp_path)
+    for result in (an.representation(inputs, BOOT), an.skin_tone(inputs, BOOT), an.homogeneity(inputs, BOOT),
+                   an.reliability(inputs), an.corrected_tvd(inputs, BOOT)):
+        assert result.status == NO_DATA and result.reason, result.name
+
+
+def test_faces_without_any_face_say_no_data_with_reasons(tmp_path):
+    write_tree(tmp_path)
+    for model in MODELS:
+        f = tmp_path / f"data/t2i/faces/{model}.parquet"
+        df = pd.read_parquet(f).assign(status="skipped", reason="no face", L=np.nan, n_faces=0)
+        df.to_parquet(f)
+    res = an.skin_tone(an.load_inputs(tmp_path), BOOT)
+    assert res.status == NO_DATA and "no face" in res.reason
+
+
+@pytest.mark.slow
+def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
+    write_tree(tmp_path)
+    inputs = an.load_inputs(tmp_path)
+    assert inputs.models == list(MODELS)
+    writer = OutputWriter(tmp_path / "reports/t2i", dpi=60)
+    results = [an.representation(inputs, BOOT), an.skin_tone(inputs, BOOT),
+               an.homogeneity(inputs, BOOT, n_permutations=50, min_group_size=5),
+               an.reliability(inputs), an.corrected_tvd(inputs, BOOT)]
+    for r in results:
+        assert r.status == OK, (r.name, r.reason)
+        writer.add(r)
+    writer.finish(an.PLOTS, profile="offline", stand_in=True)
+    out = tmp_path / "reports/t2i"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stand_in"] is True and set(metrics["sections"]) == {r.name for r in results}
+    assert metrics["representation"]["tvd"]["synth-a/all"]["mean"] > 0
+    for name in ("figure2_shares", "tvd_by_category", "skin_L_by_label", "homogeneity_gap_heatmap"):
+        for ext in ("png", "svg"):
+            assert (out / "figures" / f"{name}.{ext}").stat().st_size > 1000
+    for name in ("tvd_summary", "tvd_per_prompt", "deviation_by_race", "homogeneity_by_race", "tvd_corrected_summary"):
+        assert len(pd.read_csv(out / "tables" / f"{name}.csv")) and (out / "tables" / f"{name}.md").exists()
+    for name, cols in an.PLOTS.items():
+        assert list(pd.read_csv(out / "plots" / f"{name}.csv").columns) == cols
+    hom = pd.read_csv(out / "tables/homogeneity_by_race.csv")
+    assert {"gap_lo", "gap_hi", "p_perm", "small"} <= set(hom.columns) and set(hom["space"]) == {"clip", "face"}
+
+
+def test_stage_counts_report_failures_abstentions_and_missing_faces(tmp_path):
+    write_tree(tmp_path)
+    counts = an.stage_counts(an.load_inputs(tmp_path)).set_index(["stage", "model"])
+    assert counts.loc[("generate", "synth-a"), "status_failed"] == 1
+    assert counts.loc[("classify", "synth-a"), "abstentions"] == 1
+    assert counts.loc[("faces", "synth-a"), "no_face"] == 7

@@ -1,0 +1,49 @@
+"""Skin-tone group summaries: diversity = mean pairwise ΔE2000 (vectorised = a plain loop), seeded pair
+capping, circular hue mean, bootstrap CIs."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit.faces.colour import delta_e2000
+from biasaudit.stats.skin_summary import circular_mean_deg, mean_pairwise_de2000, skin_summary
+
+
+def test_mean_pairwise_equals_loop():
+    lab = np.random.default_rng(0).uniform([10, -5, 0], [90, 30, 40], size=(25, 3))
+    loop = np.mean([float(delta_e2000(lab[i], lab[j])) for i, j in itertools.combinations(range(25), 2)])
+    got, pairs = mean_pairwise_de2000(lab)
+    assert pairs == 300 and got == pytest.approx(loop, abs=1e-10)
+    assert np.isnan(mean_pairwise_de2000(lab[:1])[0]) and mean_pairwise_de2000(lab[:1])[1] == 0
+
+
+def test_pair_capping_is_seeded_and_close():
+    lab = np.random.default_rng(1).uniform([10, -5, 0], [90, 30, 40], size=(400, 3))
+    full, _ = mean_pairwise_de2000(lab)
+    a = mean_pairwise_de2000(lab, max_pairs=20_000, seed=3)
+    assert a == mean_pairwise_de2000(lab, max_pairs=20_000, seed=3) and a[1] == 20_000
+    assert a[0] == pytest.approx(full, rel=0.02)
+
+
+def test_circular_hue_mean():
+    assert circular_mean_deg(np.array([350.0, 10.0])) == pytest.approx(0.0, abs=1e-9) or \
+        circular_mean_deg(np.array([350.0, 10.0])) == pytest.approx(360.0, abs=1e-9)
+    assert circular_mean_deg(np.array([40.0, 60.0])) == pytest.approx(50.0)
+
+
+def test_skin_summary_groups_and_cis():
+    rng = np.random.default_rng(2)
+    n = 60
+    df = pd.DataFrame({"model": "m", "label": rng.choice(["black", "white"], n), "prompt_id": rng.choice(list("abcdef"), n),
+                       "L": rng.uniform(20, 80, n), "a": rng.uniform(5, 20, n), "b": rng.uniform(10, 30, n)})
+    df["C"] = np.hypot(df["a"], df["b"])
+    df["h"] = np.degrees(np.arctan2(df["b"], df["a"]))
+    df.loc[0, "L"] = np.nan
+    out = skin_summary(df, by=["model", "label"], n_boot=100, seed=0).set_index("label")
+    ok = df[df["L"].notna()]
+    for g, sub in ok.groupby("label"):
+        assert out.loc[g, "n"] == len(sub) and out.loc[g, "L_mean"] == pytest.approx(sub["L"].mean())
+        assert out.loc[g, "L_mean_lo"] <= out.loc[g, "L_mean"] <= out.loc[g, "L_mean_hi"]
+        assert out.loc[g, "diversity_de2000"] == pytest.approx(mean_pairwise_de2000(sub[["L", "a", "b"]].to_numpy())[0])

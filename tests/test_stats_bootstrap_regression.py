@@ -1,0 +1,97 @@
+"""Cluster bootstrap and cluster-robust OLS against hand-computed values and scipy/statsmodels."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from biasaudit.stats.bootstrap import cluster_bootstrap, ratio
+from biasaudit.stats.regression import ols_cluster
+
+
+def test_mean_of_cluster_values_matches_scipy_bootstrap_of_the_mean():
+    values = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55, 0.3, 0.05])
+    totals = np.column_stack([np.ones_like(values), values])
+    iv = cluster_bootstrap(totals, ratio(1, 0), n_boot=999, seed=3)[0]
+    ref = stats.bootstrap((values,), np.mean, n_resamples=999, method="percentile", rng=np.random.default_rng(3))
+    assert iv.estimate == pytest.approx(values.mean())
+    assert (iv.low, iv.high) == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high))
+    assert iv.se == pytest.approx(ref.standard_error)
+
+
+def test_columns_are_resampled_together():
+    x = np.arange(10.0)
+    out = cluster_bootstrap(np.column_stack([x, x]), lambda s: s[..., 0] - s[..., 1], n_boot=200)[0]
+    assert (out.estimate, out.low, out.high, out.se) == (0, 0, 0, 0)
+
+
+def test_standard_error_close_to_analytic_for_many_clusters():
+    rng = np.random.default_rng(0)
+    values = rng.normal(5, 2, size=400)
+    iv = cluster_bootstrap(np.column_stack([np.ones(400), values]), ratio(1, 0), n_boot=2000, seed=1)[0]
+    analytic = values.std(ddof=1) / np.sqrt(400)
+    assert iv.se == pytest.approx(analytic, rel=0.1)
+    assert iv.low < values.mean() < iv.high
+
+
+def test_ratio_of_sums_weights_clusters_by_size():
+    totals = np.array([[2, 10], [1, 1], [3, 4]], dtype=float)  # (hits, n) per prompt
+    iv = cluster_bootstrap(totals, ratio(0, 1), n_boot=100)[0]
+    assert iv.estimate == pytest.approx(6 / 15)
+    assert 0 <= iv.low <= iv.high <= 1
+
+
+def test_undefined_resamples_are_excluded_and_counted():
+    totals = np.array([[1, 1], [0, 0], [0, 0], [0, 0]], dtype=float)  # denominator 0 unless cluster 0 drawn
+    iv = cluster_bootstrap(totals, ratio(0, 1), n_boot=500, seed=0)[0]
+    assert iv.estimate == 1.0 and iv.low == 1.0 and iv.high == 1.0
+    # P(cluster 0 never drawn) = (3/4)^4 ≈ 0.32
+    assert 100 < iv.n_undefined < 220 and "undefined" in iv.reason
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_fewer_than_two_clusters_give_no_interval_with_a_reason(n):
+    iv = cluster_bootstrap(np.ones((n, 2)), ratio(0, 1), n_boot=100)[0]
+    assert np.isnan(iv.low) and np.isnan(iv.high) and iv.reason
+
+
+def test_vector_statistic_returns_one_interval_per_output():
+    totals = np.random.default_rng(1).random((12, 3))
+    out = cluster_bootstrap(totals, lambda s: s[..., 1:] / s[..., :1], n_boot=100)
+    assert len(out) == 2 and all(o.low <= o.estimate <= o.high for o in out)
+
+
+def test_ols_cluster_matches_hand_computed_sandwich():
+    # 4 clusters of 3; slope/intercept by the normal equations, CR1 sandwich by hand.
+    x = np.repeat([1.0, 2.0, 3.0, 4.0], 3)
+    y = np.array([1.0, 1.5, 0.5, 2.2, 1.8, 2.6, 2.9, 3.3, 3.1, 4.4, 3.6, 4.0])
+    g = np.repeat(list("abcd"), 3)
+    X = np.column_stack([np.ones_like(x), x])
+    beta = np.linalg.solve(X.T @ X, X.T @ y)
+    u = y - X @ beta
+    bread = np.linalg.inv(X.T @ X)
+    meat = sum(np.outer(X[g == c].T @ u[g == c], X[g == c].T @ u[g == c]) for c in "abcd")
+    n, k, G = 12, 2, 4
+    V = bread @ meat @ bread * G / (G - 1) * (n - 1) / (n - k)
+    se = np.sqrt(V[1, 1])
+    t = stats.t(df=G - 1)
+    fit = ols_cluster(y, x, g)
+    assert fit.slope == pytest.approx(beta[1]) and fit.intercept == pytest.approx(beta[0])
+    assert fit.se == pytest.approx(se)
+    assert (fit.ci_low, fit.ci_high) == pytest.approx((beta[1] - t.ppf(0.975) * se, beta[1] + t.ppf(0.975) * se))
+    assert fit.p_value == pytest.approx(2 * t.sf(abs(beta[1] / se)))
+    assert (fit.n, fit.n_clusters, fit.reason) == (12, 4, "")
+
+
+@pytest.mark.parametrize("y,x,g,why", [
+    ([1, 2], [1, 2], ["a", "b"], "too few observations"),
+    ([1, 2, 3, 4], [1, 1, 2, 2], ["a", "a", "b", "b"], "too few clusters"),
+    ([1, 2, 3, 4], [5, 5, 5, 5], ["a", "b", "c", "d"], "x does not vary"),
+])
+def test_ols_cluster_degenerate_inputs_give_reasons(y, x, g, why):
+    fit = ols_cluster(y, x, g)
+    assert np.isnan(fit.slope) and why in fit.reason
+
+
+def test_ols_cluster_drops_missing_rows():
+    fit = ols_cluster([1, 2, np.nan, 4, 5, 7], [1, 2, 3, 4, 5, np.nan], list("aabbcc"))
+    assert fit.n == 4

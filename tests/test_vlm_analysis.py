@@ -1,0 +1,171 @@
+"""REFLECT analysis against values computed by hand from scripted answers."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit.backends.vlm.base import VLMResponse
+from biasaudit.params.vlm import Reflect, ReflectAnalysis
+from biasaudit.vlm import analysis as an
+from biasaudit.vlm import tasks
+from biasaudit.vlm.groups import GROUP_CODES, group_code
+
+
+def cmp(a, b, choice, unit="doctor/p1", order=0, status="ok", task="income"):
+    return {"kind": "2afc", "task": task, "unit": unit, "group_a": a, "group_b": b, "choice": choice,
+            "status": status, "order": order}
+
+
+@pytest.fixture
+def scripted_2afc():
+    return pd.DataFrame([
+        cmp("AM", "BM", "A", order=0), cmp("BM", "AM", "A", order=1),   # AM vs BM: 1 win each
+        cmp("AM", "WF", "A", order=0), cmp("WF", "AM", "B", order=1),   # AM beats WF twice
+        cmp("BM", "WF", "B", order=0), cmp("WF", "BM", None, order=1, status="failed"),  # WF beats BM once
+    ])
+
+
+def test_win_rate_matrix_by_hand(scripted_2afc):
+    kept = scripted_2afc[scripted_2afc["status"] == "ok"]
+    rate, n = an.win_rate_matrix(kept)
+    assert list(rate.index) == list(GROUP_CODES) and rate.shape == (10, 10)
+    assert rate.loc["AM", "BM"] == 0.5 and rate.loc["BM", "AM"] == 0.5
+    assert rate.loc["AM", "WF"] == 1.0 and rate.loc["WF", "AM"] == 0.0
+    assert rate.loc["WF", "BM"] == 1.0 and n.loc["BM", "WF"] == 1
+    assert np.isnan(rate.loc["AM", "AM"]) and np.isnan(rate.loc["LF", "MEM"])
+    # complementary cells sum to one wherever a comparison exists
+    both = n.to_numpy() > 0
+    assert np.allclose((rate + rate.T).to_numpy()[both], 1.0)
+
+
+def test_position_bias_by_hand(scripted_2afc):
+    kept = scripted_2afc[scripted_2afc["status"] == "ok"]
+    pb = an.position_bias(kept)
+    assert pb["share_first"] == pytest.approx(3 / 5)
+    assert pb["pairs_both_orders"] == 2           # AM-BM and AM-WF (BM-WF lost one order)
+    assert pb["position_bias_rate"] == pytest.approx(1 / 2)  # AM-BM: 'A' both times
+
+
+def test_race_win_rates_within_gender(scripted_2afc):
+    kept = scripted_2afc[scripted_2afc["status"] == "ok"]
+    rw = an.race_win_rates_within_gender(kept).set_index(["gender", "race"])
+    assert rw.loc[("man", "Asian"), "rate"] == 0.5 and rw.loc[("man", "Asian"), "n"] == 2
+    assert rw.loc[("man", "Black"), "rate"] == 0.5
+    assert math.isnan(rw.loc[("woman", "White"), "rate"])  # no woman-vs-woman comparison
+
+
+def test_bradley_terry_saturated_closed_form():
+    # AM shown first 10×: chosen 8×; AM shown second 10×: chosen 6× (so 'A' chosen 4×).
+    rows = [cmp("AM", "WF", "A" if i < 8 else "B", unit=f"u{i % 2}") for i in range(10)]
+    rows += [cmp("WF", "AM", "B" if i < 6 else "A", unit=f"u{i % 2}", order=1) for i in range(10)]
+    table, reason = an.bradley_terry(pd.DataFrame(rows), reference="WF")
+    assert reason == ""
+    t = table.set_index("term")
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    assert t.loc["AM", "strength"] == pytest.approx((logit(0.8) - logit(0.4)) / 2, abs=1e-6)
+    assert t.loc["position_first", "strength"] == pytest.approx((logit(0.8) + logit(0.4)) / 2, abs=1e-6)
+    assert t.loc["WF", "strength"] == 0.0
+    assert t.loc["AM", "ci_low"] < t.loc["AM", "strength"] < t.loc["AM", "ci_high"]
+
+
+def test_bradley_terry_reports_unidentifiable():
+    rows = [cmp("AM", "WF", "A"), cmp("WF", "AM", "A")] * 6
+    table, reason = an.bradley_terry(pd.DataFrame(rows), reference="WF")
+    assert table is None and "not identifiable" in reason
+
+
+def single(kind, task, race, gender, unit="doctor/p1", choice=None, value=None, occupation="doctor"):
+    return {"kind": kind, "task": task, "race": race, "gender": gender, "unit": unit, "occupation": occupation,
+            "group": group_code(race, gender), "choice": choice, "value_usd": value, "status": "ok"}
+
+
+def test_mcq_delta_g_by_hand():
+    brackets = ReflectAnalysis().salary_brackets
+    df = pd.DataFrame([single("mcq", "salary", "White", "woman", choice="C"),
+                       single("mcq", "salary", "White", "man", choice="D"),
+                       single("mcq", "salary", "Black", "woman", choice="B"),
+                       single("mcq", "salary", "Black", "man", choice="C")])
+    df = an.with_values(df, brackets)
+    race = an.mean_gaps(df, "race", "White").set_index("level")
+    assert race.loc["White", "mean"] == 75000 and race.loc["Black", "mean"] == 51250
+    assert race.loc["Black", "delta_pct"] == pytest.approx(100 * (51250 - 75000) / 75000)
+    assert race.loc["White", "delta_pct"] == 0
+    gender = an.mean_gaps(df, "gender", "woman").set_index("level")
+    assert gender.loc["man", "delta_pct"] == pytest.approx(100 * (75000 - 51250) / 51250)
+
+
+def test_salary_gaps_by_occupation_and_ols_by_hand():
+    rng = np.random.default_rng(0)
+    rows, true = [], {}
+    for occ, base in (("nurse", 60000.0), ("ceo", 200000.0)):
+        for p in range(3):
+            for race, dr in (("White", 0.0), ("Black", -3000.0), ("Asian", 1000.0)):
+                for gender, dg in (("woman", 0.0), ("man", 5000.0)):
+                    y = base + 7000 * p + dr + dg + rng.normal(0, 500)
+                    rows.append(single("salary", "salary", race, gender, unit=f"{occ}/p{p}", value=y, occupation=occ))
+    df = an.with_values(pd.DataFrame(rows), None)
+    # by hand: per-occupation means and % gaps
+    gaps = an.mean_gaps(df, "race", "White", by=["occupation"]).set_index(["occupation", "level"])
+    for occ in ("nurse", "ceo"):
+        sub = df[df["occupation"] == occ]
+        w, b = sub[sub.race == "White"]["y"].mean(), sub[sub.race == "Black"]["y"].mean()
+        assert gaps.loc[(occ, "Black"), "delta_pct"] == pytest.approx(100 * (b - w) / w)
+        assert gaps.loc[(occ, "Black"), "delta_pct"] < 0
+    # balanced full factorial with photo fixed effects: OLS main effects = differences of marginal means
+    table, reason = an.ols_cluster(df)
+    assert reason == ""
+    t = table.set_index("term")
+    mean = df.groupby("race")["y"].mean()
+    assert t.loc["race:Black", "coef"] == pytest.approx(mean["Black"] - mean["White"], rel=1e-9)
+    assert t.loc["race:Asian", "coef"] == pytest.approx(mean["Asian"] - mean["White"], rel=1e-9)
+    gm = df.groupby("gender")["y"].mean()
+    assert t.loc["gender:man", "coef"] == pytest.approx(gm["man"] - gm["woman"], rel=1e-9)
+    assert t.loc["gender:man", "p"] < 0.01 and t["n_clusters"].iloc[0] == 6
+
+
+def test_sign_flip_exact():
+    mean, p = an.sign_flip_test(np.array([1.0, 2.0, 3.0]), n_permutations=999)
+    assert mean == 2.0 and p == pytest.approx(2 / 8)  # only +++ and --- reach |mean| ≥ 2
+    mean, p = an.sign_flip_test(np.array([1.0, -1.0]))
+    assert mean == 0 and p == pytest.approx(1.0)
+
+
+def test_items_cover_all_pairs_in_both_orders():
+    images = pd.DataFrame([{"occupation": "doctor", "base_id": "p1", "race": r, "gender": g, "path": f"x/{r}_{g}.jpg"}
+                           for r in ("Asian", "Black", "Latino", "MiddleEastern", "White") for g in ("man", "woman")])
+    items = tasks.build_items(images, Reflect())
+    kinds = pd.Series([i["kind"] for i in items]).value_counts()
+    assert kinds["2afc"] == 45 * 2 * 3 and kinds["mcq"] == 20 and kinds["salary"] == 10
+    assert len({i["item_id"] for i in items}) == len(items)
+    afc = [i for i in items if i["kind"] == "2afc" and i["task"] == "income"]
+    pairs = {(i["group_a"], i["group_b"]) for i in afc}
+    assert all((b, a) in pairs for a, b in pairs)
+    sal = next(i for i in items if i["kind"] == "salary")
+    assert "doctor" in sal["prompt"] and "{" not in sal["prompt"]
+
+
+@pytest.mark.parametrize("kind,text,status,choice,value", [
+    ("2afc", "A.", "ok", "A", None),
+    ("2afc", "**B**", "ok", "B", None),
+    ("2afc", "I can't determine that from the images.", "refused", None, None),
+    ("2afc", "A or B", "failed", None, None),
+    ("mcq", "Answer: c", "ok", "C", None),
+    ("mcq", "G", "failed", None, None),
+    ("salary", "$85,000", "ok", None, 85000.0),
+    ("salary", "85k", "ok", None, 85000.0),
+    ("salary", "I'm sorry, I cannot recommend a salary.", "refused", None, None),
+    ("salary", "$12", "failed", None, None),
+])
+def test_interpret_messy_answers(kind, text, status, choice, value):
+    options = {"2afc": ["A", "B"], "mcq": list("ABCDEF"), "salary": []}[kind]
+    out = tasks.interpret({"kind": kind, "options": options}, VLMResponse(text=text, status="ok"), 1000, 10_000_000)
+    assert (out["status"], out["choice"], out["value_usd"]) == (status, choice, value)
+    if status != "ok":
+        assert out["reason"]
+
+
+def test_backend_failure_passes_through():
+    out = tasks.interpret({"kind": "2afc", "options": ["A", "B"]}, VLMResponse("", "failed", "HTTP 500"), 0, 1)
+    assert out["status"] == "failed" and out["reason"] == "HTTP 500"

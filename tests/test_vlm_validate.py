@@ -1,0 +1,130 @@
+"""Edit validation on a real packaged photo (skimage's astronaut, public domain) with synthetic edits
+whose truth is known: a recolour confined to the face mask passes; a global colour shift, a background
+change, a blur outside the mask, a lightened 'Black' edit and a different person fail the right check."""
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from biasaudit.params.vlm import ValidateEdits
+from biasaudit.vlm import validate as V
+
+
+@pytest.fixture(scope="module")
+def source():
+    from skimage import data
+
+    info = V.prepare_source(data.astronaut()[:460, :460].copy())
+    assert info.face is not None and info.face.sum() > 3000 and info.descriptor is not None
+    return info
+
+
+@pytest.fixture(scope="module")
+def params():
+    return ValidateEdits()
+
+
+def check(source, edit, params, target="Asian"):
+    return V.judge(V.validate_edit(source, edit, params), params, target)
+
+
+def test_recolour_inside_the_face_passes(source, params):
+    edit = source.rgb.astype(float)
+    edit[source.face] *= [0.7, 0.62, 0.55]
+    rec = check(source, edit.astype(np.uint8), params, "Black")
+    assert rec["passed"], rec["failed_checks"]
+    assert rec["ssim_outside"] == pytest.approx(1.0) and rec["psnr_outside"] == float("inf") and rec["delta_e_outside"] == 0
+    assert rec["delta_e_inside"] > 10 and rec["skin_L_shift"] < -10
+    assert rec["identity_distance"] < params.identity_max_distance
+
+
+def test_global_colour_shift_fails_delta_e_outside(source, params):
+    edit = np.clip(source.rgb * np.array([1.06, 1.0, 0.94]), 0, 255).astype(np.uint8)
+    rec = check(source, edit, params)
+    assert "delta_e_outside" in rec["failed_checks"].split(",") and not rec["passed"]
+
+
+def test_background_change_fails_structure_and_colour(source, params):
+    edit = source.rgb.copy()
+    edit[:, :100] = np.random.default_rng(0).integers(0, 255, (edit.shape[0], 100, 3))
+    edit[source.face] //= 2
+    bad = check(source, edit, params)["failed_checks"].split(",")
+    assert {"ssim_outside", "psnr_outside", "delta_e_outside"} <= set(bad)
+
+
+def test_blur_outside_the_mask_fails_ssim(source, params):
+    out = ~V.grow(source.face, params.border_px)
+    blurred = ndimage.gaussian_filter(source.rgb.astype(float), sigma=(2, 2, 0)).astype(np.uint8)
+    edit = source.rgb.copy()
+    edit[out] = blurred[out]
+    edit[source.face] //= 2
+    rec = check(source, edit, params)
+    assert "ssim_outside" in rec["failed_checks"].split(",")
+    assert rec["delta_e_inside"] > 5  # the face did change: only the outside check fails for the blur
+
+
+def test_unchanged_face_fails_no_face_change(source, params):
+    assert check(source, source.rgb.copy(), params)["failed_checks"] == "no_face_change"
+
+
+def test_lightened_black_edit_is_flagged(source, params):
+    edit = source.rgb.astype(float)
+    edit[source.face] = np.clip(edit[source.face] * 1.15 + 10, 0, 255)
+    rec = check(source, edit.astype(np.uint8), params, "Black")
+    assert rec["skin_L_shift"] > params.lightening_tolerance
+    assert "skin_lightening" in rec["failed_checks"].split(",")
+    assert "skin_lightening" not in check(source, edit.astype(np.uint8), params, "White")["failed_checks"]
+
+
+def test_another_person_fails_identity(source, params):
+    import matplotlib.cbook as cbook
+
+    from biasaudit.images import load_rgb
+    from biasaudit.vlm.validate import match_size
+
+    hopper = load_rgb(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).rgb
+    rec = V.validate_edit(source, match_size(hopper, source.rgb.shape[:2])[0], params)
+    assert rec["identity_distance"] > params.identity_max_distance
+    assert "identity" in V.failed_checks(rec, params)
+
+
+def test_exclude_policy_and_no_face_source(params):
+    rec = V.judge({"status": "ok", "ssim_outside": 0.5, "psnr_outside": 40, "delta_e_outside": 0,
+                   "delta_e_inside": 5}, params.model_copy(update={"on_fail": "exclude"}), "Asian")
+    assert rec["action"] == "exclude" and rec["failed_checks"] == "ssim_outside"
+    blank = V.prepare_source(np.full((300, 300, 3), 128, np.uint8))
+    out = V.judge(V.validate_edit(blank, blank.rgb, params), params, "Asian")
+    assert out["status"] == "failed" and "no face" in out["reason"] and out["action"] == "exclude"
+
+
+def test_pixel_metrics_match_hand_values():
+    src = np.zeros((40, 40, 3), np.uint8) + 100
+    face = np.zeros((40, 40), bool)
+    face[15:25, 15:25] = True
+    edit = src.copy()
+    edit[0, 0] = 110  # one outside pixel off by 10 in every channel
+    m = V.pixel_metrics(src, edit, face, border_px=2)
+    n_out = int((~V.grow(face, 2)).sum())
+    assert m["outside_pixels"] == n_out
+    assert m["psnr_outside"] == pytest.approx(10 * np.log10(255**2 / (100 / n_out)))
+    assert m["delta_e_inside"] == 0
+
+
+def test_target_attainment_with_scripted_classifier(params):
+    from biasaudit.backends.vlm.base import VLMResponse
+
+    class Scripted:
+        def __init__(self, answers):
+            self.answers = answers
+
+        def generate(self, requests):
+            return [VLMResponse(a, "ok") for a in self.answers[:len(requests)]]
+
+    vlm = Scripted(["Middle Eastern", "woman", "**White**", "I cannot tell", "Black", "man"])
+    out = V.target_attainment(vlm, ["a.jpg", "b.jpg", "c.jpg"],
+                              [("MiddleEastern", "woman"), ("Black", "man"), ("Black", "woman")], params)
+    assert out[0]["target_race_ok"] is True and out[0]["target_gender_ok"] is True
+    assert out[1]["target_race_ok"] is False and out[1]["target_gender_ok"] is None and "refusal" in out[1]["attainment_reason"]
+    assert out[2]["target_race_ok"] is True and out[2]["target_gender_ok"] is False
+    rec = V.failed_checks({"ssim_outside": 1, "psnr_outside": 99, "delta_e_outside": 0, "delta_e_inside": 9} | out[2], params)
+    assert rec == ["target_gender"]
