@@ -158,3 +158,50 @@ def test_counterfactuals_params_name_the_bad_key():
         Counterfactuals(instruction="no placeholder")
     with pytest.raises(ValidationError, match="folder_dir"):
         Counterfactuals(backend="folder")
+
+
+def build_tiny_sd_inpaint(path):
+    """A tiny random-weight Stable Diffusion *inpainting* pipeline (UNet with 9 input channels), built
+    from diffusers' test-suite sized configs and saved with save_pretrained."""
+    import torch
+    from diffusers import (AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel)
+    from transformers import CLIPTextModel
+
+    from biasaudit.tiny.diffusion import _clip_config, _clip_tokenizer
+
+    torch.manual_seed(0)
+    tok = _clip_tokenizer()
+    unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=1, sample_size=16, in_channels=9,
+                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32)
+    vae = AutoencoderKL(block_out_channels=[32, 64], in_channels=3, out_channels=3, latent_channels=4,
+                        down_block_types=["DownEncoderBlock2D"] * 2, up_block_types=["UpDecoderBlock2D"] * 2)
+    pipe = StableDiffusionInpaintPipeline(vae=vae, text_encoder=CLIPTextModel(_clip_config(len(tok))), tokenizer=tok,
+                                          unet=unet, scheduler=PNDMScheduler(skip_prk_steps=True), safety_checker=None,
+                                          feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_diffusers_inpainting_is_composited_inside_the_mask(tmp_path):
+    """A tiny random-weight inpainting pipeline loaded by the real loading code (AutoPipelineForInpainting);
+    whatever it paints, every pixel outside the feathered face mask is the source's own."""
+    from biasaudit.backends.editors.diffusers_inpaint import DiffusersInpaintEditor
+
+    path = build_tiny_sd_inpaint(tmp_path / "tiny-sd-inpaint")
+    spec = Counterfactuals(backend="diffusers", model_id=str(path), num_inference_steps=2, guidance_scale=0.0,
+                           strength=1.0, image_max_side=64, device="cpu", mask_dilate_px=2, mask_feather_px=1.0)
+    editor = DiffusersInpaintEditor(spec, stand_in=True)
+    rgb = np.random.default_rng(0).integers(0, 255, (80, 64, 3), dtype=np.uint8)
+    src = tmp_path / "src.png"
+    Image.fromarray(rgb).save(src)
+    mask = np.zeros((80, 64), bool)
+    mask[30:50, 20:44] = True
+    res = editor.edit([EditRequest(str(src), "Asian_man", "an East Asian man", "a face", 5, mask)])[0]
+    assert res.status == "ok", res.reason
+    alpha = feathered_alpha(mask, 2, 1.0)
+    assert res.image.shape == rgb.shape
+    assert np.array_equal(res.image[alpha == 0], rgb[alpha == 0])
+    assert not np.array_equal(res.image[mask], rgb[mask])
+    assert editor.settings()["pipeline"] == "StableDiffusionInpaintPipeline" and editor.stand_in

@@ -25,10 +25,6 @@ def make_editor(spec: Any) -> ImageEditor:
         return OpenAIEditor(spec)
     if spec.backend == "diffusers":
         from biasaudit.backends.editors.diffusers_inpaint import DiffusersInpaintEditor
-        if spec.model_id.startswith("tiny-"):  # random-weight pipeline built offline (stand-in)
-            from biasaudit.tiny.diffusion import ensure_tiny_pipeline
-            path, _ = ensure_tiny_pipeline(spec.model_id.removeprefix("tiny-"))
-            return DiffusersInpaintEditor(spec.model_copy(update={"model_id": str(path)}), stand_in=True)
         return DiffusersInpaintEditor(spec)
     if spec.backend == "tiny":
         from biasaudit.backends.editors.tiny import TinyEditor

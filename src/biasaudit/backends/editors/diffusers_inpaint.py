@@ -40,7 +40,7 @@ class DiffusersInpaintEditor(ImageEditor):
         if pipeline is None:
             dtype = torch.float16 if self.device == "cuda" else torch.float32
             kw = {"revision": spec.revision} if spec.revision else {}
-            pipeline = AutoPipelineForInpainting.from_pretrained(spec.model_id, torch_dtype=dtype, **kw)
+            pipeline = AutoPipelineForInpainting.from_pretrained(spec.model_id, dtype=dtype, **kw)
         else:
             pipeline = AutoPipelineForInpainting.from_pipe(pipeline)
         self.pipe = pipeline.to(self.device)

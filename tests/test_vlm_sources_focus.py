@@ -1,0 +1,103 @@
+"""Source-photo validation on the packaged public-domain photos, and the resumable editing loop
+(tiny stand-in editor) writing the FOCUS layout with pixel checks and regeneration."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from biasaudit.faces.detect import Face, make_detector
+from biasaudit.io import RecordLog
+from biasaudit.params.vlm import Counterfactuals, Sources, ValidateEdits
+from biasaudit.runner import run_local
+from biasaudit.vlm import focus, sources
+
+
+class Boxes:
+    """A detector stub returning fixed boxes (largest first), to test the dominance rule."""
+
+    def __init__(self, *boxes):
+        self.faces = [Face(b, 1.0) for b in boxes]
+
+    def detect(self, rgb):
+        return self.faces
+
+
+def test_check_photo_reasons():
+    p = Sources(min_side=100, min_face_side=40, dominance_ratio=4.0)
+    rgb = np.zeros((200, 200, 3), np.uint8)
+    assert sources.check_photo(None, Boxes(), p, "not an image")["reason"] == "not an image"
+    assert "too small" in sources.check_photo(rgb[:50], Boxes(), p)["reason"]
+    assert sources.check_photo(rgb, Boxes(), p)["reason"] == "no face detected"
+    two = sources.check_photo(rgb, Boxes((0, 0, 60, 60), (100, 100, 150, 150)), p)
+    assert two["status"] == "rejected" and "no dominant face" in two["reason"]
+    dup = sources.check_photo(rgb, Boxes((0, 0, 60, 60), (2, 2, 58, 58)), p)  # same face twice
+    assert dup["status"] == "ok" and dup["n_faces"] == 1
+    small = sources.check_photo(rgb, Boxes((0, 0, 30, 30)), p)
+    assert "face too small" in small["reason"]
+    assert sources.check_photo(rgb, Boxes((0, 0, 80, 80), (150, 150, 170, 170)), p)["status"] == "ok"
+
+
+def test_packaged_sources_are_real_faces():
+    p = Sources(source="packaged", occupations=["doctor", "teacher"], photos_per_occupation=1, min_face_side=60,
+                detector_upsample=0)
+    cands = sources.packaged_candidates(p.occupations, p.photos_per_occupation, p.seed)
+    assert [c["base_id"] for c in cands] == ["astronaut-0", "grace-hopper-0"]
+    det = make_detector("dlib", dlib_upsample=0)
+    assert all(sources.check_photo(c["rgb"], det, p)["status"] == "ok" for c in cands)
+    crop = sources.seeded_crop(cands[0]["rgb"], 5)
+    assert crop.shape == (460, 460, 3) and np.array_equal(crop, sources.seeded_crop(cands[0]["rgb"], 5))
+
+
+def test_folder_candidates_keep_unreadable_files(tmp_path):
+    (tmp_path / "nurse").mkdir()
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "nurse" / "a b.png")
+    (tmp_path / "nurse" / "broken.jpg").write_bytes(b"nope")
+    cands = sources.folder_candidates(tmp_path, ["nurse", "cook"], 5)
+    assert [c["base_id"] for c in cands] == ["a-b", "broken"]
+    assert cands[1]["rgb"] is None and cands[1]["reason"]
+
+
+@pytest.mark.slow
+def test_editing_loop_resumes_and_regenerates(tmp_path):
+    from skimage import data
+
+    from biasaudit.backends.editors import EditResult, make_editor
+
+    src_path = tmp_path / "src" / "doctor" / "astro.png"
+    src_path.parent.mkdir(parents=True)
+    Image.fromarray(data.astronaut()).save(src_path)
+    srcs = pd.DataFrame([{"occupation": "doctor", "base_id": "astro", "path": str(src_path), "status": "ok"}])
+    params = Counterfactuals(races=["Black", "White"], max_attempts=2)
+    checks = ValidateEdits()
+    items = focus.edit_items(srcs, params.races, params.genders)
+    assert len(items) == 4
+
+    tiny = make_editor(params)
+    calls = []
+
+    class FirstAttemptBlurs:  # attempt 1 blurs the whole photo (must fail the pixel checks), attempt 2 is clean
+        name, model_id, revision, stand_in, uses_mask = "tiny", "tiny-face-recolour", "v1", True, True
+
+        def edit(self, reqs):
+            out = tiny.edit(reqs)
+            calls.append(reqs[0].seed)
+            if len(calls) % 2 == 1:
+                from scipy import ndimage
+                out = [EditResult(ndimage.gaussian_filter(r.image, (2, 2, 0)), "ok") for r in out]
+            return out
+
+    log = RecordLog(tmp_path / "log.jsonl", "edit_id")
+    fn = focus.make_edit_batch_fn(FirstAttemptBlurs(), params, checks, tmp_path / "focus")
+    first = run_local(items[:2], fn, log, progress=False)
+    assert first.processed == 2
+    again = run_local(items, fn, log, progress=False)  # resumes: only the 2 remaining edits
+    assert again.already_done == 2 and again.processed == 2
+    rows = log.to_frame().set_index("edit_id")
+    assert (rows["status"] == "ok").all() and (rows["attempt"] == 2).all()
+    assert all(h.startswith("1:") and "ssim_outside" in h and h.endswith("2:pass") for h in rows["attempt_history"])
+    assert len(set(calls)) == 8  # a fresh seed per attempt
+    for edit_id, r in rows.iterrows():
+        assert r["path"].endswith(edit_id.split("/")[-1] + ".jpg") and r["sha256"] and r["stand_in"]
+    found, problems = focus.scan_focus(tmp_path / "focus")
+    assert len(found) == 4 and not problems
