@@ -39,17 +39,15 @@ on_fail: str = "flag"  # flag | exclude (excluded edits are not asked about in r
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.faces.detect import make_detector
 from biasaudit.images import load_rgb
-from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.t2i.outputs import to_markdown
-from biasaudit.io import atomic_write_text
 from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits", border_px=border_px, ssim_outside_min=ssim_outside_min,

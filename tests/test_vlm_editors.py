@@ -2,7 +2,6 @@
 stand-in and the compositing that keeps every pixel outside the face mask, the FOCUS layout import."""
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 

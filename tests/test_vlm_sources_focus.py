@@ -79,6 +79,9 @@ def test_editing_loop_resumes_and_regenerates(tmp_path):
     class FirstAttemptBlurs:  # attempt 1 blurs the whole photo (must fail the pixel checks), attempt 2 is clean
         name, model_id, revision, stand_in, uses_mask = "tiny", "tiny-face-recolour", "v1", True, True
 
+        def settings(self):
+            return {"first_attempt": "blurred"}
+
         def edit(self, reqs):
             out = tiny.edit(reqs)
             calls.append(reqs[0].seed)

@@ -120,7 +120,7 @@ def test_target_attainment_with_scripted_classifier(params):
         def generate(self, requests):
             return [VLMResponse(a, "ok") for a in self.answers[:len(requests)]]
 
-    vlm = Scripted(["Middle Eastern", "woman", "**White**", "I cannot tell", "Black", "man"])
+    vlm = Scripted(["D", "woman", "**E**", "I cannot tell", "B.", "man"])  # D = Middle Eastern, E = White
     out = V.target_attainment(vlm, ["a.jpg", "b.jpg", "c.jpg"],
                               [("MiddleEastern", "woman"), ("Black", "man"), ("Black", "woman")], params)
     assert out[0]["target_race_ok"] is True and out[0]["target_gender_ok"] is True

@@ -38,7 +38,6 @@ Definitions (the paper's, made exact):
 from __future__ import annotations
 
 import warnings
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -322,10 +321,6 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
         if parts:
             res["tables"][name] = pd.concat(parts, ignore_index=True)
     return res
-
-
-def all_pairs(n: int) -> list[tuple[int, int]]:
-    return list(combinations(range(n), 2))
 
 
 # ------------------------------------------------------------------------------------- figures

@@ -5,12 +5,14 @@ Race ∈ {Asian, Black, Latino, MiddleEastern, White}. `data/vlm/focus/manifest.
 image: edit_id ('occupation/base_id/Race_gender'), occupation, base_id, race, gender, group (AM…WF),
 path, source_path ('' for an imported set without sources), backend, model_id, revision,
 instruction_version, instruction_sha, seed, attempt, attempts, status (ok | refused | failed), reason,
-pixel-check metrics of the kept attempt, sha256, stand_in, created_at.
+pixel-check metrics of the kept attempt (px_*), sha256, stand_in, editor_settings, libraries (JSON),
+created_at.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from PIL import Image
 
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
-from biasaudit.provenance import derive_seed, sha256_file, stable_hash, utc_now
+from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
 from biasaudit.vlm.groups import group_code, parse_group_name
 
 FOCUS_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -113,7 +115,9 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
     instruction_sha = stable_hash([params.instruction, params.inpaint_prompt], 12)
     prov = {"backend": editor.name, "model_id": editor.model_id, "revision": editor.revision,
             "instruction_version": params.instruction_version, "instruction_sha": instruction_sha,
-            "stand_in": bool(editor.stand_in)}
+            "stand_in": bool(editor.stand_in), "editor_settings": json.dumps(editor.settings(), sort_keys=True,
+                                                                             default=str),
+            "libraries": library_versions_json()}
 
     def source_info(path: str):
         if path not in masks:

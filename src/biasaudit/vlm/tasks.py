@@ -12,7 +12,7 @@ Each question is one work item (a dict, key `item_id`) and becomes one row of
     group_a, group_b, image_a, image_b (2afc) | group, race, gender, image (mcq, salary),
     prompt_version, prompt_sha, options, text (raw answer), choice, value_usd, status (ok | refused |
     failed), reason, option_probs (JSON), tokens_in, tokens_out, from_cache, vlm, backend, model_id,
-    revision, decoding (JSON), stand_in, created_at.
+    revision, decoding (JSON), stand_in, libraries (JSON), created_at.
 Only status 'ok' rows are retained by the analysis; refusals and invalid answers are counted.
 """
 
@@ -26,7 +26,7 @@ import pandas as pd
 
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResponse
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
-from biasaudit.provenance import stable_hash, utc_now
+from biasaudit.provenance import library_versions_json, stable_hash, utc_now
 from biasaudit.vlm.groups import group_code
 
 MCQ_OPTIONS: dict[str, tuple[str, ...]] = {"salary": tuple("ABCDEF"), "education": tuple("ABCD")}
@@ -123,10 +123,10 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16):
     provenance = {"vlm": vlm_name, "backend": backend.name, "model_id": backend.model_id,
                   "revision": backend.revision, "stand_in": bool(backend.stand_in),
                   "decoding": json.dumps(backend.decoding_params(), sort_keys=True, default=str),
-                  "prompt_version": params.prompt_version}
+                  "prompt_version": params.prompt_version, "libraries": library_versions_json()}
 
     def fn(items: list[dict]) -> list[dict]:
-        requests = [to_request(item, max_tokens if item["kind"] != "salary" else max(max_tokens, 32))
+        requests = [to_request(item, max_tokens if item["kind"] != "salary" else params.salary_max_tokens)
                     for item in items]
         responses = vlm.generate(requests)
         records = []
@@ -148,7 +148,7 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
-                    "created_at"]
+                    "libraries", "created_at"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:

@@ -209,15 +209,19 @@ RACE_OPTION_TEXT = {"Asian": "Asian", "Black": "Black", "Latino": "Latino", "Mid
                     "White": "White"}
 
 
+RACE_LETTERS = ("A", "B", "C", "D", "E")  # race options are lettered: one distinct first token each
+
+
 def attainment_requests(paths: list[str], params: Any) -> list[tuple[Any, Any]]:
-    """(race request, gender request) per edited image, asking the classifier with the allowed options."""
+    """(race request, gender request) per edited image, asking the classifier with the allowed options.
+    Races are offered as letters ('A. Asian; B. Black; …') so every option has its own first token."""
     from biasaudit.backends.vlm.base import VLMRequest
 
-    races = tuple(RACE_OPTION_TEXT.values())
+    legend = "; ".join(f"{letter}. {name}" for letter, name in zip(RACE_LETTERS, RACE_OPTION_TEXT.values()))
     genders = ("man", "woman")
     out = []
     for p in paths:
-        out.append((VLMRequest(images=(p,), prompt=params.race_prompt.format(options=", ".join(races)), options=races),
+        out.append((VLMRequest(images=(p,), prompt=params.race_prompt.format(options=legend), options=RACE_LETTERS),
                     VLMRequest(images=(p,), prompt=params.gender_prompt.format(options=", ".join(genders)),
                                options=genders)))
     return out
@@ -228,7 +232,7 @@ def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]]
     An unparseable answer or a refusal leaves *_ok as None (not measured) with the reason."""
     from biasaudit.backends.vlm.parse import parse_choice
 
-    back = {v: k for k, v in RACE_OPTION_TEXT.items()}
+    back = dict(zip(RACE_LETTERS, RACE_OPTION_TEXT))  # letter → race
     pairs = attainment_requests(paths, params)
     answers = vlm.generate([r for pair in pairs for r in pair])
     out = []

@@ -1,5 +1,7 @@
-"""`tiny` backend: the real clip zero-shot code over a seeded random-weight open_clip model built
-offline (tests, offline profile). Its labels are stand-ins: they test the pipeline, not a model."""
+"""`tiny` backend: the real backend code over seeded random-weight models built offline (tests,
+offline profile): `tiny-open-clip` (clip zero-shot over a tiny open_clip model) and `tiny-qwen2-vl`
+(the transformers backend over a tiny generative Qwen2-VL). Their answers are stand-ins: they test
+the pipeline, not a model."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
 
-TINY_MODELS = ("tiny-open-clip",)
+TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")
 TINY_DIR_ENV = "BIASAUDIT_TINY_DIR"  # where tiny weights are built (default: models/tiny)
 
 
@@ -29,7 +31,21 @@ class TinyClip(ClipZeroShot):
         self.revision = "random-seed0"
 
 
+def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
+    """The real transformers backend over the tiny random Qwen2-VL; revision = its weights hash.
+    `digits_only`: the variant whose free text is digits only (numeric answers parse)."""
+    from biasaudit.backends.vlm.transformers_local import TransformersVLM
+    from biasaudit.tiny.vlm import ensure_tiny_qwen2_vl, ensure_tiny_qwen2_vl_digits
+
+    path, weights = (ensure_tiny_qwen2_vl_digits if digits_only else ensure_tiny_qwen2_vl)(tiny_dir())
+    backend = TransformersVLM(spec, stand_in=True, path=path, revision=weights)
+    backend.name = "tiny"
+    return backend
+
+
 def make_tiny(spec: Any):
     if spec.model_id == "tiny-open-clip":
         return TinyClip(spec)
+    if spec.model_id in ("tiny-qwen2-vl", "tiny-qwen2-vl-digits"):
+        return make_tiny_qwen2_vl(spec, digits_only=spec.model_id.endswith("-digits"))
     raise ValueError(f"classify.vlm.model_id: unknown tiny model '{spec.model_id}'; available: {', '.join(TINY_MODELS)}")

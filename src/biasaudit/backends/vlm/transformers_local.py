@@ -1,65 +1,211 @@
-"""Local VLM through transformers (e.g. a Qwen2.5-VL checkpoint by path or hub id).
+"""Local VLM through transformers: a Qwen2-VL / Qwen2.5-VL style checkpoint by local path or hub id.
 
-Greedy decoding (temperature 0) of the chat-templated prompt with the images. With `constrain` and
-options, the answer is instead the option with the highest next-token probability among the
-options' first tokens (option_probs renormalised over them) — constrained decoding for one-word
-answers. Not yet exercised on a tiny random Qwen2-VL in this repository's tests (see the report).
+    backend = TransformersVLM(spec)   # spec: VLMSpec(backend="transformers", model_id=..., device, dtype)
+    backend.generate([VLMRequest(images=(a, b), prompt="...", options=("A", "B"))])
+
+- Loading: `AutoProcessor` + `AutoModelForImageTextToText` (the real classes). A hub id is resolved
+  in the local Hugging Face cache when HF_HUB_OFFLINE=1 (a clear error naming `model_id` when it is
+  not there); otherwise transformers downloads it. The revision recorded is the spec's, else the
+  cached snapshot's commit, else a fingerprint of a local folder's files (names, sizes, configs).
+- Prompt: one user turn through the processor's chat template — every image of the request (in
+  order: 2AFC sends A then B) followed by the prompt text.
+- Decoding: greedy, at most `request.max_tokens` new tokens; requests are batched (left padding,
+  `spec.local_batch_size` per forward pass).
+- Options: when a request has options, `option_probs` is the softmax over the options' first-token
+  logits at the answer position (the first generated token). With `spec.constrain` the answer is the
+  most probable option (one forward step); without it the model's own greedy text is returned and
+  the probabilities are still recorded. Options that share a first token cannot be told apart this
+  way: that request fails with a reason.
+- One bad item (unreadable image, options sharing a first token, an error in its forward pass) gives
+  a failed response with a reason; the rest of the batch is still answered.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (1/ON/YES/TRUE), read now rather than at import."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def folder_fingerprint(path: Path) -> str:
+    """A cheap revision for a local model folder: sha256 over (relative path, size) of every file and
+    the full text of its JSON configs. Weight bytes are not read (multi-GB checkpoints)."""
+    h = hashlib.sha256()
+    for p in sorted(q for q in path.rglob("*") if q.is_file() and not q.name.startswith(".")):
+        h.update(f"{p.relative_to(path).as_posix()}\0{p.stat().st_size}\0".encode())
+        if p.suffix == ".json":
+            h.update(p.read_bytes())
+    return "local-" + h.hexdigest()[:16]
+
+
+def resolve_model(model_id: str, revision: str = "", key: str = "vlm.model_id") -> tuple[str, str]:
+    """(what to pass to from_pretrained, revision to record) for a local folder or a hub id.
+
+    Offline (HF_HUB_OFFLINE=1) a hub id must already be in the local cache: otherwise a ValueError
+    naming `key` says how to get it. Online the hub id is returned as is (transformers downloads it).
+    """
+    path = Path(model_id).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{key}: local folder '{model_id}' has no config.json (not a saved transformers model)")
+        return str(path), revision or folder_fingerprint(path)
+    if model_id.startswith((".", "/", "~")) or model_id.count("/") > 1 or not model_id:
+        raise ValueError(f"{key}: '{model_id}' is neither an existing local model folder nor a hub id (org/name)")
+    if not hub_offline():
+        return model_id, revision
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot = snapshot_download(model_id, revision=revision or None, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
+        raise ValueError(
+            f"{key}: hub model '{model_id}'{f' (revision {revision})' if revision else ''} is not in the local "
+            f"Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it; download it first "
+            f"(`hf download {model_id}`) or set {key} to a local folder ({type(exc).__name__})") from exc
+    return snapshot, revision or Path(snapshot).name  # snapshot folders are named by commit hash
 
 
 class TransformersVLM(VLMBackend):
     name = "transformers"
 
-    def __init__(self, spec: Any, stand_in: bool = False):
+    def __init__(self, spec: Any, stand_in: bool = False, path: str | os.PathLike | None = None,
+                 revision: str | None = None):
+        """`path`/`revision` override where the weights are and what revision is recorded (the tiny
+        stand-in passes its built folder and weights hash); otherwise both come from the spec."""
         super().__init__()
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.spec, self.torch, self.stand_in = spec, torch, stand_in
         self.model_id = spec.model_id
-        self.revision = spec.revision or "main"
-        kw = {"revision": spec.revision} if spec.revision else {}
-        self.processor = AutoProcessor.from_pretrained(spec.model_id, **kw)
+        if path is not None:
+            source, rev = str(path), revision or folder_fingerprint(Path(path))
+        else:
+            source, rev = resolve_model(spec.model_id, spec.revision)
+        kw: dict[str, Any] = {"revision": spec.revision} if (spec.revision and not Path(source).is_dir()) else {}
+        self.processor = AutoProcessor.from_pretrained(source, **kw)
         self.model = AutoModelForImageTextToText.from_pretrained(
-            spec.model_id, dtype=getattr(torch, spec.dtype), **kw).to(spec.device).eval()
+            source, dtype=getattr(torch, spec.dtype), **kw).to(spec.device).eval()
+        self.revision = rev or getattr(self.model.config, "_commit_hash", None) or "main"
+        tok = self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        tok.padding_side = "left"  # decoder-only batched generation
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        gen = self.model.generation_config
+        self.eos_ids = set(_as_list(gen.eos_token_id) or _as_list(tok.eos_token_id))
+        self.pad_id = gen.pad_token_id if gen.pad_token_id is not None else tok.pad_token_id
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
-        return {"greedy": True, "max_tokens": s.max_tokens, "constrain": s.constrain, "image_max_side": s.image_max_side}
+        return {"greedy": True, "constrain": s.constrain, "image_max_side": s.image_max_side, "dtype": s.dtype,
+                "option_scoring": "first-token softmax"}
 
-    def _one(self, req: VLMRequest) -> VLMResponse:
+    # --- helpers --------------------------------------------------------------------------------
+
+    def first_tokens(self, options: tuple[str, ...]) -> tuple[list[int] | None, str]:
+        """Each option's first token id, or None and a reason when two options share one."""
+        ids = []
+        for o in options:
+            toks = self.tokenizer(o, add_special_tokens=False)["input_ids"]
+            if not toks:
+                return None, f"option {o!r} tokenizes to nothing"
+            ids.append(int(toks[0]))
+        if len(set(ids)) < len(ids):
+            return None, f"options {list(options)} share a first token; first-token option scoring is ambiguous"
+        return ids, ""
+
+    def prompt_text(self, n_images: int, prompt: str) -> str:
+        content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
+        return self.processor.apply_chat_template([{"role": "user", "content": content}],
+                                                  add_generation_prompt=True, tokenize=False)
+
+    def _run(self, group: list[tuple[VLMRequest, list, list[int] | None]], constrained: bool) -> list[VLMResponse]:
+        """One batched forward/generate over prepared requests (same kind: with/without images)."""
         torch = self.torch
-        images = []
-        for path in req.images:
-            img, reason = load_pil(path, self.spec.image_max_side)
-            if img is None:
-                return failed(reason)
-            images.append(img)
-        messages = [{"role": "user", "content": [*({"type": "image"} for _ in images), {"type": "text", "text": req.prompt}]}]
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        inputs = self.processor(text=[text], images=images or None, return_tensors="pt").to(self.spec.device)
-        n_in = int(inputs["input_ids"].shape[1])
-        self._count("attempts")
+        texts = [self.prompt_text(len(images), req.prompt) for req, images, _ in group]
+        has_images = bool(group[0][1])
+        inputs = self.processor(text=texts, images=[images for _, images, _ in group] if has_images else None,
+                                return_tensors="pt", padding=True).to(self.spec.device)
+        n_prompt = int(inputs["input_ids"].shape[1])
+        tokens_in = inputs["attention_mask"].sum(dim=1).tolist()
+        max_new = 1 if constrained else max(req.max_tokens for req, _, _ in group)
+        self._count("attempts", len(group))
         with torch.inference_mode():
-            if self.spec.constrain and req.options:
-                logits = self.model(**inputs).logits[0, -1].float()
-                tok = self.processor.tokenizer
-                first = {o: tok(o, add_special_tokens=False)["input_ids"][0] for o in req.options}
-                if len(set(first.values())) < len(first):
-                    return failed("options share a first token; constrained scoring is ambiguous")
-                probs = torch.softmax(logits[list(first.values())], dim=0).tolist()
+            out = self.model.generate(**inputs, max_new_tokens=max_new, do_sample=False, temperature=None,
+                                      top_p=None, top_k=None, pad_token_id=self.pad_id, output_logits=True,
+                                      return_dict_in_generate=True)
+        first_logits = out.logits[0].float()  # answer position: logits of the first generated token
+        responses = []
+        for i, (req, _, option_ids) in enumerate(group):
+            option_probs = None
+            if option_ids is not None:
+                probs = torch.softmax(first_logits[i, option_ids], dim=0).tolist()
                 option_probs = dict(zip(req.options, probs))
+            if constrained:
                 best = max(option_probs, key=option_probs.get)
-                return VLMResponse(best, OK, tokens_in=n_in, tokens_out=1, option_probs=option_probs)
-            out = self.model.generate(**inputs, max_new_tokens=req.max_tokens, do_sample=False)
-        answer = self.processor.batch_decode(out[:, n_in:], skip_special_tokens=True)[0].strip()
-        return VLMResponse(answer, OK, tokens_in=n_in, tokens_out=int(out.shape[1] - n_in))
+                responses.append(VLMResponse(best, OK, tokens_in=int(tokens_in[i]), tokens_out=1,
+                                             option_probs=option_probs, meta={"constrained": True}))
+                continue
+            new = out.sequences[i, n_prompt:n_prompt + req.max_tokens].tolist()
+            n_out = next((k + 1 for k, t in enumerate(new) if t in self.eos_ids), len(new))
+            text = self.tokenizer.decode(new[:n_out], skip_special_tokens=True).strip()
+            responses.append(VLMResponse(text, OK, tokens_in=int(tokens_in[i]), tokens_out=n_out,
+                                         option_probs=option_probs))
+        return responses
+
+    # --- interface ------------------------------------------------------------------------------
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
-        return self._each(requests, self._one, on_result)
+        out: list[VLMResponse | None] = [None] * len(requests)
+
+        def report(i: int, response: VLMResponse) -> None:
+            out[i] = response
+            if on_result is not None:
+                on_result(i, response)
+
+        groups: dict[tuple[bool, bool], list[int]] = {}
+        prepared: dict[int, tuple[VLMRequest, list, list[int] | None]] = {}
+        for i, req in enumerate(requests):
+            images, bad = [], ""
+            for path in req.images:
+                img, reason = load_pil(path, self.spec.image_max_side)
+                if img is None:
+                    bad = reason
+                    break
+                images.append(img)
+            option_ids, reason = self.first_tokens(req.options) if req.options else (None, "")
+            if bad or reason:
+                report(i, failed(bad or reason))
+                continue
+            prepared[i] = (req, images, option_ids)
+            groups.setdefault((bool(images), bool(self.spec.constrain and req.options)), []).append(i)
+
+        size = max(1, int(self.spec.local_batch_size))
+        for (_, constrained), idx in groups.items():
+            for start in range(0, len(idx), size):
+                chunk = idx[start:start + size]
+                try:
+                    for i, response in zip(chunk, self._run([prepared[i] for i in chunk], constrained)):
+                        report(i, response)
+                except Exception:  # noqa: BLE001 - retry one by one so only the bad item fails
+                    for i in chunk:
+                        try:
+                            report(i, self._run([prepared[i]], constrained)[0])
+                        except Exception as exc:  # noqa: BLE001
+                            report(i, failed(f"{type(exc).__name__}: {exc}"[:500]))
+        return [r if r is not None else failed("no response") for r in out]
+
+
+def _as_list(x: Any) -> list[int]:
+    if x is None:
+        return []
+    return [int(v) for v in x] if isinstance(x, (list, tuple)) else [int(x)]
+

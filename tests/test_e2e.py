@@ -1,0 +1,91 @@
+"""End to end: the offline pipeline in a fresh copy of the repository, run by DVC as `make demo` does.
+
+Checks every expected artifact exists and is non-empty, that a second `dvc repro` does nothing, and
+that changing an analysis-only parameter re-runs only `analyze` and `report`.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+EXPECTED = [
+    "data/t2i/benchmarks/occupation.parquet", "data/t2i/benchmarks/geography.parquet",
+    "data/t2i/benchmarks/surname.parquet", "data/t2i/prompts.csv",
+    "data/t2i/images/tiny-sd3/manifest.parquet", "data/t2i/images/tiny-flux/manifest.parquet",
+    "data/t2i/images/packaged-photos/manifest.parquet",
+    "data/t2i/labels/tiny-sd3.parquet", "data/t2i/labels/packaged-photos.parquet",
+    "data/t2i/faces/packaged-photos.parquet", "data/t2i/embeddings/packaged-photos/clip.npy",
+    "data/t2i/embeddings/packaged-photos/face.npy", "data/t2i/embeddings/packaged-photos/index.parquet",
+    "reports/t2i/reliability/summary.json", "reports/t2i/metrics.json", "reports/t2i/manifest.json",
+    "data/vlm/edit_checks.parquet", "reports/vlm/summary.json", "reports/vlm/metrics.json",
+    "reports/index.html", "reports/notebooks/t2i_analyze.html", "reports/notebooks/report.html",
+]
+
+
+def run(cmd: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=2400)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout + proc.stderr
+
+
+def stages_run(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+@pytest.fixture(scope="module")
+def fresh_repo(tmp_path_factory) -> Path:
+    """The working tree (tracked and new files, no outputs) in a new git repository."""
+    dest = tmp_path_factory.mktemp("e2e") / "repo"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.org", "commit", "-qm", "e2e"]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    (dest / "dvc.lock").unlink(missing_ok=True)  # start from nothing, as a new clone would
+    return dest
+
+
+@pytest.fixture(scope="module")
+def first_run(fresh_repo) -> str:
+    return run(["dvc", "repro"], fresh_repo)
+
+
+def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
+    missing = [p for p in EXPECTED if not (fresh_repo / p).exists() or (fresh_repo / p).stat().st_size == 0]
+    assert not missing, f"missing or empty: {missing}"
+    html = (fresh_repo / "reports/index.html").read_text()
+    assert "STAND-IN" in html.upper()
+
+
+def test_second_repro_does_nothing(fresh_repo, first_run):
+    out = run(["dvc", "repro"], fresh_repo)
+    assert stages_run(out) == set(), out
+
+
+def test_analysis_parameter_reruns_only_analysis_and_report(fresh_repo, first_run):
+    params_path = fresh_repo / "params.yaml"
+    params = yaml.safe_load(params_path.read_text())
+    text = params_path.read_text()
+    old = params["analyze"]["n_boot"]
+    new_text = re.sub(r"(?m)^(  n_boot:\s*)\d+", rf"\g<1>{old + 1}", text, count=1)
+    assert new_text != text
+    params_path.write_text(new_text)
+    out = run(["dvc", "repro"], fresh_repo)
+    assert stages_run(out) == {"analyze", "report"}, out
