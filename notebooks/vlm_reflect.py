@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.backends.vlm import CachedVLM
+from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
 from biasaudit.io import RecordLog, atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import stable_hash, write_run_info

@@ -178,11 +178,17 @@ def assemble(records: pd.DataFrame, order: list[str], parts_dir: str | Path) -> 
 
 def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.DataFrame, out_dir: str | Path,
                    n: int, seed: int, root: str | Path = ".") -> list[Path]:
-    """Mask-outline overlays for a seeded sample of measured images (reviewers see what was measured)."""
+    """Mask-outline overlays for a seeded sample of measured images (reviewers see what was measured).
+    The folder always exists (it is a stage output) with an index.txt saying what it holds."""
     from PIL import Image
 
+    from biasaudit.io import atomic_write_text
+
     ok = faces[faces["status"] == "ok"]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     if n <= 0 or ok.empty:
+        reason = "n_overlays is 0" if n <= 0 else "no image of this model had a measured face"
+        atomic_write_text(Path(out_dir) / "index.txt", f"no overlays: {reason}\n")
         return []
     sample = ok.sample(min(n, len(ok)), random_state=seed % 2**32)["image_id"]
     paths = manifest.set_index("image_id")["path"]
@@ -198,4 +204,5 @@ def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.Dat
         with atomic_path(out) as tmp:
             Image.fromarray(outline_overlay(loaded.rgb, mask, bbox)).save(tmp, format="PNG")
         written.append(out)
+    atomic_write_text(Path(out_dir) / "index.txt", "".join(f"{p.name}\n" for p in written) or "no overlays\n")
     return written

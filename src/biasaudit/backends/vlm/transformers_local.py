@@ -14,9 +14,10 @@
 - Options: when a request has options, `option_probs` is the softmax over the options' first-token
   logits at the answer position (the first generated token). With `spec.constrain` the answer is the
   most probable option (one forward step); without it the model's own greedy text is returned and
-  the probabilities are still recorded. Options that share a first token cannot be told apart this
-  way: that request fails with a reason.
-- One bad item (unreadable image, options sharing a first token, an error in its forward pass) gives
+  the probabilities are still recorded. Options that share a first token (e.g. words that a small
+  vocabulary splits alike) are scored instead by their whole-sequence log-likelihood after the prompt
+  (one forward pass over every option; softmax over the sums).
+- One bad item (unreadable image, an option that tokenizes to nothing, an error in its forward pass) gives
   a failed response with a reason; the rest of the batch is still answered.
 """
 
@@ -106,12 +107,14 @@ class TransformersVLM(VLMBackend):
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
         return {"greedy": True, "constrain": s.constrain, "image_max_side": s.image_max_side, "dtype": s.dtype,
-                "option_scoring": "first-token softmax"}
+                "option_scoring": "first-token softmax; sequence log-likelihood when first tokens collide"}
 
     # --- helpers --------------------------------------------------------------------------------
 
     def first_tokens(self, options: tuple[str, ...]) -> tuple[list[int] | None, str]:
         """Each option's first token id, or None and a reason when two options share one."""
+        if len(set(options)) < len(options):
+            return None, f"duplicate options {list(options)}"
         ids = []
         for o in options:
             toks = self.tokenizer(o, add_special_tokens=False)["input_ids"]
@@ -119,8 +122,24 @@ class TransformersVLM(VLMBackend):
                 return None, f"option {o!r} tokenizes to nothing"
             ids.append(int(toks[0]))
         if len(set(ids)) < len(ids):
-            return None, f"options {list(options)} share a first token; first-token option scoring is ambiguous"
+            return None, "shared first token"
         return ids, ""
+
+    def sequence_option_probs(self, req: VLMRequest, images: list) -> dict[str, float]:
+        """Softmax over each option's summed token log-probabilities after the prompt."""
+        torch = self.torch
+        prompt = self.prompt_text(len(images), req.prompt)
+        texts = [prompt + option for option in req.options]
+        inputs = self.processor(text=texts, images=[images] * len(texts) if images else None,
+                                return_tensors="pt", padding=True).to(self.spec.device)
+        lengths = [len(self.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in req.options]
+        self._count("attempts", 1)
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        token_logp = logp.gather(-1, inputs["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+        totals = torch.stack([token_logp[i, -n:].sum() for i, n in enumerate(lengths)])  # left padding: options end last
+        return dict(zip(req.options, torch.softmax(totals, dim=0).tolist()))
 
     def prompt_text(self, n_images: int, prompt: str) -> str:
         content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
@@ -182,8 +201,21 @@ class TransformersVLM(VLMBackend):
                     break
                 images.append(img)
             option_ids, reason = self.first_tokens(req.options) if req.options else (None, "")
-            if bad or reason:
+            if bad or (reason and reason != "shared first token"):
                 report(i, failed(bad or reason))
+                continue
+            if reason:  # options share a first token: whole-sequence scoring, one request at a time
+                try:
+                    probs = self.sequence_option_probs(req, images)
+                    if self.spec.constrain:
+                        report(i, VLMResponse(max(probs, key=probs.get), OK, option_probs=probs,
+                                              meta={"constrained": True, "option_scoring": "sequence"}))
+                    else:
+                        response = self._run([(req, images, None)], False)[0]
+                        response.option_probs = probs
+                        report(i, response)
+                except Exception as exc:  # noqa: BLE001
+                    report(i, failed(f"{type(exc).__name__}: {exc}"[:500]))
                 continue
             prepared[i] = (req, images, option_ids)
             groups.setdefault((bool(images), bool(self.spec.constrain and req.options)), []).append(i)
