@@ -28,16 +28,10 @@ limit: int = 0  # label at most this many pending images; 0 means all
 retry_failed: bool = True  # re-try images whose call failed in an earlier run
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.backends.vlm import CachedVLM, Price, make_vlm_backend
-from biasaudit.io import RecordLog, atomic_write_table
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import write_run_info
-from biasaudit.runner import run_local
 from biasaudit.t2i import classify as cl
 
 cfg, params = stage_params("classify", instruction_version=instruction_version, cache_path=cache_path,
@@ -45,31 +39,22 @@ cfg, params = stage_params("classify", instruction_version=instruction_version, 
 banner(cfg)
 if model not in cfg.models:
     raise ValueError(f"model '{model}' is not in params.yaml models: {sorted(cfg.models)}")
-manifest_path = Path("data/t2i/images") / model / "manifest.parquet"
-out_path = Path("data/t2i/labels") / f"{model}.parquet"
+print(f"instruction {params.instruction_version}: {params.instruction}")
+print("execution:", cfg.execution.model_dump())
 
 # %% [markdown]
-# ## The classifier and its instruction
-# API keys come only from the environment variable named in `classify.vlm.api_key_env`.
+# ## Label every image (cached, resumable)
+# API keys come only from the environment variable named in `classify.vlm.api_key_env`. The labels
+# log is named by the classifier configuration; `execution:` runs it locally (default) or on a Ray
+# actor pool, whole or as one shard of several (an unsharded run first merges the shard logs it finds).
 
 # %%
-backend = make_vlm_backend(params.vlm)
-price = params.prices.get(backend.model_id)
-vlm = CachedVLM(backend, params.cache_path, Price(**price.model_dump()) if price else None)
-labels = tuple(params.labels)
-print(backend.describe())
-print(f"instruction {params.instruction_version}: {params.instruction}")
-if backend.stand_in:
+result = cl.run_classify(model, cfg)
+backend = result["backend"]
+print(backend)
+if backend.get("stand_in"):
     print("STAND-IN classifier (random weights): its labels test the pipeline and mean nothing.")
-
-# %%
-manifest = pd.read_parquet(manifest_path)
-items = cl.items_from_manifest(manifest)
-log = RecordLog(Path("data/t2i/cache/classify") / f"{model}-{cl.run_key(vlm, params.instruction, labels)}.jsonl",
-                key="image_id")
-fn = cl.make_batch_fn(vlm, params.instruction, params.instruction_version, labels, params.vlm.max_tokens)
-summary = run_local(items, fn, log, batch_size=params.batch_size, limit=params.limit,
-                    retry_failed=params.retry_failed, desc=f"classify {model}")
+summary = result["summary"]
 print(f"{summary.total} images: {summary.already_done} already labelled in this run's log, "
       f"{summary.processed} processed now {summary.status_counts}")
 
@@ -78,14 +63,14 @@ print(f"{summary.total} images: {summary.already_done} already labelled in this 
 # `calls` are requests that reached the model; `cache_hits` were answered from the cache.
 
 # %%
-accounting = vlm.accounting.as_dict() | {"backend_stats": backend.stats}
-display(pd.Series(accounting, name=model).to_frame())
+display(pd.Series(result["accounting"], name=model).to_frame())
 
 # %%
-table = cl.labels_table(log.records(), items)
+table = result["table"]
 display(cl.summary(table))
 display(table.head(10))
-atomic_write_table(table, out_path)
-write_run_info(out_path.with_suffix(".run.json"), model=model, classifier=backend.describe(),
-               instruction_version=params.instruction_version, accounting=accounting,
-               stand_in=bool(backend.stand_in), runner=vars(summary))
+if result["execution"]["shard_count"] > 1:
+    print(f"shard {cfg.execution.shard_index} of {cfg.execution.shard_count}: labels are written by the unsharded run "
+          "that merges the shards")
+else:
+    print(f"written: {result['out_path']}")

@@ -51,8 +51,12 @@ display(pd.Series(spec.output_settings(), name=model).to_frame())
 # ## Run (resumes from the log; a progress bar shows rate and ETA)
 # Parameters are checked first — unknown model, missing local weights, a hub id that is not in the
 # local cache while `HF_HUB_OFFLINE=1`, an unset API-key variable — and the stage stops before any work.
+# `execution:` in params.yaml says how: the local runner (default) or a Ray actor pool, and whether this
+# is one shard of several (`shard_index` of `shard_count`: it then writes only its shard's log and
+# images). An unsharded run first merges any shard logs copied into the folder, then does what is left.
 
 # %%
+print("execution:", cfg.execution.model_dump())
 result = gen.run_generate(model, cfg)
 summary = result.summary
 print(json.dumps({k: v for k, v in summary.items() if k != "this_run"}, indent=1))

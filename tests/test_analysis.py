@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit import GROUPS
 from biasaudit.t2i import analysis as an
 from biasaudit.t2i.outputs import NO_DATA, OK, OutputWriter
 

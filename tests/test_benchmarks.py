@@ -1,7 +1,6 @@
 """Benchmark rows against values computed by hand from the agency tables."""
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from biasaudit import GROUPS

@@ -45,8 +45,12 @@ def test_bad_model_name_and_generate_keys():
         validate(params_with({"Bad Name/": {"backend": "packaged-photos"}}))
     with pytest.raises(ParamsError, match="generate.images_per_prompt"):
         validate(params_with({}, images_per_prompt=0))
-    with pytest.raises(ParamsError, match="shard_index"):
-        validate(params_with({}, shard_index=2, shard_count=2))
+    raw = params_with({})
+    raw["execution"] = {**raw["execution"], "shard_index": 2, "shard_count": 2}
+    with pytest.raises(ParamsError, match="execution: .*shard_index"):
+        validate(raw)
+    with pytest.raises(ParamsError, match="generate.shard_index"):  # moved to the shared execution section
+        validate(params_with({}, shard_index=0))
 
 
 def test_both_profiles_validate_without_network():

@@ -1,7 +1,6 @@
 """Bad inputs to load_rgb: each gives a usable 8-bit sRGB array with a note, or a recorded reason."""
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from biasaudit.images import load_rgb

@@ -1,10 +1,8 @@
 """Crash-safe storage and the resumable local runner."""
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pandas as pd
 import pytest

@@ -98,7 +98,7 @@ def test_mcq_delta_g_by_hand():
 
 def test_salary_gaps_by_occupation_and_ols_by_hand():
     rng = np.random.default_rng(0)
-    rows, true = [], {}
+    rows = []
     for occ, base in (("nurse", 60000.0), ("ceo", 200000.0)):
         for p in range(3):
             for race, dr in (("White", 0.0), ("Black", -3000.0), ("Asian", 1000.0)):

@@ -8,7 +8,6 @@ MCQ about a 'WF' image is refused. Answers come in messy formats ("**A**", "B.",
 
 import base64
 import io
-import re
 
 import numpy as np
 import pandas as pd

@@ -10,6 +10,7 @@ from biasaudit.params.base import Section
 from biasaudit.params.t2i import Benchmarks, Prompts
 from biasaudit.params.analysis import Analyze, Report
 from biasaudit.params.classify import Classify, Reliability, VLMSpec
+from biasaudit.params.execution import Execution
 from biasaudit.params.faces import Faces
 from biasaudit.params.generate import Generate, GeneratorSpec, Models
 from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits
@@ -18,6 +19,7 @@ from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sour
 class Params(Section):
     profile: Literal["offline", "paper"] = "offline"
     seed: int = 20260111
+    execution: Execution = Field(default_factory=Execution)  # local | ray, shard i of n (per-image stages)
     benchmarks: Benchmarks = Field(default_factory=Benchmarks)
     prompts: Prompts = Field(default_factory=Prompts)
     models: Models = Field(default_factory=dict)  # generator name → spec (foreach of generate@<model>)

@@ -17,16 +17,20 @@ class RayOptions(Section):
 
 
 class Execution(Section):
-    runner: Literal["local", "ray"] = "local"
-    batch_size: int = Field(4, ge=1)
+    """Shared by the per-image stages (generate, classify, faces, reflect); each stage keeps its own
+    batch_size / limit / retry_failed in its own section."""
+
+    runner: Literal["local", "ray"] = "local"  # local (the default) | ray (Ray Data actor pool, see `ray:`)
     shard_index: int = Field(0, ge=0)  # this machine's shard …
-    shard_count: int = Field(1, ge=1)  # … of this many (Slurm array, several VMs); merge with biasaudit.runner.merge_logs
-    limit: int = Field(0, ge=0)  # process at most this many pending items (0 = all), for a quick look
-    retry_failed: bool = False  # re-run items whose last record failed
+    shard_count: int = Field(1, ge=1)  # … of this many (Slurm array, several VMs); an unsharded run merges them
     ray: RayOptions = Field(default_factory=RayOptions)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> "Execution":
         if self.shard_index >= self.shard_count:
-            raise ValueError(f"shard_index ({self.shard_index}) must be < shard_count ({self.shard_count})")
+            raise ValueError(f"shard_index: {self.shard_index} must be < shard_count ({self.shard_count})")
         return self
+
+    @property
+    def sharded(self) -> bool:
+        return self.shard_count > 1

@@ -142,14 +142,7 @@ class Generate(Section):
     black_threshold: int = Field(8, ge=0, le=255)  # an image whose brightest pixel ≤ this is "safety-filtered"
     prompts_file: str = "data/t2i/prompts.csv"
     images_dir: str = "data/t2i/images"
-    shard_index: int = Field(0, ge=0)  # this worker's shard (distributed runs); 0 of 1 = everything
-    shard_count: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _shards(self) -> "Generate":
-        if self.shard_index >= self.shard_count:
-            raise ValueError(f"shard_index: {self.shard_index} must be < shard_count ({self.shard_count})")
-        return self
+    # sharding and the runner (local | ray) are the top-level `execution:` section, shared by the per-image stages
 
 
 def check_model_names(models: dict[str, GeneratorSpec]) -> dict[str, GeneratorSpec]:

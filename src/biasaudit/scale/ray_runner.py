@@ -11,6 +11,8 @@ resumes from the log.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +24,11 @@ from biasaudit.runner import BatchFn, Item, RunSummary, pending_items
 
 
 class _BatchActor:
-    def __init__(self, make_fn: Callable[[], BatchFn]):
+    def __init__(self, make_fn: Callable[[], BatchFn], cwd: str = ""):
+        # relative paths (data/t2i/images/…) mean what they mean on the driver: the repository root,
+        # on a shared filesystem when the cluster has several nodes
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
         self.fn = make_fn()
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
@@ -48,17 +54,27 @@ def run_ray(items: list[Item], make_fn: Callable[[], BatchFn], log: RecordLog, b
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init_kwargs or {}))
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
-    # Several input blocks keep every actor busy (a repartition would need CPUs the actors hold).
+    # Blocks are contiguous runs of whole batches, so every actor sees exactly the batches the local
+    # runner would make (same batch → same numbers where a model's output depends on its batch), and
+    # several blocks per actor keep the pool busy (a repartition would need CPUs the actors hold).
     item_json = [json.dumps(i, sort_keys=True, default=str) for i in todo]
-    n_blocks = min(len(item_json), 4 * max(1, num_workers))
-    ds = ray.data.from_pandas([pd.DataFrame({"item_json": item_json[b::n_blocks]}) for b in range(n_blocks)])
-    mapped = ds.map_batches(_BatchActor, fn_constructor_kwargs={"make_fn": make_fn}, batch_size=max(1, batch_size),
-                            batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=max(1, num_workers)),
+    batch_size = max(1, batch_size)
+    n_batches = math.ceil(len(item_json) / batch_size)
+    per_block = batch_size * max(1, min(16, math.ceil(n_batches / (4 * max(1, num_workers)))))
+    ds = ray.data.from_pandas([pd.DataFrame({"item_json": item_json[b:b + per_block]})
+                               for b in range(0, len(item_json), per_block)])
+    mapped = ds.map_batches(_BatchActor, fn_constructor_kwargs={"make_fn": make_fn, "cwd": os.getcwd()},
+                            batch_size=batch_size, batch_format="pandas",
+                            compute=ray.data.ActorPoolStrategy(size=max(1, num_workers)),
                             num_cpus=num_cpus_per_worker, num_gpus=num_gpus_per_worker, max_restarts=3,
                             max_task_retries=3)
+    logged: set[tuple] = set()
     with tqdm(total=len(todo), desc=f"{desc} (ray)", unit="item", disable=not progress, mininterval=1.0) as bar:
         for out in mapped.iter_batches(batch_format="pandas", batch_size=None):
             records = [json.loads(s) for s in out["record_json"]]
+            # a batch re-run after a worker died must not be logged twice
+            records = [r for r in records if tuple(r[k] for k in log.key) not in logged]
+            logged.update(tuple(r[k] for k in log.key) for r in records)
             log.append(records)
             summary.count(records)
             bar.update(len(records))

@@ -22,7 +22,7 @@ from biasaudit.provenance import derive_seed
 from biasaudit.stats.bootstrap import Interval, cluster_bootstrap
 from biasaudit.stats.regression import ols_cluster
 from biasaudit.stats.tvd import tvd
-from biasaudit.t2i.outputs import NO_DATA, OK, PENDING, Figure, Result
+from biasaudit.t2i.outputs import NO_DATA, PENDING, Figure, Result
 
 G = len(GROUPS)
 LABEL_ORDER = (*GROUPS, UNKNOWN)

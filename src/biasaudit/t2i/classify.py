@@ -108,3 +108,104 @@ def labels_table(records: dict[tuple, dict[str, Any]], items: list[dict[str, Any
 def summary(labels: pd.DataFrame) -> pd.DataFrame:
     """Counts per status and label (what a reader checks first)."""
     return labels.groupby(["status", "label"]).size().rename("images").reset_index()
+
+
+# --- the stage: local or Ray, whole or one shard -------------------------------------------------
+
+def make_classify_fn(spec: Any, cache_path: str, price: dict[str, float] | None, instruction: str,
+                     instruction_version: str, labels: tuple[str, ...], max_tokens: int):
+    """The batch function built where it runs (a Ray actor): its own backend and its own connection
+    to the answer cache. A module-level factory over plain values, so a functools.partial pickles."""
+    from biasaudit.backends.vlm import Price, make_vlm_backend
+
+    vlm = CachedVLM(make_vlm_backend(spec), cache_path, Price(**price) if price else None)
+    fn = make_batch_fn(vlm, instruction, instruction_version, labels, max_tokens)
+    fn.vlm = vlm  # type: ignore[attr-defined]
+    return fn
+
+
+def accounting_from_records(records: list[dict[str, Any]], price: dict[str, float] | None) -> dict[str, Any]:
+    """What the answers of this run cost, summed from their records (the runner-independent view: under
+    Ray the CachedVLM counters live in the actors)."""
+    asked = [r for r in records if r.get("status") != "skipped"
+             and not (r.get("status") == "failed" and str(r.get("reason", "")).startswith("missing file"))]
+    hits = sum(bool(r.get("from_cache")) for r in asked)
+    t_in = sum(int(r.get("tokens_in") or 0) for r in asked if not r.get("from_cache"))
+    t_out = sum(int(r.get("tokens_out") or 0) for r in asked if not r.get("from_cache"))
+    cost = ((t_in * price["input_per_mtok"] + t_out * price["output_per_mtok"]) / 1e6) if price else 0.0
+    return {"requests": len(asked), "cache_hits": hits, "calls": len(asked) - hits,
+            "failed": sum(r.get("status") == "failed" for r in asked), "tokens_in": t_in, "tokens_out": t_out,
+            "cost_usd": cost, "priced": price is not None, "source": "records of this run"}
+
+
+class _TallyLog:
+    """Wraps the driver's RecordLog: remembers the records appended by this run."""
+
+    def __init__(self, log):
+        self._log, self.appended = log, []
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    def append(self, records):
+        records = list(records)
+        self.appended += records
+        self._log.append(records)
+
+
+def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
+    """The whole classify@<model> stage (what the notebook calls). Returns a dict with the labels
+    table, the runner summary, the accounting and the backend description; writes
+    data/t2i/labels/<model>.parquet (+ .run.json) unless this run is one shard of several."""
+    from functools import partial
+
+    from biasaudit.backends.vlm import Price, make_vlm_backend
+    from biasaudit.io import atomic_write_table
+    from biasaudit.provenance import write_run_info
+    from biasaudit.runner import run as run_stage
+    from biasaudit.runner import stage_log
+
+    params, ex = cfg.classify, cfg.execution
+    if model not in cfg.models:
+        raise ValueError(f"model '{model}' is not in params.yaml models: {sorted(cfg.models)}")
+    manifest = pd.read_parquet(Path("data/t2i/images") / model / "manifest.parquet")
+    out_path = Path("data/t2i/labels") / f"{model}.parquet"
+    labels = tuple(params.labels)
+    price = params.prices.get(params.vlm.model_id)
+    price_d = price.model_dump() if price else None
+    backend = make_vlm_backend(params.vlm)  # names the run (its revision) and serves the local runner
+    vlm = CachedVLM(backend, params.cache_path, Price(**price_d) if price_d else None)
+    items = items_from_manifest(manifest)
+    base = Path("data/t2i/cache/classify") / f"{model}-{run_key(vlm, params.instruction, labels)}.jsonl"
+    log, adopted = stage_log(base, "image_id", ex)
+    tally = _TallyLog(log)
+    if ex.runner == "ray":
+        del vlm, backend  # the actors load their own copies
+        make_fn = partial(make_classify_fn, params.vlm, params.cache_path, price_d, params.instruction,
+                          params.instruction_version, labels, params.vlm.max_tokens)
+    else:
+        fn = make_batch_fn(vlm, params.instruction, params.instruction_version, labels, params.vlm.max_tokens)
+        make_fn = lambda: fn  # noqa: E731 - the local runner calls it in this process
+    summary = run_stage(items, make_fn, tally, ex, batch_size=params.batch_size, limit=params.limit,
+                        retry_failed=params.retry_failed, progress=progress,
+                        desc=f"classify {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""))
+    if ex.runner == "ray":
+        accounting = accounting_from_records(tally.appended, price_d)
+        description = None
+    else:
+        accounting = vlm.accounting.as_dict() | {"backend_stats": backend.stats}
+        description = backend.describe()
+    records = log.records()
+    table = labels_table(records, items)
+    first = next(iter(records.values()), {})
+    description = description or {"backend": first.get("backend"), "model_id": first.get("classifier_model_id"),
+                                  "revision": first.get("classifier_revision"), "stand_in": first.get("stand_in")}
+    execution = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
+                 "log": log.path.name, "adopted_shards": adopted}
+    if not ex.sharded:
+        atomic_write_table(table, out_path)
+        write_run_info(out_path.with_suffix(".run.json"), model=model, classifier=description,
+                       instruction_version=params.instruction_version, accounting=accounting,
+                       stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=execution)
+    return {"table": table, "summary": summary, "accounting": accounting, "backend": description,
+            "execution": execution, "out_path": out_path}

@@ -13,6 +13,8 @@
 * Reasons, not crashes: refusals, safety-filtered (black) images and API failures become rows.
 
     python -m biasaudit.t2i.generate --model tiny-sd3 [--limit 10]   # the stage without the notebook
+    python -m biasaudit.t2i.generate --model tiny-sd3 --shard-index 0 --shard-count 4   # one shard
+    python -m biasaudit.t2i.generate --model tiny-sd3 --runner ray --ray-address auto   # on a Ray cluster
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,8 @@ from biasaudit.io import RecordLog, atomic_path, atomic_write_json, atomic_write
 from biasaudit.params import Params
 from biasaudit.params.generate import Generate, GeneratorSpec
 from biasaudit.provenance import derive_seed, library_versions_json, run_info, sha256_file, stable_hash, utc_now
-from biasaudit.runner import RunSummary, run_local
+from biasaudit.runner import RunSummary, adopt_shard_logs, run as run_stage, shard_log_path
+from biasaudit.scale.cli import add_execution_args, apply_execution_args
 
 MANIFEST_COLUMNS = [
     "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",
@@ -203,6 +207,33 @@ def make_batch_fn(ctx: BatchContext):
     return batch_fn
 
 
+def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, chash: str, black_threshold: int,
+                     prompt_ids: tuple[str, ...]):
+    """The batch function of one model, built where it runs (the driver, or each Ray actor): a
+    module-level factory over plain values, so `functools.partial(make_generate_fn, ...)` pickles.
+    The generator loads on the first batch; images are written by whoever runs the batch, atomically."""
+    def make() -> Generator:
+        from biasaudit.backends.generators import make_generator
+
+        return make_generator(model, spec, set(prompt_ids))
+
+    ctx = BatchContext(model, spec, Path(out_dir), revision, chash, black_threshold, make)
+    fn = make_batch_fn(ctx)
+    fn.ctx = ctx  # type: ignore[attr-defined]
+    return fn
+
+
+class _RetryCountingLog(RecordLog):
+    """The driver's log; counts the API retries of the records it appends (whichever runner made them)."""
+
+    retries = 0
+
+    def append(self, records):
+        records = list(records)
+        self.retries += sum(int(r.get("retries") or 0) for r in records)
+        super().append(records)
+
+
 # --- resumption and the manifest ---
 
 def prune_log(log: RecordLog, current_hash: str) -> dict[str, int]:
@@ -258,26 +289,47 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
     items = plan_items(prompts, model, gp.images_per_prompt, spec)
-    log = RecordLog(out_dir / "log.jsonl", key="image_id")
+    ex = cfg.execution
+    base_log = out_dir / "log.jsonl"
+    # sharded: this shard's own log; unsharded: adopt the shard logs copied in beside it first
+    log_path = shard_log_path(base_log, ex.shard_index, ex.shard_count)
+    adopted = {"adopted": []} if ex.sharded else adopt_shard_logs(RecordLog(base_log, "image_id"))
+    log = _RetryCountingLog(log_path, key="image_id")
     chash = config_hash(spec, revision)
     dropped = prune_log(log, chash)
 
-    def make() -> Generator:
-        from biasaudit.backends.generators import make_generator
-
-        return make_generator(model, spec, set(prompts["prompt_id"]))
-
-    ctx = BatchContext(model, spec, out_dir, revision, chash, gp.black_threshold,
-                       (lambda: generator) if generator is not None else make)
     batch_size = spec.batch_size if spec.backend in ("diffusers", "tiny") else 1
-    run = run_local(items, make_batch_fn(ctx), log, batch_size=batch_size, shard_index=gp.shard_index,
-                    shard_count=gp.shard_count, limit=gp.limit, retry_failed=gp.retry_failed,
-                    desc=f"generate {model}", progress=progress)
-    if ctx.generator is not None and generator is None:
-        ctx.generator.close()
+    made: list = []
+    if generator is not None:  # an injected generator (tests): the local runner only
+        if ex.runner != "local":
+            raise ParamsError("execution.runner: an injected generator runs with the local runner only")
+        ctx = BatchContext(model, spec, out_dir, revision, chash, gp.black_threshold, lambda: generator)
+        fn = make_batch_fn(ctx)
+        make_fn = lambda: fn  # noqa: E731
+    else:
+        factory = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, chash, gp.black_threshold,
+                          tuple(prompts["prompt_id"].astype(str)))
+        if ex.runner == "ray":
+            make_fn = factory
+        else:
+            def make_fn():
+                made.append(factory())
+                return made[-1]
+    run = run_stage(items, make_fn, log, ex, batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed,
+                    desc=f"generate {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""),
+                    progress=progress)
+    for fn_made in made:
+        if fn_made.ctx.generator is not None:
+            fn_made.ctx.generator.close()
     manifest = build_manifest(log, items)
+    summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run, log.retries, dropped)
+    summary["execution"] = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
+                            "log": log_path.name, "adopted_shards": adopted}
+    if ex.sharded:
+        # one shard: its log (and images) only; the unsharded run that merges the shards writes the manifest
+        atomic_write_json(log_path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})
+        return GenerateResult(model, out_dir, manifest, summary)
     atomic_write_table(manifest, out_dir / "manifest.parquet")
-    summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run, ctx.retries, dropped)
     atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(spec.model_dump())})
     return GenerateResult(model, out_dir, manifest, summary)
 
@@ -309,10 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--images-per-prompt", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true")
+    add_execution_args(parser)
     args = parser.parse_args(argv)
     try:
         cfg = load_params(args.params)
-        raw = cfg.model_dump()
+        raw = apply_execution_args(cfg.model_dump(), args)
         if args.limit is not None:
             raw["generate"]["limit"] = args.limit
         if args.images_per_prompt is not None:

@@ -10,17 +10,15 @@ recorded as `refused`, other errors as `failed`.
 from __future__ import annotations
 
 import base64
-import io
 import os
 from typing import Any
 
 import httpx
-from PIL import Image
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
 from biasaudit.backends.generators.base import (Pacer, RetryableError, call_with_retries, decode_image,
-                                                parse_retry_after)
-from biasaudit.images import load_rgb
+                                                genai_retryable, parse_retry_after)
+from biasaudit.backends.vlm.base import encode_image
 
 POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
 GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLIST", "SPII", "RECITATION",
@@ -28,15 +26,8 @@ GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLI
 
 
 def source_png(path: str, max_side: int) -> tuple[bytes | None, str]:
-    loaded = load_rgb(path)
-    if not loaded.ok:
-        return None, f"source: {loaded.reason}"
-    img = Image.fromarray(loaded.rgb)
-    if max_side and max(img.size) > max_side:
-        img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue(), ""
+    data, _, reason = encode_image(path, max_side, fmt="PNG")
+    return data, (f"source: {reason}" if data is None else "")
 
 
 def _api_key(spec: Any) -> str:
@@ -102,10 +93,9 @@ class GeminiEditor(_Hosted):
                 model=self.spec.model_id, config=config,
                 contents=[t.Part.from_bytes(data=png, mime_type="image/png"), req.instruction])
         except errors.APIError as exc:
-            if exc.code == 429 or (exc.code or 0) >= 500:
-                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-                raise RetryableError(f"HTTP {exc.code} {exc.status or ''}".strip(),
-                                     parse_retry_after(headers.get("retry-after"))) from None
+            retry = genai_retryable(exc)
+            if retry is not None:
+                raise retry from None
             raise
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise RetryableError(f"{type(exc).__name__}: {exc}") from None

@@ -143,3 +143,13 @@ def parse_retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
+
+
+def genai_retryable(exc: Exception) -> RetryableError | None:
+    """The RetryableError for a google-genai APIError that is worth retrying (429, 5xx), else None."""
+    code = getattr(exc, "code", None) or 0
+    if code == 429 or code >= 500:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        return RetryableError(f"HTTP {code} {getattr(exc, 'status', '') or ''}".strip(),
+                              parse_retry_after(headers.get("retry-after")))
+    return None

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from biasaudit.backends.generators.base import (GenRequest, GenResult, Generator, Pacer, RetryableError,
-                                                call_with_retries, decode_image, parse_retry_after)
+                                                call_with_retries, decode_image, genai_retryable)
 from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec
 
 POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
@@ -82,10 +82,9 @@ class ImagenGenerator(Generator):
                 return self.client.models.generate_images(model=self.spec.model_id, prompt=req.prompt,
                                                           config=self._config(req))
         except errors.APIError as exc:
-            if exc.code == 429 or (exc.code or 0) >= 500:
-                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-                raise RetryableError(f"HTTP {exc.code} {exc.status or ''}".strip(),
-                                     parse_retry_after(headers.get("retry-after"))) from None
+            retry = genai_retryable(exc)
+            if retry is not None:
+                raise retry from None
             raise
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise RetryableError(f"{type(exc).__name__}: {exc}") from None

@@ -110,25 +110,6 @@ class VLMBackend(ABC):
 
 # --- images -------------------------------------------------------------------------------------
 
-def encode_image(path: str, max_side: int = 0, fmt: str = "JPEG", quality: int = 90) -> tuple[bytes | None, str, str]:
-    """Load `path` as sRGB, downscale so the longer side is ≤ `max_side` (0 = keep), encode.
-
-    Returns (bytes, mime type, reason); bytes is None with a reason when the image is unusable.
-    """
-    loaded = load_rgb(path)
-    if not loaded.ok:
-        return None, "", f"image {path}: {loaded.reason}"
-    img = Image.fromarray(loaded.rgb)
-    if max_side and max(img.size) > max_side:
-        img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    buf = io.BytesIO()
-    if fmt.upper() == "PNG":
-        img.save(buf, format="PNG")
-        return buf.getvalue(), "image/png", ""
-    img.save(buf, format="JPEG", quality=quality)
-    return buf.getvalue(), "image/jpeg", ""
-
-
 def load_pil(path: str, max_side: int = 0) -> tuple[Image.Image | None, str]:
     loaded = load_rgb(path)
     if not loaded.ok:
@@ -137,6 +118,24 @@ def load_pil(path: str, max_side: int = 0) -> tuple[Image.Image | None, str]:
     if max_side and max(img.size) > max_side:
         img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     return img, ""
+
+
+def encode_image(path: str, max_side: int = 0, fmt: str = "JPEG", quality: int = 90) -> tuple[bytes | None, str, str]:
+    """Load `path` as sRGB, downscale so the longer side is ≤ `max_side` (0 = keep), encode.
+
+    Returns (bytes, mime type, reason); bytes is None with a reason when the image is unusable.
+    """
+    img, reason = load_pil(path, max_side)
+    if img is None:
+        return None, "", reason
+    buf = io.BytesIO()
+    if fmt.upper() == "PNG":
+        img.save(buf, format="PNG")
+        return buf.getvalue(), "image/png", ""
+    img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue(), "image/jpeg", ""
+
+
 
 
 # --- concurrency, rate limits, retries -----------------------------------------------------------
