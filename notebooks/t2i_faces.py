@@ -49,19 +49,14 @@ n_overlays: int = 6  # overlays with the mask outline (seeded sample)
 limit: int = 0  # process at most this many pending images; 0 means all
 
 # %%
-import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from IPython.display import Image as ShowImage
 from IPython.display import display
 
-from biasaudit.faces.stage import FaceMeasurer, assemble, write_overlays
-from biasaudit.io import RecordLog, atomic_path, atomic_write_json, atomic_write_table
+from biasaudit.faces.stage import run_faces, write_overlays
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import run_info, stable_hash
-from biasaudit.runner import run_local
 from biasaudit.stats.homogeneity import homogeneity_gap, similarity_by_bin
 from biasaudit.stats.skin_summary import skin_summary
 
@@ -76,49 +71,21 @@ cfg, params = stage_params(
 banner(cfg)
 if model not in cfg.models:
     raise ValueError(f"model '{model}' is not a key of `models:` in params.yaml ({', '.join(cfg.models)})")
-
-manifest_path = Path(f"data/t2i/images/{model}/manifest.parquet")
-faces_path = Path(f"data/t2i/faces/{model}.parquet")
-emb_dir = Path(f"data/t2i/embeddings/{model}")
 overlay_dir = Path(f"reports/t2i/overlays/{model}")
-# The resumable work log lives outside the DVC outputs (DVC deletes outputs before a run) and is keyed
-# by the parameters that change a measurement, so changing one starts afresh.
-measure_keys = params.model_dump(exclude={"batch_size", "limit", "n_overlays", "device", "clip_batch_size"})
-work_dir = Path(f"data/t2i/.work/faces/{model}/{stable_hash(measure_keys, 12)}")
+print("execution:", cfg.execution.model_dump())
 
 # %% [markdown]
 # ## Measure every image (resumable)
+# The work log lives outside the DVC outputs (`data/t2i/.work/faces/<model>/<hash of the measurement
+# parameters>/`), so changing a parameter that changes a measurement starts afresh. `execution:` runs
+# the batches locally (default) or on a Ray actor pool, whole or as one shard of several; an unsharded
+# run first merges the shard logs it finds, then writes the faces table and the embeddings.
 
 # %%
-if not manifest_path.exists():
-    raise FileNotFoundError(f"{manifest_path} is missing: run the generate@{model} stage first")
-manifest = pd.read_parquet(manifest_path)
-items = manifest[["image_id", "model", "prompt_id", "path", "status", "reason", "stand_in"]].to_dict("records")
-measurer = FaceMeasurer(params)
-log = RecordLog(work_dir / "records.jsonl", key="image_id")
-summary = run_local(items, measurer.batch_fn(work_dir / "parts"), log, batch_size=params.batch_size,
-                    limit=params.limit, desc=f"faces {model}")
+result = run_faces(model, cfg)
+summary, measurer, manifest = result["summary"], result["measurer"], result["manifest"]
+faces, index, clip, face, emb_meta = (result[k] for k in ("faces", "index", "clip", "face", "emb_meta"))
 print(f"{summary.total} images: {summary.already_done} already measured, {summary.processed} now; {summary.status_counts}")
-
-# %%
-faces, index, clip, face = assemble(log.to_frame(), manifest["image_id"].tolist(), work_dir / "parts")
-atomic_write_table(faces, faces_path)
-for name, matrix in (("clip", clip), ("face", face)):
-    with atomic_path(emb_dir / f"{name}.npy") as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, matrix.astype(np.float32))
-atomic_write_table(index, emb_dir / "index.parquet")
-emb_meta = {
-    "clip": {"backend": measurer.clip.name, "model_id": measurer.clip.model_id, "revision": measurer.clip.revision,
-             "dim": int(clip.shape[1]) if clip.size else 0, "rows": int(len(clip)), "stand_in": measurer.clip.stand_in},
-    "face": {"backend": params.face_embedding, "dim": int(face.shape[1]) if face.size else 0, "rows": int(len(face)),
-             "model_id": (measurer.face_embedder.model_id if measurer.face_embedder else params.insightface_model),
-             "detector": measurer.detector.name, "det_threshold": params.det_threshold,
-             "stand_in": bool(measurer.detector.stand_in)},
-    "generator_stand_in": bool(manifest["stand_in"].any()),
-}
-atomic_write_json(emb_dir / "meta.json", emb_meta | {"run": run_info(params.model_dump())})
-atomic_write_json(faces_path.with_suffix(".run.json"), run_info(params.model_dump()) | {"model": model})
 display(faces.groupby(["status"]).size().rename("images").to_frame())
 display(pd.Series(emb_meta["clip"] | {"face_" + k: v for k, v in emb_meta["face"].items()}, name="embeddings").to_frame())
 

@@ -31,16 +31,18 @@ limit: int = 0  # at most this many questions, 0 for all (smoke runs)
 
 # %%
 import json
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
-from biasaudit.io import RecordLog, atomic_write_json, atomic_write_table
+from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import stable_hash, write_run_info
-from biasaudit.runner import run_local
+from biasaudit.runner import run as run_stage
+from biasaudit.runner import stage_log
 from biasaudit.vlm import tasks
 
 cfg, params = stage_params("reflect", prompt_version=prompt_version, both_orders=both_orders,
@@ -70,19 +72,30 @@ print(f"{len(images)} images of {images.groupby(['occupation', 'base_id']).ngrou
 
 # %% [markdown]
 # ## Ask (cached, resumable)
+# `execution:` runs the batches locally (default) or on a Ray actor pool (each actor its own model and
+# cache connection), whole or as one shard of several; an unsharded run first merges the shard logs.
 
 # %%
-backend = make_vlm_backend(spec)
-cached = CachedVLM(backend, f"data/vlm/cache/{vlm}.sqlite")
 config = stable_hash([spec.model_dump(), params.prompt_version, params.prompts.model_dump(),
                       params.salary_min, params.salary_max], 12)
 items = [i | {"config": config} for i in items]
-log = RecordLog(f"data/vlm/cache/{vlm}.responses.jsonl", ("item_id", "config"))
-batch_fn = tasks.make_batch_fn(cached, vlm, params, max_tokens=spec.max_tokens)
-summary = run_local(items, lambda b: [r | {"config": config} for r in batch_fn(b)], log,
-                    batch_size=params.batch_size, limit=params.limit, desc=f"reflect {vlm}")
-print(summary)
-print("accounting:", cached.accounting.as_dict())
+ex = cfg.execution
+log, adopted = stage_log(f"data/vlm/cache/{vlm}.responses.jsonl", ("item_id", "config"), ex)
+make_fn = partial(tasks.make_reflect_fn, spec, f"data/vlm/cache/{vlm}.sqlite", vlm, params, spec.max_tokens, config)
+made = []
+if ex.runner == "local":
+    def local_make():
+        made.append(make_fn())
+        return made[-1]
+summary = run_stage(items, make_fn if ex.runner == "ray" else local_make, log, ex, batch_size=params.batch_size,
+                    limit=params.limit, desc=f"reflect {vlm}")
+print(summary, "| execution:", ex.model_dump(), "| adopted shard logs:", adopted["adopted"])
+if made:
+    cached, backend = made[0].vlm, made[0].vlm.backend
+else:  # nothing pending, or the Ray actors held the model: describe it from a fresh (unused) backend
+    cached = CachedVLM(make_vlm_backend(spec), f"data/vlm/cache/{vlm}.sqlite")
+    backend = cached.backend
+print("accounting (this process):", cached.accounting.as_dict())
 
 # %%
 wanted = {i["item_id"] for i in items}
@@ -95,8 +108,12 @@ display(responses[responses["status"] != "ok"].groupby(["kind", "reason"]).size(
 
 # %%
 out = Path("data/vlm/responses")
-atomic_write_table(responses, out / f"{vlm}.parquet")
-atomic_write_json(out / f"{vlm}.run.json", {"vlm": vlm, "backend": backend.describe(), "config": config,
-                                            "accounting": cached.accounting.as_dict(),
-                                            "status_counts": responses["status"].value_counts().to_dict()})
-write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")
+if ex.shard_count > 1:  # one shard of several: the unsharded run that merges the shard logs writes the table
+    print(f"shard {ex.shard_index} of {ex.shard_count} done; responses are written by the unsharded run")
+else:
+    atomic_write_table(responses, out / f"{vlm}.parquet")
+    atomic_write_json(out / f"{vlm}.run.json", {"vlm": vlm, "backend": backend.describe(), "config": config,
+                                                "accounting": cached.accounting.as_dict(),
+                                                "execution": ex.model_dump(), "adopted_shards": adopted,
+                                                "status_counts": responses["status"].value_counts().to_dict()})
+    write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")

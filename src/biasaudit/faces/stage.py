@@ -148,6 +148,86 @@ class FaceMeasurer:
         return fn
 
 
+def make_faces_fn(params, parts_dir: str, root: str = "."):
+    """The batch function built where it runs (the driver, or each Ray actor, which loads its own
+    models): a module-level factory over the `Faces` section, so a functools.partial pickles. The
+    worker writes each batch's embeddings to `parts/<hash>.npz` atomically; only the driver logs."""
+    return FaceMeasurer(params).batch_fn(parts_dir, root)
+
+
+def work_dir_of(model: str, params) -> Path:
+    """The resumable work folder of one model: outside the DVC outputs (DVC deletes those before a
+    run) and keyed by the parameters that change a measurement, so changing one starts afresh."""
+    measure_keys = params.model_dump(exclude={"batch_size", "limit", "n_overlays", "device", "clip_batch_size"})
+    return Path(f"data/t2i/.work/faces/{model}/{stable_hash(measure_keys, 12)}")
+
+
+def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | None" = None) -> dict[str, Any]:
+    """The whole faces@<model> stage except overlays and the first look (what the notebook calls).
+
+    Measures every image of the model's manifest through runner.run (local or Ray, whole or one shard),
+    then — unless this run is one shard of several — assembles and writes the faces table, the
+    embedding matrices, their index and meta.json. Returns the pieces and the measurer (for overlays)."""
+    from functools import partial
+
+    from biasaudit.io import atomic_write_json, atomic_write_table
+    from biasaudit.provenance import run_info
+    from biasaudit.runner import run as run_stage
+    from biasaudit.runner import stage_log
+
+    params, ex = cfg.faces, cfg.execution
+    if model not in cfg.models:
+        raise ValueError(f"model '{model}' is not a key of `models:` in params.yaml ({', '.join(cfg.models)})")
+    manifest_path = Path(f"data/t2i/images/{model}/manifest.parquet")
+    faces_path = Path(f"data/t2i/faces/{model}.parquet")
+    emb_dir = Path(f"data/t2i/embeddings/{model}")
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{manifest_path} is missing: run the generate@{model} stage first")
+    manifest = pd.read_parquet(manifest_path)
+    items = manifest[["image_id", "model", "prompt_id", "path", "status", "reason", "stand_in"]].to_dict("records")
+    work_dir = work_dir_of(model, params)
+    log, adopted = stage_log(work_dir / "records.jsonl", "image_id", ex)
+    # the driver's measurer names the models in meta.json and draws the overlays; the local runner uses it
+    measurer = measurer or FaceMeasurer(params)
+    if ex.runner == "ray":
+        make_fn = partial(make_faces_fn, params, (work_dir / "parts").as_posix())
+    else:
+        fn = measurer.batch_fn(work_dir / "parts")
+        make_fn = lambda: fn  # noqa: E731 - called in this process only
+    summary = run_stage(items, make_fn, log, ex, batch_size=params.batch_size, limit=params.limit,
+                        desc=f"faces {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""),
+                        progress=progress)
+    execution = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
+                 "log": log.path.as_posix(), "adopted_shards": adopted}
+    records = log.to_frame()
+    if records.empty:
+        records = pd.DataFrame(columns=["image_id", "model", "prompt_id", "part", "clip_part_row", "face_part_row"])
+    faces, index, clip, face = assemble(records, manifest["image_id"].tolist(), work_dir / "parts")
+    emb_meta = {
+        "clip": {"backend": measurer.clip.name, "model_id": measurer.clip.model_id, "revision": measurer.clip.revision,
+                 "dim": int(clip.shape[1]) if clip.size else 0, "rows": int(len(clip)),
+                 "stand_in": measurer.clip.stand_in},
+        "face": {"backend": params.face_embedding, "dim": int(face.shape[1]) if face.size else 0, "rows": int(len(face)),
+                 "model_id": (measurer.face_embedder.model_id if measurer.face_embedder else params.insightface_model),
+                 "detector": measurer.detector.name, "det_threshold": params.det_threshold,
+                 "stand_in": bool(measurer.detector.stand_in)},
+        "generator_stand_in": bool(manifest["stand_in"].any()),
+    }
+    if not ex.sharded:
+        atomic_write_table(faces, faces_path)
+        for name, matrix in (("clip", clip), ("face", face)):
+            with atomic_path(emb_dir / f"{name}.npy") as tmp:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, matrix.astype(np.float32))
+        atomic_write_table(index, emb_dir / "index.parquet")
+        atomic_write_json(emb_dir / "meta.json", emb_meta | {"run": run_info(params.model_dump())})
+        atomic_write_json(faces_path.with_suffix(".run.json"), run_info(params.model_dump())
+                          | {"model": model, "execution": execution})
+    return {"manifest": manifest, "faces": faces, "index": index, "clip": clip, "face": face, "emb_meta": emb_meta,
+            "summary": summary, "measurer": measurer, "execution": execution, "faces_path": faces_path,
+            "emb_dir": emb_dir}
+
+
 def assemble(records: pd.DataFrame, order: list[str], parts_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
     """(faces table, embedding index, clip matrix, face matrix) in `order` of image_id, from the log."""
     parts_dir = Path(parts_dir)

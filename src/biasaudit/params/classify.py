@@ -38,6 +38,7 @@ class Price(Section):
     input_per_mtok: float = Field(0.0, ge=0)   # USD per million input tokens
     output_per_mtok: float = Field(0.0, ge=0)  # USD per million output tokens
     batch_discount: float = Field(1.0, gt=0, le=1)  # multiplier in batch mode (Gemini batch: 0.5)
+    per_image: float = Field(0.0, ge=0)  # USD per generated/edited image (image models; the cost model)
 
 
 class VLMSpec(Section):

@@ -172,7 +172,7 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     out_path = Path("data/t2i/labels") / f"{model}.parquet"
     labels = tuple(params.labels)
     price = params.prices.get(params.vlm.model_id)
-    price_d = price.model_dump() if price else None
+    price_d = price.model_dump(exclude={"per_image"}) if price else None  # token prices (CachedVLM)
     backend = make_vlm_backend(params.vlm)  # names the run (its revision) and serves the local runner
     vlm = CachedVLM(backend, params.cache_path, Price(**price_d) if price_d else None)
     items = items_from_manifest(manifest)

@@ -144,6 +144,22 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16):
     return fn
 
 
+def make_reflect_fn(spec: Any, cache_path: str, vlm_name: str, params: Any, max_tokens: int, config: str):
+    """The batch function built where it runs (the driver, or each Ray actor, with its own backend and
+    cache connection); a module-level factory over params models, so a functools.partial pickles.
+    Every record carries `config` (part of the log key)."""
+    from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
+
+    cached = CachedVLM(make_vlm_backend(spec), cache_path)
+    inner = make_batch_fn(cached, vlm_name, params, max_tokens=max_tokens)
+
+    def fn(items: list[dict]) -> list[dict]:
+        return [r | {"config": config} for r in inner(items)]
+
+    fn.vlm = cached  # type: ignore[attr-defined]
+    return fn
+
+
 RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", "order", "group_a", "group_b",
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
