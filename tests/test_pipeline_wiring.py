@@ -88,3 +88,15 @@ def test_stage_outputs_declare_executed_notebooks():
 
 def test_params_file_is_valid(in_repo):
     load_params(ROOT / "params.yaml")
+
+
+def test_source_dependencies_exist():
+    """A dependency on code or reference data that no longer exists fails `dvc repro` late; catch it here."""
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    missing = []
+    for name, stage in dvc["stages"].items():
+        for dep in stage.get("do", stage).get("deps", []):
+            if dep.split("/")[0] in ("src", "notebooks", "scripts") or dep.startswith("data/reference"):
+                if "${" not in dep and not (ROOT / dep).exists():
+                    missing.append(f"{name}: {dep}")
+    assert not missing, missing

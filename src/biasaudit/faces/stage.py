@@ -162,12 +162,15 @@ def work_dir_of(model: str, params) -> Path:
     return Path(f"data/t2i/.work/faces/{model}/{stable_hash(measure_keys, 12)}")
 
 
-def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | None" = None) -> dict[str, Any]:
+def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | None" = None,
+              manifest_path: str | Path | None = None, faces_path: str | Path | None = None,
+              emb_dir: str | Path | None = None) -> dict[str, Any]:
     """The whole faces@<model> stage except overlays and the first look (what the notebook calls).
 
     Measures every image of the model's manifest through runner.run (local or Ray, whole or one shard),
     then — unless this run is one shard of several — assembles and writes the faces table, the
-    embedding matrices, their index and meta.json. Returns the pieces and the measurer (for overlays)."""
+    embedding matrices, their index and meta.json. Returns the pieces and the measurer (for overlays).
+    The three paths default to the generator's; the real-portrait baseline passes its own."""
     from functools import partial
 
     from biasaudit.io import atomic_write_json, atomic_write_table
@@ -176,11 +179,11 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     from biasaudit.runner import stage_log
 
     params, ex = cfg.faces, cfg.execution
-    if model not in cfg.models:
+    if manifest_path is None and model not in cfg.models:
         raise ValueError(f"model '{model}' is not a key of `models:` in params.yaml ({', '.join(cfg.models)})")
-    manifest_path = Path(f"data/t2i/images/{model}/manifest.parquet")
-    faces_path = Path(f"data/t2i/faces/{model}.parquet")
-    emb_dir = Path(f"data/t2i/embeddings/{model}")
+    manifest_path = Path(manifest_path or f"data/t2i/images/{model}/manifest.parquet")
+    faces_path = Path(faces_path or f"data/t2i/faces/{model}.parquet")
+    emb_dir = Path(emb_dir or f"data/t2i/embeddings/{model}")
     if not manifest_path.exists():
         raise FileNotFoundError(f"{manifest_path} is missing: run the generate@{model} stage first")
     manifest = pd.read_parquet(manifest_path)

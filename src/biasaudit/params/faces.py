@@ -47,3 +47,16 @@ class Faces(Section):
         if self.face_embedding == "insightface" and self.detector != "insightface":
             raise ValueError("face_embedding 'insightface' needs detector 'insightface' (ArcFace runs on its detections)")
         return self
+
+
+class Baseline(Section):
+    """Real-portrait baseline of the homogeneity gap (beyond the paper): the same faces measurement on
+    a folder `<portraits_dir>/<group>/*.jpg` of real people, so model gaps can be read relative to it."""
+
+    # none: skip (the analysis says so) | folder: your portraits | packaged: STAND-IN built from the
+    # packaged photos dealt into group folders at random (offline profile; exercises the code only)
+    source: Literal["none", "folder", "packaged"] = "none"
+    portraits_dir: str = "data/reference/portraits"
+    standin_per_group: int = Field(4, ge=2)  # packaged stand-in portraits per group
+    n_boot: int = Field(200, ge=0)  # bootstrap resamples of portraits for the gap CIs
+    n_permutations: int = Field(200, ge=0)

@@ -604,6 +604,18 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
         res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {"gap": r.gap, "n": r.n}
                               for r in t.itertuples()}
+        baseline_path = inputs.root / "data/t2i/baseline/gaps.parquet"
+        baseline = pd.read_parquet(baseline_path) if baseline_path.exists() else pd.DataFrame()
+        if baseline.empty:
+            res.notes.append("no real-portrait baseline (baseline.source: none or no portraits embedded)")
+        else:
+            from biasaudit.faces.baseline import relative_gaps
+
+            rel = relative_gaps(t[["model", "space", "group", "gap", "n"]], baseline)
+            res.tables["homogeneity_vs_baseline"] = rel
+            if bool(baseline.get("stand_in", pd.Series([False])).any()):
+                res.notes.append("the real-portrait baseline is a STAND-IN (packaged photos dealt into group "
+                                 "folders): its gaps and the differences mean nothing")
     else:
         res.notes.append("no labelled image has an embedding: race gaps not computed")
     if bins:
