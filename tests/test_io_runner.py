@@ -69,3 +69,21 @@ def test_seeds_and_hashes_are_stable_across_processes():
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout.split()
     assert int(out[0]) == derive_seed("m", "p", 3) and out[1] == stable_hash({"a": 2, "b": 1})
     assert derive_seed("m", "p", 3) != derive_seed("m", "p", 4)
+
+
+def test_build_directory_once_redoes_an_unfinished_build(tmp_path):
+    from biasaudit.io import build_directory_once
+
+    calls = []
+
+    def build(tmp):
+        calls.append(tmp)
+        (tmp / "weights.bin").write_bytes(b"w")
+        return "sha256:abc"
+
+    (tmp_path / "model").mkdir()  # a killed earlier build: files but no marker
+    (tmp_path / "model" / "partial.bin").write_bytes(b"half")
+    target, revision = build_directory_once(tmp_path / "model", build)
+    assert revision == "sha256:abc" and not (target / "partial.bin").exists()
+    assert build_directory_once(tmp_path / "model", build) == (target, "sha256:abc") and len(calls) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary left behind

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,24 @@ class Cache:
 
     def __len__(self) -> int:
         return self._conn().execute("SELECT COUNT(*) FROM cache").fetchone()[0]
+
+
+def build_directory_once(target: str | os.PathLike, build: Callable[[Path], str], marker: str = ".complete") -> tuple[Path, str]:
+    """Build `target` once, atomically: `build(tmp_dir)` fills a temporary sibling and returns the text
+    to record (e.g. a weights hash); the marker file is written last and the folder renamed into place.
+    A killed build leaves no marker and is redone; a concurrent builder that finished first wins.
+    Returns (target, recorded text)."""
+    target = Path(target)
+    if not (target / marker).exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            (tmp / marker).write_text(build(tmp).strip() + "\n")
+            if target.exists():
+                if (target / marker).exists():
+                    return target, (target / marker).read_text().strip()
+                shutil.rmtree(target)  # an incomplete earlier build
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target, (target / marker).read_text().strip()

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import string
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -114,20 +112,10 @@ def weights_hash(directory: str | os.PathLike, suffixes: tuple[str, ...] = WEIGH
 
 def ensure_tiny_pipeline(arch: Arch, root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) -> tuple[Path, str]:
     """Directory of the saved tiny pipeline (built once, atomically) and its weights hash."""
-    target = Path(root) / arch
-    if not (target / MARKER).exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{arch}.", dir=target.parent))
-        try:
-            make_tiny_pipeline(arch, seed).save_pretrained(tmp)
-            (tmp / MARKER).write_text(weights_hash(tmp) + "\n")
-            if target.exists():  # an incomplete earlier build (killed) or a concurrent builder
-                if (target / MARKER).exists():
-                    shutil.rmtree(tmp)
-                    return target, (target / MARKER).read_text().strip()
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target, (target / MARKER).read_text().strip()
+    from biasaudit.io import build_directory_once
+
+    def build(tmp: Path) -> str:
+        make_tiny_pipeline(arch, seed).save_pretrained(tmp)
+        return weights_hash(tmp)
+
+    return build_directory_once(Path(root) / arch, build, MARKER)

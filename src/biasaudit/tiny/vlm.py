@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shutil
 import string
-import tempfile
 from pathlib import Path
 
 DEFAULT_ROOT = Path("models/tiny")
@@ -128,24 +127,15 @@ def weights_hash(directory: str | os.PathLike) -> str:
 def ensure_tiny_qwen2_vl(root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) -> tuple[Path, str]:
     """Directory of the saved tiny Qwen2-VL (built once, atomically, under `root`/tiny-qwen2-vl) and its
     weights hash (the model revision)."""
-    target = Path(root) / (NAME if seed == 0 else f"{NAME}-seed{seed}")
-    if not (target / MARKER).exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            model, processor = make_tiny_qwen2_vl(seed)
-            model.save_pretrained(tmp)
-            processor.save_pretrained(tmp)
-            (tmp / MARKER).write_text(weights_hash(tmp) + "\n")
-            if target.exists():  # an incomplete earlier build (killed) or a concurrent builder
-                if (target / MARKER).exists():
-                    return target, (target / MARKER).read_text().strip()
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target, (target / MARKER).read_text().strip()
+    from biasaudit.io import build_directory_once
+
+    def build(tmp: Path) -> str:
+        model, processor = make_tiny_qwen2_vl(seed)
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        return weights_hash(tmp)
+
+    return build_directory_once(Path(root) / (NAME if seed == 0 else f"{NAME}-seed{seed}"), build, MARKER)
 
 
 def ensure_tiny_qwen2_vl_digits(root: str | os.PathLike = DEFAULT_ROOT) -> tuple[Path, str]:
@@ -160,14 +150,11 @@ def ensure_tiny_qwen2_vl_digits(root: str | os.PathLike = DEFAULT_ROOT) -> tuple
 
     from transformers import AutoTokenizer
 
-    root = Path(root)
+    from biasaudit.io import build_directory_once
+
     source, revision = ensure_tiny_qwen2_vl(root)
-    target = root / DIGITS_NAME
-    revision = f"{revision}+digits-only"
-    if (target / MARKER).exists():
-        return target, revision
-    tmp = Path(tempfile.mkdtemp(prefix=f".{DIGITS_NAME}.", dir=root))
-    try:
+
+    def build(tmp: Path) -> str:
         shutil.copytree(source, tmp, dirs_exist_ok=True)
         (tmp / MARKER).unlink(missing_ok=True)
         tok = AutoTokenizer.from_pretrained(tmp)
@@ -182,10 +169,6 @@ def ensure_tiny_qwen2_vl_digits(root: str | os.PathLike = DEFAULT_ROOT) -> tuple
             raise RuntimeError("the tiny Qwen2-VL vocabulary has no digit tokens")
         gen["suppress_tokens"] = sorted(i for i in vocab.values() if i not in digits | eos)
         cfg_path.write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-        (tmp / MARKER).write_text(revision + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target, revision
+        return f"{revision}+digits-only"
+
+    return build_directory_once(Path(root) / DIGITS_NAME, build, MARKER)
