@@ -47,3 +47,26 @@ def test_skin_summary_groups_and_cis():
         assert out.loc[g, "n"] == len(sub) and out.loc[g, "L_mean"] == pytest.approx(sub["L"].mean())
         assert out.loc[g, "L_mean_lo"] <= out.loc[g, "L_mean"] <= out.loc[g, "L_mean_hi"]
         assert out.loc[g, "diversity_de2000"] == pytest.approx(mean_pairwise_de2000(sub[["L", "a", "b"]].to_numpy())[0])
+
+
+def test_vectorised_replicates_equal_the_explicit_resampled_multiset():
+    """Each bootstrap replicate (multiplicities m) gives exactly what expanding the multiset and averaging
+    ΔE2000 over all its distinct positions gives (copies of one image are pairs at distance 0)."""
+    from biasaudit.faces.colour import delta_e2000
+    from biasaudit.stats.skin_summary import replicate_stats
+
+    rng = np.random.default_rng(3)
+    n = 9
+    lab = np.column_stack([rng.uniform(20, 80, n), rng.uniform(-5, 25, n), rng.uniform(0, 35, n)])
+    C = np.hypot(lab[:, 1], lab[:, 2])
+    m = rng.integers(0, 4, size=(6, n)).astype(float)
+    m[:, 0] += 1  # every replicate has at least two positions
+    m[0] = 0
+    m[0, 2] = 2  # one image twice: diversity 0
+    i, j = np.triu_indices(n, k=1)
+    got = replicate_stats(m, lab[:, 0], C, i, j, delta_e2000(lab[i], lab[j]))
+    for b in range(len(m)):
+        idx = np.repeat(np.arange(n), m[b].astype(int))
+        a, c = np.triu_indices(len(idx), k=1)
+        expected_div = delta_e2000(lab[idx[a]], lab[idx[c]]).mean()
+        np.testing.assert_allclose(got[b], [lab[idx, 0].mean(), C[idx].mean(), expected_div], rtol=1e-12, atol=1e-12)
