@@ -164,6 +164,8 @@ def t2i_sections(t2i: Path, reports: Path, max_rows: int) -> list[dict[str, Any]
     manifest = json.loads(path.read_text())
     sections = []
     for s in manifest.get("sections", []):
+        if s.get("name") == "provenance":
+            continue  # rendered once, at the top of the page
         figures = [{"title": f["title"], "caption": f.get("caption", ""),
                     "src": (t2i / f["png"]).relative_to(reports).as_posix(),
                     "links": [("SVG", (t2i / f["svg"]).relative_to(reports).as_posix())] if f.get("svg") else []}
