@@ -3,6 +3,8 @@ real Gemini / OpenAI wire formats (429, 500, malformed bodies, refusals, batch s
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from biasaudit.backends.vlm import CachedVLM, Price, TokenBucket, VLMRequest, make_vlm_backend
@@ -218,3 +220,27 @@ def test_tiny_clip_backend_zero_shot(images, tmp_path, monkeypatch):
     again = make_vlm_backend(VLMSpec(backend="tiny", model_id="tiny-open-clip")).generate(
         [VLMRequest(images=(images[0],), prompt="", options=LABELS)])
     assert again[0].option_probs == pytest.approx(out[0].option_probs, abs=1e-6)
+
+
+def test_gemini_batch_job_of_a_killed_run_is_picked_up_not_resubmitted(images, tmp_path):
+    reqs = [VLMRequest(images=(p,), prompt="race?", options=LABELS) for p in images]
+    with VLMServer(batch_state="stall") as server:
+        spec = _spec(backend="gemini", model_id="g", base_url=server.gemini_url, api_key_env="NOPE", batch_mode=True,
+                     batch_poll_s=0.01)
+
+        def killed(_seconds):
+            raise KeyboardInterrupt  # the process dies while its job waits in the queue
+
+        first = CachedVLM(make_vlm_backend(spec), tmp_path / "c.sqlite")
+        first.backend._sleep = killed
+        with pytest.raises(KeyboardInterrupt):
+            first.generate(reqs)
+        assert server.calls == 1 and "batches/job1" in (tmp_path / "c.batches.json").read_text()
+        server.complete_batch("batches/job1")
+        second = CachedVLM(make_vlm_backend(spec), tmp_path / "c.sqlite")
+        out = second.generate(reqs)
+        assert [r.text for r in out] == list(LABELS)
+        assert all(r.meta.get("batch_job") == "batches/job1" for r in out)
+        assert server.calls == 1  # no second job was paid for
+        assert second.backend.stats["batch_resumed"] == 1
+        assert json.loads((tmp_path / "c.batches.json").read_text()) == {}

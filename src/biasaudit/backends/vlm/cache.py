@@ -49,6 +49,10 @@ class CachedVLM:
     def __init__(self, backend: VLMBackend, cache_path: str | os.PathLike, price: Price | None = None):
         self.backend = backend
         self.cache = Cache(cache_path)
+        if hasattr(backend, "batch_journal"):  # batch jobs of a killed run are picked up again
+            from pathlib import Path
+
+            backend.batch_journal = Path(cache_path).with_suffix(".batches.json")
         self.price = price
         self.accounting = Accounting(priced=price is not None)
         self._lock = threading.Lock()

@@ -3,14 +3,18 @@
 Online mode sends one generateContent request per item (thread pool + token bucket, our own
 retries on 408/429/5xx). Batch mode (`batch_mode: true`, half price) submits one inline batch job,
 polls it every `batch_poll_s`, and if it has not finished after `batch_stall_timeout_s` cancels it
-and answers the same requests online, so a stalled queue never blocks the pipeline.
+and answers the same requests online, so a stalled queue never blocks the pipeline. Submitted jobs
+are journalled (`batch_journal`, set by CachedVLM beside its cache): a run killed while its job was
+queued picks the same job up again instead of paying for a second one.
 Images are downscaled to `image_max_side` before sending (input tokens scale with image size).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, RETRYABLE_STATUS, OnResult, RetryableError,
@@ -46,6 +50,7 @@ class GeminiVLM(VLMBackend):
         self.client = genai.Client(api_key=key or "unused", http_options=http)
         self.bucket = TokenBucket(spec.requests_per_minute, burst=spec.concurrency)
         self._sleep, self._clock = sleep, clock
+        self.batch_journal: Path | None = None  # JSON {request-set hash: batch job name}
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
@@ -134,14 +139,22 @@ class GeminiVLM(VLMBackend):
             inlined.append(t.InlinedRequest(model=self.model_id, contents=contents, config=self._config(req)))
             index.append(i)
         if inlined:
-            try:
-                job = self.client.batches.create(model=self.model_id, src=inlined,
-                                                 config=t.CreateBatchJobConfig(display_name="biasaudit"))
-            except Exception as exc:  # noqa: BLE001
-                self._count("batch_fallbacks")
-                self.batch_note = f"batch create failed: {type(exc).__name__}: {exc}"[:300]
-                return None
-            self._count("batch_jobs")
+            from biasaudit.provenance import stable_hash
+
+            job_key = stable_hash([self.model_id, self.decoding_params()] + [
+                [list(requests[i].images), requests[i].prompt, list(requests[i].options), requests[i].max_tokens]
+                for i in index], length=24)
+            job = self._journalled_job(job_key)
+            if job is None:
+                try:
+                    job = self.client.batches.create(model=self.model_id, src=inlined,
+                                                     config=t.CreateBatchJobConfig(display_name="biasaudit"))
+                except Exception as exc:  # noqa: BLE001
+                    self._count("batch_fallbacks")
+                    self.batch_note = f"batch create failed: {type(exc).__name__}: {exc}"[:300]
+                    return None
+                self._count("batch_jobs")
+                self._journal(job_key, job.name)
             start = self._clock()
             state = _enum_name(job.state)
             while state not in DONE_STATES:
@@ -151,6 +164,7 @@ class GeminiVLM(VLMBackend):
                     except Exception:  # noqa: BLE001 - cancelling is best effort
                         pass
                     self._count("batch_fallbacks")
+                    self._journal(job_key, None)
                     self.batch_note = f"batch {job.name} stalled in {state} beyond {self.spec.batch_stall_timeout_s}s"
                     return None
                 self._sleep(self.spec.batch_poll_s)
@@ -159,6 +173,7 @@ class GeminiVLM(VLMBackend):
                     state = _enum_name(job.state)
                 except Exception:  # noqa: BLE001 - a failed poll is retried at the next interval
                     continue
+            self._journal(job_key, None)  # finished, failed or cancelled: never resumed again
             responses = getattr(getattr(job, "dest", None), "inlined_responses", None) or []
             if state not in ("JOB_STATE_SUCCEEDED", "JOB_STATE_PARTIALLY_SUCCEEDED") or len(responses) != len(index):
                 self._count("batch_fallbacks")
@@ -175,6 +190,37 @@ class GeminiVLM(VLMBackend):
             if on_result is not None:
                 on_result(i, r)
         return out  # type: ignore[return-value]
+
+    def _journal(self, key: str, name: str | None) -> None:
+        if self.batch_journal is None:
+            return
+        from biasaudit.io import atomic_write_json
+
+        path = Path(self.batch_journal)
+        jobs = json.loads(path.read_text()) if path.exists() else {}
+        if name is None:
+            jobs.pop(key, None)
+        else:
+            jobs[key] = name
+        atomic_write_json(path, jobs)
+
+    def _journalled_job(self, key: str):
+        """The still-live batch job a killed earlier run submitted for exactly these requests, if any."""
+        if self.batch_journal is None or not Path(self.batch_journal).exists():
+            return None
+        name = json.loads(Path(self.batch_journal).read_text()).get(key)
+        if not name:
+            return None
+        try:
+            job = self.client.batches.get(name=name)
+        except Exception:  # noqa: BLE001 - gone or unreachable: submit a new one
+            self._journal(key, None)
+            return None
+        if _enum_name(job.state) in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"):
+            self._journal(key, None)
+            return None
+        self._count("batch_resumed")
+        return job
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
         if self.spec.batch_mode and requests:
