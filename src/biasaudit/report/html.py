@@ -28,7 +28,7 @@ TEMPLATE = """{% macro render_table(t) %}<h4>{{ t.title }}</h4>{% if t.note %}<p
 {% macro render_summary(d) %}<div class="scroll">{{ d|safe }}</div>{% endmacro %}
 {% macro render_section(s) %}<h3 id="sec-{{ s.name }}">{{ s.title }}
 <span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span></h3>
-{% if s.reason %}<p><b>{{ 'No data' if s.status == 'no data' else 'Pending' if s.status == 'pending' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
+{% if s.reason %}<p><b>{{ 'No data' if s.status == 'no data' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
 {% if s.notes %}<ul>{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% for f in s.figures %}{{ render_figure(f) }}{% endfor %}
 {% for t in s.tables %}{{ render_table(t) }}{% endfor %}{% endmacro %}
@@ -44,7 +44,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .status{display:inline-block;padding:0 .5em;border-radius:3px;font-size:.8em;vertical-align:middle}
-.s-ok{background:#dfd}.s-nodata{background:#eee}.s-pending{background:#ffd}
+.s-ok{background:#dfd}.s-nodata{background:#eee}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.9em;color:#444}
 .scroll{overflow-x:auto}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}
 dt{font-weight:600}pre{background:#f7f7f7;padding:.5em;overflow-x:auto;font-size:.85em}

@@ -8,7 +8,6 @@ reason, a function owned by another stage that has not landed gives status 'pend
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +19,12 @@ import pandas as pd
 from biasaudit import GROUPS, UNKNOWN
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.bootstrap import Interval, cluster_bootstrap
+from biasaudit.stats.correction import corrected_tvd as correct_tvd
+from biasaudit.stats.homogeneity import homogeneity_table
 from biasaudit.stats.regression import ols_cluster
+from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import tvd
-from biasaudit.t2i.outputs import NO_DATA, PENDING, Figure, Result
+from biasaudit.t2i.outputs import NO_DATA, Figure, Result
 
 G = len(GROUPS)
 LABEL_ORDER = (*GROUPS, UNKNOWN)
@@ -422,21 +424,6 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, group: str, unit_usd: 
                   "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.")
 
 
-def _lazy(candidates: list[tuple[str, str]]):
-    """The first importable (module, function) among candidates, or None with what was tried."""
-    for module, name in candidates:
-        try:
-            fn = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if callable(fn):
-            return fn, f"{module}.{name}"
-    return None, " / ".join(f"{m}.{n}" for m, n in candidates)
-
-
-SKIN_SUMMARY = [("biasaudit.faces.summary", "skin_summary"), ("biasaudit.stats.skin_summary", "skin_summary")]
-
-
 def plot_diversity(summary: pd.DataFrame) -> Figure:
     """Mean pairwise ΔE2000 per label and model, with its bootstrap CI where there is one."""
     import matplotlib.pyplot as plt
@@ -481,18 +468,10 @@ def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = 40.0, earnings_group: 
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     res.figures = {"skin_L_by_label": plot_L_by_label(skin), "skin_L_vs_C": plot_L_vs_C(skin),
                    "skin_L_vs_earnings": plot_earnings(skin, fits, earnings_group, unit_usd)}
-    summary_fn, where = _lazy(SKIN_SUMMARY)
-    summary = None
-    if summary_fn is None:
-        res.notes.append(f"pending: per-group L*/C*/hue summaries and ΔE2000 diversity ({where} not available yet)")
-    else:
-        try:
-            summary = summary_fn(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot,
-                                 ci=boot.level, seed=derive_seed(boot.seed, "skin_summary") % 2**32)
-            res.tables["skin_summary_by_label"] = summary
-            res.figures["skin_diversity"] = plot_diversity(summary)
-        except Exception as exc:  # noqa: BLE001 - another stage's function; report, don't crash
-            res.notes.append(f"skin summary ({where}) failed: {type(exc).__name__}: {exc}")
+    summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
+                           seed=derive_seed(boot.seed, "skin_summary") % 2**32)
+    res.tables["skin_summary_by_label"] = summary
+    res.figures["skin_diversity"] = plot_diversity(summary)
     res.metrics = {"dark_share_black": {r.model: {"share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},
                    "earnings_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
@@ -575,11 +554,6 @@ def plot_similarity_by_bin(table: pd.DataFrame) -> Figure:
 def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_group_size: int = 30) -> Result:
     """Gap tables by race and by L* bin, per model and embedding space (biasaudit.stats.homogeneity)."""
     res = Result("homogeneity", "Homogeneity gap (CLIP and face embeddings)")
-    try:
-        from biasaudit.stats.homogeneity import homogeneity_table
-    except ImportError as exc:
-        res.status, res.reason = PENDING, f"biasaudit.stats.homogeneity not available: {exc}"
-        return res
     race, bins = [], []
     for model in inputs.models:
         for space in SPACES:
@@ -676,11 +650,6 @@ def corrected_tvd(inputs: Inputs, boot: Boot, method: str = "lsq") -> Result:
         return res
     if inputs.labels.empty or inputs.prompts.empty:
         res.status, res.reason = NO_DATA, "no labels"
-        return res
-    try:
-        from biasaudit.stats.correction import corrected_tvd as correct_tvd
-    except ImportError as exc:
-        res.status, res.reason = PENDING, f"biasaudit.stats.correction not available: {exc}"
         return res
     true, pred = confusion_pairs(path)
     if len(true) == 0:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
 
-OK, NO_DATA, PENDING = "ok", "no data", "pending"
+OK, NO_DATA = "ok", "no data"
 
 
 @dataclass
