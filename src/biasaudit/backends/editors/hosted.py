@@ -13,11 +13,10 @@ import base64
 import os
 from typing import Any
 
-import httpx
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
 from biasaudit.backends.generators.base import (Pacer, RetryableError, call_with_retries, decode_image,
-                                                genai_retryable, parse_retry_after)
+                                                genai_retries, parse_retry_after)
 from biasaudit.backends.vlm.base import encode_image
 
 POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
@@ -82,23 +81,14 @@ class GeminiEditor(_Hosted):
         self.client = genai.Client(api_key=_api_key(spec), http_options=http)
 
     def _call(self, png: bytes, req: EditRequest):
-        from google.genai import errors
-
         t = self.types
         self.pacer.wait()
         config = t.GenerateContentConfig(response_modalities=["IMAGE", "TEXT"], seed=req.seed % (2**31 - 1),
                                          candidate_count=1)
-        try:
+        with genai_retries():
             return self.client.models.generate_content(
                 model=self.spec.model_id, config=config,
                 contents=[t.Part.from_bytes(data=png, mime_type="image/png"), req.instruction])
-        except errors.APIError as exc:
-            retry = genai_retryable(exc)
-            if retry is not None:
-                raise retry from None
-            raise
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from None
 
     def _one(self, req: EditRequest) -> EditResult:
         png, reason = source_png(req.source, self.spec.image_max_side)

@@ -7,6 +7,8 @@ same backends run unchanged under a distributed runner.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import random
 import time
 from abc import ABC, abstractmethod
@@ -145,11 +147,21 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
-def genai_retryable(exc: Exception) -> RetryableError | None:
-    """The RetryableError for a google-genai APIError that is worth retrying (429, 5xx), else None."""
-    code = getattr(exc, "code", None) or 0
-    if code == 429 or code >= 500:
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        return RetryableError(f"HTTP {code} {getattr(exc, 'status', '') or ''}".strip(),
-                              parse_retry_after(headers.get("retry-after")))
-    return None
+@contextmanager
+def genai_retries():
+    """Around one google-genai call: 429/5xx API errors and transport errors (timeouts, resets) become
+    RetryableError (honouring Retry-After); every other error passes through unchanged."""
+    import httpx
+    from google.genai import errors
+
+    try:
+        yield
+    except errors.APIError as exc:
+        code = exc.code or 0
+        if code == 429 or code >= 500:
+            headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+            raise RetryableError(f"HTTP {code} {exc.status or ''}".strip(),
+                                 parse_retry_after(headers.get("retry-after"))) from None
+        raise
+    except (httpx.TimeoutException, httpx.TransportError) as exc:
+        raise RetryableError(f"{type(exc).__name__}: {exc}") from None

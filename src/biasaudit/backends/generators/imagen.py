@@ -16,10 +16,9 @@ import os
 import warnings
 from typing import Any
 
-import httpx
 
 from biasaudit.backends.generators.base import (GenRequest, GenResult, Generator, Pacer, RetryableError,
-                                                call_with_retries, decode_image, genai_retryable)
+                                                call_with_retries, decode_image, genai_retries)
 from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec
 
 POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
@@ -71,23 +70,14 @@ class ImagenGenerator(Generator):
         return self.types.GenerateImagesConfig(**kw)
 
     def _call(self, req: GenRequest):
-        from google.genai import errors
-
         self.pacer.wait()
         try:
-            with warnings.catch_warnings():
+            with genai_retries(), warnings.catch_warnings():
                 # google-genai 3.x flags generate_images as deprecated (removal not before 2027); the
                 # Imagen :predict endpoint is what the published audit used.
                 warnings.simplefilter("ignore", category=Warning)
                 return self.client.models.generate_images(model=self.spec.model_id, prompt=req.prompt,
                                                           config=self._config(req))
-        except errors.APIError as exc:
-            retry = genai_retryable(exc)
-            if retry is not None:
-                raise retry from None
-            raise
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from None
         except (json.JSONDecodeError, ValueError) as exc:
             if isinstance(exc, json.JSONDecodeError) or "JSON" in str(exc):
                 raise RetryableError(f"malformed response: {exc}") from None
