@@ -30,7 +30,6 @@ batch_size: int = 8  # questions per runner batch
 limit: int = 0  # at most this many questions, 0 for all (smoke runs)
 
 # %%
-import json
 from functools import partial
 from pathlib import Path
 
