@@ -1,4 +1,4 @@
-"""SYNTHETIC stage outputs in the exact contract formats (DESIGN.md / shared contracts), for testing
+"""SYNTHETIC stage outputs in the exact contract formats (biasaudit.contracts), for testing
 the analysis and report stages without running the upstream stages. Every number here is made up
 by a seeded random generator; nothing describes a real model."""
 
@@ -10,7 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS
+from skimage.color import lab2rgb
+
+from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS
+from biasaudit.faces.colour import describe_rgb
+from biasaudit.faces.stage import _empty_colour
+
+
+def colour_columns(L: float, a: float, b: float) -> dict:
+    """The faces stage's colour columns for a skin colour given in CIELAB, through the producer's own
+    describe_rgb (so L_bin and every other column are exactly what the faces stage would write)."""
+    rgb = lab2rgb(np.array([L, a, b], dtype=float), illuminant="D65", observer="2") * 255.0
+    return describe_rgb(rgb)
 
 MODELS = ("synth-a", "synth-b")
 IMAGES_PER_PROMPT = 10
@@ -35,9 +47,9 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
                              "rank_in_group": 1, "prompt": f"A person ({inst}), synthetic",
                              **dict(zip(GROUPS, shares)), "size": 100.0, "median_weekly_earnings_usd": earn,
                              "template_version": "v1"} for pid, cat, inst, sel, shares, earn in PROMPTS])
-    (root / "data/t2i").mkdir(parents=True, exist_ok=True)
-    prompts.to_csv(root / "data/t2i/prompts.csv", index=False)
-    (root / "data/t2i/SYNTHETIC.txt").write_text("synthetic test fixture (tests/fixtures_t2i.py)\n")
+    (root / C.T2I).mkdir(parents=True, exist_ok=True)
+    prompts.to_csv(root / C.PROMPTS_CSV, index=False)
+    (root / C.T2I / "SYNTHETIC.txt").write_text("synthetic test fixture (tests/fixtures_t2i.py)\n")
     for m, model in enumerate(MODELS):
         man, lab, fac = [], [], []
         for pid, cat, inst, sel, shares, earn in PROMPTS:
@@ -45,7 +57,7 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
             draws = rng.choice(len(GROUPS), size=IMAGES_PER_PROMPT, p=skew / skew.sum())
             for i, g in enumerate(draws):
                 image_id = f"{model}-{pid}-{i:03d}"
-                path = f"data/t2i/images/{model}/{image_id}.png"
+                path = (C.IMAGES_DIR / model / f"{image_id}.png").as_posix()
                 status = "failed" if (i == 9 and pid == "geo_b") else "ok"
                 man.append({"image_id": image_id, "model": model, "backend": "tiny", "model_id": f"synthetic/{model}",
                             "model_revision": "0" * 7, "prompt_id": pid, "prompt": f"A person ({inst})", "seed": i,
@@ -65,26 +77,21 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
                 a_, b_ = rng.normal(14, 3), rng.normal(18, 3)
                 fac.append({"image_id": image_id, "model": model, "prompt_id": pid, "n_faces": 0 if no_face else 1,
                             "det_score": np.nan if no_face else 0.99, "bbox": None if no_face else "[8, 8, 56, 56]",
-                            "skin_pixels": 0 if no_face else 900, "mean_r": np.nan, "mean_g": np.nan, "mean_b": np.nan,
-                            "L": np.nan if no_face else L, "a": np.nan if no_face else a_, "b": np.nan if no_face else b_,
-                            "C": np.nan if no_face else float(np.hypot(a_, b_)),
-                            "h": np.nan if no_face else float(np.degrees(np.arctan2(b_, a_)) % 360),
-                            "ita": np.nan if no_face else float(np.degrees(np.arctan2(L - 50, b_))),
-                            "L_bin": None if no_face else ("<40" if L < 40 else "[40,55)" if L < 55 else
-                                                           "[55,70)" if L < 70 else ">=70"),
+                            "skin_pixels": 0 if no_face else 900,
+                            **(_empty_colour() if no_face else colour_columns(L, a_, b_)),
                             "status": "skipped" if no_face else "ok", "reason": "no face" if no_face else "",
                             "face_backend": "dlib", "skin_backend": "landmarks", "stand_in": True})
-        img_dir = root / "data/t2i/images" / model
+        img_dir = root / C.IMAGES_DIR / model
         img_dir.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(man).to_parquet(img_dir / "manifest.parquet", index=False)
         if labels:
-            (root / "data/t2i/labels").mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(lab).to_parquet(root / f"data/t2i/labels/{model}.parquet", index=False)
+            (root / C.LABELS_DIR).mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(lab).to_parquet(root / C.labels_path(model), index=False)
         if faces:
-            (root / "data/t2i/faces").mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(fac).to_parquet(root / f"data/t2i/faces/{model}.parquet", index=False)
+            (root / C.FACES_DIR).mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(fac).to_parquet(root / C.faces_path(model), index=False)
         if embeddings:
-            emb = root / "data/t2i/embeddings" / model
+            emb = root / C.embeddings_dir(model)
             emb.mkdir(parents=True, exist_ok=True)
             n = len(man)
             clip = rng.normal(size=(n, 16)).astype(np.float32)
@@ -97,7 +104,7 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
             pd.DataFrame({"image_id": [r["image_id"] for r in man], "clip_row": np.arange(n),
                           "face_row": face_rows}).to_parquet(emb / "index.parquet", index=False)
     if reliability:
-        rel = root / "reports/t2i/reliability"
+        rel = root / C.RELIABILITY_DIR
         rel.mkdir(parents=True, exist_ok=True)
         (rel / "summary.json").write_text(json.dumps({"status": "ok", "n_items": 20, "synthetic": True,
                                                       "cohen_kappa": {"human_human": 0.8, "human_classifier_mean": 0.7}}))

@@ -145,3 +145,26 @@ def test_stage_counts_report_failures_abstentions_and_missing_faces(tmp_path):
     assert counts.loc[("generate", "synth-a"), "status_failed"] == 1
     assert counts.loc[("classify", "synth-a"), "abstentions"] == 1
     assert counts.loc[("faces", "synth-a"), "no_face"] == 7
+
+
+def _bin_of(L: float) -> str:
+    """The paper's bins from their definition: L* < 40, [40, 55), [55, 70), ≥ 70."""
+    return "<40" if L < 40 else "[40,55)" if L < 55 else "[55,70)" if L < 70 else "≥70"
+
+
+def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
+    """Regression: the faces stage wrote '40-55'/'55-70' while the analysis grouped by '[40,55)'/'[55,70)',
+    so the middle bins of the figure were NaN. The fixture's faces rows come from the producer
+    (faces.colour.describe_rgb); every bin with ≥ 2 embedded images must have a finite similarity."""
+    write_tree(tmp_path)
+    inputs = an.load_inputs(tmp_path)
+    measured = inputs.faces.dropna(subset=["L"])
+    assert (measured["L_bin"] == measured["L"].map(_bin_of)).all()
+    assert set(measured["L_bin"]) == {"<40", "[40,55)", "[55,70)", "≥70"}  # the fixture spans all four
+    res = an.homogeneity(inputs, BOOT, n_permutations=0, min_group_size=2)
+    table = res.tables["homogeneity_by_L_bin"]
+    for (model, space), t in table.groupby(["model", "space"]):
+        counts = measured[measured["model"] == model]["L_bin"].value_counts()
+        expected = {b for b, n in counts.items() if n >= 2}
+        got = t.set_index("group").reindex(list(an.L_BINS))["intra"]
+        assert np.isfinite(got[list(expected)]).all(), (model, space, got.to_dict())

@@ -91,12 +91,12 @@ def test_hue_chroma_ita_by_hand():
 
 def test_l_bins_edges():
     got = C.l_bin(np.array([0, 39.999, 40, 54.9, 55, 69.99, 70, 100, np.nan]))
-    assert list(got) == ["<40", "<40", "40-55", "40-55", "55-70", "55-70", ">=70", ">=70", ""]
+    assert list(got) == ["<40", "<40", "[40,55)", "[40,55)", "[55,70)", "[55,70)", "≥70", "≥70", ""]
 
 
 def test_describe_rgb_grey_and_skin():
     d = C.describe_rgb(np.array([128.0, 128.0, 128.0]))
-    assert abs(d["L"] - 53.585) < 2e-3 and abs(d["C"]) < 1e-2 and d["L_bin"] == "40-55"
+    assert abs(d["L"] - 53.585) < 2e-3 and abs(d["C"]) < 1e-2 and d["L_bin"] == "[40,55)"
     # a typical dark skin tone (Monk 9, #3a312a) is dark, warm and in the <40 bin
     dark = C.describe_rgb(np.array([0x3a, 0x31, 0x2a], dtype=float))
     assert dark["L"] < 25 and dark["L_bin"] == "<40" and 30 < dark["h"] < 90 and dark["ita"] < -45

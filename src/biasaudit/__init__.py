@@ -2,9 +2,5 @@
 
 __version__ = "0.1.0"
 
-# Method A groups, in the canonical column order used by every table.
-GROUPS: tuple[str, ...] = ("white", "black", "asian", "hispanic", "other")
-UNKNOWN = "unknown"
-
-# Label written into every output produced by a random-weight stand-in model.
-STAND_IN = "stand-in"
+# The label sets live in biasaudit.contracts (with paths, columns and L* bins); re-exported here.
+from biasaudit.contracts import GROUPS, STAND_IN, UNKNOWN  # noqa: E402,F401

@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from biasaudit.params import Params
+from biasaudit.params.base import looks_like_secret
 
 PARAMS_FILE = Path("params.yaml")
 PROFILES_DIR = Path("profiles")
@@ -29,8 +30,21 @@ class ParamsError(ValueError):
     """Invalid parameters; the message names every offending key."""
 
 
+def _contains_secret(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_contains_secret(k) or _contains_secret(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return any(_contains_secret(v) for v in value)
+    return looks_like_secret(value)
+
+
+def _shown(value: Any) -> str:
+    """The offending value for a message, unless it (or anything inside it) is shaped like a key."""
+    return "<not shown: looks like a secret>" if _contains_secret(value) else repr(value)
+
+
 def _describe(error: dict[str, Any], model: type) -> str:
-    loc = ".".join(str(p) for p in error["loc"])
+    loc = ".".join("<not shown>" if looks_like_secret(p) else str(p) for p in error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(model, error["loc"][:-1])
@@ -39,7 +53,9 @@ def _describe(error: dict[str, Any], model: type) -> str:
         return f"{loc}: unknown key{did_you_mean}; allowed: {', '.join(sorted(allowed))}"
     if kind == "missing":
         return f"{loc}: required key is missing"
-    return f"{loc}: {error['msg']} (got {error.get('input')!r})"
+    if str(error["loc"][-1] if error["loc"] else "").endswith("_env") or kind == "value_error":
+        return f"{loc}: {error['msg'].removeprefix('Value error, ')}"  # our validators' messages name the key; the value may be a secret
+    return f"{loc}: {error['msg']} (got {_shown(error.get('input'))})"
 
 
 def _allowed_keys(model: type, loc: tuple) -> list[str]:

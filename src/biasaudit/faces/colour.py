@@ -1,6 +1,6 @@
 """Skin colour in CIELAB (D65, 2° observer) with scikit-image: L*, a*, b*, C*, hue, ITA, ΔE2000.
 
-Definitions (DESIGN.md): mean sRGB over skin pixels → CIE XYZ (D65) → CIELAB; C* = √(a²+b²);
+Definitions (docs/architecture.md, as the paper): mean sRGB over skin pixels → CIE XYZ (D65) → CIELAB; C* = √(a²+b²);
 h = atan2(b, a) in degrees [0, 360); ITA = atan2(L*−50, b)·180/π; L* bins <40, [40,55), [55,70), ≥70.
 The mean is taken in sRGB (as the paper does), then converted once.
 """
@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 from skimage.color import deltaE_ciede2000, rgb2lab
 
-L_BIN_EDGES: tuple[float, ...] = (40.0, 55.0, 70.0)
-L_BIN_LABELS: tuple[str, ...] = ("<40", "40-55", "55-70", ">=70")
+from biasaudit.contracts import L_BIN_EDGES, L_BIN_LABELS, l_bin  # noqa: F401  (the one definition)
 
 
 def srgb_to_lab(rgb: np.ndarray) -> np.ndarray:
@@ -44,14 +43,6 @@ def ita_degrees(lab: np.ndarray) -> np.ndarray:
     lab = np.asarray(lab, dtype=np.float64)
     return np.degrees(np.arctan2(lab[..., 0] - 50.0, lab[..., 2]))
 
-
-def l_bin(L: np.ndarray | float) -> np.ndarray:
-    """L* bin labels '<40', '40-55', '55-70', '>=70' (NaN → '')."""
-    L = np.atleast_1d(np.asarray(L, dtype=np.float64))
-    idx = np.searchsorted(np.asarray(L_BIN_EDGES), L, side="right")
-    out = np.asarray(L_BIN_LABELS, dtype=object)[np.minimum(idx, len(L_BIN_LABELS) - 1)]
-    out[np.isnan(L)] = ""
-    return out
 
 
 def delta_e2000(lab1: np.ndarray, lab2: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.faces.colour import describe_rgb, mean_skin_rgb
 from biasaudit.faces.detect import landmarks68, make_detector
 from biasaudit.faces.segment import (bisenet_masks, landmark_skin_from_landmarks, outline_overlay,
@@ -24,7 +25,7 @@ from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path
 from biasaudit.provenance import stable_hash
 
-COLOUR_COLUMNS = ["mean_r", "mean_g", "mean_b", "L", "a", "b", "C", "h", "ita", "L_bin"]
+COLOUR_COLUMNS = list(C.COLOUR_COLUMNS)
 FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox", "skin_pixels", *COLOUR_COLUMNS,
                  "status", "reason", "face_backend", "face_model_id", "face_revision", "skin_backend",
                  "skin_model_id", "stand_in"]
@@ -159,7 +160,7 @@ def work_dir_of(model: str, params) -> Path:
     """The resumable work folder of one model: outside the DVC outputs (DVC deletes those before a
     run) and keyed by the parameters that change a measurement, so changing one starts afresh."""
     measure_keys = params.model_dump(exclude={"batch_size", "limit", "n_overlays", "device", "clip_batch_size"})
-    return Path(f"data/t2i/.work/faces/{model}/{stable_hash(measure_keys, 12)}")
+    return C.WORK_DIR / "faces" / model / stable_hash(measure_keys, 12)
 
 
 def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | None" = None,
@@ -181,9 +182,9 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     params, ex = cfg.faces, cfg.execution
     if manifest_path is None and model not in cfg.models:
         raise ValueError(f"model '{model}' is not a key of `models:` in params.yaml ({', '.join(cfg.models)})")
-    manifest_path = Path(manifest_path or f"data/t2i/images/{model}/manifest.parquet")
-    faces_path = Path(faces_path or f"data/t2i/faces/{model}.parquet")
-    emb_dir = Path(emb_dir or f"data/t2i/embeddings/{model}")
+    manifest_path = Path(manifest_path or C.manifest_path(cfg.generate.images_dir, model))
+    faces_path = Path(faces_path or C.faces_path(model))
+    emb_dir = Path(emb_dir or C.embeddings_dir(model))
     if not manifest_path.exists():
         raise FileNotFoundError(f"{manifest_path} is missing: run the generate@{model} stage first")
     manifest = pd.read_parquet(manifest_path)

@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from biasaudit import GROUPS
+from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 
 VLMBackendName = Literal["gemini", "openai", "transformers", "clip", "file", "tiny"]
@@ -87,7 +88,7 @@ class Classify(Section):
     labels: list[str] = Field(default_factory=lambda: list(GROUPS))  # allowed answers, in table order
     instruction: str = DEFAULT_INSTRUCTION
     instruction_version: str = "v1"       # bump whenever the instruction text changes
-    cache_path: str = "data/t2i/cache/classify.sqlite"
+    cache_path: str = C.CLASSIFY_CACHE.as_posix()
     batch_size: int = Field(16, ge=1)     # images per runner batch (API concurrency works inside a batch)
     limit: int = Field(0, ge=0)           # label only the first N pending images (0 = all)
     retry_failed: bool = True             # re-try images whose call failed in an earlier run
@@ -105,7 +106,7 @@ class Reliability(Section):
     sample_size: int = Field(300, ge=1)   # images drawn (seeded) for human annotation
     sample_seed: int = 300
     raters: list[str] = Field(default_factory=lambda: ["rater1", "rater2"])  # one sheet per rater
-    sheets_dir: str = "data/t2i/annotations"  # annotation_sheet.csv goes here; filled sheets <rater>.csv
+    sheets_dir: str = C.ANNOTATIONS_DIR.as_posix()  # annotation_sheet.csv goes here; filled sheets <rater>.csv
     # No human sheets yet (offline profile): simulate raters from the classifier labels through a
     # known confusion matrix. Every output is then marked SIMULATED.
     simulate: bool = False

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from biasaudit import contracts as C
 from biasaudit.params.base import Section
 
 
@@ -56,7 +57,7 @@ class Baseline(Section):
     # none: skip (the analysis says so) | folder: your portraits | packaged: STAND-IN built from the
     # packaged photos dealt into group folders at random (offline profile; exercises the code only)
     source: Literal["none", "folder", "packaged"] = "none"
-    portraits_dir: str = "data/reference/portraits"
+    portraits_dir: str = C.PORTRAITS_DIR.as_posix()
     standin_per_group: int = Field(4, ge=2)  # packaged stand-in portraits per group
     n_boot: int = Field(200, ge=0)  # bootstrap resamples of portraits for the gap CIs
     n_permutations: int = Field(200, ge=0)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from biasaudit.params.base import Section
+from biasaudit import contracts as C
+from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
 
 Backend = Literal["diffusers", "tiny", "imagen", "openai", "folder", "packaged-photos"]
 STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # Output sizes (width, height) of Imagen 4 per aspect ratio at the default 1K image size.
 IMAGEN_SIZES: dict[tuple[int, int], str] = {
@@ -79,14 +79,6 @@ class GeneratorSpec(Section):
     folder: str | None = None  # directory of images
     mapping_csv: str | None = None  # CSV with columns file, prompt_id (optional index)
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not ENV_NAME.match(value):
-            raise ValueError("api_key_env: must be the NAME of an environment variable (e.g. GEMINI_API_KEY), "
-                             "never the key itself")
-        return value
-
     @model_validator(mode="after")
     def _check_backend(self) -> "GeneratorSpec":
         b, size = self.backend, (self.width, self.height)
@@ -140,8 +132,8 @@ class Generate(Section):
     limit: int = Field(0, ge=0)  # generate at most this many new images this run (0 = all): a quick look
     retry_failed: bool = True  # re-attempt images that failed (API errors) in an earlier run; refusals stay
     black_threshold: int = Field(8, ge=0, le=255)  # an image whose brightest pixel ≤ this is "safety-filtered"
-    prompts_file: str = "data/t2i/prompts.csv"
-    images_dir: str = "data/t2i/images"
+    prompts_file: str = C.PROMPTS_CSV.as_posix()   # the prompts stage writes it, generate reads it
+    images_dir: str = C.IMAGES_DIR.as_posix()      # <images_dir>/<model>/: generate writes, classify/faces/analysis read
     # sharding and the runner (local | ray) are the top-level `execution:` section, shared by the per-image stages
 
 

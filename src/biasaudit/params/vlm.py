@@ -13,8 +13,8 @@ from pydantic import Field, model_validator
 
 from biasaudit.params.base import Section
 
-RACES: tuple[str, ...] = ("Asian", "Black", "Latino", "MiddleEastern", "White")
-GENDERS: tuple[str, ...] = ("man", "woman")
+from biasaudit import contracts as C
+from biasaudit.contracts import GENDERS, RACES  # noqa: E402,F401  (Race/Gender below must match)
 Race = Literal["Asian", "Black", "Latino", "MiddleEastern", "White"]
 Gender = Literal["man", "woman"]
 
@@ -40,7 +40,7 @@ class Sources(Section):
     # 'packaged': the public-domain photos shipped in packages (skimage astronaut, matplotlib
     # grace_hopper) and seeded crops of them — for the offline profile only.
     source: Literal["folder", "packaged"] = "folder"
-    input_dir: str = "data/vlm/source_photos"
+    input_dir: str = C.SOURCE_PHOTOS.as_posix()
     occupations: list[str] = Field(default_factory=lambda: ["cook", "doctor", "lawyer", "nurse", "teacher", "ceo"])
     photos_per_occupation: int = Field(8, ge=1)   # at most this many per occupation (sorted by name)
     min_side: int = Field(256, ge=32)             # shortest image side in pixels

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS, UNKNOWN
+from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS, L_BIN_LABELS, LABEL_ORDER, UNKNOWN, l_bin
+from biasaudit.params.analysis import Analyze
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.bootstrap import Interval, cluster_bootstrap
 from biasaudit.stats.correction import corrected_tvd as correct_tvd
@@ -27,12 +29,12 @@ from biasaudit.stats.tvd import tvd
 from biasaudit.t2i.outputs import NO_DATA, Figure, Result
 
 G = len(GROUPS)
-LABEL_ORDER = (*GROUPS, UNKNOWN)
 PALETTE = dict(zip(LABEL_ORDER, ("#4c72b0", "#1f3a93", "#dd8452", "#55a868", "#8172b3", "#999999")))
 PALETTE["black"] = "#1f77b4"  # the paper's blue points (Black) in Figure 2
 PALETTE["white"] = "#7f7f7f"
-L_BINS = ("<40", "[40,55)", "[55,70)", ">=70")
+L_BINS = L_BIN_LABELS  # the faces stage writes these (biasaudit.contracts)
 # CSVs declared as DVC plots (always written, empty with this header when a section has no data).
+_DEFAULTS = Analyze()  # function defaults come from the schema (params.yaml overrides them in the notebook)
 PLOTS = {"shares": ["model", "category", "prompt_id", "race", "benchmark_share", "model_share"],
          "tvd": ["model", "category", "mean_tvd", "mean_tvd_low", "mean_tvd_high", "pooled_tvd"],
          "skin_L_C": ["model", "image_id", "label", "L", "C"]}
@@ -79,22 +81,24 @@ def _read_parquets(paths: list[Path], what: str, notes: dict[str, str]) -> pd.Da
     if bad:
         notes[what] = "unreadable: " + "; ".join(bad)
     elif not paths:
-        notes[what] = f"no {what} files yet (data/t2i/{what}/)"
+        notes[what] = f"no {what} files yet ({(C.T2I / what).as_posix()}/)"
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def load_inputs(root: str | Path = ".") -> Inputs:
-    """Read the upstream stage outputs under `root` (missing ones become empty frames + a note)."""
+def load_inputs(root: str | Path = ".", prompts_file: str | Path = C.PROMPTS_CSV,
+                images_dir: str | Path = C.IMAGES_DIR) -> Inputs:
+    """Read the upstream stage outputs under `root` (missing ones become empty frames + a note);
+    `prompts_file` and `images_dir` are generate.prompts_file and generate.images_dir."""
     root = Path(root)
     notes: dict[str, str] = {}
-    prompts_path = root / "data/t2i/prompts.csv"
+    prompts_path = root / prompts_file
     prompts = pd.read_csv(prompts_path) if prompts_path.exists() else pd.DataFrame()
     if prompts.empty:
         notes["prompts"] = f"{prompts_path.as_posix()} missing or empty"
-    manifests = _read_parquets(list((root / "data/t2i/images").glob("*/manifest.parquet")), "images", notes)
-    labels = _read_parquets(list((root / "data/t2i/labels").glob("*.parquet")), "labels", notes)
-    faces = _read_parquets(list((root / "data/t2i/faces").glob("*.parquet")), "faces", notes)
+    manifests = _read_parquets(list((root / images_dir).glob("*/manifest.parquet")), "images", notes)
+    labels = _read_parquets(list((root / C.LABELS_DIR).glob("*.parquet")), "labels", notes)
+    faces = _read_parquets(list((root / C.FACES_DIR).glob("*.parquet")), "faces", notes)
     return Inputs(prompts, manifests, labels, faces, root, notes)
 
 
@@ -326,7 +330,7 @@ def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame)
     return ok.reset_index(drop=True)
 
 
-def dark_share(skin: pd.DataFrame, boot: Boot, threshold: float = 40.0, group: str = "black") -> pd.DataFrame:
+def dark_share(skin: pd.DataFrame, boot: Boot, threshold: float = _DEFAULTS.dark_L_threshold, group: str = "black") -> pd.DataFrame:
     """Per model: among measured faces with L* < threshold, the share classified `group` (CI over prompts)."""
     rows = []
     for model, sub in skin.groupby("model", sort=True):
@@ -345,7 +349,7 @@ def dark_share(skin: pd.DataFrame, boot: Boot, threshold: float = 40.0, group: s
 def labels_by_L_bin(skin: pd.DataFrame) -> pd.DataFrame:
     """Counts and row shares of each label within each L* bin, per model."""
     if "L_bin" not in skin:
-        skin = skin.assign(L_bin=pd.cut(skin["L"], [-np.inf, 40, 55, 70, np.inf], right=False, labels=L_BINS))
+        skin = skin.assign(L_bin=l_bin(skin["L"].to_numpy(float)))
     counts = pd.crosstab([skin["model"], skin["L_bin"].astype(str)], skin["label"]).reindex(
         columns=list(LABEL_ORDER), fill_value=0)
     shares = counts.div(counts.sum(axis=1), axis=0).add_prefix("share_")
@@ -366,7 +370,7 @@ def earnings_regression(skin: pd.DataFrame, group: str = "black", unit_usd: floa
     return pd.DataFrame(rows)
 
 
-def plot_L_by_label(skin: pd.DataFrame) -> Figure:
+def plot_L_by_label(skin: pd.DataFrame, dark_L: float) -> Figure:
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -374,11 +378,11 @@ def plot_L_by_label(skin: pd.DataFrame) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 4))
     sns.boxplot(skin, x="label", y="L", hue="model", order=order, ax=ax, fliersize=0, boxprops={"alpha": 0.5})
     sns.stripplot(skin, x="label", y="L", hue="model", order=order, ax=ax, dodge=True, size=3, legend=False)
-    ax.axhline(40, color="0.4", ls=":", lw=1)
+    ax.axhline(dark_L, color="0.4", ls=":", lw=1)
     ax.set(xlabel="classified race", ylabel="skin lightness L*", ylim=(0, 100), title="Skin lightness by label")
     fig.tight_layout()
     return Figure(fig, "L* by classified race and model",
-                  "Mean skin-pixel L* (CIELAB, D65) per image; dotted line: L* = 40.")
+                  f"Mean skin-pixel L* (CIELAB, D65) per image; dotted line: L* = {dark_L:g} (analyze.dark_L_threshold).")
 
 
 def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
@@ -450,8 +454,8 @@ def plot_diversity(summary: pd.DataFrame) -> Figure:
                   "bars are cluster-bootstrap CIs over prompts.")
 
 
-def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = 40.0, earnings_group: str = "black",
-              unit_usd: float = 100.0) -> Result:
+def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = _DEFAULTS.dark_L_threshold,
+              earnings_group: str = _DEFAULTS.earnings_group, unit_usd: float = _DEFAULTS.earnings_unit_usd) -> Result:
     res = Result("skin", "Skin tone (CIELAB)")
     skin = skin_table(inputs.faces, inputs.labels, inputs.prompts)
     if skin.empty:
@@ -466,7 +470,7 @@ def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = 40.0, earnings_group: 
     res.tables = {"skin_dark_share": dark, "skin_labels_by_L_bin": labels_by_L_bin(skin),
                   "skin_earnings_ols": fits}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
-    res.figures = {"skin_L_by_label": plot_L_by_label(skin), "skin_L_vs_C": plot_L_vs_C(skin),
+    res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark_L), "skin_L_vs_C": plot_L_vs_C(skin),
                    "skin_L_vs_earnings": plot_earnings(skin, fits, earnings_group, unit_usd)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32)
@@ -491,7 +495,7 @@ SPACES = ("clip", "face")
 
 def load_embeddings(root: Path, model: str, space: str) -> tuple[pd.DataFrame, np.ndarray] | None:
     """(index rows with a vector in `space`, the matching float32 rows) or None when absent."""
-    base = root / "data/t2i/embeddings" / model
+    base = root / C.embeddings_dir(model)
     index_path, matrix_path = base / "index.parquet", base / f"{space}.npy"
     if not (index_path.exists() and matrix_path.exists()):
         return None
@@ -578,7 +582,7 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
         res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {"gap": r.gap, "n": r.n}
                               for r in t.itertuples()}
-        baseline_path = inputs.root / "data/t2i/baseline/gaps.parquet"
+        baseline_path = inputs.root / C.BASELINE_DIR / "gaps.parquet"
         baseline = pd.read_parquet(baseline_path) if baseline_path.exists() else pd.DataFrame()
         if baseline.empty:
             res.notes.append("no real-portrait baseline (baseline.source: none or no portraits embedded)")
@@ -603,7 +607,7 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
 
 def reliability(inputs: Inputs) -> Result:
     res = Result("reliability", "Classifier reliability")
-    rel = inputs.root / "reports/t2i/reliability"
+    rel = inputs.root / C.RELIABILITY_DIR
     if not rel.is_dir() or not any(rel.iterdir()):
         res.status, res.reason = NO_DATA, "no reliability outputs (reports/t2i/reliability/ missing or empty)"
         return res
@@ -643,7 +647,7 @@ def corrected_tvd(inputs: Inputs, boot: Boot, method: str = "lsq") -> Result:
     """Per-prompt TVD raw and corrected for classifier error (biasaudit.stats.correction), and the
     per model × category mean of each with cluster-bootstrap CIs over prompts."""
     res = Result("corrected_tvd", "TVD corrected for classifier error")
-    rel = inputs.root / "reports/t2i/reliability"
+    rel = inputs.root / C.RELIABILITY_DIR
     path = next((rel / n for n in CONFUSION_FILES if (rel / n).exists()), None)
     if path is None:
         res.status, res.reason = NO_DATA, f"no confusion matrix in reports/t2i/reliability/ ({' or '.join(CONFUSION_FILES)})"

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS
+from biasaudit.contracts import REFERENCE_DIR
 
-REFERENCE_DIR = Path("data/reference")
 BLS_SHARES = "bls/cpsaat11_2025.csv"
 BLS_EARNINGS = "bls/cpsaat39_2025.csv"
 CENSUS_P2 = "census/p2_2020_county.csv"

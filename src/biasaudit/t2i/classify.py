@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit import UNKNOWN
+from biasaudit import contracts as C
 from biasaudit.backends.vlm import CachedVLM, VLMRequest, VLMResponse, parse_choice
 from biasaudit.backends.vlm.parse import is_refusal
 from biasaudit.provenance import stable_hash
@@ -168,15 +169,15 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     params, ex = cfg.classify, cfg.execution
     if model not in cfg.models:
         raise ValueError(f"model '{model}' is not in params.yaml models: {sorted(cfg.models)}")
-    manifest = pd.read_parquet(Path("data/t2i/images") / model / "manifest.parquet")
-    out_path = Path("data/t2i/labels") / f"{model}.parquet"
+    manifest = pd.read_parquet(C.manifest_path(cfg.generate.images_dir, model))
+    out_path = C.labels_path(model)
     labels = tuple(params.labels)
     price = params.prices.get(params.vlm.model_id)
     price_d = price.model_dump(exclude={"per_image"}) if price else None  # token prices (CachedVLM)
     backend = make_vlm_backend(params.vlm)  # names the run (its revision) and serves the local runner
     vlm = CachedVLM(backend, params.cache_path, Price(**price_d) if price_d else None)
     items = items_from_manifest(manifest)
-    base = Path("data/t2i/cache/classify") / f"{model}-{run_key(vlm, params.instruction, labels)}.jsonl"
+    base = C.CLASSIFY_LOGS / f"{model}-{run_key(vlm, params.instruction, labels)}.jsonl"
     log, adopted = stage_log(base, "image_id", ex)
     tally = _TallyLog(log)
     if ex.runner == "ray":

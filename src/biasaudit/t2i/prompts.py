@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from biasaudit import GROUPS
+from biasaudit.contracts import OCCUPATION_PHRASES
 
-OCCUPATION_PHRASES = Path("data/reference/occupation_phrases.csv")
 PREFIX = {"occupation": "occ", "geography": "geo", "surname": "sur"}
 
 
