@@ -18,8 +18,8 @@
 # all links are relative so the page opens from the file system.
 
 # %% tags=["parameters"]
-title: str = "biasaudit report"  # page title
-max_table_rows: int = 60  # rows shown inline per table; the full CSV is linked
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
 from IPython.display import Markdown, display
@@ -27,7 +27,7 @@ from IPython.display import Markdown, display
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
 
-cfg, params = stage_params("report", title=title, max_table_rows=max_table_rows)
+cfg, params = stage_params("report")
 banner(cfg)
 index = build_index("reports", cfg, title=params.title, max_table_rows=params.max_table_rows,
                     level=cfg.analyze.ci_level)

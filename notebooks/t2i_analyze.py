@@ -22,37 +22,23 @@
 # whose code belongs to a stage that has not landed yet says "pending".
 
 # %% tags=["parameters"]
-n_boot: int = 2000  # bootstrap resamples of prompts per interval
-ci_level: float = 0.95  # confidence level of every interval
-bootstrap_method: str = "percentile"  # scipy.stats.bootstrap method: percentile | basic | BCa
-threshold_group: str = "black"  # threshold analysis: the group whose benchmark share is tested
-threshold_share: float = 0.05  # ... on prompts whose benchmark share exceeds this (paper: 5%)
-dark_L_threshold: float = 40.0  # "very dark" skin: L* below this
-earnings_group: str = "black"  # label whose occupational images are regressed on earnings
-earnings_unit_usd: float = 100.0  # slope reported per this many USD of median weekly earnings
-min_group_size: int = 30  # groups smaller than this are flagged as small
-n_permutations: int = 1000  # homogeneity permutation-test resamples; 0 turns the test off
-figure_dpi: int = 150  # PNG resolution
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from pathlib import Path
-
 from IPython.display import Markdown, display
 
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.t2i import analysis as an
 from biasaudit.t2i.outputs import OutputWriter, Result
 
-cfg, params = stage_params(
-    "analyze", n_boot=n_boot, ci_level=ci_level, bootstrap_method=bootstrap_method, threshold_group=threshold_group,
-    threshold_share=threshold_share, dark_L_threshold=dark_L_threshold, earnings_group=earnings_group,
-    earnings_unit_usd=earnings_unit_usd, min_group_size=min_group_size, n_permutations=n_permutations,
-    figure_dpi=figure_dpi)
+cfg, params = stage_params("analyze")
 banner(cfg)
 boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed)
-inputs = an.load_inputs(".")
-writer = OutputWriter("reports/t2i", dpi=params.figure_dpi)
+inputs = an.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir)
+writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
 
 
 def show(result: Result) -> None:
@@ -110,4 +96,4 @@ stand_in = cfg.profile == "offline" or any(
 info = run_info(params.model_dump())
 writer.finish(an.PLOTS, profile=cfg.profile, stand_in=stand_in, n_boot=params.n_boot, ci_level=params.ci_level,
               git_commit=info["git_commit"], created_at=info["created_at"], params_hash=info["params_hash"])
-print("wrote", sorted(str(p) for p in Path("reports/t2i").glob("*.json")))
+print("wrote", sorted(str(p) for p in C.T2I_REPORTS.glob("*.json")))

@@ -22,11 +22,8 @@
 # photos dealt into group folders at random: it exercises the code, its numbers mean nothing.
 
 # %% tags=["parameters"]
-source: str = "none"  # none | folder | packaged (stand-in)
-portraits_dir: str = "data/reference/portraits"  # <group>/<file> with group in white, black, asian, hispanic, other
-standin_per_group: int = 4  # packaged stand-in: portraits per group
-n_boot: int = 200  # bootstrap resamples of portraits (CIs)
-n_permutations: int = 200  # label permutations (p-values)
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
 from pathlib import Path
@@ -38,14 +35,14 @@ from IPython.display import display
 from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
 from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table
 
-cfg, params = stage_params("baseline", source=source, portraits_dir=portraits_dir,
-                           standin_per_group=standin_per_group, n_boot=n_boot, n_permutations=n_permutations)
+cfg, params = stage_params("baseline")
 banner(cfg)
-out = Path("data/t2i/baseline")
+out = C.BASELINE_DIR
 out.mkdir(parents=True, exist_ok=True)
 gaps_path = out / "gaps.parquet"
 stand_in = params.source == "packaged"

@@ -24,24 +24,20 @@
 #   reported below.
 
 # %% tags=["parameters"]
-surname_year: int = 2020  # Census surname table: 2020 or 2010
-hispanic_assumption: str = "white"  # how BLS Hispanic workers split over races: white | proportional | other
-geography_level: str = "county"  # county | state
-include_puerto_rico: bool = False  # keep the 78 Puerto Rico municipios
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from pathlib import Path
-
 from IPython.display import display
 
 from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import benchmarks as bm
 
-cfg, params = stage_params("benchmarks", surname_year=surname_year, hispanic_assumption=hispanic_assumption,
-                           geography_level=geography_level, include_puerto_rico=include_puerto_rico)
+cfg, params = stage_params("benchmarks")
 banner(cfg)
-out_dir = Path("data/t2i/benchmarks")
+out_dir = C.BENCHMARKS_DIR
 
 # %% [markdown]
 # ## Surnames

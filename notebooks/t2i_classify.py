@@ -20,12 +20,9 @@
 # makes no model call for an image already labelled, even after a kill.
 
 # %% tags=["parameters"]
+# Only what varies per stage instance (DVC passes the foreach key); every other value comes from
+# params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
 model: str = "tiny-sd3"  # generator whose images are labelled (the foreach key in dvc.yaml)
-instruction_version: str = "v1"  # bump when classify.instruction changes
-cache_path: str = "data/t2i/cache/classify.sqlite"  # answer cache shared by all generators (not a DVC output)
-batch_size: int = 16  # images per runner batch; API concurrency works inside a batch
-limit: int = 0  # label at most this many pending images; 0 means all
-retry_failed: bool = True  # re-try images whose call failed in an earlier run
 
 # %%
 import pandas as pd
@@ -34,8 +31,7 @@ from IPython.display import display
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import classify as cl
 
-cfg, params = stage_params("classify", instruction_version=instruction_version, cache_path=cache_path,
-                           batch_size=batch_size, limit=limit, retry_failed=retry_failed)
+cfg, params = stage_params("classify")
 banner(cfg)
 if model not in cfg.models:
     raise ValueError(f"model '{model}' is not in params.yaml models: {sorted(cfg.models)}")

@@ -23,55 +23,26 @@
 # to `reports/t2i/overlays/<model>/` so a reviewer can see exactly which pixels were measured.
 
 # %% tags=["parameters"]
+# Only what varies per stage instance (DVC passes the foreach key); every other value comes from
+# params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
 model: str = "packaged-photos"  # generator name (a key of `models:` in params.yaml)
-detector: str = "dlib"  # dlib (HOG/CNN, packaged real models) | insightface (buffalo_l, the paper)
-dlib_kind: str = "hog"  # hog (fast, frontal) | cnn (MMOD, more robust)
-dlib_upsample: int = 1  # upsample before HOG to find smaller faces
-dlib_threshold: float = 0.0  # dlib score floor, its default; raising it drops dark faces first
-insightface_model: str = "buffalo_l"  # model pack name
-insightface_root: str = ""  # folder holding models/<pack>/; empty: insightface default; tiny: stand-in
-det_threshold: float = 0.85  # insightface detection-score threshold (paper: 0.85)
-det_size: int = 640  # insightface detector input side
-measure_multi_face: bool = True  # several faces: measure the largest, or record 'multi_face'
-skin_method: str = "landmarks"  # landmarks (68-point polygon) | bisenet (CelebAMask-HQ skin class)
-bisenet_weights: str = "models/bisenet/79999_iter.pth"  # BiSeNet state dict (bisenet only)
-bisenet_margin: float = 0.5  # face crop margin for BiSeNet, fraction of the box per side
-min_skin_pixels: int = 50  # fewer skin pixels → status no_skin
-shadow_percentile: float = 0.0  # drop skin pixels below this L* percentile; 0 keeps all, as the paper
-highlight_percentile: float = 100.0  # drop skin pixels above this L* percentile; 100 keeps all
-face_embedding: str = "dlib"  # dlib (128-d) | insightface (ArcFace 512-d) | none
-clip_model: str = "ViT-H-14"  # open_clip architecture
-clip_pretrained: str = "laion2b_s32b_b79k"  # open_clip tag, local checkpoint path, or 'tiny' (stand-in)
-clip_batch_size: int = 16  # images per CLIP forward pass
-device: str = "auto"  # auto | cpu | cuda
-batch_size: int = 8  # images per resumable batch
-n_overlays: int = 6  # overlays with the mask outline (seeded sample)
-limit: int = 0  # process at most this many pending images; 0 means all
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import Image as ShowImage
 from IPython.display import display
 
 from biasaudit.faces.stage import run_faces, write_overlays
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.stats.homogeneity import homogeneity_gap, similarity_by_bin
 from biasaudit.stats.skin_summary import skin_summary
 
-cfg, params = stage_params(
-    "faces", detector=detector, dlib_kind=dlib_kind, dlib_upsample=dlib_upsample, dlib_threshold=dlib_threshold, insightface_model=insightface_model,
-    insightface_root=insightface_root, det_threshold=det_threshold, det_size=det_size,
-    measure_multi_face=measure_multi_face, skin_method=skin_method, bisenet_weights=bisenet_weights,
-    bisenet_margin=bisenet_margin, min_skin_pixels=min_skin_pixels, shadow_percentile=shadow_percentile,
-    highlight_percentile=highlight_percentile, face_embedding=face_embedding, clip_model=clip_model,
-    clip_pretrained=clip_pretrained, clip_batch_size=clip_batch_size, device=device, batch_size=batch_size,
-    n_overlays=n_overlays, limit=limit)
+cfg, params = stage_params("faces")
 banner(cfg)
 if model not in cfg.models:
     raise ValueError(f"model '{model}' is not a key of `models:` in params.yaml ({', '.join(cfg.models)})")
-overlay_dir = Path(f"reports/t2i/overlays/{model}")
+overlay_dir = C.overlays_dir(model)
 print("execution:", cfg.execution.model_dump())
 
 # %% [markdown]

@@ -23,10 +23,9 @@
 # library versions). Outputs of the `tiny` and `packaged-photos` backends are **stand-ins**.
 
 # %% tags=["parameters"]
+# Only what varies per stage instance (DVC passes the foreach key); every other value comes from
+# params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
 model: str = "tiny-sd3"  # which entry of `models:` in params.yaml (DVC passes the foreach key)
-images_per_prompt: int = 2  # images per prompt (paper: 100)
-limit: int = 0  # at most this many new images in this run (0 means all), for a quick look
-retry_failed: bool = True  # re-attempt images that failed (API errors) in an earlier run
 
 # %%
 import json
@@ -37,8 +36,7 @@ from IPython.display import display
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import generate as gen
 
-cfg, params = stage_params("generate", images_per_prompt=images_per_prompt, limit=limit,
-                           retry_failed=retry_failed)
+cfg, params = stage_params("generate")
 banner(cfg)
 spec = cfg.models.get(model)
 if spec is None:

@@ -18,23 +18,21 @@
 # `data/reference/occupation_phrases.csv`.
 
 # %% tags=["parameters"]
-top_k: int = 10  # instances per group and category (10 → 50 per category, 150 in all)
-style_suffix: str = ", photorealistic ID-style portrait photograph of exactly one person"  # appended to every prompt
-template_version: str = "v1"  # bump when a template or the suffix changes
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.io import atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import prompts as pr
 
-cfg, params = stage_params("prompts", top_k=top_k, style_suffix=style_suffix, template_version=template_version)
+cfg, params = stage_params("prompts")
 banner(cfg)
-bench_dir = Path("data/t2i/benchmarks")
+bench_dir = C.BENCHMARKS_DIR
 
 # %%
 selected, excluded = {}, []
@@ -56,4 +54,4 @@ display(prompts.groupby(["category", "selected_for"]).size().unstack())
 display(prompts[["prompt_id", "selected_for", "prompt", "white", "black", "asian", "hispanic", "other"]].round(3))
 
 # %%
-atomic_write_table(prompts, "data/t2i/prompts.csv")
+atomic_write_table(prompts, cfg.generate.prompts_file)  # what generate reads

@@ -22,13 +22,8 @@
 # labels through a known confusion matrix, only to exercise the pipeline. Every output says so.
 
 # %% tags=["parameters"]
-sample_size: int = 300  # images in the annotation sheet
-sample_seed: int = 300  # seed of the sample
-sheets_dir: str = "data/t2i/annotations"  # annotation_sheet.csv is written here; filled sheets are read from here
-simulate: bool = False  # no human sheets: simulate raters, outputs marked SIMULATED
-n_bootstrap: int = 1000  # bootstrap replicates for every CI
-ci_level: float = 0.95  # confidence level of the CIs
-correction_method: str = "lsq"  # classifier-error correction: lsq or em
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
 from pathlib import Path
@@ -38,22 +33,21 @@ from IPython.display import display
 
 from biasaudit import GROUPS
 from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.t2i import reliability as rel
 
-cfg, params = stage_params("reliability", sample_size=sample_size, sample_seed=sample_seed, sheets_dir=sheets_dir,
-                           simulate=simulate, n_bootstrap=n_bootstrap, ci_level=ci_level,
-                           correction_method=correction_method)
+cfg, params = stage_params("reliability")
 banner(cfg)
-out_dir = Path("reports/t2i/reliability")
+out_dir = C.RELIABILITY_DIR
 out_dir.mkdir(parents=True, exist_ok=True)
 
 # %% [markdown]
 # ## The sample and the annotation sheet
 
 # %%
-labels, bench = rel.load_inputs(list(cfg.models), Path("data/t2i"))
+labels, bench = rel.load_inputs(list(cfg.models), cfg.generate.images_dir, cfg.generate.prompts_file)
 sheet = rel.annotation_sheet(labels, params.sample_size, params.sample_seed)
 atomic_write_table(sheet, Path(params.sheets_dir) / "annotation_sheet.csv")
 print(f"{len(sheet)} of {len(labels)} labelled images sampled → {params.sheets_dir}/annotation_sheet.csv")

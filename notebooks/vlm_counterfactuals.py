@@ -22,43 +22,38 @@
 # `data/vlm/focus/{occupation}/{base_id}/{Race}_{man|woman}.jpg` + `manifest.parquet` (provenance per row).
 
 # %% tags=["parameters"]
-backend: str = "tiny"  # gemini | openai | diffusers | tiny (stand-in) | folder (import, no editing)
-model_id: str = "tiny-face-recolour"  # API model / diffusers inpainting id or path
-folder_dir: str = ""  # backend folder: an existing FOCUS-layout dataset
-instruction_version: str = "v1"  # bump when the instruction text changes
-max_attempts: int = 2  # regenerate an edit failing the pixel checks up to this many attempts in all
-seed: int = 20260111  # per-edit seeds derive from (seed, edit_id, attempt)
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.io import RecordLog, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import stable_hash, write_run_info
 from biasaudit.runner import run_local
 from biasaudit.vlm import focus
 
-cfg, params = stage_params("counterfactuals", backend=backend, model_id=model_id, folder_dir=folder_dir,
-                           instruction_version=instruction_version, max_attempts=max_attempts, seed=seed)
+cfg, params = stage_params("counterfactuals")
 banner(cfg)
-out_root = Path("data/vlm/focus")
-sources = pd.read_parquet("data/vlm/sources/manifest.parquet") if Path("data/vlm/sources/manifest.parquet").exists() else None
+out_root = C.FOCUS_DIR
+sources_manifest = C.SOURCES_DIR / "manifest.parquet"
+sources = pd.read_parquet(sources_manifest) if sources_manifest.exists() else None
 
 # %% [markdown]
 # ## Edit (or import)
 
 # %%
 if params.backend == "folder":
-    manifest = focus.import_focus_folder(params.folder_dir, out_root, "data/vlm/sources")
+    manifest = focus.import_focus_folder(params.folder_dir, out_root, C.SOURCES_DIR)
     editor_info = {"backend": "folder", "model_id": params.folder_dir, "stand_in": False}
 else:
     from biasaudit.backends.editors import make_editor
 
     if sources is None or not (sources["status"] == "ok").any():
-        raise RuntimeError("no accepted source photos: run the `sources` stage first (data/vlm/sources/manifest.parquet)")
+        raise RuntimeError("no accepted source photos: run the `sources` stage first ({sources_manifest})")
     editor = make_editor(params)
     editor_info = editor.describe()
     config = stable_hash([params.model_dump(), cfg.validate_edits.model_dump()], 12)

@@ -22,30 +22,25 @@
 # Edits that `validate_edits` excluded are left out.
 
 # %% tags=["parameters"]
+# Only what varies per stage instance (DVC passes the foreach key); every other value comes from
+# params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
 vlm: str = "tiny"  # key of the `vlms:` table in params.yaml
-prompt_version: str = "v1"  # bump when a prompt text changes
-both_orders: bool = True  # ask every 2AFC pair as (A, B) and (B, A)
-include_flagged: bool = True  # also ask about edits that failed a check but were not excluded
-batch_size: int = 8  # questions per runner batch
-limit: int = 0  # at most this many questions, 0 for all (smoke runs)
 
 # %%
 from functools import partial
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
 from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import stable_hash, write_run_info
 from biasaudit.runner import run as run_stage
 from biasaudit.runner import stage_log
 from biasaudit.vlm import tasks
 
-cfg, params = stage_params("reflect", prompt_version=prompt_version, both_orders=both_orders,
-                           include_flagged=include_flagged, batch_size=batch_size, limit=limit)
+cfg, params = stage_params("reflect")
 banner(cfg)
 if vlm not in cfg.vlms:
     raise KeyError(f"vlm '{vlm}' is not a key of the vlms: table ({', '.join(sorted(cfg.vlms))})")
@@ -55,9 +50,9 @@ spec = cfg.vlms[vlm]
 # ## The images asked about
 
 # %%
-manifest = pd.read_parquet("data/vlm/focus/manifest.parquet")
+manifest = pd.read_parquet(C.FOCUS_DIR / "manifest.parquet")
 images = manifest[manifest["status"] == "ok"]
-checks_path = Path("data/vlm/edit_checks.parquet")
+checks_path = C.EDIT_CHECKS
 if checks_path.exists():
     checks = pd.read_parquet(checks_path)[["edit_id", "action"]]
     images = images.merge(checks, on="edit_id", how="left")
@@ -79,8 +74,8 @@ config = stable_hash([spec.model_dump(), params.prompt_version, params.prompts.m
                       params.salary_min, params.salary_max], 12)
 items = [i | {"config": config} for i in items]
 ex = cfg.execution
-log, adopted = stage_log(f"data/vlm/cache/{vlm}.responses.jsonl", ("item_id", "config"), ex)
-make_fn = partial(tasks.make_reflect_fn, spec, f"data/vlm/cache/{vlm}.sqlite", vlm, params, spec.max_tokens, config)
+log, adopted = stage_log(C.VLM_CACHE / f"{vlm}.responses.jsonl", ("item_id", "config"), ex)
+make_fn = partial(tasks.make_reflect_fn, spec, C.vlm_cache_path(vlm), vlm, params, spec.max_tokens, config)
 made = []
 if ex.runner == "local":
     def local_make():
@@ -92,7 +87,7 @@ print(summary, "| execution:", ex.model_dump(), "| adopted shard logs:", adopted
 if made:
     cached, backend = made[0].vlm, made[0].vlm.backend
 else:  # nothing pending, or the Ray actors held the model: describe it from a fresh (unused) backend
-    cached = CachedVLM(make_vlm_backend(spec), f"data/vlm/cache/{vlm}.sqlite")
+    cached = CachedVLM(make_vlm_backend(spec), C.vlm_cache_path(vlm))
     backend = cached.backend
 print("accounting (this process):", cached.accounting.as_dict())
 
@@ -106,7 +101,7 @@ print("retained (status ok):", responses[responses["status"] == "ok"].groupby("k
 display(responses[responses["status"] != "ok"].groupby(["kind", "reason"]).size().rename("n").reset_index().head(20))
 
 # %%
-out = Path("data/vlm/responses")
+out = C.RESPONSES_DIR
 if ex.shard_count > 1:  # one shard of several: the unsharded run that merges the shard logs writes the table
     print(f"shard {ex.shard_index} of {ex.shard_count} done; responses are written by the unsharded run")
 else:

@@ -19,37 +19,31 @@
 # Exact definitions: the docstring of `biasaudit/vlm/analysis.py`. Output: `reports/vlm/`.
 
 # %% tags=["parameters"]
-race_reference: str = "White"  # reference race for Δg, gaps and regressions
-gender_reference: str = "woman"  # reference gender (the paper: Female)
-bt_reference: str = "WF"  # Bradley–Terry strengths relative to this group
-n_permutations: int = 9999  # sign-flip resamples (exact when 2^n photos is smaller)
-confidence: float = 0.95  # confidence level of every interval
-seed: int = 20260111  # permutation RNG
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
 import json
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.io import atomic_write_json
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.t2i.outputs import OutputWriter, _clean
 from biasaudit.vlm import analysis as an
 
-cfg, params = stage_params("reflect_analysis", race_reference=race_reference, gender_reference=gender_reference,
-                           bt_reference=bt_reference, n_permutations=n_permutations, confidence=confidence, seed=seed)
+cfg, params = stage_params("reflect_analysis")
 banner(cfg)
 names = params.vlms or sorted(cfg.vlms)
-paths = {v: Path(f"data/vlm/responses/{v}.parquet") for v in names}
+paths = {v: C.responses_path(v) for v in names}
 missing = [v for v, p in paths.items() if not p.exists()]
 if missing:
     print("no responses yet for:", missing)
 
 # %%
-writer = OutputWriter("reports/vlm")
+writer = OutputWriter(C.VLM_REPORTS)
 summary = {"profile": cfg.profile, "vlms": {}}
 for v, path in paths.items():
     if not path.exists():
@@ -73,11 +67,11 @@ for v, path in paths.items():
             if "winrate" not in name or "race" in name:
                 display(table.round(3).head(20))
 summary["stand_in"] = any(s["stand_in"] for s in summary["vlms"].values())
-edit_summary = Path("reports/vlm/edit_checks/summary.json")
+edit_summary = C.EDIT_CHECKS_REPORTS / "summary.json"
 summary["edit_checks"] = json.loads(edit_summary.read_text()) if edit_summary.exists() else None
 
 # %%
 writer.finish(profile=cfg.profile, stand_in=summary["stand_in"], method="B (FOCUS/REFLECT)")
-atomic_write_json("reports/vlm/summary.json", _clean(summary))
-write_run_info("reports/vlm/run_info.json", stage="reflect_analysis")
+atomic_write_json(C.VLM_REPORTS / "summary.json", _clean(summary))
+write_run_info(C.VLM_REPORTS / "run_info.json", stage="reflect_analysis")
 print(json.dumps(_clean({k: v for k, v in summary.items() if k != "edit_checks"}), indent=1, default=str)[:3000])

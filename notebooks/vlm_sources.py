@@ -20,33 +20,24 @@
 # matplotlib's Grace Hopper) and seeded crops of them.
 
 # %% tags=["parameters"]
-source: str = "folder"  # folder | packaged (offline: the public-domain photos shipped in packages)
-input_dir: str = "data/vlm/source_photos"  # <input_dir>/<occupation>/<base_id>.<jpg|png|...>
-photos_per_occupation: int = 8  # at most this many photos per occupation (sorted by file name)
-min_side: int = 256  # shortest image side, pixels
-min_face_side: int = 80  # shortest side of the largest face box, pixels
-dominance_ratio: float = 4.0  # largest face ≥ this × the area of the next one
-detector_upsample: int = 1  # dlib HOG upsampling
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 from PIL import Image
 
 from biasaudit.faces.detect import make_detector
 from biasaudit.io import atomic_path, atomic_write_table
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import sha256_file, write_run_info
 from biasaudit.vlm import sources as src
 
-cfg, params = stage_params("sources", source=source, input_dir=input_dir,
-                           photos_per_occupation=photos_per_occupation, min_side=min_side,
-                           min_face_side=min_face_side, dominance_ratio=dominance_ratio,
-                           detector_upsample=detector_upsample)
+cfg, params = stage_params("sources")
 banner(cfg)
-out_dir = Path("data/vlm/sources")
+out_dir = C.SOURCES_DIR
 
 # %%
 if params.source == "packaged":

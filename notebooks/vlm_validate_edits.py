@@ -23,41 +23,27 @@
 # replaced, blur outside the face, unchanged face).
 
 # %% tags=["parameters"]
-border_px: int = 16  # band around the face mask left out of the outside checks
-ssim_outside_min: float = 0.90  # mean SSIM outside the face
-psnr_outside_min: float = 28.0  # dB, outside the face
-delta_e_outside_max: float = 2.0  # mean CIEDE2000 outside the face
-delta_e_inside_min: float = 2.0  # mean CIEDE2000 inside the face (the edit must change the face)
-identity_max_distance: float = 0.6  # dlib descriptor distance to the source's face
-check_identity: bool = True  # measure identity distance
-check_target: bool = False  # ask `classifier` the race and gender of every edit
-classifier: str = ""  # a key of the `vlms:` table (target attainment)
-lightening_tolerance: float = 3.0  # L* rise allowed for darker targets before 'skin_lightening'
-on_fail: str = "flag"  # flag | exclude (excluded edits are not asked about in reflect)
+# Nothing varies per run: every value comes from params.yaml through stage_params (validated),
+# so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
 import json
-from pathlib import Path
-
 import pandas as pd
 from IPython.display import display
 
 from biasaudit.faces.detect import make_detector
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.t2i.outputs import to_markdown
 from biasaudit.vlm import validate as V
 
-cfg, params = stage_params("validate_edits", border_px=border_px, ssim_outside_min=ssim_outside_min,
-                           psnr_outside_min=psnr_outside_min, delta_e_outside_max=delta_e_outside_max,
-                           delta_e_inside_min=delta_e_inside_min, identity_max_distance=identity_max_distance,
-                           check_identity=check_identity, check_target=check_target, classifier=classifier,
-                           lightening_tolerance=lightening_tolerance, on_fail=on_fail)
+cfg, params = stage_params("validate_edits")
 banner(cfg)
-manifest = pd.read_parquet("data/vlm/focus/manifest.parquet")
-report_dir = Path("reports/vlm/edit_checks")
+manifest = pd.read_parquet(C.FOCUS_DIR / "manifest.parquet")
+report_dir = C.EDIT_CHECKS_REPORTS
 print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited/imported ok")
 
 # %% [markdown]
@@ -108,7 +94,7 @@ if params.check_target:
 
     if params.classifier not in cfg.vlms:
         raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
-    vlm = CachedVLM(make_vlm_backend(cfg.vlms[params.classifier]), f"data/vlm/cache/{params.classifier}.sqlite")
+    vlm = CachedVLM(make_vlm_backend(cfg.vlms[params.classifier]), C.vlm_cache_path(params.classifier))
     todo = checks[checks["status"] == "ok"]
     att = V.target_attainment(vlm, list(todo["path"]), list(zip(todo["race"], todo["gender"])), params)
     for col in att[0] if att else []:
@@ -137,7 +123,7 @@ by_group = ok.groupby(["race", "gender"]).agg(**agg).reset_index() if len(ok) el
 display(by_group.round(3))
 
 # %%
-atomic_write_table(checks, "data/vlm/edit_checks.parquet")
+atomic_write_table(checks, C.EDIT_CHECKS)
 for name, table in (("by_group", by_group), ("controls", controls)):
     atomic_write_table(table, report_dir / f"{name}.csv")
     atomic_write_text(report_dir / f"{name}.md", to_markdown(table) if len(table) else "(empty)\n")

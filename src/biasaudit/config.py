@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             params = load_params(args.path)
             print(f"{args.path}: valid (profile {params.profile})")
+
         else:
             apply_profile(args.name)
             print(f"params.yaml now uses profile '{args.name}'")

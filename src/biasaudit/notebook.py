@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from biasaudit.config import ParamsError, load_params, validate
+from biasaudit.config import PARAMS_FILE, ParamsError, load_params
 from biasaudit.params import Params
 
 
-def stage_params(section: str, params_file: str = "params.yaml", **passed: Any) -> tuple[Params, Any]:
-    """Load and validate params.yaml, with the values papermill passed (from dvc.yaml) replacing
-    those of `section`; seed the global RNGs. Returns (all params, the section)."""
+def stage_params(section: str, params_file: str | Path = PARAMS_FILE) -> tuple[Params, Any]:
+    """The first cell of every stage notebook: load and validate params.yaml — the only source of
+    parameter values — and seed the global RNGs. Returns (all params, the stage's section).
+
+    Notebooks take no values from papermill except what varies per stage instance (the foreach key:
+    `model`, `vlm`), so a notebook run by hand reads exactly what `dvc repro` reads."""
     cfg = load_params(params_file)
-    if passed:
-        if section not in Params.model_fields:
-            raise ParamsError(f"unknown params section '{section}'")
-        raw = cfg.model_dump()
-        unknown = set(passed) - set(raw[section])
-        if unknown:
-            raise ParamsError(f"{section}: the notebook passed unknown keys {sorted(unknown)}; "
-                              f"allowed: {', '.join(sorted(raw[section]))}")
-        raw[section].update(passed)
-        cfg = validate(raw)
+    if section not in Params.model_fields:
+        raise ParamsError(f"unknown params section '{section}'; known: {', '.join(Params.model_fields)}")
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     return cfg, getattr(cfg, section)

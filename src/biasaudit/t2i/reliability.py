@@ -21,6 +21,7 @@ from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 
 from biasaudit import GROUPS, UNKNOWN
+from biasaudit import contracts as C
 from biasaudit.backends.vlm.parse import parse_choice
 
 CLASSIFIER = "classifier"
@@ -214,20 +215,23 @@ def human_classifier_pairs(ratings: pd.DataFrame, humans: list[str]) -> tuple[np
 
 # --- stage helpers ------------------------------------------------------------------------------------
 
-def load_inputs(models: list[str], root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Labels of every generator that has them (with image paths) and the per-prompt benchmark."""
+def load_inputs(models: list[str], images_dir: str | Path = C.IMAGES_DIR, prompts_file: str | Path = C.PROMPTS_CSV,
+                root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Labels of every generator that has them (with image paths) and the per-prompt benchmark;
+    `images_dir` and `prompts_file` are generate.images_dir and generate.prompts_file."""
+    root = Path(root)
     frames = []
     for m in models:
-        path = root / "labels" / f"{m}.parquet"
-        manifest = root / "images" / m / "manifest.parquet"
+        path = root / C.labels_path(m)
+        manifest = root / C.manifest_path(images_dir, m)
         if not path.exists() or not manifest.exists():
             continue
         lab = pd.read_parquet(path)
         paths = pd.read_parquet(manifest, columns=["image_id", "path"])
         frames.append(lab.merge(paths, on="image_id", how="left"))
     if not frames:
-        raise FileNotFoundError(f"no labels under {root / 'labels'} for models {models}")
-    prompts = pd.read_csv(root / "prompts.csv")
+        raise FileNotFoundError(f"no labels under {root / C.LABELS_DIR} for models {models}")
+    prompts = pd.read_csv(root / prompts_file)
     bench = prompts.set_index("prompt_id")[list(GROUPS)]
     return pd.concat(frames, ignore_index=True), bench
 

@@ -1,0 +1,118 @@
+"""The `check` stage: validate params.yaml before DVC touches any output, and fingerprint the
+external inputs that params.yaml points at (folders and files outside the pipeline).
+
+DVC removes a stage's outputs right before it runs that stage's command, and several outputs are
+`cache: false` or `persist: true`, so they cannot be restored. Every stage depends on
+`data/check/params.ok`, so `check` runs first; when params.yaml is invalid it exits non-zero and
+`dvc repro` stops before any other stage (and its outputs) is touched.
+
+Inputs named by parameters (sources.input_dir, a folder generator's folder and mapping CSV, the
+portraits of the baseline, an imported FOCUS folder, the CSV of a `file` classifier, the raters'
+filled sheets, the BiSeNet weights) cannot be
+listed in dvc.yaml because they depend on the backend. The stage writes one fingerprint per stage
+instance (`data/check/<stage>.inputs.json`, a content hash of every file); the stage depends on it,
+so a changed input re-runs exactly that stage. `check` is `always_changed` (it must look at the
+folders every time); its outputs only change when params validity or an input's content does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from biasaudit import contracts as C
+from biasaudit.params import Params
+
+_HASH_CACHE = C.DATA / ".check-hashes.json"  # (path, size, mtime) → sha256, so folders are not re-read
+
+
+def external_inputs(cfg: Params) -> dict[str, list[str]]:
+    """Stage instance (dvc.yaml address with '@' → '_') → the external paths it reads, per params."""
+    out: dict[str, list[str]] = {}
+    for name, spec in cfg.models.items():
+        out[f"generate_{name}"] = [p for p in (spec.folder, spec.mapping_csv) if p] if spec.backend == "folder" else []
+    out["classify"] = [cfg.classify.vlm.model_id] if cfg.classify.vlm.backend == "file" else []
+    rel = cfg.reliability
+    out["reliability"] = [] if rel.simulate else [(Path(rel.sheets_dir) / f"{r}.csv").as_posix() for r in rel.raters]
+    out["sources"] = [cfg.sources.input_dir] if cfg.sources.source == "folder" else []
+    out["baseline"] = [cfg.baseline.portraits_dir] if cfg.baseline.source == "folder" else []
+    out["faces"] = [cfg.faces.bisenet_weights] if cfg.faces.skin_method == "bisenet" else []
+    out["counterfactuals"] = [cfg.counterfactuals.folder_dir] if cfg.counterfactuals.backend == "folder" else []
+    for name, spec in cfg.vlms.items():
+        out[f"reflect_{name}"] = [spec.model_id] if spec.backend == "file" else []
+    return out
+
+
+def _sha256(path: Path, cache: dict[str, Any]) -> str:
+    st = path.stat()
+    key = f"{path.as_posix()}|{st.st_size}|{st.st_mtime_ns}"
+    if key not in cache:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        cache[key] = h.hexdigest()
+    return cache[key]
+
+
+def fingerprint(paths: list[str], cache: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Content hash of every file under each path (a missing path is recorded as missing, and the
+    stage itself then reports it with its own message)."""
+    cache = {} if cache is None else cache
+    entries: dict[str, Any] = {}
+    for p in paths:
+        root = Path(p)
+        if root.is_file():
+            entries[p] = _sha256(root, cache)
+        elif root.is_dir():
+            files = sorted(f for f in root.rglob("*") if f.is_file() and not f.name.startswith("."))
+            entries[p] = {f.relative_to(root).as_posix(): _sha256(f, cache) for f in files}
+        else:
+            entries[p] = "missing"
+    return entries
+
+
+def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
+    """Write params.ok and one inputs fingerprint per stage instance; returns the files written."""
+    from biasaudit.io import atomic_write_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache = json.loads(_HASH_CACHE.read_text()) if _HASH_CACHE.exists() else {}
+    except (OSError, ValueError):
+        cache = {}
+    written = [atomic_write_text(out_dir / C.CHECK_OK.name, "valid\n")]  # constant: downstream stays up to date
+    for stage, paths in external_inputs(cfg).items():
+        body = json.dumps({"inputs": fingerprint(paths, cache)}, indent=1, sort_keys=True) + "\n"
+        written.append(atomic_write_text(out_dir / C.inputs_fingerprint_path(stage).name, body))
+    live = {k for k in cache if Path(k.split("|")[0]).exists()}
+    atomic_write_text(_HASH_CACHE, json.dumps({k: cache[k] for k in sorted(live)}) + "\n")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m biasaudit.check [PARAMS] [OUT_DIR]: exit 2 (message on stderr, no value of a key
+    echoed) when the params are invalid, else write the check files."""
+    import sys
+
+    from biasaudit.config import PARAMS_FILE, ParamsError, load_params
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    params_file = args[0] if args else PARAMS_FILE
+    out_dir = args[1] if len(args) > 1 else C.CHECK_DIR
+    try:
+        cfg = load_params(params_file)
+    except ParamsError as exc:
+        print(exc, file=sys.stderr)
+        print("check: params.yaml is invalid; no stage was run and no output was touched", file=sys.stderr)
+        return 2
+    written = write_check(cfg, out_dir)
+    print(f"{params_file}: valid (profile {cfg.profile}); wrote {len(written)} check files to {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
