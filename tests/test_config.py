@@ -64,29 +64,84 @@ def profile_sandbox(tmp_path):
     return tmp_path
 
 
-def test_profiles_list_the_same_keys():
-    paper = read_yaml(ROOT / "profiles/paper.yaml")
-    offline = read_yaml(ROOT / "profiles/offline.yaml")
-    assert set(paper) == set(offline)
+def _value(raw, dotted):
+    for part in dotted.split("."):
+        raw = raw[part]
+    return raw
 
 
-def test_default_params_are_the_offline_profile(profile_sandbox):
-    before = (profile_sandbox / "params.yaml").read_text()
-    apply_profile("offline", profile_sandbox / "params.yaml", profile_sandbox / "profiles")
-    assert yaml.safe_load((profile_sandbox / "params.yaml").read_text()) == yaml.safe_load(before)
+@pytest.mark.parametrize("profile", ["paper", "offline"])
+def test_profiles_hold_only_keys_that_differ_from_the_default(profile):
+    default = raw_params()
+    overrides = read_yaml(ROOT / f"profiles/{profile}.yaml")
+    same = [k for k, v in overrides.items() if _value(default, k) == v]
+    assert not same, f"profiles/{profile}.yaml repeats the default for {same}"
 
 
-def test_switching_to_paper_and_back_is_lossless(profile_sandbox):
+def test_the_offline_profile_is_params_yaml(profile_sandbox):
+    params_path = profile_sandbox / "params.yaml"
+    before = params_path.read_bytes()
+    apply_profile("offline", params_path, profile_sandbox / "profiles")
+    assert params_path.read_bytes() == before and load_params(params_path).profile == "offline"
+
+
+def test_switching_to_paper_and_back_is_byte_identical(profile_sandbox):
     params_path, profiles = profile_sandbox / "params.yaml", profile_sandbox / "profiles"
-    original = params_path.read_text()
+    original = params_path.read_bytes()
     paper = apply_profile("paper", params_path, profiles)
-    assert paper.profile == "paper" and paper.prompts.top_k == 10
+    assert paper.profile == "paper" and paper.prompts.top_k == 10 and "sd35-large-turbo" in paper.models
     assert "# biasaudit parameters" in params_path.read_text()  # comments survive
+    assert apply_profile("paper", params_path, profiles) == paper  # idempotent
     apply_profile("offline", params_path, profiles)
-    assert yaml.safe_load(params_path.read_text()) == yaml.safe_load(original)
-    assert "# biasaudit parameters" in params_path.read_text()
+    assert params_path.read_bytes() == original
+    assert not (profile_sandbox / ".params-restore.yaml").exists()
     with pytest.raises(ParamsError, match="unknown profile 'nope'"):
         apply_profile("nope", params_path, profiles)
+
+
+def test_an_edit_made_in_the_paper_profile_survives_switching_back(profile_sandbox):
+    params_path, profiles = profile_sandbox / "params.yaml", profile_sandbox / "profiles"
+    apply_profile("paper", params_path, profiles)
+    params_path.write_text(params_path.read_text().replace("figure_dpi: 150", "figure_dpi: 300"))
+    back = apply_profile("offline", params_path, profiles)
+    expected = validate(raw_params()).model_dump()
+    expected["analyze"]["figure_dpi"] = 300
+    assert back.model_dump() == expected
+
+
+def test_key_shaped_env_values_are_rejected_without_echoing_them(capsys, tmp_path):
+    """Every *_env field in every section (generators, classify.vlm, vlms.*, counterfactuals)."""
+    fake = "sk-proj-Zq81xYv0aBcDeFgHiJkLmNoPqRsTuV"
+    google = "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv"
+    token = "X9FQ2ZT7LM4K8PWR3NBV6CJD"  # capitals and digits only, still a token, not a name
+    for where in (("classify", "vlm"), ("counterfactuals",), ("vlms", "tiny"), ("models", "packaged-photos")):
+        for secret in (fake, google, token):
+            raw = raw_params()
+            node = raw
+            for part in where:
+                node = node[part]
+            node["api_key_env"] = secret
+            with pytest.raises(ParamsError) as err:
+                validate(raw)
+            assert "api_key_env" in str(err.value) and secret not in str(err.value), where
+            assert secret[4:12] not in str(err.value)
+            path = tmp_path / "params.yaml"
+            path.write_text(yaml.safe_dump(raw))
+            assert main(["check", str(path)]) == 2
+            out = capsys.readouterr()
+            assert secret not in out.out + out.err and "api_key_env" in out.err
+    raw = raw_params()
+    raw["classify"]["vlm"]["api_key_env"] = "GEMINI_API_KEY"
+    validate(raw)  # a name is fine
+
+
+def test_other_errors_never_echo_a_secret_either():
+    raw = raw_params()
+    raw["classify"]["vlm"]["base_url"] = 12  # wrong type: the value is shown …
+    raw["reflect"]["prompt_version"] = ["sk-proj-Zq81xYv0aBcDeFgHiJkLmNoPqRsTuV"]  # … unless it looks like a key
+    with pytest.raises(ParamsError) as err:
+        validate(raw)
+    assert "(got 12)" in str(err.value) and "Zq81xYv0" not in str(err.value)
 
 
 def test_params_file_loads():

@@ -102,44 +102,108 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     return validate(read_yaml(path))
 
 
-# --- profiles: dotted-key overrides, applied in place so comments in params.yaml survive ---
+# --- profiles: params.yaml is the default (offline) profile; profiles/<name>.yaml lists only the
+# dotted keys whose values differ from it. Applying a profile overwrites those keys in place (so
+# comments in params.yaml survive) and keeps the values it replaced in .params-restore.yaml next to
+# params.yaml, so switching back gives params.yaml back byte for byte.
 
-def _set_dotted(doc: Any, dotted: str, value: Any) -> None:
+DEFAULT_PROFILE = "offline"
+
+
+def _restore_path(params_path: str | Path) -> Path:
+    return Path(params_path).with_name(".params-restore.yaml")
+
+
+def _node(doc: Any, dotted: str) -> tuple[Any, str]:
     *parents, leaf = dotted.split(".")
     node = doc
     for part in parents:
-        if part not in node:
+        if not isinstance(node, dict) or part not in node:
             raise ParamsError(f"profile key '{dotted}': '{part}' does not exist in params.yaml")
         node = node[part]
+    if not isinstance(node, dict) or leaf not in node:
+        raise ParamsError(f"profile key '{dotted}': '{leaf}' does not exist in params.yaml")
+    return node, leaf
+
+
+def _set_dotted(doc: Any, dotted: str, value: Any) -> None:
+    node, leaf = _node(doc, dotted)
     node[leaf] = value
+
+
+def _get_dotted(doc: Any, dotted: str) -> Any:
+    node, leaf = _node(doc, dotted)
+    return node[leaf]
+
+
+def _round_trip_yaml():
+    from ruamel.yaml import YAML
+
+    rt = YAML()
+    rt.preserve_quotes = True
+    rt.width = 120
+    return rt
+
+
+def _dump(rt: Any, doc: Any) -> str:
+    from io import StringIO
+
+    buf = StringIO()
+    rt.dump(doc, buf)
+    return buf.getvalue()
 
 
 def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
                   profiles_dir: str | Path = PROFILES_DIR) -> Params:
-    """Overwrite the keys listed in profiles/<name>.yaml in params.yaml; validate first."""
-    from ruamel.yaml import YAML
+    """Switch params.yaml to profiles/<name>.yaml: undo the current profile, then overwrite the keys
+    the new profile lists; validate before writing anything.
+
+    Undo is exact: .params-restore.yaml keeps the text params.yaml had before the profile was applied
+    and is used as is when params.yaml has not been edited since. After an edit, only the profile's
+    keys are put back (with their default values; formatting of those keys may change)."""
+    import hashlib
+
+    from biasaudit.io import atomic_write_text
 
     profile_path = Path(profiles_dir) / f"{name}.yaml"
     if not profile_path.exists():
         known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
         raise ParamsError(f"unknown profile '{name}'; available: {', '.join(known)}")
     overrides = read_yaml(profile_path)
-    rt = YAML()
-    rt.preserve_quotes = True
-    rt.width = 120
-    with open(params_path, encoding="utf-8") as fh:
-        doc = rt.load(fh)
-    for dotted, value in overrides.items():
-        _set_dotted(doc, dotted, value)
-    doc["profile"] = name
-    from io import StringIO
-
-    buf = StringIO()
-    rt.dump(doc, buf)
-    params = validate(yaml.safe_load(buf.getvalue()))
-    from biasaudit.io import atomic_write_text
-
-    atomic_write_text(params_path, buf.getvalue())
+    sha = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()  # noqa: E731
+    text = Path(params_path).read_text(encoding="utf-8")
+    current = (yaml.safe_load(text) or {}).get("profile", DEFAULT_PROFILE)
+    restore_path = _restore_path(params_path)
+    rt = _round_trip_yaml()
+    if current != DEFAULT_PROFILE:  # undo the current profile
+        saved = read_yaml(restore_path) if restore_path.exists() else {}
+        if saved.get("profile") != current:
+            raise ParamsError(f"params.yaml is in profile '{current}' but {restore_path} (what it replaced) is missing "
+                              f"or belongs to another profile; restore params.yaml (git checkout params.yaml)")
+        if saved.get("applied_sha256") == sha(text):
+            text = saved["default_text"]
+        else:
+            doc = rt.load(text)
+            for dotted, value in (saved.get("restore") or {}).items():
+                _set_dotted(doc, dotted, value)
+            doc["profile"] = DEFAULT_PROFILE
+            text = _dump(rt, doc)
+    default_text = text
+    if overrides or name != DEFAULT_PROFILE:
+        doc = rt.load(default_text)
+        restore = {dotted: yaml.safe_load(_dump(rt, {"v": _get_dotted(doc, dotted)}))["v"] for dotted in overrides}
+        for dotted, value in overrides.items():
+            _set_dotted(doc, dotted, value)
+        doc["profile"] = name
+        text = _dump(rt, doc)
+    params = validate(yaml.safe_load(text))
+    if text != default_text:
+        atomic_write_text(restore_path, yaml.safe_dump({"profile": name, "applied_sha256": sha(text),
+                                                        "restore": restore, "default_text": default_text},
+                                                       sort_keys=False, allow_unicode=True, width=1000))
+    elif restore_path.exists():
+        restore_path.unlink()
+    atomic_write_text(params_path, text)
     return params
 
 
