@@ -41,22 +41,22 @@ out_dir = C.SOURCES_DIR
 
 # %%
 if params.source == "packaged":
-    candidates = src.packaged_candidates(params.occupations, params.photos_per_occupation, params.seed)
+    # a few spare seeded crops per occupation, tried in order if one is rejected
+    candidates = src.packaged_candidates(params.occupations, 3 * params.photos_per_occupation, params.seed)
 else:
-    candidates = src.folder_candidates(params.input_dir, params.occupations, params.photos_per_occupation)
+    candidates = src.folder_candidates(params.input_dir, params.occupations)
     if not candidates:
         raise FileNotFoundError(f"sources.input_dir: no photos under {params.input_dir}/<occupation>/ "
                                 f"for occupations {params.occupations}")
 detector = make_detector("dlib", dlib_upsample=params.detector_upsample)
 rows = []
-for c in candidates:
-    rec = src.check_photo(c["rgb"], detector, params, c["reason"])
+for c, rec in src.select_sources(candidates, detector, params):
     path = out_dir / c["occupation"] / f"{c['base_id']}.png"
     if rec["status"] == "ok":
         with atomic_path(path) as tmp:
             Image.fromarray(c["rgb"]).save(tmp, format="PNG")
     rows.append({"occupation": c["occupation"], "base_id": c["base_id"], "origin": c["origin"],
-                 "path": str(path) if rec["status"] == "ok" else "", **rec,
+                 "id_note": c.get("id_note", ""), "path": str(path) if rec["status"] == "ok" else "", **rec,
                  "sha256": sha256_file(path) if rec["status"] == "ok" else "",
                  "detector": detector.name, "stand_in": False})
 manifest = pd.DataFrame(rows)

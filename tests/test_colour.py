@@ -110,3 +110,23 @@ def test_mean_skin_rgb_and_empty_mask():
     np.testing.assert_allclose(C.mean_skin_rgb(img, mask), [200, 100, 50])
     with pytest.raises(ValueError):
         C.mean_skin_rgb(img, np.zeros((4, 4), bool))
+
+
+def test_grayscale_and_achromatic_skin_are_not_measurable():
+    rng = np.random.default_rng(0)
+    gray = np.repeat(rng.integers(0, 255, (64, 64, 1), dtype=np.uint8), 3, axis=2)
+    noisy = np.clip(gray.astype(int) + rng.integers(-2, 3, gray.shape), 0, 255).astype(np.uint8)  # JPEG-like noise
+    mask = np.zeros((64, 64), bool)
+    mask[16:48, 16:48] = True
+    assert "grayscale" in C.achromatic_reason(gray, mask) and "grayscale" in C.achromatic_reason(noisy)
+    # a colour photo whose skin region is gray (a statue, a B&W inset): C* ≈ 0 on the skin
+    colour_img = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    colour_img[mask] = (128, 128, 128)
+    assert "near-achromatic skin" in C.achromatic_reason(colour_img, mask)
+    # real skin tones, light to very dark (CIELAB → sRGB), are measurable
+    from skimage.color import lab2rgb
+
+    for lab in ((75, 10, 18), (55, 14, 22), (30, 10, 14), (20, 6, 9)):
+        skin = colour_img.copy()
+        skin[mask] = np.round(lab2rgb(np.array(lab, float)) * 255).astype(np.uint8)
+        assert C.achromatic_reason(skin, mask) == "", lab

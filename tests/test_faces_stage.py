@@ -57,7 +57,9 @@ def test_stage_records_measures_and_resumes(tmp_path, manifest, monkeypatch):
     assert 60 < by.loc["m-p1-000", "L"] < 85 and by.loc["m-p2-000", "L"] < 40  # darkened copy: L* < 40
     assert by.loc["m-p2-000", "L_bin"] == "<40"
     assert by.loc["m-p2-001", "status"] == "no_face" and by.loc["m-p2-001", "reason"] == "no face detected"
-    assert by.loc["m-p3-000", "status"] == "ok" and "L→RGB" in by.loc["m-p3-000", "reason"]  # grayscale: noted
+    # grayscale: the face is found, but no skin tone is read from a gray image
+    assert by.loc["m-p3-000", "status"] == "not_measurable" and "grayscale" in by.loc["m-p3-000", "reason"]
+    assert np.isnan(by.loc["m-p3-000", "L"]) and "L→RGB" in by.loc["m-p3-000", "reason"]
     assert by.loc["m-p3-001", "status"] == "bad_image" and by.loc["m-p3-001", "reason"]
     assert by.loc["m-p4-000", "status"] == "skipped" and "refused" in by.loc["m-p4-000", "reason"]
     assert by["stand_in"].all() and (by["face_backend"] == "dlib-hog").all()

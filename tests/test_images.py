@@ -63,3 +63,22 @@ def test_float_image_rejected(tmp_path):
     Image.fromarray(np.zeros((40, 40), np.float32)).save(path)
     res = load_rgb(path)
     assert not res.ok and "floating-point" in res.reason
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """A camera JPEG stored sideways with EXIF Orientation 6 (rotate 90° clockwise to view) loads upright."""
+    upright = np.zeros((120, 80, 3), np.uint8)  # portrait: 120 high, 80 wide
+    upright[:20] = (255, 0, 0)  # a red band at the top
+    stored = np.rot90(upright, k=1)  # how the sensor stored it: rotated 90° counter-clockwise, 80×120
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(np.ascontiguousarray(stored)).save(tmp_path / "cam.jpg", quality=95, exif=exif.tobytes())
+    with Image.open(tmp_path / "cam.jpg") as raw:
+        assert raw.size == (120, 80) and raw.getexif()[0x0112] == 6  # the file really is stored sideways
+    got = load_rgb(tmp_path / "cam.jpg")
+    assert got.ok and got.rgb.shape == (120, 80, 3) and "EXIF orientation 6" in got.note
+    assert got.rgb[:20, :, 0].mean() > 200 and got.rgb[:20, :, 1].mean() < 60  # red band on top again
+    assert got.rgb[100:, :, 0].mean() < 60
+    plain = tmp_path / "plain.jpg"
+    Image.fromarray(upright).save(plain, quality=95)
+    assert load_rgb(plain).note == "" and load_rgb(plain).rgb.shape == (120, 80, 3)

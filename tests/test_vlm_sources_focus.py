@@ -53,9 +53,52 @@ def test_folder_candidates_keep_unreadable_files(tmp_path):
     (tmp_path / "nurse").mkdir()
     Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "nurse" / "a b.png")
     (tmp_path / "nurse" / "broken.jpg").write_bytes(b"nope")
-    cands = sources.folder_candidates(tmp_path, ["nurse", "cook"], 5)
+    cands = sources.folder_candidates(tmp_path, ["nurse", "cook"])
     assert [c["base_id"] for c in cands] == ["a-b", "broken"]
-    assert cands[1]["rgb"] is None and cands[1]["reason"]
+    (_, rec_a), (_, rec_b) = sources.select_sources(cands, Boxes(), Sources(min_side=32, photos_per_occupation=5))
+    assert rec_b["status"] == "rejected" and rec_b["reason"] == "not an image"
+
+
+def test_source_ids_are_unique_and_collisions_recorded():
+    ids = sources.unique_ids(["p q.png", "p-q.png", "photo.jpg", "photo.png", "Photo.tif", "p-q-2.png"])
+    assert [i for i, _ in ids] == ["p-q", "p-q-2", "photo", "photo-2", "Photo-3", "p-q-2-2"]
+    assert len({i.lower() for i, _ in ids}) == len(ids)
+    assert ids[0][1] == "" and "'p-q.png'" in ids[1][1] and "'p q.png'" in ids[1][1]
+    assert "'photo.jpg'" in ids[3][1]
+
+
+def test_rejected_photos_do_not_use_up_the_quota(tmp_path):
+    (tmp_path / "cook").mkdir()
+    for name, side in (("a.png", 50), ("b.png", 300), ("c.png", 300), ("d.png", 300)):
+        Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(tmp_path / "cook" / name)
+    p = Sources(min_side=100, min_face_side=40, photos_per_occupation=2)
+    got = [(c["base_id"], r["status"]) for c, r in
+           sources.select_sources(sources.folder_candidates(tmp_path, ["cook"]), Boxes((0, 0, 90, 90)), p)]
+    assert got == [("a", "rejected"), ("b", "ok"), ("c", "ok"), ("d", "not_used")]
+
+
+class Scored:
+    def __init__(self, *faces, threshold=0.0):
+        self.faces, self.threshold = [Face(b, s) for b, s in faces], threshold
+
+    def detect(self, rgb):
+        return self.faces
+
+
+def test_dominance_weighs_detection_score_and_ignores_detections_below_threshold():
+    p = Sources(min_side=100, min_face_side=40, dominance_ratio=4.0)
+    rgb = np.zeros((300, 300, 3), np.uint8)
+    face, shirt = (0, 0, 100, 100), (150, 150, 230, 230)  # a false detection 0.64× the face's area
+    # area only: 10000 / 6400 = 1.6 < 4 → was rejected; area × score: 10000·1.2 / (6400·0.07) = 26.8
+    weak = sources.check_photo(rgb, Scored((face, 1.2), (shirt, 0.07)), p)
+    assert weak["status"] == "ok" and abs(weak["dominance"] - 10000 * 1.2 / (6400 * 0.07)) < 1e-9
+    strong = sources.check_photo(rgb, Scored((face, 1.2), (shirt, 1.0)), p)  # a real second face
+    assert strong["status"] == "rejected" and "no dominant face" in strong["reason"]
+    below = sources.check_photo(rgb, Scored((face, 1.2), (shirt, 0.5), threshold=0.6), p)
+    assert below["status"] == "ok" and below["n_faces"] == 1 and below["dominance"] is None
+    # the strongest detection is the main face, not merely the largest
+    big_weak = sources.check_photo(rgb, Scored(((0, 0, 200, 200), 0.01), (face, 1.5)), p)
+    assert big_weak["det_score"] == 1.5 and big_weak["face_side"] == 100
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Load any image file as 8-bit sRGB, or say why not. Bad input is a reason, never a crash."""
+"""Load any image file as 8-bit sRGB, upright (EXIF orientation applied), or say why not. Bad input
+is a reason, never a crash."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 DEFAULT_MAX_PIXELS = 64_000_000  # decompression-bomb guard (8000×8000)
 DEFAULT_MIN_SIDE = 32
@@ -62,7 +63,12 @@ def load_rgb(path: str | Path, max_pixels: int = DEFAULT_MAX_PIXELS, min_side: i
                 img.load()
             if getattr(img, "n_frames", 1) > 1:
                 img.seek(0)
+            orientation = img.getexif().get(0x0112, 1)  # EXIF Orientation: how the camera was held
+            if orientation not in (1, None):
+                img = ImageOps.exif_transpose(img)
             rgb, note = _to_rgb(img)
+            if orientation not in (1, None):
+                note = "; ".join(x for x in (f"EXIF orientation {orientation} applied", note) if x)
     except UnidentifiedImageError:
         return Loaded(None, "not an image")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

@@ -63,6 +63,30 @@ def describe_rgb(mean_rgb: np.ndarray) -> dict[str, float | str]:
     }
 
 
+# A colour reading needs colour: an image whose pixels are (nearly) gray, or skin pixels without
+# chroma, would give C* ≈ 0 and ITA ≈ ±90°, a skin tone of nobody. Grayscale: 99% of the image's pixels
+# have channels within GRAY_SPREAD of each other (JPEG noise on a gray photo stays below it).
+# Near-achromatic skin: the median per-pixel C* of the skin pixels below MIN_SKIN_CHROMA (measured skin
+# of every tone has C* well above it: the darkest Monk/Fitzpatrick swatches sit near 10–20).
+GRAY_SPREAD = 6
+MIN_SKIN_CHROMA = 4.0
+
+
+def achromatic_reason(rgb: np.ndarray, mask: np.ndarray | None = None) -> str:
+    """Why no skin tone can be read from this image (grayscale, or near-achromatic skin), or ''."""
+    arr = np.asarray(rgb)
+    spread = arr.max(axis=-1).astype(np.int16) - arr.min(axis=-1).astype(np.int16)
+    if np.percentile(spread, 99) <= GRAY_SPREAD:
+        return f"grayscale image (99% of pixels within {GRAY_SPREAD} levels across R, G, B): no skin tone"
+    if mask is not None:
+        pixels = arr[np.asarray(mask, dtype=bool)]
+        if len(pixels):
+            c = float(np.median(chroma(srgb_to_lab(pixels.reshape(-1, 3)))))
+            if c < MIN_SKIN_CHROMA:
+                return f"near-achromatic skin (median C* {c:.1f} < {MIN_SKIN_CHROMA}): no skin tone"
+    return ""
+
+
 def mean_skin_rgb(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Mean sRGB (0–255 float64) of the pixels where `mask` is True."""
     pixels = np.asarray(rgb)[np.asarray(mask, dtype=bool)]

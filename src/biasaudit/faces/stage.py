@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.faces.colour import describe_rgb, mean_skin_rgb
+from biasaudit.faces.colour import achromatic_reason, describe_rgb, mean_skin_rgb
 from biasaudit.faces.detect import landmarks68, make_detector
 from biasaudit.faces.segment import (bisenet_masks, landmark_skin_from_landmarks, outline_overlay,
                                      remove_extremes)
@@ -96,6 +96,9 @@ class FaceMeasurer:
         if rec["skin_pixels"] < self.p.min_skin_pixels:
             return rec | {"status": "no_skin", "reason": f"{rec['skin_pixels']} skin pixels "
                           f"(< min_skin_pixels {self.p.min_skin_pixels})" + (f"; {note}" if note else "")}, emb, mask, face.bbox
+        achromatic = achromatic_reason(rgb, mask)
+        if achromatic:
+            return rec | {"status": C.NOT_MEASURABLE, "reason": "; ".join(x for x in (achromatic, note) if x)}, emb, mask, face.bbox
         rec |= describe_rgb(mean_skin_rgb(rgb, mask))
         return rec | {"status": "ok", "reason": note}, emb, mask, face.bbox
 

@@ -11,7 +11,9 @@ the face not covered (no sunglasses/mask), and context (clothing, workplace) tha
 since only the face will be edited. Photos must be licensed for this use.
 
 Accepted photos are copied, as 8-bit sRGB PNG, to `data/vlm/sources/<occupation>/<base_id>.png`;
-`data/vlm/sources/manifest.parquet` lists every candidate with status (ok | rejected) and reason.
+`data/vlm/sources/manifest.parquet` lists every candidate with status (ok | rejected | not_used) and
+reason. Base ids are unique (a colliding file name gets a `-2` suffix, noted in `id_note`); photos are
+checked in name order until `photos_per_occupation` are accepted, so a rejected one does not count.
 
 The offline profile (`source: packaged`) uses the public-domain photos shipped in packages
 (scikit-image's astronaut, matplotlib's grace_hopper) and seeded crops of them.
@@ -71,17 +73,56 @@ def safe_id(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "photo"
 
 
-def folder_candidates(input_dir: str | Path, occupations: list[str], per_occupation: int) -> list[dict[str, Any]]:
-    """Photos under input_dir/<occupation>/, sorted by name; unreadable files are kept with a reason."""
+def unique_ids(names: list[str]) -> list[tuple[str, str]]:
+    """A collision-free base id per file name (in the given order) and a note when it had to change:
+    `p q.png` and `p-q.png` both make `p-q`, `photo.jpg` and `photo.png` both `photo`; the later one
+    gets the first free `-2`, `-3`, … suffix and the note says from what and why."""
+    taken: dict[str, str] = {}
+    out = []
+    for name in names:
+        base = safe_id(Path(name).stem)
+        candidate, k = base, 1
+        while candidate.lower() in taken:  # case-insensitive: file systems that fold case must not merge two
+            k += 1
+            candidate = f"{base}-{k}"
+        note = "" if k == 1 else f"id '{base}' already used by '{taken[base.lower()]}': '{name}' is '{candidate}'"
+        taken[candidate.lower()] = name
+        out.append((candidate, note))
+    return out
+
+
+def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dict[str, Any]]:
+    """Every photo under input_dir/<occupation>/, sorted by name, with a unique base id; loaded
+    later by select_sources (only as many as the quota needs)."""
     root = Path(input_dir)
     out = []
     for occ in occupations:
-        files = sorted(p for p in (root / occ).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if (root / occ).is_dir() else []
-        for path in files[:per_occupation]:
-            loaded = load_rgb(path)
-            out.append({"occupation": occ, "base_id": safe_id(path.stem), "rgb": loaded.rgb, "origin": str(path),
-                        "reason": "" if loaded.ok else loaded.reason})
+        folder = root / occ
+        files = sorted(p for p in folder.glob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+        for path, (base_id, note) in zip(files, unique_ids([p.name for p in files])):
+            out.append({"occupation": occ, "base_id": base_id, "path": path, "rgb": None, "origin": str(path),
+                        "reason": "", "id_note": note})
     return out
+
+
+def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Any):
+    """Check candidates in order and accept up to `photos_per_occupation` per occupation: a rejected
+    photo does not use up the quota, the next one is tried. Yields (candidate with its pixels, record);
+    candidates left once the quota is met are recorded as `not_used` without being read."""
+    accepted: dict[str, int] = {}
+    for c in candidates:
+        occ = c["occupation"]
+        if accepted.get(occ, 0) >= params.photos_per_occupation:
+            yield c, {"status": "not_used", "reason": f"photos_per_occupation ({params.photos_per_occupation}) "
+                                                       f"already accepted for {occ}"}
+            continue
+        if c.get("rgb") is None and c.get("path") is not None:
+            loaded = load_rgb(c["path"])
+            c = c | {"rgb": loaded.rgb, "reason": loaded.reason}
+        rec = check_photo(c["rgb"], detector, params, c.get("reason", ""))
+        if rec["status"] == "ok":
+            accepted[occ] = accepted.get(occ, 0) + 1
+        yield c, rec
 
 
 def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
@@ -100,8 +141,19 @@ def dedupe(faces: list[Any], max_iou: float = 0.3) -> list[Any]:
     return kept
 
 
+def competing_faces(faces: list[Any], threshold: float) -> list[Any]:
+    """Detections at or above the detector's score threshold, one per face (dedupe), strongest first
+    by area × score: a weak false detection (a 0.07-score pattern on a shirt) weighs little, a real
+    second face a lot."""
+    kept = dedupe(sorted((f for f in faces if float(f.score) >= threshold), key=lambda f: f.area, reverse=True))
+    return sorted(kept, key=lambda f: f.area * max(float(f.score), 0.0), reverse=True)
+
+
 def check_photo(rgb: np.ndarray | None, detector: Any, params: Any, load_reason: str = "") -> dict[str, Any]:
-    """status ok | rejected with a reason: readable, big enough, one dominant face of sufficient size."""
+    """status ok | rejected with a reason: readable, big enough, one dominant face of sufficient size.
+
+    Dominance compares detections by area × score (ignoring those below the detector's threshold):
+    the main face must weigh at least `dominance_ratio` times the next one."""
     rec: dict[str, Any] = {"n_faces": 0, "face_side": None, "dominance": None, "det_score": None,
                            "width": None, "height": None}
     if rgb is None:
@@ -110,7 +162,7 @@ def check_photo(rgb: np.ndarray | None, detector: Any, params: Any, load_reason:
     rec |= {"width": int(w), "height": int(h)}
     if min(h, w) < params.min_side:
         return rec | {"status": "rejected", "reason": f"too small: {w}×{h} (minimum side {params.min_side})"}
-    faces = dedupe(detector.detect(rgb))
+    faces = competing_faces(detector.detect(rgb), float(getattr(detector, "threshold", 0.0) or 0.0))
     rec["n_faces"] = len(faces)
     if not faces:
         return rec | {"status": "rejected", "reason": "no face detected"}
@@ -118,10 +170,12 @@ def check_photo(rgb: np.ndarray | None, detector: Any, params: Any, load_reason:
     rec["face_side"] = float(min(x1 - x0, y1 - y0))
     rec["det_score"] = float(faces[0].score)
     if len(faces) > 1:
-        rec["dominance"] = float(faces[0].area / max(faces[1].area, 1e-9))
+        weight = [f.area * max(float(f.score), 0.0) for f in faces[:2]]
+        rec["dominance"] = float(weight[0] / weight[1]) if weight[1] > 0 else float("inf")
         if rec["dominance"] < params.dominance_ratio:
             return rec | {"status": "rejected",
-                          "reason": f"no dominant face: {len(faces)} faces, largest only {rec['dominance']:.1f}× the next"}
+                          "reason": f"no dominant face: {len(faces)} faces, the strongest (area × score) only "
+                                    f"{rec['dominance']:.1f}× the next"}
     if rec["face_side"] < params.min_face_side:
         return rec | {"status": "rejected", "reason": f"face too small: {rec['face_side']:.0f} px (minimum {params.min_face_side})"}
     return rec | {"status": "ok", "reason": ""}
