@@ -30,6 +30,24 @@ def looks_like_secret(value: Any) -> bool:
     return False
 
 
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
+_PREFIXED_TOKEN = re.compile(r"(sk-|sk_|AIza|ghp_|gho_|ghs_|github_pat_|hf_|xox[abpr]-|ya29\.|AKIA)[A-Za-z0-9_\-\.]{6,}")
+
+
+def redact(text: str) -> str:
+    """`text` with every secret replaced by '<redacted>': the values of environment variables whose
+    names end in KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS, and provider-prefixed tokens. Used on
+    every `reason` a backend records (an API error may quote the key it was sent)."""
+    if not text:
+        return text
+    import os
+
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+            text = text.replace(value, "<redacted>")
+    return _PREFIXED_TOKEN.sub("<redacted>", text)
+
+
 def env_name_problem(field: str, value: Any) -> str | None:
     """Why `value` is not a valid environment-variable name for `field` (never quoting it), or None."""
     if value is None or value == "":

@@ -1,4 +1,4 @@
-"""Homogeneity gap from group sums in O(N·d) time and memory (DESIGN.md), never an N×N matrix.
+"""Homogeneity gap from group sums in O(N·d) time and memory, never an N×N matrix (docs/architecture.md).
 
 For L2-normalised embeddings x_i grouped into g with n_g members, S_g = Σ_{i∈g} x_i, S = Σ_g S_g:
 

@@ -1,4 +1,4 @@
-"""Total Variation Distance between group distributions (DESIGN.md: TVD(p, q) = ½ Σ_g |p_g − q_g|)."""
+"""Total Variation Distance between group distributions (TVD(p, q) = ½ Σ_g |p_g − q_g|)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Method A analysis: representation (TVD, per-race deviations, thresholds), skin tone, homogeneity
 and classifier reliability, each with cluster-bootstrap confidence intervals over prompts.
 
-Every section function takes stage outputs (contract formats, see DESIGN.md) and returns a
+Every section function takes stage outputs (formats in biasaudit.contracts) and returns a
 `Result` with tables, figures and headline metrics; an empty input gives status 'no data' with the
 reason, a function owned by another stage that has not landed gives status 'pending'.
 """

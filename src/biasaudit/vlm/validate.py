@@ -69,7 +69,7 @@ def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px
 
 
 def mean_skin_L(rgb: np.ndarray, mask: np.ndarray | None) -> float:
-    """L* of the mean sRGB over the mask (DESIGN.md's skin-colour definition)."""
+    """L* of the mean sRGB over the mask (the skin-colour definition of faces.colour)."""
     if mask is None or not mask.any():
         return np.nan
     mean_rgb = rgb[mask.astype(bool)].astype(np.float64).mean(axis=0) / 255.0

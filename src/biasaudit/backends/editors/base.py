@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
+from biasaudit.params.base import redact
+
 
 @dataclass(frozen=True)
 class EditRequest:
@@ -34,6 +36,9 @@ class EditResult:
     status: str                   # ok | refused | failed
     reason: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. retries, text the service returned
+
+    def __post_init__(self) -> None:
+        self.reason = redact(self.reason)  # an API error may quote the key it was sent
 
     @classmethod
     def failed(cls, reason: str, **meta: Any) -> "EditResult":

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from biasaudit.params.base import redact
+
 T = TypeVar("T")
 
 
@@ -40,6 +42,9 @@ class GenResult:
     retries: int = 0
     seed_used: bool = True  # False where the backend cannot take a seed (recorded, not hidden)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific provenance (JSON-able)
+
+    def __post_init__(self) -> None:
+        self.reason = redact(self.reason)  # an API error may quote the key it was sent
 
     @classmethod
     def failed(cls, reason: str, retries: int = 0, **extra: Any) -> "GenResult":

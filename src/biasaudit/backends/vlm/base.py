@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from PIL import Image
 
 from biasaudit.images import load_rgb
+from biasaudit.params.base import redact
 
 OK, REFUSED, FAILED = "ok", "refused", "failed"
 
@@ -44,6 +45,9 @@ class VLMResponse:
     option_probs: dict[str, float] | None = None
     from_cache: bool = False
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. {"via": "batch"}; provenance only
+
+    def __post_init__(self) -> None:
+        self.reason = redact(self.reason)  # an API error may quote the key it was sent
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "status": self.status, "reason": self.reason, "tokens_in": self.tokens_in,
