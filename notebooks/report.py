@@ -24,11 +24,12 @@
 # %%
 from IPython.display import Markdown, display
 
+from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
 
 cfg, params = stage_params("report")
 banner(cfg)
-index = build_index("reports", cfg, title=params.title, max_table_rows=params.max_table_rows,
+index = build_index(C.REPORTS, cfg, title=params.title, max_table_rows=params.max_table_rows,
                     level=cfg.analyze.ci_level)
 display(Markdown(f"Wrote `{index}` ({index.stat().st_size / 1024:.0f} KiB)."))

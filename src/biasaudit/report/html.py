@@ -206,7 +206,7 @@ def vlm_section(reports: Path, max_rows: int) -> dict[str, Any]:
     """Whatever reports/vlm/ holds: summary.json, figures (PNG/SVG), tables (CSV + MD), other files."""
     vlm = reports / "vlm"
     if not vlm.is_dir() or not any(vlm.iterdir()):
-        return {"missing": "reports/vlm/ not found or empty (the reflect_analysis stage writes it)"}
+        return {"missing": f"{vlm.as_posix()}/ not found or empty (the reflect_analysis stage writes it)"}
     files = sorted(p for p in vlm.rglob("*") if p.is_file() and not p.name.startswith("."))
     summary = vlm / "summary.json"
     out: dict[str, Any] = {"missing": "", "summary": _summary_html(summary) if summary.exists() else "",

@@ -1,7 +1,7 @@
 """VLM / classifier backends behind one interface (shared by Method A classification and Method B).
 
     backend = make_vlm_backend(cfg.classify.vlm)
-    vlm = CachedVLM(backend, "data/cache/classify.sqlite", price)
+    vlm = CachedVLM(backend, cfg.classify.cache_path, price)
     responses = vlm.generate([VLMRequest(images=(path,), prompt=text, options=labels)])
 """
 
