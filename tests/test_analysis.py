@@ -168,3 +168,39 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
         expected = {b for b, n in counts.items() if n >= 2}
         got = t.set_index("group").reindex(list(an.L_BINS))["intra"]
         assert np.isfinite(got[list(expected)]).all(), (model, space, got.to_dict())
+
+
+@pytest.mark.slow
+def test_real_faces_measurements_fill_every_L_bin_of_the_analysis(monkeypatch, tmp_path):
+    """The producer itself (FaceMeasurer.measure on real faces darkened in linear light into each bin)
+    feeds the consumer's grouping: the four bins of the similarity-by-L* table are all finite."""
+    import skimage.data
+
+    from biasaudit.faces import detect, segment
+    from biasaudit.faces.stage import FaceMeasurer
+    from biasaudit.params.faces import Faces
+    from biasaudit.stats.homogeneity import homogeneity_table
+
+    monkeypatch.setenv("BIASAUDIT_TINY_DIR", str(tmp_path / "tiny"))
+    astro = skimage.data.astronaut()
+    face = detect.DlibDetector().detect(astro)[0]
+    region = segment.face_region_from_landmarks(astro.shape[:2], detect.landmarks68(astro, face.bbox))
+    measurer = FaceMeasurer(Faces(clip_pretrained="tiny", face_embedding="dlib"))
+    rows, vectors = [], []
+    for k in (0.2, 0.4, 0.7, 1.0):  # linear-light factors landing in <40, [40,55), [55,70), ≥70
+        lin = (astro / 255.0) ** 2.2
+        img = astro.copy()
+        img[region] = np.round(255 * np.clip(lin[region] * k, 0, 1) ** (1 / 2.2))
+        for j, variant in enumerate((img, np.ascontiguousarray(img[:, ::-1]))):
+            fields, emb, _, _ = measurer.measure(variant)
+            assert fields["status"] == "ok" and emb is not None, fields
+            rows.append(fields | {"image_id": f"k{k}-{j}", "model": "m", "prompt_id": f"p{k}", "label": "white"})
+            vectors.append(emb)
+    faces = pd.DataFrame(rows)
+    assert list(faces["L_bin"]) == [_bin_of(L) for L in faces["L"]]
+    assert set(faces["L_bin"]) == set(an.L_BINS)
+    t = homogeneity_table(np.asarray(vectors, np.float32), faces, by="L_bin", n_boot=0, n_perm=0, small_group=2)
+    intra = t.set_index("group").reindex(list(an.L_BINS))["intra"]
+    assert np.isfinite(intra).all(), intra.to_dict()
+    counts = an.labels_by_L_bin(faces)
+    assert sorted(counts["L_bin"]) == sorted(an.L_BINS) and (counts["n_white"] == 2).all()
