@@ -52,3 +52,41 @@ def test_invalid_params_stop_dvc_repro_before_any_output_is_removed(pipeline_cop
     # the check stage's own folder is the only thing DVC removed (it is rebuilt from params.yaml)
     assert {k: v for k, v in before.items() if not k.startswith("data/check/")} == after
     assert not any(k.startswith("data/check/") for k in after)
+
+
+def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
+    """A folder generator's folder and mapping CSV, and sources.input_dir, are hashed file by file:
+    changing one photo changes exactly the fingerprints of the stages that read it."""
+    from biasaudit.check import external_inputs, write_check
+    from biasaudit.config import load_params, validate
+    from biasaudit.params import Params
+
+    from .conftest import ROOT
+
+    photos, imported = tmp_path / "photos", tmp_path / "imported"
+    (photos / "doctor").mkdir(parents=True)
+    imported.mkdir()
+    (photos / "doctor" / "a.jpg").write_bytes(b"photo a")
+    (imported / "x.png").write_bytes(b"image x")
+    (tmp_path / "map.csv").write_text("file,prompt_id\nx.png,occ_x\n")
+    raw = load_params(ROOT / "params.yaml").model_dump()
+    raw["models"]["mine"] = {"backend": "folder", "folder": str(imported), "mapping_csv": str(tmp_path / "map.csv")}
+    raw["sources"] |= {"source": "folder", "input_dir": str(photos)}
+    cfg: Params = validate(raw)
+    inputs = external_inputs(cfg)
+    assert inputs["generate_mine"] == [str(imported), str(tmp_path / "map.csv")] and inputs["generate_tiny-sd3"] == []
+    assert inputs["sources"] == [str(photos)]
+
+    def snapshot():
+        out = tmp_path / "check"
+        write_check(cfg, out)
+        return {p.name: p.read_text() for p in out.iterdir()}
+
+    first = snapshot()
+    assert first["params.ok"] == "valid\n"
+    (photos / "doctor" / "a.jpg").write_bytes(b"photo a, retouched")
+    second = snapshot()
+    assert [k for k in first if first[k] != second[k]] == ["sources.inputs.json"]
+    (tmp_path / "map.csv").write_text("file,prompt_id\nx.png,occ_y\n")
+    third = snapshot()
+    assert [k for k in first if second[k] != third[k]] == ["generate_mine.inputs.json"]

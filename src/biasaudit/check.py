@@ -25,7 +25,7 @@ from typing import Any
 from biasaudit import contracts as C
 from biasaudit.params import Params
 
-_HASH_CACHE = C.DATA / ".check-hashes.json"  # (path, size, mtime) → sha256, so folders are not re-read
+HASH_CACHE_NAME = ".check-hashes.json"  # beside the check folder: (path, size, mtime) → sha256, so big folders are not re-read
 
 
 def external_inputs(cfg: Params) -> dict[str, list[str]]:
@@ -80,8 +80,9 @@ def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    hash_cache = out_dir.parent / HASH_CACHE_NAME  # not inside out_dir: DVC removes that before each run
     try:
-        cache = json.loads(_HASH_CACHE.read_text()) if _HASH_CACHE.exists() else {}
+        cache = json.loads(hash_cache.read_text()) if hash_cache.exists() else {}
     except (OSError, ValueError):
         cache = {}
     written = [atomic_write_text(out_dir / C.CHECK_OK.name, "valid\n")]  # constant: downstream stays up to date
@@ -89,7 +90,7 @@ def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
         body = json.dumps({"inputs": fingerprint(paths, cache)}, indent=1, sort_keys=True) + "\n"
         written.append(atomic_write_text(out_dir / C.inputs_fingerprint_path(stage).name, body))
     live = {k for k in cache if Path(k.split("|")[0]).exists()}
-    atomic_write_text(_HASH_CACHE, json.dumps({k: cache[k] for k in sorted(live)}) + "\n")
+    atomic_write_text(hash_cache, json.dumps({k: cache[k] for k in sorted(live)}) + "\n")
     return written
 
 
