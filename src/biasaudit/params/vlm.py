@@ -7,10 +7,11 @@ version when a text changes so caches and result rows say which text produced th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from biasaudit.backends.registry import check_name
 from biasaudit.params.base import Section
 
 RACES: tuple[str, ...] = ("Asian", "Black", "Latino", "MiddleEastern", "White")
@@ -52,7 +53,8 @@ class Sources(Section):
 
 
 class Counterfactuals(Section):
-    backend: Literal["gemini", "openai", "diffusers", "tiny", "folder"] = "tiny"
+    # any backend registered with @register("editor", name), or 'folder' (import an existing FOCUS set)
+    backend: Annotated[str, AfterValidator(check_name("editor", extra=("folder",)))] = "tiny"
     model_id: str = "tiny-face-recolour"
     revision: str = ""                       # model revision / snapshot, recorded per row
     base_url: str = ""                       # API endpoint override ('' = the provider's default)
