@@ -118,6 +118,7 @@ class CachedVLM:
 
         if misses:
             batch([r for _, r in misses], on_result=store)
+        self.backend.online_only = True  # what the jobs left unanswered is asked online, item by item
         return stored
 
     def _account(self, response: VLMResponse) -> None:

@@ -101,6 +101,7 @@ class GeminiVLM(VLMBackend):
         self.batch_journal: Path | None = None  # JSON {job key: batch job name}
         self._journal_lock = threading.Lock()
         self.batch_polls = 0
+        self.online_only = False  # set once a stage run's batch jobs are done (CachedVLM.prefetch)
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
@@ -355,7 +356,7 @@ class GeminiVLM(VLMBackend):
         return job
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
-        if not (self.spec.batch_mode and requests):
+        if not (self.spec.batch_mode and requests) or self.online_only:
             return self._each(requests, self._one, on_result, self.spec.concurrency)
         done = self.batch(requests, on_result)
         rest = [i for i, r in enumerate(done) if r is None]

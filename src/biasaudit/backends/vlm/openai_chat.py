@@ -43,16 +43,11 @@ class Capabilities:
     effort: str  # '' unless reasoning
 
 
-def is_openai_endpoint(base_url: str) -> bool:
-    return not base_url or "api.openai.com" in base_url
-
-
-def capabilities(model_id: str, base_url: str = "", effort: str = "") -> Capabilities:
-    """What a request to `model_id` may carry. Non-OpenAI servers (vLLM, Ollama, DashScope) keep the
-    classic chat parameters whatever the model is called."""
+def capabilities(model_id: str, effort: str = "") -> Capabilities:
+    """What a request to `model_id` may carry, by model family. Models served by vLLM, Ollama or
+    DashScope (Llama, Qwen, ...) are not in the reasoning families and keep the classic parameters."""
     name = model_id.split("/")[-1].lower()
-    reasoning = (is_openai_endpoint(base_url) and name.startswith(REASONING_PREFIXES)
-                 and not name.startswith(NON_REASONING))
+    reasoning = name.startswith(REASONING_PREFIXES) and not name.startswith(NON_REASONING)
     if reasoning:
         return Capabilities(True, "max_completion_tokens", False, effort or "minimal")
     return Capabilities(False, "max_tokens", True, "")
@@ -75,7 +70,7 @@ class OpenAIChatVLM(VLMBackend):
         self._openai = openai
         self.client = openai_client(key, spec.base_url, spec.timeout_s)
         self.bucket = TokenBucket(spec.requests_per_minute, burst=spec.concurrency)
-        self.caps = capabilities(spec.model_id, spec.base_url, spec.reasoning_effort)
+        self.caps = capabilities(spec.model_id, spec.reasoning_effort)
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec

@@ -75,7 +75,6 @@ def resolve_model(model_id: str, revision: str = "", key: str = "vlm.model_id") 
     return snapshot, revision or Path(snapshot).name  # snapshot folders are named by commit hash
 
 
-@register("vlm", "transformers")
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
     """('auto' → cuda when available, else cpu; dtype 'auto' → bfloat16 on a GPU, float32 on the CPU)."""
     import torch
@@ -87,6 +86,7 @@ def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
     return device, dtype
 
 
+@register("vlm", "transformers")
 class TransformersVLM(VLMBackend):
     name = "transformers"
 
