@@ -96,8 +96,9 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str, str]:
         if not path.is_dir():
             raise FileNotFoundError(f"local path '{model_id}' does not exist")
         if not (path / "model_index.json").is_file():
-            raise FileNotFoundError(f"'{model_id}' has no model_index.json (not a diffusers pipeline folder)")
-        return str(path), weights_hash(path)
+            raise FileNotFoundError(f"'{model_id}' has no model_index.json (not a diffusers pipeline folder)"
+                                    " — `biasaudit weights fetch` downloads the paper's models into models/")
+        return str(path), locked_revision(path) or weights_hash(path)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -111,6 +112,20 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str, str]:
     except Exception as exc:  # network errors, gated repos, unknown ids
         raise FileNotFoundError(f"hub id '{model_id}': {type(exc).__name__}: {exc}") from None
     return model_id, Path(snapshot).name  # snapshots/<commit>
+
+
+def locked_revision(path: Path) -> str:
+    """'<hub repo>@<commit>' for a folder `biasaudit weights fetch` downloaded (its files' sha256 are in
+    models/weights.lock.json and checked by `biasaudit weights verify`), so 30 GB are not re-hashed
+    at every load; '' for any other folder."""
+    from biasaudit.weights import WEIGHTS, read_lock
+
+    lock = read_lock()
+    for w in WEIGHTS:
+        entry = lock.get(w.name) or {}
+        if entry.get("commit") and Path(w.local_path).resolve() == path.resolve():
+            return f"{w.source}@{entry['commit']}"
+    return ""
 
 
 def pick_device(requested: str) -> str:
