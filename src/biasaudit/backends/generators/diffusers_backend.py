@@ -168,6 +168,21 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int
     if not Path(source).is_dir():
         kwargs.update(revision=spec.revision, local_files_only=hub_offline())
     pipe = cls.from_pretrained(source, **kwargs)
+    memory = place_pipeline(pipe, spec, device, free_bytes)
+    if spec.compile:
+        denoiser = getattr(pipe, "transformer", None) or pipe.unet
+        compiled = torch.compile(denoiser)
+        if hasattr(pipe, "transformer"):
+            pipe.transformer = compiled
+        else:
+            pipe.unet = compiled
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, memory
+
+
+def place_pipeline(pipe: Any, spec: GeneratorSpec, device: str, free_bytes: int | None = None) -> dict[str, Any]:
+    """Put a loaded pipeline where `spec.cpu_offload` says (auto: chosen from free VRAM and the
+    measured component sizes); return what was chosen and why (recorded in provenance)."""
     sizes = component_bytes(pipe)
     memory: dict[str, Any] = {"cpu_offload_requested": spec.cpu_offload,
                               "pipeline_gib": round(sum(sizes.values()) / GIB, 3),
@@ -188,15 +203,7 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int
         pipe.enable_sequential_cpu_offload()
     else:
         pipe.to(device)
-    if spec.compile:
-        denoiser = getattr(pipe, "transformer", None) or pipe.unet
-        compiled = torch.compile(denoiser)
-        if hasattr(pipe, "transformer"):
-            pipe.transformer = compiled
-        else:
-            pipe.unet = compiled
-    pipe.set_progress_bar_config(disable=True)
-    return pipe, memory
+    return memory
 
 
 def numerical_fault(image: np.ndarray, black_threshold: int = BLACK_MAX) -> str:

@@ -115,6 +115,24 @@ class TransformersVLM(VLMBackend):
         if spec.device_map:  # inputs go where the embeddings live
             self.device = str(next(self.model.parameters()).device)
         self.revision = rev or getattr(self.model.config, "_commit_hash", None) or "main"
+        self._attach()
+
+    @classmethod
+    def from_objects(cls, spec: Any, model: Any, processor: Any, revision: str, stand_in: bool = True) -> "TransformersVLM":
+        """The backend around a model and processor built in memory (benchmarks: random weights of a
+        real architecture at full size); placed on `spec.device` in `spec.dtype`."""
+        import torch
+
+        self = cls.__new__(cls)
+        VLMBackend.__init__(self)
+        self.spec, self.torch, self.stand_in, self.model_id = spec, torch, stand_in, spec.model_id
+        self.device, self.dtype = resolve_device_dtype(spec.device, spec.dtype)
+        self.processor, self.revision = processor, revision
+        self.model = model.to(self.device, dtype=getattr(torch, self.dtype)).eval()
+        self._attach()
+        return self
+
+    def _attach(self) -> None:
         tok = self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"  # decoder-only batched generation
         if tok.pad_token_id is None:
