@@ -72,7 +72,7 @@ class VLMSpec(Section):
     batch_max_requests: int = Field(1000, ge=1)  # per batch job (inline batch jobs: ≤ 20 MB payload ...)
     batch_max_bytes: int = Field(19_000_000, ge=1)  # ... so jobs are also cut by estimated payload size
     device: str = "cpu"                   # transformers / clip: cpu | cuda | cuda:N | auto
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"  # auto: bfloat16 on GPU, float32 on CPU
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bfloat16 on a GPU, float32 on the CPU
     device_map: str = ""                  # transformers: '' = whole model on `device`; 'auto' = accelerate places it
     local_batch_size: int = Field(8, ge=1)  # images per forward pass for local models
     clip_pretrained: str = ""             # open_clip pretrained tag or checkpoint path
