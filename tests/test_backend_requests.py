@@ -300,3 +300,40 @@ def test_gemini_batch_mode_1000_items_bounded_polls_and_per_item_fallback(tmp_pa
         assert sum(r.meta.get("via") == "batch" for r in out) == 997
         assert vlm.backend.stats["batch_jobs"] == 3 and vlm.accounting.batch_calls == 997
         assert vlm.backend.batch_polls == 9
+
+
+@pytest.mark.slow
+def test_classify_stage_in_batch_mode_submits_the_whole_run_at_once(tmp_path, monkeypatch):
+    """run_classify with batch_mode: 40 pending images → ceil(40 / 16) = 3 jobs for the whole run
+    (not one per runner batch of 8), then the runner's batches come from the cache."""
+    from pathlib import Path
+
+    from biasaudit.config import read_yaml, validate
+    from biasaudit.t2i.classify import run_classify
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    img_dir = tmp_path / "data/t2i/images/m"
+    img_dir.mkdir(parents=True)
+    rows = []
+    for i in range(40):
+        p = img_dir / f"m-p{i % 4}-{i:03d}.png"
+        img = np.full((32, 32, 3), LEVELS[i % 5], np.uint8)
+        img[0, 0] = [i, 0, 0]
+        Image.fromarray(img).save(p)
+        rows.append({"image_id": p.stem, "model": "m", "prompt_id": f"p{i % 4}", "path": str(p), "status": "ok",
+                     "reason": ""})
+    pd.DataFrame(rows).to_parquet(img_dir / "manifest.parquet")
+    with VLMServer(batch_state="poll", polls_to_finish=2) as server:
+        raw = read_yaml(root / "params.yaml")
+        raw["models"] = {"m": {"backend": "packaged-photos", "width": 512, "height": 512}}
+        raw["classify"] |= {"batch_size": 8, "cache_path": str(tmp_path / "cache.sqlite"),
+                            "vlm": {"backend": "gemini", "model_id": "gemini-2.5-flash", "base_url": server.gemini_url,
+                                    "api_key_env": "NOPE", "batch_mode": True, "batch_max_requests": 16,
+                                    "batch_poll_s": 0.01, "image_format": "PNG", "max_retries": 0}}
+        cfg = validate(raw)
+        out = run_classify("m", cfg, progress=False)
+        table = out["table"].set_index("image_id")
+        assert [table.loc[r["image_id"], "label"] for r in rows] == [LABELS[i % 5] for i in range(40)]
+        assert len(server.batches) == 3 and not server.requests  # no online call, 3 jobs for the run
+        assert out["accounting"]["batch_calls"] == 40 and out["accounting"]["cache_hits"] == 0
