@@ -105,3 +105,62 @@ def test_profile_switch_and_python_m(repo):
     done = subprocess.run([sys.executable, "-m", "biasaudit", "check"], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_fetch_zip_records_checksums_and_verify_checks_them(repo):
+    """The model-zoo path end to end through urllib (a file:// URL stands in for the release URL)."""
+    import hashlib
+    import zipfile
+    from dataclasses import replace
+
+    archive = repo / "buffalo_l.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("det_10g.onnx", b"detector bytes")
+        zf.writestr("w600k_r50.onnx", b"recogniser bytes")
+    w = replace(weights.BY_NAME["insightface-buffalo_l"], source=archive.as_uri())
+    lock = repo / "models" / "weights.lock.json"
+    entry = weights.fetch(w, lock_path=lock)
+    assert entry["files"] == {"det_10g.onnx": hashlib.sha256(b"detector bytes").hexdigest(),
+                              "w600k_r50.onnx": hashlib.sha256(b"recogniser bytes").hexdigest()}
+    assert weights.verify(w, lock)[0]
+    (repo / w.local_path / "det_10g.onnx").write_bytes(b"tampered")
+    assert "sha256 mismatch" in weights.verify(w, lock)[1]
+
+
+def test_fetch_hub_repo_pins_the_commit_and_checks_published_sha256(repo, monkeypatch):
+    """Our bookkeeping around huggingface_hub (the Hub itself is not reachable here): the commit the
+    Hub resolves is locked, every file is checked against the LFS sha256 the Hub publishes."""
+    import hashlib
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    files = {"model_index.json": b"{}", "transformer/diffusion_pytorch_model.safetensors": b"weights"}
+    published = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+
+    class Api:
+        def __init__(self, token=None):
+            pass
+
+        def model_info(self, repo_id, revision=None, files_metadata=False, token=None):
+            assert files_metadata
+            return SimpleNamespace(sha="a" * 40, siblings=[SimpleNamespace(rfilename=n, lfs=SimpleNamespace(sha256=d))
+                                                           for n, d in published.items()])
+
+    def snapshot_download(repo_id, revision, local_dir, allow_patterns, token):
+        assert revision == "a" * 40
+        for name, data in files.items():
+            p = Path(local_dir) / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    w = weights.BY_NAME["flux-schnell"]
+    entry = weights.fetch(w)
+    assert entry["commit"] == "a" * 40 and entry["files"] == published
+    assert weights.verify(w) == (True, f"2 files verified (commit {'a' * 40})")
+    assert "hf:black-forest-labs/FLUX.1-schnell@" + "a" * 40 in weights.format_table(weights.table_rows((w,)))
+    files["model_index.json"] = b"corrupted in transit"
+    with pytest.raises(ValueError, match="the Hub publishes"):
+        weights.fetch(w)
