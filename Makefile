@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(BIN)/python -m biasaudit.config check
+	$(BIN)/python -m biasaudit check
 	$(BIN)/dvc repro
 	@echo "Report: reports/index.html"
 
@@ -45,8 +45,9 @@ lock:
 	$(BIN)/python -m pip freeze --exclude-editable | grep -vE "^(opencv-python==|skin-tone-classifier==)" > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
-paper:
-	$(BIN)/python -m biasaudit.config profile paper
+paper: setup
+	$(BIN)/python -m biasaudit profile paper
+	$(BIN)/python -m biasaudit check
 
 offline:
-	$(BIN)/python -m biasaudit.config profile offline
+	$(BIN)/python -m biasaudit profile offline

@@ -10,7 +10,8 @@ flavours subclass it and add their routes and error formats:
   answering `predictions[].bytesBase64Encoded` or `raiFilteredReason`; errors as Google's
   `{"error": {"code", "message", "status"}}`.
 * `OpenAIImagesServer`: `POST /v1/images/generations` (`model, prompt, n, size, response_format`),
-  answering `{"created", "data": [{"b64_json" | "url", "revised_prompt"}]}`; errors as OpenAI's
+  answering `{"created", "data": [{"b64_json" | "url", "revised_prompt"}]}` (gpt-image-* models reject
+  `response_format` with a 400, as the API does); errors as OpenAI's
   `{"error": {"message", "type", "param", "code"}}`.
 
 The images are deterministic functions of (prompt, seed): a flat colour plus a gradient, so tests can
@@ -249,6 +250,11 @@ class OpenAIImagesServer(LocalAPIServer):
 
     def generations(self, req: Request) -> Reply:
         body = req.json
+        if str(body.get("model", "")).startswith("gpt-image") and "response_format" in body:
+            # what the API answers: GPT image models always return base64 and take no response_format
+            return Reply(400, {"error": {"message": "Unknown parameter: 'response_format'.",
+                                         "type": "invalid_request_error", "param": "response_format",
+                                         "code": "unknown_parameter"}})
         w, h = (int(x) for x in body.get("size", "1024x1024").split("x"))
         data = []
         for i in range(int(body.get("n", 1))):

@@ -6,6 +6,10 @@ label), so tests know the right label. `script` is a FIFO of behaviours consumed
 'ok', '429', '500', 'malformed' (invalid JSON body), 'refuse' (API-level refusal), 'text-refuse'
 (a refusal sentence), 'offlist', 'hang' (hold the request until the server stops). `answered`
 counts, per image, the answers actually sent, so a kill-and-resume test can prove zero repeats.
+Model constraints as the APIs document them: Gemini thinking tokens count against maxOutputTokens
+(`thinking_tokens`; 'max-tokens' forces an empty MAX_TOKENS answer); OpenAI reasoning models reject
+`max_tokens` and a non-default `temperature` with the real 400 bodies (`reasoning_tokens` count
+against max_completion_tokens). Batch jobs can finish after `polls_to_finish` gets ('poll').
 """
 
 from __future__ import annotations
@@ -36,10 +40,21 @@ def grey_image(path, level: int, size: int = 64) -> None:
 
 
 class VLMServer:
-    def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed"):
+    def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed",
+                 thinking_tokens: int = 0, reasoning_tokens: int = 0, polls_to_finish: int = 0,
+                 batch_item_errors: frozenset[int] = frozenset()):
         self.script = list(script or [])
         self.delay_s = delay_s
-        self.batch_state = batch_state  # 'succeed' | 'stall'
+        self.batch_state = batch_state  # 'succeed' | 'stall' | 'poll' (done after `polls_to_finish` gets)
+        # Gemini thinking models: tokens of thought per answer, counted against maxOutputTokens (as the
+        # real API does); an answer that does not fit after them comes back empty with MAX_TOKENS.
+        self.thinking_tokens = thinking_tokens
+        # OpenAI reasoning models (gpt-5*, o*): reject max_tokens / a non-default temperature with the
+        # real 400 bodies; reasoning tokens count against max_completion_tokens (finish 'length', empty).
+        self.reasoning_tokens = reasoning_tokens
+        self.polls_to_finish = polls_to_finish
+        self.polls: Counter[str] = Counter()
+        self.batch_item_errors = batch_item_errors  # indices (per job) answered with an item error
         self.calls = 0
         self.requests: list[dict] = []
         self.answered: Counter[str] = Counter()
@@ -71,7 +86,14 @@ class VLMServer:
             def do_GET(self):
                 m = re.search(r"(batches/[^/?:]+)", self.path)
                 if m and m.group(1) in server.batches:
-                    return self._json(200, server.batches[m.group(1)])
+                    name = m.group(1)
+                    with server._lock:
+                        server.polls[name] += 1
+                        due = (server.batch_state == "poll" and server.polls[name] >= server.polls_to_finish
+                               and not server.batches[name]["done"])
+                    if due:
+                        server.complete_batch(name)
+                    return self._json(200, server.batches[name])
                 self._json(404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}})
 
             def do_POST(self):
@@ -139,6 +161,25 @@ class VLMServer:
         key, label = self._image_of(url.split(",", 1)[1])
         if behaviour == "hang":
             return self._hang()
+        if body["model"].startswith(("gpt-5", "o1", "o3", "o4")) and not body["model"].startswith("gpt-5-chat"):
+            if "max_tokens" in body:  # the API's own error body for reasoning models
+                return h._json(400, {"error": {
+                    "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                               "Use 'max_completion_tokens' instead.",
+                    "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+            if "temperature" in body and body["temperature"] != 1:
+                return h._json(400, {"error": {
+                    "message": f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+                               "this model. Only the default (1) value is supported.",
+                    "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}})
+            limit = body.get("max_completion_tokens")
+            if limit is not None and limit < self.reasoning_tokens + 1:
+                return h._json(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                     "choices": [{"index": 0, "finish_reason": "length", "logprobs": None,
+                                                  "message": {"role": "assistant", "content": "", "refusal": None}}],
+                                     "usage": {"prompt_tokens": 100, "completion_tokens": limit,
+                                               "total_tokens": 100 + limit,
+                                               "completion_tokens_details": {"reasoning_tokens": limit}}})
         if behaviour == "429":
             return h._json(429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": None}},
                            {"retry-after-ms": "10"})
@@ -170,8 +211,21 @@ class VLMServer:
         usage = {"promptTokenCount": 260, "candidatesTokenCount": 1, "totalTokenCount": 261}
         if behaviour == "refuse":
             return key, {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": usage}
+        gen = body.get("generationConfig", body.get("generation_config")) or {}
+        limit = gen.get("maxOutputTokens", gen.get("max_output_tokens"))
+        tc = gen.get("thinkingConfig") or gen.get("thinking_config") or {}
+        budget = tc.get("thinkingBudget", tc.get("thinking_budget", 0))  # proto JSON takes either spelling
+        thought = self.thinking_tokens if budget != 0 else 0
+        if behaviour == "max-tokens" or (limit is not None and thought and limit < thought + 1):
+            used = limit if limit is not None else thought
+            return key, {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
+                         "usageMetadata": {"promptTokenCount": 260, "thoughtsTokenCount": used,
+                                           "totalTokenCount": 260 + used}, "modelVersion": "test"}
         text = {"text-refuse": "I cannot determine race.", "offlist": "purple"}.get(behaviour, label)
-        return key, {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP",
+        parts = ([{"text": "Looking at the face...", "thought": True}] if thought else []) + [{"text": text}]
+        if thought:
+            usage = usage | {"thoughtsTokenCount": thought, "totalTokenCount": 261 + thought}
+        return key, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
                                      "index": 0}], "usageMetadata": usage, "modelVersion": "test"}
 
     def _gemini(self, h, body):
@@ -214,7 +268,10 @@ class VLMServer:
     def complete_batch(self, name: str) -> None:
         """Finish a pending batch job (the queue moved while its client was dead)."""
         answers = []
-        for r in self.batch_requests[name]:
+        for i, r in enumerate(self.batch_requests[name]):
+            if i in self.batch_item_errors:
+                answers.append({"error": {"code": 500, "message": "internal error in batch item"}})
+                continue
             key, resp = self._gemini_answer(r["request"], "ok")
             with self._lock:
                 self.answered[key] += 1

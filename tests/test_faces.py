@@ -128,9 +128,28 @@ def test_insightface_path_with_tiny_onnx_stand_in(tmp_path, astronaut):
     h, w = astronaut.shape[:2]
     for f in faces:
         x0, y0, x1, y1 = f.bbox
-        assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h and f.score >= 0.85
+        assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h and f.score > 0.85
     assert faces[0].embedding.shape == (512,) and abs(np.linalg.norm(faces[0].embedding) - 1) < 1e-4
     assert faces[0].area >= faces[-1].area
+    assert det.device == "cpu"  # no CUDA provider on this machine: the CPU, said so
+    # strictly above the threshold: a face scoring exactly the threshold is dropped
+    top = max(f.score for f in faces)
+    det.threshold = top
+    assert all(f.score > top for f in det.detect(astronaut))
+
+
+def test_onnx_providers_and_no_download_at_run_time(tmp_path):
+    import onnxruntime as ort
+
+    assert detect.onnx_providers("cpu") == (["CPUExecutionProvider"], -1)
+    providers, ctx = detect.onnx_providers("cuda:1")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert providers[0] == ("CUDAExecutionProvider", {"device_id": 1}) and ctx == 1
+    else:
+        assert providers == ["CPUExecutionProvider"] and ctx == -1
+    with pytest.raises(FileNotFoundError, match="biasaudit weights fetch --only insightface-buffalo_l"):
+        detect.InsightFaceDetector(name="buffalo_l", root=str(tmp_path))
+    assert not any(tmp_path.rglob("*.zip"))  # nothing was downloaded
 
 
 def test_order_faces_breaks_size_ties_by_score_not_threshold():

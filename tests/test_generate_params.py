@@ -3,7 +3,6 @@
 import pandas as pd
 import pytest
 
-from biasaudit.backends.generators.base import Pacer, RetryableError, backoff_delay, call_with_retries
 from biasaudit.config import ParamsError, read_yaml, validate
 from biasaudit.params.generate import GeneratorSpec
 from biasaudit.provenance import derive_seed
@@ -107,34 +106,6 @@ def test_seeds_and_plan_are_deterministic_and_index_major():
     assert items[0]["seed"] == derive_seed("m", "p1", 0) == plan_items(prompts, "m", 3, spec)[0]["seed"]
     assert len({it["seed"] for it in items}) == 6
     assert derive_seed("other", "p1", 0) != items[0]["seed"]
-
-
-def test_backoff_and_retries():
-    assert backoff_delay(0, 2.0, 60.0, jitter=lambda: 0.0) == 2.0
-    assert backoff_delay(3, 2.0, 60.0, jitter=lambda: 0.0) == 16.0
-    assert backoff_delay(3, 2.0, 60.0, jitter=lambda: 1.0) == 20.0  # +25% jitter
-    assert backoff_delay(10, 2.0, 60.0, jitter=lambda: 0.0) == 60.0  # capped
-    assert backoff_delay(0, 2.0, 60.0, retry_after=7.0) == 7.0  # the server's Retry-After wins
-    sleeps, calls = [], iter([RetryableError("429"), RetryableError("503", retry_after=1.5), "done"])
-
-    def fn():
-        value = next(calls)
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    assert call_with_retries(fn, 5, 0.5, 10.0, sleep=sleeps.append) == ("done", 2)
-    assert sleeps[1] == 1.5 and 0.5 <= sleeps[0] <= 0.625
-    with pytest.raises(RetryableError):
-        call_with_retries(lambda: (_ for _ in ()).throw(RetryableError("500")), 2, 0, 0, sleep=lambda s: None)
-
-
-def test_pacer_spaces_calls():
-    now, slept = [0.0], []
-    pacer = Pacer(120, clock=lambda: now[0], sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
-    for _ in range(3):
-        pacer.wait()
-    assert slept == [0.5, 0.5]
 
 
 def test_papermill_reads_every_notebook_parameter():

@@ -43,7 +43,11 @@ class ScriptedChat(LocalAPIServer):
             if part["type"] == "image_url":
                 raw = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
                 greys.append(float(np.asarray(Image.open(io.BytesIO(raw)).convert("L")).mean()))
-        prompt = next(p["text"] for p in content if p["type"] == "text")
+        texts = [p["text"] for p in content if p["type"] == "text"]
+        prompt = texts[-1]  # the question comes last, after the labelled images
+        if len(greys) == 2:  # 2AFC: "Image A:", image, "Image B:", image, question
+            assert [p["type"] for p in content] == ["text", "image_url", "text", "image_url", "text"]
+            assert texts[:2] == ["Image A:", "Image B:"]
         if len(greys) == 2:
             answer = "A" if "perceived as safe" in prompt or greys[0] > greys[1] else "B"
             answer = "**A**" if answer == "A" else "B."
@@ -92,7 +96,7 @@ def test_parsing_and_counts(responses):
     assert counts[("salary", "ok")] == 20
     sal = responses[responses["kind"] == "salary"].set_index("item_id")
     assert sal.loc["salary-salary-ceo-c1-AM", "value_usd"] == 40000 + 100 * level(0, 1)
-    assert set(responses["prompt_version"]) == {"v1"} and set(responses["model_id"]) == {"scripted"}
+    assert set(responses["prompt_version"]) == {"v2"} and set(responses["model_id"]) == {"scripted"}
 
 
 def test_win_rates_and_position_bias_by_hand(responses):

@@ -107,19 +107,48 @@ class DlibDetector:
         return order_faces(faces)
 
 
+def onnx_providers(device: str = "auto") -> tuple[list, int]:
+    """(onnxruntime providers, insightface ctx_id) for `device` (auto | cpu | cuda | cuda:N): CUDA when
+    onnxruntime has its CUDA provider (onnxruntime-gpu) and the device allows it, else the CPU."""
+    import onnxruntime as ort
+
+    want_cuda = device == "auto" or device.startswith("cuda")
+    if want_cuda and "CUDAExecutionProvider" in ort.get_available_providers():
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], index
+    return ["CPUExecutionProvider"], -1
+
+
+def insightface_pack_dir(name: str, root: str | None) -> Path:
+    """Where FaceAnalysis looks for pack `name`; a FileNotFoundError naming the fix when it is absent
+    (insightface would otherwise download it at run time)."""
+    base = Path(root or "~/.insightface").expanduser()
+    pack = base / "models" / name
+    if not pack.is_dir() or not any(pack.glob("*.onnx")):
+        raise FileNotFoundError(
+            f"InsightFace pack '{name}' not found at {pack} (faces.insightface_root = '{root or ''}'); "
+            f"run `biasaudit weights fetch --only insightface-{name}` (it goes to models/insightface) and set "
+            "faces.insightface_root: models/insightface — nothing is downloaded at run time")
+    return pack
+
+
 class InsightFaceDetector:
     """insightface FaceAnalysis (SCRFD detector + ArcFace recogniser), e.g. buffalo_l under `root`/models/.
-    Only faces with det_score ≥ threshold are kept (paper: 0.85)."""
+    Only faces with det_score > threshold are kept (the paper: > 0.85). Runs on CUDA when onnxruntime
+    has the CUDA provider and `device` allows it (ctx_id = the CUDA device index), else on the CPU."""
 
     def __init__(self, name: str = "buffalo_l", root: str | None = None, threshold: float = 0.85,
-                 det_size: int = 640, with_embedding: bool = True, stand_in: bool = False):
+                 det_size: int = 640, with_embedding: bool = True, stand_in: bool = False, device: str = "auto"):
         from insightface.app import FaceAnalysis
 
+        insightface_pack_dir(name, root)
         modules = ["detection", "recognition"] if with_embedding else ["detection"]
         kwargs = {"root": root} if root else {}
-        self.app = FaceAnalysis(name=name, allowed_modules=modules, providers=["CPUExecutionProvider"], **kwargs)
-        self.app.prepare(ctx_id=-1, det_thresh=threshold, det_size=(det_size, det_size))
+        providers, ctx_id = onnx_providers(device)
+        self.app = FaceAnalysis(name=name, allowed_modules=modules, providers=providers, **kwargs)
+        self.app.prepare(ctx_id=ctx_id, det_thresh=threshold, det_size=(det_size, det_size))
         self.threshold = threshold
+        self.device = f"cuda:{ctx_id}" if ctx_id >= 0 else "cpu"
         self.name, self.model_id, self.stand_in = "insightface", name, stand_in
         import insightface
 
@@ -130,7 +159,7 @@ class InsightFaceDetector:
         h, w = rgb.shape[:2]
         out = []
         for f in self.app.get(bgr):
-            if float(f.det_score) < self.threshold:
+            if float(f.det_score) <= self.threshold:  # strictly above, as the paper states (> 0.85)
                 continue
             emb = getattr(f, "normed_embedding", None) if getattr(f, "embedding", None) is not None else None
             x0, y0, x1, y1 = (float(v) for v in f.bbox)
@@ -149,5 +178,5 @@ def make_detector(backend: str, **kw):
     if backend == "insightface":
         return InsightFaceDetector(name=kw.get("insightface_model", "buffalo_l"), root=kw.get("insightface_root") or None,
                                    threshold=kw.get("det_threshold", 0.85), det_size=kw.get("det_size", 640),
-                                   stand_in=kw.get("stand_in", False))
+                                   stand_in=kw.get("stand_in", False), device=kw.get("device", "auto"))
     raise ValueError(f"unknown face detector backend {backend!r} (dlib | insightface)")

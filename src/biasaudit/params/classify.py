@@ -3,15 +3,17 @@ VLM backend spec shared with Method B (`VLMSpec`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
+from biasaudit.backends.registry import check_name
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 
-VLMBackendName = Literal["gemini", "openai", "transformers", "clip", "file", "tiny"]
+# Any backend registered with @register("vlm", name) (biasaudit/backends/registry.py)
+VLMBackendName = Annotated[str, AfterValidator(check_name("vlm"))]
 
 DEFAULT_INSTRUCTION = (
     "Look at the person in this image. Classify their apparent race/ethnicity as exactly one of: "
@@ -51,7 +53,12 @@ class VLMSpec(Section):
     api_key_env: str = ""                 # name of the environment variable holding the key (never the key)
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(16, ge=1)
-    thinking_budget: int = Field(0, ge=-1)  # gemini: 0 = thinking off; -1 = dynamic
+    thinking_budget: int = Field(0, ge=-1)  # gemini: 0 = thinking off; -1 = dynamic (output budget = this + answer)
+    # openai reasoning models (gpt-5, o-series): '' = the capability table's default (minimal)
+    reasoning_effort: Literal["", "minimal", "low", "medium", "high"] = ""
+    # 2AFC: both images with "Image A:"/"Image B:" text labels interleaved, or one side-by-side
+    # composite with printed labels (models that take one image only)
+    two_afc_mode: Literal["interleaved", "composite"] = "interleaved"
     constrain: bool = True                # constrain the answer to the allowed options where supported
     image_max_side: int = Field(512, ge=0)  # downscale before sending (cost); 0 = as generated
     image_format: Literal["JPEG", "PNG"] = "JPEG"
@@ -63,8 +70,11 @@ class VLMSpec(Section):
     batch_mode: bool = False              # gemini: submit a batch job (half price) ...
     batch_stall_timeout_s: float = Field(3600.0, gt=0)  # ... falling back to online calls if it stalls
     batch_poll_s: float = Field(30.0, gt=0)
-    device: str = "cpu"                   # transformers / clip
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    batch_max_requests: int = Field(1000, ge=1)  # per batch job (inline batch jobs: ≤ 20 MB payload ...)
+    batch_max_bytes: int = Field(19_000_000, ge=1)  # ... so jobs are also cut by estimated payload size
+    device: str = "cpu"                   # transformers / clip: cpu | cuda | cuda:N | auto
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bfloat16 on a GPU, float32 on the CPU
+    device_map: str = ""                  # transformers: '' = whole model on `device`; 'auto' = accelerate places it
     local_batch_size: int = Field(8, ge=1)  # images per forward pass for local models
     clip_pretrained: str = ""             # open_clip pretrained tag or checkpoint path
     clip_templates: list[str] = Field(default_factory=lambda: list(DEFAULT_CLIP_TEMPLATES))

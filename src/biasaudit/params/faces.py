@@ -20,7 +20,7 @@ class Faces(Section):
     dlib_threshold: float = Field(0.0, ge=-1.0, le=3.0)
     insightface_model: str = "buffalo_l"  # pack name under insightface_root/models/
     insightface_root: str = ""  # '' = insightface's default (~/.insightface); 'tiny' = random ONNX stand-in
-    det_threshold: float = Field(0.85, ge=0.0, le=1.0)  # insightface det_score threshold (paper: 0.85)
+    det_threshold: float = Field(0.85, ge=0.0, le=1.0)  # insightface: keep det_score > this (paper: > 0.85)
     det_size: int = Field(640, ge=128)  # insightface detector input side
     measure_multi_face: bool = True  # several faces: measure the largest (True) or record 'multi_face' (False)
     # Skin mask: 68-landmark polygon minus eyes/brows/mouth/nostrils, or BiSeNet (CelebAMask-HQ skin class).

@@ -17,7 +17,10 @@ from pydantic import AfterValidator, Field, model_validator
 from biasaudit import contracts as C
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
 
-Backend = Literal["diffusers", "tiny", "imagen", "openai", "folder", "packaged-photos"]
+from biasaudit.backends.registry import check_name
+
+# Any backend registered with @register("generator", name) (biasaudit/backends/registry.py)
+Backend = Annotated[str, AfterValidator(check_name("generator"))]
 STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -55,7 +58,11 @@ class GeneratorSpec(Section):
     device: Literal["auto", "cuda", "mps", "cpu"] = "auto"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     batch_size: int = Field(1, ge=1, le=256)
-    cpu_offload: Literal["none", "model", "sequential"] = "none"
+    # auto: none / model / sequential from free VRAM and the loaded pipeline's size (recorded per image)
+    cpu_offload: Literal["auto", "none", "model", "sequential"] = "none"
+    drop_t5: bool = False  # SD3 only: load without text_encoder_3/tokenizer_3 (diffusers' documented T5 drop)
+    # NaN / all-black output of a local pipeline is 'failed: numerical'; regenerate with a new seed this often
+    numerical_retries: int = Field(0, ge=0, le=5)
     compile: bool = False  # torch.compile the denoiser (worth it for thousands of images on a GPU)
     # --- hosted APIs (imagen, openai) ---
     api_key_env: str | None = None  # NAME of the environment variable holding the key (never the key)
@@ -74,7 +81,8 @@ class GeneratorSpec(Section):
     image_size: Literal["1K", "2K"] = "1K"
     # openai
     quality: str | None = None
-    response_format: Literal["b64_json", "url", "omit"] = "b64_json"  # gpt-image-* models: omit
+    # auto: nothing for gpt-image-* (they reject it and always return base64), b64_json otherwise
+    response_format: Literal["auto", "b64_json", "url", "omit"] = "auto"
     # --- folder import ---
     folder: str | None = None  # directory of images
     mapping_csv: str | None = None  # CSV with columns file, prompt_id (optional index)
@@ -110,7 +118,12 @@ class GeneratorSpec(Section):
                 raise ValueError("api_key_env: required for the openai backend (e.g. OPENAI_API_KEY)")
         if b == "folder" and (not self.folder or not self.mapping_csv):
             raise ValueError("folder, mapping_csv: both required for the folder backend")
-        if self.cpu_offload != "none" and self.device not in ("auto", "cuda"):
+        if b == "openai" and self.model_id.startswith("gpt-image") and self.response_format in ("b64_json", "url"):
+            raise ValueError(f"response_format: {self.model_id} does not accept response_format (it always "
+                             "returns base64); use 'auto' or 'omit'")
+        if self.drop_t5 and (self.pipeline == "flux" or self.architecture == "flux"):
+            raise ValueError("drop_t5: only SD3 pipelines run without their T5 encoder (FLUX needs it)")
+        if self.cpu_offload not in ("none", "auto") and self.device not in ("auto", "cuda"):
             raise ValueError(f"cpu_offload: needs a CUDA device, but device is '{self.device}'")
         return self
 
@@ -121,10 +134,16 @@ class GeneratorSpec(Section):
     def output_settings(self) -> dict:
         """The keys that change what an image looks like (not how fast or how robustly it is made):
         a change here invalidates earlier images of this model on resume."""
-        operational = {"batch_size", "cpu_offload", "compile", "api_key_env", "base_url", "timeout_s",
+        operational = {"batch_size", "cpu_offload", "numerical_retries", "compile", "api_key_env", "base_url", "timeout_s",
                        "max_retries", "backoff_s", "max_backoff_s", "requests_per_minute", "vertex_project",
                        "vertex_location", "device"}
-        return {k: v for k, v in self.model_dump().items() if k not in operational}
+        out = {k: v for k, v in self.model_dump().items() if k not in operational}
+        # keys added later enter the hash only when set, so earlier images stay valid
+        if not out.get("drop_t5"):
+            out.pop("drop_t5", None)
+        if out.get("response_format") == "auto":  # what 'auto' sends, as the explicit value it replaced
+            out["response_format"] = "omit" if self.model_id.startswith("gpt-image") else "b64_json"
+        return out
 
 
 class Generate(Section):

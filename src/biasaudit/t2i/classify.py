@@ -187,6 +187,11 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     else:
         fn = make_batch_fn(vlm, params.instruction, params.instruction_version, labels, params.vlm.max_tokens)
         make_fn = lambda: fn  # noqa: E731 - the local runner calls it in this process
+    if params.vlm.batch_mode and ex.runner == "local" and not ex.sharded and not params.limit:
+        # batch mode: every pending image of this run in as few batch jobs as the API allows
+        vlm.prefetch([VLMRequest(images=(str(i["path"]),), prompt=params.instruction, options=labels,
+                                 max_tokens=params.vlm.max_tokens)
+                      for i in items if i.get("status") == "ok" and i.get("path") and Path(i["path"]).is_file()])
     summary = run_stage(items, make_fn, tally, ex, batch_size=params.batch_size, limit=params.limit,
                         retry_failed=params.retry_failed, progress=progress,
                         desc=f"classify {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""))

@@ -1,7 +1,9 @@
 """REFLECT decision tasks: the questions asked about FOCUS images, and their strict parsing.
 
 Three kinds of question (prompt texts in params `reflect.prompts`, versioned by `prompt_version`):
-- 2afc: two variants of the same source photo, labelled A and B (sent in that order); for every task
+- 2afc: two variants of the same source photo, labelled A and B (sent in that order, each image after
+  its text label "Image A:" / "Image B:", or as one side-by-side composite with the labels printed on
+  it: `two_afc_mode` of the VLM, recorded per row); for every task
   (income, education, safety) all C(10, 2) = 45 pairs of a photo's variants, each asked in both orders.
 - mcq: one image; salary bracket A–F and education level A–D.
 - salary: occupation title, a short biography and the image; an integer annual salary in USD.
@@ -12,7 +14,8 @@ Each question is one work item (a dict, key `item_id`) and becomes one row of
     group_a, group_b, image_a, image_b (2afc) | group, race, gender, image (mcq, salary),
     prompt_version, prompt_sha, options, text (raw answer), choice, value_usd, status (ok | refused |
     failed), reason, option_probs (JSON), tokens_in, tokens_out, from_cache, vlm, backend, model_id,
-    revision, decoding (JSON), stand_in, libraries (JSON), created_at.
+    revision, decoding (JSON), stand_in, libraries (JSON), created_at, two_afc_mode (2afc rows),
+    prompt_source (the paper's wording, or ours where the paper gives none).
 Only status 'ok' rows are retained by the analysis; refusals and invalid answers are counted.
 """
 
@@ -91,10 +94,81 @@ def build_items(images: pd.DataFrame, params: Any) -> list[dict]:
     return items
 
 
-def to_request(item: dict, max_tokens: int) -> VLMRequest:
-    images = (item["image_a"], item["image_b"]) if item["kind"] == "2afc" else (item["image"],)
-    return VLMRequest(images=tuple(images), prompt=item["prompt"], options=tuple(item["options"]),
-                      max_tokens=max_tokens)
+IMAGE_LABELS: tuple[str, str] = ("Image A:", "Image B:")
+TWO_AFC_MODES = ("interleaved", "composite")
+
+
+def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int = 48) -> "np.ndarray":
+    """Two RGB images side by side at the same height, 'Image A' printed above the left one and
+    'Image B' above the right one (black on white), for models that take a single image."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    tiles = []
+    for rgb in (a, b):
+        img = Image.fromarray(np.asarray(rgb, dtype=np.uint8))
+        width = max(1, round(img.width * height / img.height))
+        tiles.append(img.resize((width, height), Image.Resampling.LANCZOS))
+    gap = 16
+    canvas = Image.new("RGB", (tiles[0].width + gap + tiles[1].width, height + strip), "white")
+    draw = ImageDraw.Draw(canvas)
+    x = 0
+    for tile, label in zip(tiles, ("Image A", "Image B")):
+        canvas.paste(tile, (x, strip))
+        size = int(strip * 0.7)
+        while True:  # the label fits above its own tile
+            font = ImageFont.load_default(size=size)
+            box = draw.textbbox((0, 0), label, font=font)
+            if box[2] - box[0] <= 0.9 * tile.width or size <= 6:
+                break
+            size -= 2
+        draw.text((x + (tile.width - (box[2] - box[0])) // 2, (strip - (box[3] - box[1])) // 2 - box[1]), label,
+                  fill="black", font=font)
+        x += tile.width + gap
+    return np.asarray(canvas)
+
+
+def composite_path(image_a: str, image_b: str, out_dir: str) -> str:
+    """The composite of (A, B) under `out_dir`, named by both images' sha256 (made once, reused)."""
+    from pathlib import Path
+
+    from biasaudit.images import load_rgb
+    from biasaudit.provenance import sha256_file
+
+    out = Path(out_dir) / f"{stable_hash([sha256_file(image_a), sha256_file(image_b)], 24)}.png"
+    if not out.exists():
+        from PIL import Image
+
+        from biasaudit.io import atomic_write_bytes
+
+        a, b = load_rgb(image_a), load_rgb(image_b)
+        if not (a.ok and b.ok):
+            raise ValueError(f"composite: {a.reason or b.reason}")
+        import io
+
+        buf = io.BytesIO()
+        Image.fromarray(compose_pair(a.rgb, b.rgb)).save(buf, format="PNG")
+        atomic_write_bytes(out, buf.getvalue())
+    return str(out)
+
+
+def to_request(item: dict, max_tokens: int, two_afc_mode: str = "interleaved", composite_dir: str = "",
+               composite_note: str = "") -> VLMRequest:
+    """The request of one item. 2AFC: both images, each after its text label ("Image A:", "Image B:"),
+    or (composite mode) one side-by-side picture with the labels printed on it."""
+    if item["kind"] != "2afc":
+        return VLMRequest(images=(item["image"],), prompt=item["prompt"], options=tuple(item["options"]),
+                          max_tokens=max_tokens)
+    if two_afc_mode == "composite":
+        if not composite_dir:
+            raise ValueError("two_afc_mode 'composite' needs a composite_dir")
+        path = composite_path(item["image_a"], item["image_b"], composite_dir)
+        prompt = f"{composite_note} {item['prompt']}".strip()
+        return VLMRequest(images=(path,), prompt=prompt, options=tuple(item["options"]), max_tokens=max_tokens)
+    if two_afc_mode != "interleaved":
+        raise ValueError(f"two_afc_mode: '{two_afc_mode}' is not one of {TWO_AFC_MODES}")
+    return VLMRequest(images=(item["image_a"], item["image_b"]), prompt=item["prompt"],
+                      options=tuple(item["options"]), max_tokens=max_tokens, image_labels=IMAGE_LABELS)
 
 
 def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: int) -> dict[str, Any]:
@@ -117,23 +191,62 @@ def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: in
     return out | {"choice": choice, "status": OK, "reason": ""}
 
 
-def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16):
-    """Batch function for runner.run_local: ask `vlm` (a CachedVLM) and parse each answer."""
+PROMPT_SOURCE_KEY = {"2afc": "two_afc", "salary": "salary"}
+
+
+def prompt_source(item: dict, prompts: Any) -> str:
+    """Where the item's wording comes from (the paper, or our own where the paper gives none)."""
+    sources = getattr(prompts, "sources", {}) or {}
+    key = PROMPT_SOURCE_KEY.get(item["kind"], f"mcq_{item['task']}")
+    text = sources.get(key, "")
+    if item["kind"] == "salary" and sources.get("biography"):
+        text += f"; biography: {sources['biography']}"
+    return text
+
+
+def requests_for(items: list[dict], params: Any, max_tokens: int, two_afc_mode: str = "interleaved") -> list:
+    """(request or None, reason) per item; an item whose composite cannot be made gets a reason."""
+    out = []
+    for item in items:
+        try:
+            out.append((to_request(item, max_tokens if item["kind"] != "salary" else params.salary_max_tokens,
+                                   two_afc_mode, getattr(params, "composite_dir", ""),
+                                   getattr(params.prompts, "two_afc_composite_note", "")), ""))
+        except (ValueError, OSError) as exc:
+            out.append((None, f"{type(exc).__name__}: {exc}"[:300]))
+    return out
+
+
+def prefetch(vlm: Any, items: list[dict], params: Any, max_tokens: int) -> int:
+    """Batch mode: submit every pending item of the stage run at once (CachedVLM.prefetch)."""
+    mode = getattr(getattr(vlm.backend, "spec", None), "two_afc_mode", "interleaved")
+    return vlm.prefetch([r for r, _ in requests_for(items, params, max_tokens, mode) if r is not None])
+
+
+def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, two_afc_mode: str | None = None):
+    """Batch function for runner.run_local: ask `vlm` (a CachedVLM) and parse each answer.
+    `two_afc_mode` defaults to the backend spec's (interleaved | composite); recorded per 2AFC row."""
     backend = vlm.backend
+    mode = two_afc_mode or getattr(getattr(backend, "spec", None), "two_afc_mode", "interleaved")
     provenance = {"vlm": vlm_name, "backend": backend.name, "model_id": backend.model_id,
                   "revision": backend.revision, "stand_in": bool(backend.stand_in),
                   "decoding": json.dumps(backend.decoding_params(), sort_keys=True, default=str),
                   "prompt_version": params.prompt_version, "libraries": library_versions_json()}
 
     def fn(items: list[dict]) -> list[dict]:
-        requests = [to_request(item, max_tokens if item["kind"] != "salary" else params.salary_max_tokens)
-                    for item in items]
-        responses = vlm.generate(requests)
+        built = requests_for(items, params, max_tokens, mode)
+        asked = [i for i, (r, _) in enumerate(built) if r is not None]
+        answers = vlm.generate([built[i][0] for i in asked])
+        responses: list[VLMResponse] = [VLMResponse("", FAILED, reason) for _, reason in built]
+        for i, response in zip(asked, answers):
+            responses[i] = response
         records = []
         for item, response in zip(items, responses):
             parsed = interpret(item, response, params.salary_min, params.salary_max)
             record = {k: v for k, v in item.items() if k not in ("prompt", "options")}
             record |= provenance | parsed | {
+                "two_afc_mode": mode if item["kind"] == "2afc" else None,
+                "prompt_source": prompt_source(item, params.prompts),
                 "prompt_sha": stable_hash(item["prompt"], 12), "options": "".join(item["options"]),
                 "text": response.text, "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
                 "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
@@ -164,7 +277,7 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
-                    "libraries", "created_at"]
+                    "libraries", "created_at", "two_afc_mode", "prompt_source"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:

@@ -3,35 +3,30 @@
     editor = make_editor(cfg.counterfactuals)        # gemini | openai | diffusers | tiny
     results = editor.edit([EditRequest(source, 'Black_man', 'a Black man', instruction, seed, mask)])
 
-Backend `folder` runs no editor: vlm/focus.py imports an existing FOCUS-layout dataset as is.
+Editors register with `@register("editor", name)` (backends/registry.py). Backend `folder` runs no
+editor: vlm/focus.py imports an existing FOCUS-layout dataset as is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from biasaudit.backends import registry
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 
-EDITORS = ("gemini", "openai", "diffusers", "tiny")
+
+def editor_names() -> tuple[str, ...]:
+    return registry.names("editor")
 
 
 def make_editor(spec: Any) -> ImageEditor:
     """Build the editor a `Counterfactuals` section names (imports only what it needs)."""
-    if spec.backend == "gemini":
-        from biasaudit.backends.editors.hosted import GeminiEditor
-        return GeminiEditor(spec)
-    if spec.backend == "openai":
-        from biasaudit.backends.editors.hosted import OpenAIEditor
-        return OpenAIEditor(spec)
-    if spec.backend == "diffusers":
-        from biasaudit.backends.editors.diffusers_inpaint import DiffusersInpaintEditor
-        return DiffusersInpaintEditor(spec)
-    if spec.backend == "tiny":
-        from biasaudit.backends.editors.tiny import TinyEditor
-        return TinyEditor(spec.model_id, spec.mask_dilate_px, spec.mask_feather_px)
     if spec.backend == "folder":
         raise ValueError("backend 'folder' imports an existing FOCUS dataset; it has no editor (see vlm/focus.py)")
-    raise ValueError(f"counterfactuals.backend: unknown editor '{spec.backend}'; available: {', '.join(EDITORS)}, folder")
+    if spec.backend not in registry.names("editor"):
+        raise ValueError(f"counterfactuals.backend: unknown editor '{spec.backend}'; available: "
+                         f"{', '.join(registry.names('editor'))}, folder")
+    return registry.build("editor", spec.backend, spec)
 
 
-__all__ = ["EDITORS", "EditRequest", "EditResult", "ImageEditor", "composite", "feathered_alpha", "make_editor"]
+__all__ = ["EditRequest", "EditResult", "ImageEditor", "composite", "editor_names", "feathered_alpha", "make_editor"]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.images import load_rgb
 
@@ -26,6 +27,7 @@ def _device(name: str) -> str:
     return "cpu"
 
 
+@register("editor", "diffusers")
 class DiffusersInpaintEditor(ImageEditor):
     name = "diffusers"
     uses_mask = True

@@ -15,8 +15,10 @@ from typing import Any
 
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
-from biasaudit.backends.generators.base import (Pacer, RetryableError, call_with_retries, decode_image,
-                                                genai_retries, parse_retry_after)
+from biasaudit.backends.generators.base import decode_image
+from biasaudit.backends.registry import register
+from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
+                                          genai_http_options, openai_client, openai_errors)
 from biasaudit.backends.vlm.base import encode_image
 
 POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
@@ -42,12 +44,12 @@ class _Hosted(ImageEditor):
     def __init__(self, spec: Any, sleep=None):
         self.spec = spec
         self.model_id, self.revision = spec.model_id, spec.revision or spec.model_id
-        self.pacer = Pacer(spec.requests_per_minute)
+        self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
 
     def _retrying(self, fn):
         kw = {"sleep": self._sleep} if self._sleep else {}
-        return call_with_retries(fn, self.spec.max_retries, 2.0, 60.0, **kw)
+        return call_with_retries(fn, self.spec.max_retries, 2.0, 60.0, bucket=self.bucket, **kw)
 
     def edit(self, requests: list[EditRequest]) -> list[EditResult]:
         out = []
@@ -68,6 +70,7 @@ class _Hosted(ImageEditor):
         return {"image_max_side": self.spec.image_max_side, "base_url": bool(self.spec.base_url)}
 
 
+@register("editor", "gemini")
 class GeminiEditor(_Hosted):
     name = "gemini"
 
@@ -77,15 +80,13 @@ class GeminiEditor(_Hosted):
 
         super().__init__(spec, sleep)
         self.types = types
-        http = types.HttpOptions(base_url=spec.base_url or None, timeout=int(spec.timeout_s * 1000))
-        self.client = genai.Client(api_key=_api_key(spec), http_options=http)
+        self.client = genai.Client(api_key=_api_key(spec), http_options=genai_http_options(spec.base_url, spec.timeout_s))
 
     def _call(self, png: bytes, req: EditRequest):
         t = self.types
-        self.pacer.wait()
         config = t.GenerateContentConfig(response_modalities=["IMAGE", "TEXT"], seed=req.seed % (2**31 - 1),
                                          candidate_count=1)
-        with genai_retries():
+        with genai_errors():
             return self.client.models.generate_content(
                 model=self.spec.model_id, config=config,
                 contents=[t.Part.from_bytes(data=png, mime_type="image/png"), req.instruction])
@@ -116,6 +117,7 @@ class GeminiEditor(_Hosted):
                                  retries=retries)
 
 
+@register("editor", "openai")
 class OpenAIEditor(_Hosted):
     name = "openai"
 
@@ -124,22 +126,15 @@ class OpenAIEditor(_Hosted):
 
         super().__init__(spec, sleep)
         self.openai = openai
-        self.client = openai.OpenAI(api_key=_api_key(spec), base_url=spec.base_url or None,
-                                    timeout=spec.timeout_s, max_retries=0)
+        self.client = openai_client(_api_key(spec), spec.base_url, spec.timeout_s)
 
     def _call(self, png: bytes, req: EditRequest):
-        o = self.openai
-        self.pacer.wait()
         kw: dict[str, Any] = {}
         if self.spec.model_id.startswith("dall-e"):
-            kw["response_format"] = "b64_json"  # gpt-image models always return base64
-        try:
+            kw["response_format"] = "b64_json"  # gpt-image models always return base64 and reject it
+        with openai_errors():
             return self.client.images.edit(model=self.spec.model_id, image=("source.png", png, "image/png"),
                                            prompt=req.instruction, n=1, **kw)
-        except (o.RateLimitError, o.InternalServerError, o.APITimeoutError, o.APIConnectionError) as exc:
-            headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-            raise RetryableError(f"{type(exc).__name__}: {exc}"[:300],
-                                 parse_retry_after(headers.get("retry-after"))) from None
 
     def _one(self, req: EditRequest) -> EditResult:
         png, reason = source_png(req.source, self.spec.image_max_side)

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import ndimage
 from skimage.color import lab2rgb
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.faces.colour import srgb_to_lab
 from biasaudit.images import load_rgb
@@ -19,6 +20,11 @@ from biasaudit.images import load_rgb
 # checks have something to measure. Not a claim about any group.
 STANDIN_LAB = {"Asian": (62.0, 10.0, 20.0), "Black": (36.0, 12.0, 18.0), "Latino": (55.0, 13.0, 21.0),
                "MiddleEastern": (57.0, 12.0, 20.0), "White": (70.0, 11.0, 16.0)}
+
+
+@register("editor", "tiny")
+def make_tiny_editor(spec) -> "TinyEditor":
+    return TinyEditor(spec.model_id, spec.mask_dilate_px, spec.mask_feather_px)
 
 
 class TinyEditor(ImageEditor):

@@ -7,20 +7,13 @@ same backends run unchanged under a distributed runner.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import random
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from biasaudit.params.base import redact
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,59 +69,6 @@ class Generator(ABC):
         """Release memory / connections."""
 
 
-# --- retries with exponential backoff, shared by the API backends ---
-
-class RetryableError(Exception):
-    """A transient failure (429, 5xx, timeout): try again after `retry_after` seconds if given."""
-
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
-                  jitter: Callable[[], float] = random.random) -> float:
-    """Delay before retry number `attempt` (0-based): base·2^attempt with up to 25% jitter, capped;
-    a server's Retry-After wins (also capped)."""
-    if retry_after is not None and retry_after >= 0:
-        return min(retry_after, cap)
-    return min(base * (2 ** attempt) * (1 + 0.25 * jitter()), cap)
-
-
-def call_with_retries(fn: Callable[[], T], max_retries: int, base: float, cap: float,
-                      sleep: Callable[[float], None] = time.sleep) -> tuple[T, int]:
-    """Call `fn` until it does not raise RetryableError (at most max_retries retries).
-    Returns (result, retries used); re-raises the last RetryableError when retries run out."""
-    attempt = 0
-    while True:
-        try:
-            return fn(), attempt
-        except RetryableError as exc:
-            if attempt >= max_retries:
-                exc.retries = attempt  # type: ignore[attr-defined]
-                raise
-            sleep(backoff_delay(attempt, base, cap, exc.retry_after))
-            attempt += 1
-
-
-class Pacer:
-    """Client-side pacing to at most `per_minute` calls (0 = unpaced)."""
-
-    def __init__(self, per_minute: float, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.interval = 60.0 / per_minute if per_minute > 0 else 0.0
-        self.clock, self.sleep, self._next = clock, sleep, 0.0
-
-    def wait(self) -> None:
-        if not self.interval:
-            return
-        now = self.clock()
-        if now < self._next:
-            self.sleep(self._next - now)
-            now = self._next
-        self._next = now + self.interval
-
-
 def decode_image(data: bytes) -> np.ndarray:
     """Encoded image bytes → H×W×3 uint8 (raises ValueError on anything unreadable)."""
     import io
@@ -141,32 +81,3 @@ def decode_image(data: bytes) -> np.ndarray:
             return np.asarray(img.convert("RGB"), dtype=np.uint8)
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ValueError(f"undecodable image bytes: {type(exc).__name__}: {exc}") from None
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-@contextmanager
-def genai_retries():
-    """Around one google-genai call: 429/5xx API errors and transport errors (timeouts, resets) become
-    RetryableError (honouring Retry-After); every other error passes through unchanged."""
-    import httpx
-    from google.genai import errors
-
-    try:
-        yield
-    except errors.APIError as exc:
-        code = exc.code or 0
-        if code == 429 or code >= 500:
-            headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-            raise RetryableError(f"HTTP {code} {exc.status or ''}".strip(),
-                                 parse_retry_after(headers.get("retry-after"))) from None
-        raise
-    except (httpx.TimeoutException, httpx.TransportError) as exc:
-        raise RetryableError(f"{type(exc).__name__}: {exc}") from None

@@ -1,5 +1,14 @@
 """Local diffusers pipelines: any hub id or local directory (SD 3.5 Large Turbo, FLUX.1-schnell, ...).
 
+GPU memory: `cpu_offload: auto` loads the pipeline on the CPU, measures each component's weights and
+picks none (everything fits in free VRAM), model (the largest component fits: diffusers'
+enable_model_cpu_offload) or sequential (enable_sequential_cpu_offload, slowest); the choice and the
+numbers behind it are recorded in `settings()` and so in every manifest row. `drop_t5` loads SD3
+without its T5-XXL encoder (text_encoder_3=None, as the diffusers SD3 docs describe).
+
+A NaN or all-black output is `failed: numerical ...` (not a refusal: SD3 and FLUX have no safety
+checker); with `numerical_retries` it is regenerated with a new derived seed, recorded in `extra`.
+
 Every image gets its own `torch.Generator` seeded with its derived seed, so a batch of 8 gives the
 same images as 8 single calls (up to floating-point batching noise) and any image can be
 regenerated alone. Generators live on the CPU, so the initial noise is the same on cuda, mps and cpu.
@@ -15,9 +24,57 @@ from typing import Any
 import numpy as np
 
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.registry import register
 from biasaudit.params.generate import GeneratorSpec
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+GIB = 1024 ** 3
+# Peak activations of one 1024² image through a DiT denoiser + VAE decode in bf16 (measured order of
+# magnitude; the VAE decode dominates). Scaled by pixels and batch size; a deliberate overestimate.
+ACTIVATION_BYTES_PER_MEGAPIXEL = 1.5 * GIB
+BLACK_MAX = 8  # as generate.black_threshold's default: an output whose brightest pixel ≤ this is black
+HEADROOM = 0.92  # use at most this fraction of free VRAM (CUDA context, allocator fragmentation)
+
+
+def component_bytes(pipe: Any) -> dict[str, int]:
+    """Parameter + buffer bytes of every torch module of a pipeline (measured, not looked up)."""
+    out: dict[str, int] = {}
+    for name, comp in getattr(pipe, "components", {}).items():
+        if hasattr(comp, "parameters") and hasattr(comp, "buffers"):
+            n = sum(p.numel() * p.element_size() for p in comp.parameters())
+            n += sum(b.numel() * b.element_size() for b in comp.buffers())
+            out[name] = int(n)
+    return out
+
+
+def activation_bytes(width: int, height: int, batch_size: int) -> int:
+    return int(ACTIVATION_BYTES_PER_MEGAPIXEL * (width * height / 1024 ** 2) * max(1, batch_size))
+
+
+def choose_offload(free_bytes: int | None, components: dict[str, int], activations: int,
+                   headroom: float = HEADROOM) -> str:
+    """none when the whole pipeline + activations fit in `headroom` of the free VRAM; model when the
+    largest component + activations fit (diffusers moves one component at a time to the GPU);
+    sequential (weights streamed layer by layer) otherwise. No CUDA (free_bytes None): none."""
+    if free_bytes is None:
+        return "none"
+    budget = free_bytes * headroom
+    if sum(components.values()) + activations <= budget:
+        return "none"
+    if max(components.values(), default=0) + activations <= budget:
+        return "model"
+    return "sequential"
+
+
+def free_vram_bytes(device: str) -> int | None:
+    """Free memory of the CUDA device `device` uses, or None without CUDA."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    index = torch.device(device).index
+    free, _total = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
+    return int(free)
 
 
 def hub_offline() -> bool:
@@ -39,8 +96,9 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str, str]:
         if not path.is_dir():
             raise FileNotFoundError(f"local path '{model_id}' does not exist")
         if not (path / "model_index.json").is_file():
-            raise FileNotFoundError(f"'{model_id}' has no model_index.json (not a diffusers pipeline folder)")
-        return str(path), weights_hash(path)
+            raise FileNotFoundError(f"'{model_id}' has no model_index.json (not a diffusers pipeline folder)"
+                                    " — `biasaudit weights fetch` downloads the paper's models into models/")
+        return str(path), locked_revision(path) or weights_hash(path)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -54,6 +112,20 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str, str]:
     except Exception as exc:  # network errors, gated repos, unknown ids
         raise FileNotFoundError(f"hub id '{model_id}': {type(exc).__name__}: {exc}") from None
     return model_id, Path(snapshot).name  # snapshots/<commit>
+
+
+def locked_revision(path: Path) -> str:
+    """'<hub repo>@<commit>' for a folder `biasaudit weights fetch` downloaded (its files' sha256 are in
+    models/weights.lock.json and checked by `biasaudit weights verify`), so 30 GB are not re-hashed
+    at every load; '' for any other folder."""
+    from biasaudit.weights import WEIGHTS, read_lock
+
+    lock = read_lock()
+    for w in WEIGHTS:
+        entry = lock.get(w.name) or {}
+        if entry.get("commit") and Path(w.local_path).resolve() == path.resolve():
+            return f"{w.source}@{entry['commit']}"
+    return ""
 
 
 def pick_device(requested: str) -> str:
@@ -78,7 +150,8 @@ def call_kwargs(spec: GeneratorSpec) -> dict[str, Any]:
     return kw
 
 
-def load_pipeline(source: str, spec: GeneratorSpec, device: str):
+def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int | None = None):
+    """Load the pipeline, place it (offload as configured or chosen) and return (pipe, memory record)."""
     import torch
     import diffusers
 
@@ -90,15 +163,12 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str):
     # diffusers ≥ 0.42 renamed torch_dtype → dtype (the old name warns)
     dtype_key = "dtype" if Version(diffusers.__version__) >= Version("0.42") else "torch_dtype"
     kwargs: dict[str, Any] = {dtype_key: dtype}
+    if spec.drop_t5:
+        kwargs.update(text_encoder_3=None, tokenizer_3=None)
     if not Path(source).is_dir():
         kwargs.update(revision=spec.revision, local_files_only=hub_offline())
     pipe = cls.from_pretrained(source, **kwargs)
-    if spec.cpu_offload == "model":
-        pipe.enable_model_cpu_offload()
-    elif spec.cpu_offload == "sequential":
-        pipe.enable_sequential_cpu_offload()
-    else:
-        pipe.to(device)
+    memory = place_pipeline(pipe, spec, device, free_bytes)
     if spec.compile:
         denoiser = getattr(pipe, "transformer", None) or pipe.unet
         compiled = torch.compile(denoiser)
@@ -107,7 +177,51 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str):
         else:
             pipe.unet = compiled
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return pipe, memory
+
+
+def place_pipeline(pipe: Any, spec: GeneratorSpec, device: str, free_bytes: int | None = None) -> dict[str, Any]:
+    """Put a loaded pipeline where `spec.cpu_offload` says (auto: chosen from free VRAM and the
+    measured component sizes); return what was chosen and why (recorded in provenance)."""
+    sizes = component_bytes(pipe)
+    memory: dict[str, Any] = {"cpu_offload_requested": spec.cpu_offload,
+                              "pipeline_gib": round(sum(sizes.values()) / GIB, 3),
+                              "largest_component": max(sizes, key=sizes.get) if sizes else "",
+                              "largest_component_gib": round(max(sizes.values(), default=0) / GIB, 3),
+                              "drop_t5": spec.drop_t5}
+    offload = spec.cpu_offload
+    if offload == "auto":
+        free = free_bytes if free_bytes is not None else free_vram_bytes(device)
+        offload = choose_offload(free, sizes, activation_bytes(spec.width, spec.height, spec.batch_size))
+        memory["free_vram_gib"] = None if free is None else round(free / GIB, 3)
+    if not device.startswith("cuda"):
+        offload = "none"  # accelerate's offload hooks need CUDA
+    memory["cpu_offload"] = offload
+    if offload == "model":
+        pipe.enable_model_cpu_offload()
+    elif offload == "sequential":
+        pipe.enable_sequential_cpu_offload()
+    else:
+        pipe.to(device)
+    return memory
+
+
+def numerical_fault(image: np.ndarray, black_threshold: int = BLACK_MAX) -> str:
+    """'' for a usable float image in [0, 1]; otherwise why it is a numerical fault (NaN/inf, or every
+    pixel ≤ black_threshold/255: what an fp16 overflow decodes to)."""
+    if not np.isfinite(image).all():
+        return f"numerical: {int((~np.isfinite(image)).sum())} NaN/inf values in the decoded image"
+    peak = float(np.max(image)) * 255.0 if image.size else 0.0
+    if peak <= black_threshold + 0.5:
+        return f"numerical: all-black image (max pixel value {int(round(peak))})"
+    return ""
+
+
+def retry_seed(seed: int, attempt: int) -> int:
+    """The seed of numerical retry `attempt` (1, 2, ...): a fixed, recorded function of the original."""
+    from biasaudit.provenance import stable_hash
+
+    return int(stable_hash([seed, "numerical-retry", attempt], length=15), 16)
 
 
 @contextmanager
@@ -126,22 +240,24 @@ def quiet_truncation(enabled: bool):
         logger.setLevel(level)
 
 
+@register("generator", "diffusers")
 class DiffusersGenerator(Generator):
     backend = "diffusers"
 
     def __init__(self, name: str, spec: GeneratorSpec, source: str | None = None, revision: str | None = None,
-                 model_id: str | None = None):
+                 model_id: str | None = None, free_bytes: int | None = None):
         source_, revision_ = (source, revision) if source is not None else resolve_revision(spec.model_id, spec.revision)
         super().__init__(name, model_id or spec.model_id, revision_ or "")
         self.spec = spec
         self.device = pick_device(spec.device)
-        self.pipe = load_pipeline(source_, spec, self.device)
+        self.pipe, self.memory = load_pipeline(source_, spec, self.device, free_bytes)
         self.pipeline_class = type(self.pipe).__name__
 
     def settings(self) -> dict[str, Any]:
         s = self.spec
         return {"pipeline_class": self.pipeline_class, **call_kwargs(s), "dtype": s.dtype, "device": self.device,
-                "width": s.width, "height": s.height, "noise": "torch.Generator(cpu).manual_seed(seed) per image"}
+                "width": s.width, "height": s.height, "noise": "torch.Generator(cpu).manual_seed(seed) per image",
+                "memory": self.memory}
 
     def _run(self, requests: list[GenRequest]) -> np.ndarray:
         import torch
@@ -150,21 +266,49 @@ class DiffusersGenerator(Generator):
         with torch.inference_mode(), quiet_truncation(self.stand_in):
             out = self.pipe(prompt=[r.prompt for r in requests], height=requests[0].height, width=requests[0].width,
                             generator=gens, output_type="np", **call_kwargs(self.spec))
-        images = np.asarray(out.images, dtype=np.float32)
-        if not np.isfinite(images).all():  # fp16 overflow → NaN; count as a black image
-            images = np.nan_to_num(images, nan=0.0, posinf=1.0, neginf=0.0)
-        return np.clip(np.round(images * 255.0), 0, 255).astype(np.uint8)
+        return np.asarray(out.images, dtype=np.float32)
+
+    @staticmethod
+    def to_uint8(image: np.ndarray) -> np.ndarray:
+        return np.clip(np.round(image * 255.0), 0, 255).astype(np.uint8)
+
+    def _results(self, requests: list[GenRequest]) -> list[GenResult]:
+        images = self._run(requests)
+        out = []
+        for req, img in zip(requests, images):
+            fault = numerical_fault(img)
+            out.append(GenResult.failed(fault, seed_tried=req.seed) if fault else GenResult(self.to_uint8(img)))
+        return out
+
+    def _retry_numerical(self, req: GenRequest, first: GenResult) -> GenResult:
+        """Regenerate a numerically failed image with new derived seeds (numerical_retries times)."""
+        from dataclasses import replace
+
+        tried = [req.seed]
+        result = first
+        for attempt in range(1, self.spec.numerical_retries + 1):
+            seed = retry_seed(req.seed, attempt)
+            tried.append(seed)
+            [result] = self._results([replace(req, seed=seed)])
+            if result.status == "ok":
+                result.retries = attempt
+                result.extra.update(numerical_retry_seed=seed, seeds_tried=tried)
+                return result
+        result.retries = len(tried) - 1
+        result.extra.update(seeds_tried=tried)
+        return result
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         if not requests:
             return []
         try:
-            images = self._run(requests)
-            return [GenResult(img) for img in images]
+            results = self._results(requests)
         except Exception as exc:  # noqa: BLE001 - one bad batch must not end the stage
             if len(requests) == 1:
                 return [GenResult.failed(f"{type(exc).__name__}: {exc}"[:500])]
             return [r for req in requests for r in self.generate([req])]  # isolate the bad item
+        return [self._retry_numerical(req, res) if res.status == "failed" and res.reason.startswith("numerical")
+                and self.spec.numerical_retries else res for req, res in zip(requests, results)]
 
     def close(self) -> None:
         self.pipe = None
@@ -175,6 +319,11 @@ class DiffusersGenerator(Generator):
                 torch.cuda.empty_cache()
         except ImportError:
             pass
+
+
+@register("generator", "tiny")
+def make_tiny_generator(name: str, spec: GeneratorSpec, tiny_root: str | os.PathLike | None = None) -> DiffusersGenerator:
+    return make_tiny(name, spec, tiny_root)
 
 
 def make_tiny(name: str, spec: GeneratorSpec, root: str | os.PathLike | None = None) -> DiffusersGenerator:

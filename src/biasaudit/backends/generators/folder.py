@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.images import load_rgb
 from biasaudit.params.generate import GeneratorSpec
@@ -57,6 +58,7 @@ def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: 
     return table, problems
 
 
+@register("generator", "folder")
 class FolderGenerator(Generator):
     backend = "folder"
 

@@ -17,8 +17,10 @@ import warnings
 from typing import Any
 
 
-from biasaudit.backends.generators.base import (GenRequest, GenResult, Generator, Pacer, RetryableError,
-                                                call_with_retries, decode_image, genai_retries)
+from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
+from biasaudit.backends.registry import register
+from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
+                                          genai_http_options)
 from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec
 
 POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
@@ -29,6 +31,7 @@ def imagen_seed(seed: int) -> int:
     return seed % (2**31 - 1) + 1
 
 
+@register("generator", "imagen")
 class ImagenGenerator(Generator):
     backend = "imagen"
 
@@ -38,7 +41,7 @@ class ImagenGenerator(Generator):
 
         super().__init__(name, spec.model_id, spec.revision or spec.model_id)
         self.spec, self.types = spec, types
-        http = types.HttpOptions(base_url=spec.base_url, timeout=int(spec.timeout_s * 1000))
+        http = genai_http_options(spec.base_url, spec.timeout_s)
         api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
         if spec.vertex_project:
             self.client = genai.Client(vertexai=True, project=spec.vertex_project, location=spec.vertex_location,
@@ -49,7 +52,7 @@ class ImagenGenerator(Generator):
             self.client = genai.Client(vertexai=True, api_key=api_key, http_options=http)
         table = IMAGEN_SIZES if spec.image_size == "1K" else IMAGEN_2K_SIZES
         self.aspect_ratio = table[(spec.width, spec.height)]
-        self.pacer = Pacer(spec.requests_per_minute)
+        self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
 
     def settings(self) -> dict[str, Any]:
@@ -70,9 +73,8 @@ class ImagenGenerator(Generator):
         return self.types.GenerateImagesConfig(**kw)
 
     def _call(self, req: GenRequest):
-        self.pacer.wait()
         try:
-            with genai_retries(), warnings.catch_warnings():
+            with genai_errors(), warnings.catch_warnings():
                 # google-genai 3.x flags generate_images as deprecated (removal not before 2027); the
                 # Imagen :predict endpoint is what the published audit used.
                 warnings.simplefilter("ignore", category=Warning)
@@ -91,7 +93,7 @@ class ImagenGenerator(Generator):
         try:
             kw = {"sleep": self._sleep} if self._sleep else {}
             response, retries = call_with_retries(lambda: self._call(req), s.max_retries, s.backoff_s,
-                                                  s.max_backoff_s, **kw)
+                                                  s.max_backoff_s, bucket=self.bucket, **kw)
         except RetryableError as exc:
             return GenResult.failed(f"gave up after {getattr(exc, 'retries', s.max_retries)} retries: {exc}",
                                     getattr(exc, "retries", s.max_retries), **extra)

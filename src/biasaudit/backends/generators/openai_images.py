@@ -9,19 +9,33 @@ OpenAI's image API takes no seed: the derived seed is recorded with `seed_used =
 from __future__ import annotations
 
 import base64
-import json
 import os
 from typing import Any
 
 import httpx
 
-from biasaudit.backends.generators.base import (GenRequest, GenResult, Generator, Pacer, RetryableError,
-                                                call_with_retries, decode_image, parse_retry_after)
+from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
+from biasaudit.backends.registry import register
+from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, call_with_retries,
+                                          openai_client, openai_errors)
 from biasaudit.params.generate import GeneratorSpec
 
 REFUSAL_CODES = {"content_policy_violation", "moderation_blocked", "safety_violation"}
 
 
+def sends_response_format(model_id: str, response_format: str) -> str | None:
+    """The `response_format` to send: none for GPT image models (they always return base64 and
+    reject the parameter), b64_json for DALL·E and compatible servers under 'auto'."""
+    if response_format == "omit" or (response_format == "auto" and is_gpt_image(model_id)):
+        return None
+    return "b64_json" if response_format == "auto" else response_format
+
+
+def is_gpt_image(model_id: str) -> bool:
+    return model_id.split("/")[-1].startswith("gpt-image")
+
+
+@register("generator", "openai")
 class OpenAIImagesGenerator(Generator):
     backend = "openai"
 
@@ -33,34 +47,26 @@ class OpenAIImagesGenerator(Generator):
         if not api_key:
             raise RuntimeError(f"environment variable {spec.api_key_env} is not set")
         self.spec, self.openai = spec, openai
-        self.client = openai.OpenAI(api_key=api_key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s)
-        self.pacer = Pacer(spec.requests_per_minute)
+        self.client = openai_client(api_key, spec.base_url, spec.timeout_s)
+        self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
 
     def settings(self) -> dict[str, Any]:
         s = self.spec
-        return {"size": f"{s.width}x{s.height}", "quality": s.quality, "response_format": s.response_format,
+        sent = sends_response_format(s.model_id, s.response_format)
+        return {"size": f"{s.width}x{s.height}", "quality": s.quality, "response_format": sent or "(not sent)",
                 "n": 1, "sdk": "openai images.generate"}
 
     def _call(self, req: GenRequest):
-        s, oa = self.spec, self.openai
+        s = self.spec
         kw: dict[str, Any] = {"model": s.model_id, "prompt": req.prompt, "n": 1, "size": f"{s.width}x{s.height}"}
         if s.quality:
             kw["quality"] = s.quality
-        if s.response_format != "omit":
-            kw["response_format"] = s.response_format
-        self.pacer.wait()
-        try:
+        fmt = sends_response_format(s.model_id, s.response_format)
+        if fmt is not None:
+            kw["response_format"] = fmt
+        with openai_errors():
             return self.client.images.generate(**kw)
-        except oa.RateLimitError as exc:
-            raise RetryableError("HTTP 429 rate limited", parse_retry_after(exc.response.headers.get("retry-after"))) from None
-        except oa.InternalServerError as exc:
-            raise RetryableError(f"HTTP {exc.status_code}",
-                                 parse_retry_after(exc.response.headers.get("retry-after"))) from None
-        except (oa.APITimeoutError, oa.APIConnectionError) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from None
-        except (oa.APIResponseValidationError, json.JSONDecodeError) as exc:
-            raise RetryableError(f"malformed response: {type(exc).__name__}: {exc}") from None
 
     def _fetch(self, url: str) -> bytes:
         resp = httpx.get(url, timeout=self.spec.timeout_s)
@@ -72,7 +78,7 @@ class OpenAIImagesGenerator(Generator):
         try:
             kw = {"sleep": self._sleep} if self._sleep else {}
             response, retries = call_with_retries(lambda: self._call(req), s.max_retries, s.backoff_s,
-                                                  s.max_backoff_s, **kw)
+                                                  s.max_backoff_s, bucket=self.bucket, **kw)
         except RetryableError as exc:
             n = getattr(exc, "retries", s.max_retries)
             return GenResult.failed(f"gave up after {n} retries: {exc}", n)
@@ -84,7 +90,7 @@ class OpenAIImagesGenerator(Generator):
             text = f"HTTP {exc.status_code} {code or ''}: {message}".strip()
             if code in REFUSAL_CODES or "safety system" in str(message).lower():
                 return GenResult.refused(f"content policy: {text}"[:500])
-            return GenResult.failed(text[:500])
+            return GenResult.failed(api_failure_reason(exc)[:500])
         except Exception as exc:  # noqa: BLE001
             return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500])
         data = list(getattr(response, "data", None) or [])

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.params.generate import GeneratorSpec
 
@@ -135,6 +136,7 @@ def make_variant(seed: int, width: int, height: int, l_range: tuple[float, float
     return out, info
 
 
+@register("generator", "packaged-photos")
 class PackagedPhotosGenerator(Generator):
     backend = "packaged-photos"
     stand_in = True

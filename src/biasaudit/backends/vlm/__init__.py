@@ -2,6 +2,7 @@
 
     backend = make_vlm_backend(cfg.classify.vlm)
     vlm = CachedVLM(backend, cfg.classify.cache_path, price)
+    vlm.prefetch(all_pending_requests)   # batch mode: one set of batch jobs for the whole stage run
     responses = vlm.generate([VLMRequest(images=(path,), prompt=text, options=labels)])
 """
 
@@ -9,36 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, TokenBucket, VLMBackend, VLMRequest, VLMResponse,
-                                         encode_image)
+from biasaudit.backends import registry
+from biasaudit.backends.transport import TokenBucket
+from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMBackend, VLMRequest, VLMResponse, encode_image
 from biasaudit.backends.vlm.cache import Accounting, CachedVLM, Price
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 
-BACKENDS = ("gemini", "openai", "transformers", "clip", "file", "tiny")
+def backend_names() -> tuple[str, ...]:
+    return registry.names("vlm")
 
 
 def make_vlm_backend(spec: Any) -> VLMBackend:
     """Build the backend a `VLMSpec` names (imports only what that backend needs)."""
-    if spec.backend == "gemini":
-        from biasaudit.backends.vlm.gemini import GeminiVLM
-        return GeminiVLM(spec)
-    if spec.backend == "openai":
-        from biasaudit.backends.vlm.openai_chat import OpenAIChatVLM
-        return OpenAIChatVLM(spec)
-    if spec.backend == "transformers":
-        from biasaudit.backends.vlm.transformers_local import TransformersVLM
-        return TransformersVLM(spec)
-    if spec.backend == "clip":
-        from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
-        return ClipZeroShot(spec)
-    if spec.backend == "file":
-        from biasaudit.backends.vlm.file import FileLabels
-        return FileLabels(spec)
-    if spec.backend == "tiny":
-        from biasaudit.backends.vlm.tiny import make_tiny
-        return make_tiny(spec)
-    raise ValueError(f"vlm.backend: unknown backend '{spec.backend}'; available: {', '.join(BACKENDS)}")
+    if spec.backend not in registry.names("vlm"):
+        raise ValueError(f"vlm.backend: unknown backend '{spec.backend}'; available: {', '.join(backend_names())}")
+    return registry.build("vlm", spec.backend, spec)
 
 
-__all__ = ["Accounting", "BACKENDS", "CachedVLM", "FAILED", "OK", "Price", "REFUSED", "TokenBucket", "VLMBackend",
+__all__ = ["Accounting", "backend_names", "CachedVLM", "FAILED", "OK", "Price", "REFUSED", "TokenBucket", "VLMBackend",
            "VLMRequest", "VLMResponse", "encode_image", "make_vlm_backend", "parse_choice", "parse_usd"]

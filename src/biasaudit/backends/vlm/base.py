@@ -4,15 +4,14 @@ A backend turns a list of `VLMRequest`s (images + prompt + optional allowed answ
 `VLMResponse` per request, in order. It never raises for one bad item: an unreadable image, an API
 error after its retries or a refusal becomes a response with `status` and `reason`.
 
-Shared helpers here: image encoding with downscaling (to cut API cost), a token-bucket rate
-limiter, a retrying call wrapper, and an ordered thread-pool map for concurrent API calls.
+Shared helpers here: image encoding with downscaling (to cut API cost), the retrying call wrapper
+over the transport layer (backends/transport.py), and an ordered thread-pool map.
 """
 
 from __future__ import annotations
 
 import io
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from PIL import Image
 
+from biasaudit.backends.transport import RetryableError, TokenBucket, call_with_retries
 from biasaudit.images import load_rgb
 from biasaudit.params.base import redact
 
@@ -33,6 +33,19 @@ class VLMRequest:
     prompt: str
     options: tuple[str, ...] = ()  # allowed answers (constrained output / option probabilities)
     max_tokens: int = 32
+    # a text label sent just before each image ("Image A:", "Image B:"), interleaved; () = none
+    image_labels: tuple[str, ...] = ()
+
+    def parts(self) -> list[tuple[str, str]]:
+        """The user turn in order, as ('text', s) / ('image', path): every image after its label
+        (when labels are given), then the prompt. Every backend builds its request from this."""
+        out: list[tuple[str, str]] = []
+        for i, path in enumerate(self.images):
+            if i < len(self.image_labels) and self.image_labels[i]:
+                out.append(("text", self.image_labels[i]))
+            out.append(("image", path))
+        out.append(("text", self.prompt))
+        return out
 
 
 @dataclass
@@ -142,71 +155,18 @@ def encode_image(path: str, max_side: int = 0, fmt: str = "JPEG", quality: int =
 
 
 
-# --- concurrency, rate limits, retries -----------------------------------------------------------
+# --- retries (the transport layer) ---------------------------------------------------------------
 
-class TokenBucket:
-    """At most `per_minute` acquisitions per minute on average, bursts up to `burst` (thread-safe).
-    `per_minute <= 0` disables the limit."""
-
-    def __init__(self, per_minute: float, burst: int = 1, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.rate = per_minute / 60.0
-        self.capacity = float(max(1, burst))
-        self.tokens = self.capacity
-        self.clock, self.sleep = clock, sleep
-        self.last = clock()
-        self._lock = threading.Lock()
-
-    def acquire(self) -> float:
-        """Take one token, sleeping as needed; return the seconds waited."""
-        if self.rate <= 0:
-            return 0.0
-        waited = 0.0
-        while True:
-            with self._lock:
-                now = self.clock()
-                self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
-                self.last = now
-                if self.tokens >= 1.0:
-                    self.tokens -= 1.0
-                    return waited
-                wait = (1.0 - self.tokens) / self.rate
-            self.sleep(wait)
-            waited += wait
-
-
-class RetryableError(Exception):
-    """A transient failure (HTTP 408/429/5xx, timeout, connection): try again after `retry_after`."""
-
-    def __init__(self, reason: str, retry_after: float | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-
-
-def call_with_retries(fn: Callable[[], VLMResponse], max_retries: int, backoff_s: float,
-                      bucket: TokenBucket | None = None, on_attempt: Callable[[int], None] | None = None,
-                      max_backoff_s: float = 60.0) -> VLMResponse:
-    """Call `fn` (which raises RetryableError for transient failures) with exponential backoff,
-    honouring a server's Retry-After; after the last retry return a failed response."""
-    last = ""
-    for attempt in range(max_retries + 1):
-        if bucket is not None:
-            bucket.acquire()
-        if on_attempt:
-            on_attempt(attempt)
-        try:
-            return fn()
-        except RetryableError as exc:
-            last = exc.reason
-            if attempt == max_retries:
-                break
-            delay = exc.retry_after if exc.retry_after is not None else backoff_s * (2 ** attempt)
-            time.sleep(min(max(delay, 0.0), max_backoff_s))
-    return failed(f"gave up after {max_retries + 1} attempts: {last}")
+def retried(fn: Callable[[], VLMResponse], spec: Any, bucket: TokenBucket | None,
+            on_attempt: Callable[[int], None] | None = None) -> VLMResponse:
+    """Call `fn` (raising transport.RetryableError for transient failures) with the spec's retries,
+    honouring Retry-After; after the last retry a failed response."""
+    try:
+        response, _ = call_with_retries(fn, spec.max_retries, spec.retry_backoff_s, 60.0, bucket=bucket,
+                                        on_attempt=on_attempt)
+        return response
+    except RetryableError as exc:
+        return failed(f"gave up after {spec.max_retries + 1} attempts: {exc.reason}")
 
 
 T = TypeVar("T")

@@ -3,7 +3,8 @@
 Key = hash(sha256 of every image file, prompt, options, max_tokens, backend, model id, revision,
 decoding params). Each answer is written to SQLite (io.Cache, WAL, synchronous=FULL) the moment it
 arrives, so a SIGKILL loses at most the calls in flight and a re-run never asks again for an answer
-it already has. Failed calls (API errors, unreadable images) are not cached: a re-run retries them.
+it already has. Failed calls (API errors, unreadable images, empty or cut-off answers) are not
+cached: a re-run retries them. In batch mode `prefetch` sends all of a stage run's misses at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from biasaudit.backends.vlm.base import FAILED, VLMBackend, VLMRequest, VLMResponse, failed
+from biasaudit.backends.vlm.base import FAILED, OK, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.io import Cache
 from biasaudit.provenance import sha256_file, stable_hash
 
@@ -57,6 +58,7 @@ class CachedVLM:
         self.accounting = Accounting(priced=price is not None)
         self._lock = threading.Lock()
         self._sha: dict[str, str] = {}
+        self._prefetched: set[str] = set()  # keys answered by prefetch, not yet handed out
 
     def _image_sha(self, path: str) -> str:
         if path not in self._sha:
@@ -69,10 +71,55 @@ class CachedVLM:
             shas = [self._image_sha(p) for p in request.images]
         except OSError:
             return None
-        return stable_hash({"images": shas, "prompt": request.prompt, "options": list(request.options),
-                            "max_tokens": request.max_tokens, "backend": self.backend.name,
-                            "model_id": self.backend.model_id, "revision": self.backend.revision,
-                            "decoding": self.backend.decoding_params()}, length=32)
+        key = {"images": shas, "prompt": request.prompt, "options": list(request.options),
+               "max_tokens": request.max_tokens, "backend": self.backend.name,
+               "model_id": self.backend.model_id, "revision": self.backend.revision,
+               "decoding": self.backend.decoding_params()}
+        if request.image_labels:  # only when present, so keys of unlabelled requests stay as they were
+            key["image_labels"] = list(request.image_labels)
+        return stable_hash(key, length=32)
+
+    def _hit(self, key: str) -> VLMResponse | None:
+        """A cached answer; an 'ok' with empty text (written before empty answers counted as failed)
+        is not an answer and is asked again."""
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        response = VLMResponse.from_json(hit, from_cache=True)
+        if response.status == OK and not response.text.strip() and not response.option_probs:
+            return None
+        return response
+
+    def prefetch(self, requests: list[VLMRequest]) -> int:
+        """Batch mode: answer every cache miss among `requests` through the backend's batch jobs
+        (as few as the API allows, for the whole stage run) and store each answer; the stage's
+        per-batch calls then hit the cache, and only what the jobs left unanswered goes online.
+        Returns the number of answers stored; a no-op for backends without batch mode."""
+        batch = getattr(self.backend, "batch", None)
+        if batch is None or not getattr(getattr(self.backend, "spec", None), "batch_mode", False):
+            return 0
+        seen: set[str] = set()
+        misses: list[tuple[str, VLMRequest]] = []
+        for req in requests:
+            key = self.key(req)
+            if key is None or key in seen or self._hit(key) is not None:
+                continue
+            seen.add(key)
+            misses.append((key, req))
+        stored = 0
+
+        def store(j: int, response: VLMResponse) -> None:
+            nonlocal stored
+            if response.status != FAILED:
+                self.cache.set(misses[j][0], response.to_json())
+                self._account(response)
+                self._prefetched.add(misses[j][0])
+                stored += 1
+
+        if misses:
+            batch([r for _, r in misses], on_result=store)
+        self.backend.online_only = True  # what the jobs left unanswered is asked online, item by item
+        return stored
 
     def _account(self, response: VLMResponse) -> None:
         with self._lock:
@@ -98,10 +145,14 @@ class CachedVLM:
             if key is None:
                 out[i] = failed(f"cannot read image(s) {list(req.images)}")
                 continue
-            hit = self.cache.get(key)
-            if hit is not None:
+            hit = self._hit(key)
+            if hit is not None and key in self._prefetched:  # answered by this run's batch jobs
+                self._prefetched.discard(key)
+                hit.from_cache = False
+                out[i] = hit
+            elif hit is not None:
                 self.accounting.cache_hits += 1
-                out[i] = VLMResponse.from_json(hit, from_cache=True)
+                out[i] = hit
             else:
                 misses.append(i)
         if misses:

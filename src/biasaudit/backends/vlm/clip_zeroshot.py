@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 
 
+@register("vlm", "clip")
 class ClipZeroShot(VLMBackend):
     name = "clip"
 
@@ -31,8 +33,11 @@ class ClipZeroShot(VLMBackend):
         self.revision = spec.revision or pretrained
         self.stand_in = stand_in
         self.torch = torch
+        self.device = spec.device if spec.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        # fp16 on a GPU (open_clip's precision='fp16'), fp32 on the CPU
+        self.precision = "fp16" if self.device.startswith("cuda") else "fp32"
         self.model, _, self.preprocess = open_clip.create_model_and_transforms(
-            self.model_id, pretrained=pretrained or None, device=spec.device)
+            self.model_id, pretrained=pretrained or None, device=self.device, precision=self.precision)
         self.model.eval()
         self.tokenizer = open_clip.get_tokenizer(self.model_id)
         self._text_cache: dict[tuple[str, ...], np.ndarray] = {}
@@ -52,7 +57,7 @@ class ClipZeroShot(VLMBackend):
             rows = []
             with torch.inference_mode():
                 for option in options:
-                    emb = self.model.encode_text(self.tokenizer(self._class_texts(option)).to(self.spec.device))
+                    emb = self.model.encode_text(self.tokenizer(self._class_texts(option)).to(self.device))
                     emb = torch.nn.functional.normalize(emb.float(), dim=-1).mean(0)
                     rows.append(torch.nn.functional.normalize(emb, dim=-1).cpu().numpy())
             self._text_cache[options] = np.stack(rows)
@@ -77,7 +82,8 @@ class ClipZeroShot(VLMBackend):
         for start in range(0, len(ready), bs):
             chunk = ready[start:start + bs]
             with torch.inference_mode():
-                feats = self.model.encode_image(torch.stack([x for _, x in chunk]).to(self.spec.device))
+                batch = torch.stack([x for _, x in chunk]).to(self.device, dtype=next(self.model.parameters()).dtype)
+                feats = self.model.encode_image(batch)
                 feats = torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy()
             self._count("attempts", len(chunk))
             for (i, _), f in zip(chunk, feats):

@@ -12,10 +12,12 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import sha256_file
 
 
+@register("vlm", "file")
 class FileLabels(VLMBackend):
     name = "file"
 

@@ -1,9 +1,17 @@
-"""OpenAI chat-completions backend (OpenAI, or any compatible server — vLLM, Ollama — via base_url).
+"""OpenAI chat-completions backend (OpenAI, or any compatible server — vLLM, Ollama, DashScope — via base_url).
 
-One request per image set: the images go as base64 data URLs (downscaled to `image_max_side`), the
-prompt as text. Temperature 0 by default; with `constrain` and options, the answer is restricted by a
-JSON-schema `response_format` (an enum of the options), which OpenAI and vLLM both honour. Retries
-are ours (the SDK's are switched off) so 429/5xx handling is the same for every backend.
+One request per image set: the user turn follows `VLMRequest.parts()` (2AFC: "Image A:", image,
+"Image B:", image, question), images as base64 data URLs downscaled to `image_max_side`. With
+`constrain` and options the answer is restricted by a JSON-schema `response_format` (an enum of the
+options), which OpenAI and vLLM both honour.
+
+Capabilities (`capabilities`): OpenAI reasoning models (gpt-5*, o1/o3/o4*) reject `max_tokens` and
+any `temperature` but the default, and count reasoning tokens against `max_completion_tokens`; they get
+`max_completion_tokens` = answer + a reserve for the `reasoning_effort` (param; default minimal)
+and no temperature. Every other model, and every non-OpenAI server, keeps `max_tokens` + `temperature`.
+A 400 naming a parameter is one clear failure reason ("unsupported parameter 'x' ..."); an answer
+cut off by the token limit with no text is failed and asked once more with 4× the budget.
+Retries are the transport layer's (the SDK's are off).
 """
 
 from __future__ import annotations
@@ -11,26 +19,41 @@ from __future__ import annotations
 import base64
 import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
-from biasaudit.backends.vlm.base import (OK, REFUSED, RETRYABLE_STATUS, OnResult, RetryableError, TokenBucket,
-                                         VLMBackend, VLMRequest, VLMResponse, call_with_retries, encode_image,
-                                         failed)
+from biasaudit.backends.registry import register
+from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, openai_client,
+                                          openai_errors)
+from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, OnResult, VLMBackend, VLMRequest, VLMResponse,
+                                         encode_image, failed, retried)
+
+# Output tokens reserved for reasoning per effort (reasoning tokens count against max_completion_tokens).
+REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768}
+REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
+NON_REASONING = ("gpt-5-chat",)  # the chat-tuned gpt-5 snapshot takes temperature and no effort
+EMPTY_RETRY_FACTOR = 4
 
 
-def _retry_after(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                return float(value) * scale
-            except ValueError:
-                return None
-    return None
+@dataclass(frozen=True)
+class Capabilities:
+    reasoning: bool
+    token_param: str  # max_tokens | max_completion_tokens
+    temperature: bool
+    effort: str  # '' unless reasoning
 
 
+def capabilities(model_id: str, effort: str = "") -> Capabilities:
+    """What a request to `model_id` may carry, by model family. Models served by vLLM, Ollama or
+    DashScope (Llama, Qwen, ...) are not in the reasoning families and keep the classic parameters."""
+    name = model_id.split("/")[-1].lower()
+    reasoning = name.startswith(REASONING_PREFIXES) and not name.startswith(NON_REASONING)
+    if reasoning:
+        return Capabilities(True, "max_completion_tokens", False, effort or "minimal")
+    return Capabilities(False, "max_tokens", True, "")
+
+
+@register("vlm", "openai")
 class OpenAIChatVLM(VLMBackend):
     name = "openai"
 
@@ -45,45 +68,64 @@ class OpenAIChatVLM(VLMBackend):
         if spec.api_key_env and not key and not spec.base_url:
             raise RuntimeError(f"environment variable {spec.api_key_env} is not set (classify.vlm.api_key_env)")
         self._openai = openai
-        self.client = openai.OpenAI(api_key=key or "unused", base_url=spec.base_url or None,
-                                    timeout=spec.timeout_s, max_retries=0)
+        self.client = openai_client(key, spec.base_url, spec.timeout_s)
         self.bucket = TokenBucket(spec.requests_per_minute, burst=spec.concurrency)
+        self.caps = capabilities(spec.model_id, spec.reasoning_effort)
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
-        return {"temperature": s.temperature, "max_tokens": s.max_tokens, "constrain": s.constrain,
-                "image_max_side": s.image_max_side, "image_format": s.image_format}
+        out = {"temperature": s.temperature if self.caps.temperature else "model default",
+               "max_tokens": s.max_tokens, "constrain": s.constrain, "image_max_side": s.image_max_side,
+               "image_format": s.image_format}
+        if self.caps.reasoning:
+            out |= {"token_param": self.caps.token_param, "reasoning_effort": self.caps.effort}
+        return out
 
     def _messages(self, req: VLMRequest) -> tuple[list[dict[str, Any]] | None, str]:
         content: list[dict[str, Any]] = []
-        for path in req.images:
-            data, mime, reason = encode_image(path, self.spec.image_max_side, self.spec.image_format)
+        for kind, value in req.parts():
+            if kind == "text":
+                content.append({"type": "text", "text": value})
+                continue
+            data, mime, reason = encode_image(value, self.spec.image_max_side, self.spec.image_format)
             if data is None:
                 return None, reason
             url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
             content.append({"type": "image_url", "image_url": {"url": url}})
-        content.append({"type": "text", "text": req.prompt})
         return [{"role": "user", "content": content}], ""
 
-    def _once(self, req: VLMRequest, messages: list[dict[str, Any]]) -> VLMResponse:
-        oa = self._openai
-        kwargs: dict[str, Any] = {"model": self.model_id, "messages": messages, "temperature": self.spec.temperature,
-                                  "max_tokens": min(req.max_tokens, self.spec.max_tokens) if req.options else req.max_tokens}
-        if self.spec.constrain and req.options:
+    def request_body(self, req: VLMRequest, messages: list[dict[str, Any]], factor: int = 1) -> dict[str, Any]:
+        """The keyword arguments of chat.completions.create for this request (pure; tested)."""
+        caps = self.caps
+        answer = min(req.max_tokens, self.spec.max_tokens) if req.options else req.max_tokens
+        constrained = bool(self.spec.constrain and req.options)
+        if constrained:
+            answer = max(answer, 32)  # the JSON wrapper {"answer": "..."} needs room
+        kwargs: dict[str, Any] = {"model": self.model_id, "messages": messages}
+        if caps.reasoning:
+            kwargs["max_completion_tokens"] = (answer + REASONING_RESERVE[caps.effort]) * factor
+            kwargs["reasoning_effort"] = caps.effort
+        else:
+            kwargs["max_tokens"] = answer * factor
+            kwargs["temperature"] = self.spec.temperature
+        if constrained:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "answer", "strict": True,
                 "schema": {"type": "object", "properties": {"answer": {"type": "string", "enum": list(req.options)}},
                            "required": ["answer"], "additionalProperties": False}}}
-            kwargs["max_tokens"] = max(kwargs["max_tokens"], 32)
+        return kwargs
+
+    def _once(self, req: VLMRequest, messages: list[dict[str, Any]], factor: int = 1) -> VLMResponse:
+        oa = self._openai
+        kwargs = self.request_body(req, messages, factor)
         try:
-            completion = self.client.chat.completions.create(**kwargs)
+            with openai_errors():
+                completion = self.client.chat.completions.create(**kwargs)
+        except RetryableError:
+            raise
         except oa.APIStatusError as exc:
-            if exc.status_code in RETRYABLE_STATUS:
-                raise RetryableError(f"HTTP {exc.status_code}", _retry_after(exc.response.headers)) from None
-            return failed(f"HTTP {exc.status_code}: {str(exc.message)[:200]}")
-        except (oa.APITimeoutError, oa.APIConnectionError) as exc:
-            raise RetryableError(type(exc).__name__) from None
-        except (oa.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            return failed(api_failure_reason(exc))
+        except (json.JSONDecodeError, ValueError) as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
         if not getattr(completion, "choices", None):
             return failed("malformed response: no choices")
@@ -99,17 +141,28 @@ class OpenAIChatVLM(VLMBackend):
             return VLMResponse(text=message.content or "", status=REFUSED, reason="content filter",
                                tokens_in=tin, tokens_out=tout)
         text = message.content or ""
+        meta = {"finish_reason": choice.finish_reason}
+        if not text.strip():
+            why = "cut off by the token limit (finish_reason length)" if choice.finish_reason == "length" else "empty answer"
+            return VLMResponse("", FAILED, why, tin, tout, meta=meta | {"empty_answer": True})
         if "response_format" in kwargs:
             text = _unwrap_answer(text)
-        return VLMResponse(text=text, status=OK, tokens_in=tin, tokens_out=tout,
-                           meta={"finish_reason": choice.finish_reason})
+        return VLMResponse(text=text, status=OK, tokens_in=tin, tokens_out=tout, meta=meta)
+
+    def _ask(self, req: VLMRequest, messages: list[dict[str, Any]], factor: int) -> VLMResponse:
+        return retried(lambda: self._once(req, messages, factor), self.spec, self.bucket,
+                       on_attempt=lambda a: (self._count("attempts"), a and self._count("retries")))
 
     def _one(self, req: VLMRequest) -> VLMResponse:
         messages, reason = self._messages(req)
         if messages is None:
             return failed(reason)
-        return call_with_retries(lambda: self._once(req, messages), self.spec.max_retries, self.spec.retry_backoff_s,
-                                 self.bucket, on_attempt=lambda a: (self._count("attempts"), a and self._count("retries")))
+        response = self._ask(req, messages, 1)
+        if response.meta.get("empty_answer"):
+            self._count("empty_retries")
+            response = self._ask(req, messages, EMPTY_RETRY_FACTOR)
+            response.meta["budget_retry"] = True
+        return response
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
         return self._each(requests, self._one, on_result, self.spec.concurrency)

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
 
 TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")
@@ -43,6 +44,7 @@ def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
     return backend
 
 
+@register("vlm", "tiny")
 def make_tiny(spec: Any):
     if spec.model_id == "tiny-open-clip":
         return TinyClip(spec)

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from biasaudit.backends.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 
 def hub_offline() -> bool:
@@ -74,6 +75,18 @@ def resolve_model(model_id: str, revision: str = "", key: str = "vlm.model_id") 
     return snapshot, revision or Path(snapshot).name  # snapshot folders are named by commit hash
 
 
+def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
+    """('auto' → cuda when available, else cpu; dtype 'auto' → bfloat16 on a GPU, float32 on the CPU)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    return device, dtype
+
+
+@register("vlm", "transformers")
 class TransformersVLM(VLMBackend):
     name = "transformers"
 
@@ -93,9 +106,33 @@ class TransformersVLM(VLMBackend):
             source, rev = resolve_model(spec.model_id, spec.revision)
         kw: dict[str, Any] = {"revision": spec.revision} if (spec.revision and not Path(source).is_dir()) else {}
         self.processor = AutoProcessor.from_pretrained(source, **kw)
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            source, dtype=getattr(torch, spec.dtype), **kw).to(spec.device).eval()
+        self.device, self.dtype = resolve_device_dtype(spec.device, spec.dtype)
+        load_kw: dict[str, Any] = {"dtype": getattr(torch, self.dtype)}
+        if spec.device_map:
+            load_kw["device_map"] = spec.device_map  # accelerate places the layers (several GPUs / CPU)
+        model = AutoModelForImageTextToText.from_pretrained(source, **load_kw, **kw)
+        self.model = (model if spec.device_map else model.to(self.device)).eval()
+        if spec.device_map:  # inputs go where the embeddings live
+            self.device = str(next(self.model.parameters()).device)
         self.revision = rev or getattr(self.model.config, "_commit_hash", None) or "main"
+        self._attach()
+
+    @classmethod
+    def from_objects(cls, spec: Any, model: Any, processor: Any, revision: str, stand_in: bool = True) -> "TransformersVLM":
+        """The backend around a model and processor built in memory (benchmarks: random weights of a
+        real architecture at full size); placed on `spec.device` in `spec.dtype`."""
+        import torch
+
+        self = cls.__new__(cls)
+        VLMBackend.__init__(self)
+        self.spec, self.torch, self.stand_in, self.model_id = spec, torch, stand_in, spec.model_id
+        self.device, self.dtype = resolve_device_dtype(spec.device, spec.dtype)
+        self.processor, self.revision = processor, revision
+        self.model = model.to(self.device, dtype=getattr(torch, self.dtype)).eval()
+        self._attach()
+        return self
+
+    def _attach(self) -> None:
         tok = self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"  # decoder-only batched generation
         if tok.pad_token_id is None:
@@ -106,7 +143,7 @@ class TransformersVLM(VLMBackend):
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
-        return {"greedy": True, "constrain": s.constrain, "image_max_side": s.image_max_side, "dtype": s.dtype,
+        return {"greedy": True, "constrain": s.constrain, "image_max_side": s.image_max_side, "dtype": self.dtype,
                 "option_scoring": "first-token softmax; sequence log-likelihood when first tokens collide"}
 
     # --- helpers --------------------------------------------------------------------------------
@@ -128,10 +165,10 @@ class TransformersVLM(VLMBackend):
     def sequence_option_probs(self, req: VLMRequest, images: list) -> dict[str, float]:
         """Softmax over each option's summed token log-probabilities after the prompt."""
         torch = self.torch
-        prompt = self.prompt_text(len(images), req.prompt)
+        prompt = self.prompt_text(req)
         texts = [prompt + option for option in req.options]
         inputs = self.processor(text=texts, images=[images] * len(texts) if images else None,
-                                return_tensors="pt", padding=True).to(self.spec.device)
+                                return_tensors="pt", padding=True).to(self.device)
         lengths = [len(self.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in req.options]
         self._count("attempts", 1)
         with torch.inference_mode():
@@ -141,18 +178,20 @@ class TransformersVLM(VLMBackend):
         totals = torch.stack([token_logp[i, -n:].sum() for i, n in enumerate(lengths)])  # left padding: options end last
         return dict(zip(req.options, torch.softmax(totals, dim=0).tolist()))
 
-    def prompt_text(self, n_images: int, prompt: str) -> str:
-        content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
+    def prompt_text(self, req: VLMRequest) -> str:
+        """The chat-templated user turn: labels, images and prompt in `req.parts()` order."""
+        content = [{"type": "image"} if kind == "image" else {"type": "text", "text": value}
+                   for kind, value in req.parts()]
         return self.processor.apply_chat_template([{"role": "user", "content": content}],
                                                   add_generation_prompt=True, tokenize=False)
 
     def _run(self, group: list[tuple[VLMRequest, list, list[int] | None]], constrained: bool) -> list[VLMResponse]:
         """One batched forward/generate over prepared requests (same kind: with/without images)."""
         torch = self.torch
-        texts = [self.prompt_text(len(images), req.prompt) for req, images, _ in group]
+        texts = [self.prompt_text(req) for req, _, _ in group]
         has_images = bool(group[0][1])
         inputs = self.processor(text=texts, images=[images for _, images, _ in group] if has_images else None,
-                                return_tensors="pt", padding=True).to(self.spec.device)
+                                return_tensors="pt", padding=True).to(self.device)
         n_prompt = int(inputs["input_ids"].shape[1])
         tokens_in = inputs["attention_mask"].sum(dim=1).tolist()
         max_new = 1 if constrained else max(req.max_tokens for req, _, _ in group)

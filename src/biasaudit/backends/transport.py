@@ -1,0 +1,250 @@
+"""One transport layer for every hosted client (Gemini, Imagen, OpenAI chat, images, edits).
+
+- `RetryableError`: a transient failure (HTTP 408/409/429/5xx, timeout, connection reset, malformed body).
+- `parse_retry_after`: a Retry-After value in seconds *or* as an HTTP-date (RFC 9110 §10.2.3);
+  `retry_after_from_headers` also reads OpenAI's `retry-after-ms`.
+- `TokenBucket`: the one client-side rate limiter (thread-safe; `per_minute <= 0` = none).
+- `call_with_retries`: exponential backoff with jitter, the server's Retry-After winning (capped).
+- `openai_errors()` / `genai_errors()`: context managers mapping each SDK's exceptions onto
+  RetryableError; everything else passes through unchanged for the client to classify
+  (refusal vs failure). `unsupported_parameter(exc)` names the parameter a 400 rejects.
+- `openai_client()` / `genai_http_options()`: SDK clients with the SDKs' own retries off (ours count
+  them) and one timeout.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class RetryableError(Exception):
+    """A transient failure: try again after `retry_after` seconds when the server said so."""
+
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.retries = 0
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value: delta-seconds ('7', '1.5') or an HTTP-date
+    ('Wed, 21 Oct 2015 07:28:00 GMT'); None when absent or unreadable; never negative."""
+    if value is None:
+        return None
+    value = str(value).strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    now = now or datetime.now(timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+def retry_after_from_headers(headers: Any, now: datetime | None = None) -> float | None:
+    """`retry-after-ms` (OpenAI) or `retry-after` from a headers mapping (any case)."""
+    if not headers:
+        return None
+    lower = {str(k).lower(): v for k, v in dict(headers).items()}
+    ms = lower.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    return parse_retry_after(lower.get("retry-after"), now)
+
+
+class TokenBucket:
+    """At most `per_minute` acquisitions per minute on average, bursts up to `burst` (thread-safe).
+    `per_minute <= 0` disables the limit."""
+
+    def __init__(self, per_minute: float, burst: int = 1, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.rate = per_minute / 60.0
+        self.capacity = float(max(1, burst))
+        self.tokens = self.capacity
+        self.clock, self.sleep = clock, sleep
+        self.last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Take one token, sleeping as needed; return the seconds waited."""
+        if self.rate <= 0:
+            return 0.0
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = self.clock()
+                self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+                self.last = now
+                if self.tokens >= 1.0:
+                    self.tokens -= 1.0
+                    return waited
+                wait = (1.0 - self.tokens) / self.rate
+            self.sleep(wait)
+            waited += wait
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
+                  jitter: Callable[[], float] = random.random) -> float:
+    """Delay before retry number `attempt` (0-based): base·2^attempt with up to 25% jitter, capped;
+    a server's Retry-After wins (also capped)."""
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, cap)
+    return min(base * (2 ** attempt) * (1 + 0.25 * jitter()), cap)
+
+
+def call_with_retries(fn: Callable[[], T], max_retries: int, base: float, cap: float = 60.0,
+                      sleep: Callable[[float], None] = time.sleep, bucket: TokenBucket | None = None,
+                      on_attempt: Callable[[int], None] | None = None,
+                      jitter: Callable[[], float] = random.random) -> tuple[T, int]:
+    """Call `fn` until it does not raise RetryableError (at most `max_retries` retries), taking a
+    bucket token before every attempt. Returns (result, retries used); re-raises the last
+    RetryableError (with `.retries`) when retries run out."""
+    attempt = 0
+    while True:
+        if bucket is not None:
+            bucket.acquire()
+        if on_attempt is not None:
+            on_attempt(attempt)
+        try:
+            return fn(), attempt
+        except RetryableError as exc:
+            exc.retries = attempt
+            if attempt >= max_retries:
+                raise
+            sleep(backoff_delay(attempt, base, cap, exc.retry_after, jitter))
+            attempt += 1
+
+
+# --- error mapping ------------------------------------------------------------------------------
+
+@contextmanager
+def openai_errors() -> Iterator[None]:
+    """Around one openai SDK call: retryable statuses, timeouts, connection errors and undecodable
+    bodies become RetryableError (with the server's Retry-After); other errors pass through."""
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        if exc.status_code in RETRYABLE_STATUS:
+            raise RetryableError(f"HTTP {exc.status_code}",
+                                 retry_after_from_headers(getattr(exc.response, "headers", None))) from None
+        raise
+    except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+        raise RetryableError(f"{type(exc).__name__}: {exc}"[:300]) from None
+    except (openai.APIResponseValidationError, json.JSONDecodeError) as exc:
+        raise RetryableError(f"malformed response: {type(exc).__name__}: {exc}"[:300]) from None
+
+
+@contextmanager
+def genai_errors() -> Iterator[None]:
+    """Around one google-genai call: the same mapping (the SDK's APIError carries `.code` and the
+    httpx response; Retry-After is honoured like everywhere else)."""
+    import httpx
+    from google.genai import errors
+
+    try:
+        yield
+    except errors.APIError as exc:
+        code = int(getattr(exc, "code", 0) or 0)
+        if code in RETRYABLE_STATUS or code >= 500:
+            headers = getattr(getattr(exc, "response", None), "headers", None)
+            raise RetryableError(f"HTTP {code} {getattr(exc, 'status', '') or ''}".strip(),
+                                 retry_after_from_headers(headers)) from None
+        raise
+    except (httpx.TimeoutException, httpx.TransportError) as exc:
+        raise RetryableError(f"{type(exc).__name__}: {exc}"[:300]) from None
+    except json.JSONDecodeError as exc:
+        raise RetryableError(f"malformed response: {exc}"[:300]) from None
+
+
+_PARAM_IN_MESSAGE = re.compile(r"(?:unsupported|unrecognized|unknown|not supported)[^'\"`]*['\"`]([A-Za-z_][\w.]*)['\"`]",
+                               re.IGNORECASE)
+_PARAM_FIRST = re.compile(r"['\"`]([A-Za-z_][\w.]*)['\"`][^.]*(?:is not supported|not supported|unsupported)",
+                          re.IGNORECASE)
+
+
+def error_body(exc: Any) -> dict:
+    """The `error` object of an API error body (OpenAI `{"error": {...}}`, Google alike), or {}."""
+    body = getattr(exc, "body", None)
+    if body is None:
+        body = getattr(exc, "details", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        return inner if isinstance(inner, dict) else {}
+    return {}
+
+
+def unsupported_parameter(exc: Any) -> str | None:
+    """The request parameter a 400 rejects (`param`, `unsupported_parameter`/`unsupported_value` codes,
+    or the parameter quoted in the message), else None."""
+    if int(getattr(exc, "status_code", getattr(exc, "code", 0)) or 0) != 400:
+        return None
+    err = error_body(exc)
+    if err.get("param"):
+        return str(err["param"])
+    message = str(err.get("message") or getattr(exc, "message", "") or exc)
+    for pattern in (_PARAM_IN_MESSAGE, _PARAM_FIRST):
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
+
+
+def api_failure_reason(exc: Any) -> str:
+    """One readable failure reason for a non-retryable API error; a rejected parameter is named first."""
+    code = getattr(exc, "status_code", None) or getattr(exc, "code", None) or "?"
+    err = error_body(exc)
+    message = str(err.get("message") or getattr(exc, "message", "") or exc)[:240]
+    param = unsupported_parameter(exc)
+    if param:
+        return f"unsupported parameter '{param}' for this model (HTTP {code}): {message}"
+    return f"HTTP {code}: {message}"
+
+
+# --- clients ----------------------------------------------------------------------------------
+
+def openai_client(api_key: str, base_url: str | None, timeout_s: float):
+    """An openai.OpenAI client with the SDK's retries off (ours count them)."""
+    import openai
+
+    return openai.OpenAI(api_key=api_key or "unused", base_url=base_url or None, timeout=timeout_s, max_retries=0)
+
+
+def genai_http_options(base_url: str | None, timeout_s: float):
+    """google-genai HttpOptions: our timeout (ms), the SDK's own retries off."""
+    from google.genai import types
+
+    return types.HttpOptions(base_url=base_url or None, timeout=int(timeout_s * 1000),
+                             retry_options=types.HttpRetryOptions(attempts=1))
+
+
+__all__ = ["RETRYABLE_STATUS", "RetryableError", "TokenBucket", "api_failure_reason", "backoff_delay",
+           "call_with_retries", "error_body", "genai_errors", "genai_http_options", "openai_client",
+           "openai_errors", "parse_retry_after", "retry_after_from_headers", "unsupported_parameter"]

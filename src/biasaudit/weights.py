@@ -1,0 +1,376 @@
+"""Every model weight the pipeline can use: where it comes from, how big it is, its licence or gating
+step, where it lives locally, and what the current parameters need.
+
+    biasaudit weights list [--profile paper]     # the table (README "Getting the real models")
+    biasaudit weights fetch [--profile paper]    # download what is missing into models/ (HF_TOKEN for gated repos)
+    biasaudit weights verify [--profile paper]   # offline: every file present and its sha256 as recorded
+
+Pinning: a Hugging Face repo is fetched at `revision` (a branch or commit); `fetch` resolves it to
+the commit it downloaded, checks every file against the sha256 the Hub publishes for it (LFS) and
+writes both to `models/weights.lock.json`. `verify` recomputes the sha256 of every file offline and
+compares it with the lock; a later `fetch` downloads exactly the locked commit again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODELS_DIR = Path("models")
+LOCK_FILE = MODELS_DIR / "weights.lock.json"
+
+
+@dataclass(frozen=True)
+class Weight:
+    name: str
+    what: str
+    kind: str                   # hf (a Hub repo, diffusers/open_clip layout) | zip (model-zoo archive) | hf-file
+    source: str                 # Hub repo id, or URL
+    local_path: str             # where params point (relative to the repository root)
+    size_gb: float              # download size, approximate
+    licence: str
+    gate: str = ""              # what to do before fetching ('' = nothing)
+    revision: str = "main"      # pinned to a commit in models/weights.lock.json by `fetch`
+    files: tuple[str, ...] = ()  # allow_patterns (hf) / the one file (hf-file)
+    published: str = ""         # the original publication location, when we fetch from a mirror
+    fetchable: bool = True      # False: served by another program (vLLM) or hosted
+
+
+INSIGHTFACE_ZOO = "https://github.com/deepinsight/insightface/releases/download/model-zoo/"
+
+# The paper profile's local models (hosted ones need keys, not weights).
+WEIGHTS: tuple[Weight, ...] = (
+    Weight("sd35-large-turbo", "Stable Diffusion 3.5 Large Turbo (diffusers layout, bf16)", "hf",
+           "stabilityai/stable-diffusion-3.5-large-turbo", "models/sd35-large-turbo", 27.9,
+           "Stability AI Community License (free under USD 1M annual revenue)",
+           gate="gated: accept the licence at https://huggingface.co/stabilityai/stable-diffusion-3.5-large-turbo "
+                "with your account, then export HF_TOKEN=<a read token>",
+           files=("model_index.json", "scheduler/*", "text_encoder/*", "text_encoder_2/*", "text_encoder_3/*",
+                  "tokenizer/*", "tokenizer_2/*", "tokenizer_3/*", "transformer/*", "vae/*")),
+    Weight("flux-schnell", "FLUX.1-schnell (diffusers layout, bf16)", "hf", "black-forest-labs/FLUX.1-schnell",
+           "models/flux-schnell", 33.7, "Apache-2.0",
+           files=("model_index.json", "scheduler/*", "text_encoder/*", "text_encoder_2/*", "tokenizer/*",
+                  "tokenizer_2/*", "transformer/*", "vae/*")),
+    Weight("clip-vit-h-14", "open_clip ViT-H-14 laion2b_s32b_b79k (homogeneity gap)", "hf-file",
+           "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", "models/clip-vit-h-14/open_clip_model.safetensors", 3.9, "MIT",
+           files=("open_clip_model.safetensors",)),
+    Weight("insightface-buffalo_l", "InsightFace buffalo_l (SCRFD-10GF detector + ArcFace ResNet50 w600k_r50)", "zip",
+           INSIGHTFACE_ZOO + "buffalo_l.zip", "models/insightface/models/buffalo_l", 0.28,
+           "InsightFace models: non-commercial research use only",
+           gate="research use only: read https://github.com/deepinsight/insightface#license before fetching"),
+    Weight("bisenet-face-parsing", "BiSeNet face parsing, CelebAMask-HQ (79999_iter.pth; skin class)", "hf-file",
+           "ManyOtherFunctions/face-parse-bisent", "models/bisenet/79999_iter.pth", 0.05,
+           "MIT (zllrunning/face-parsing.PyTorch); CelebAMask-HQ: non-commercial research",
+           files=("79999_iter.pth",),
+           published="https://drive.google.com/open?id=154JgKpzCPW82qINcVieuPH3fZ2e0P812 "
+                     "(zllrunning/face-parsing.PyTorch README); fetched from a Hugging Face mirror"),
+    Weight("llama-3.2-90b-vision", "Llama 3.2 90B Vision Instruct (served by vLLM at localhost:8000)", "hf",
+           "meta-llama/Llama-3.2-90B-Vision-Instruct", "(the vLLM server's cache)", 177.0,
+           "Llama 3.2 Community License",
+           gate="gated: accept the licence at https://huggingface.co/meta-llama/Llama-3.2-90B-Vision-Instruct; "
+                "vLLM downloads it: `vllm serve meta-llama/Llama-3.2-90B-Vision-Instruct --port 8000`",
+           fetchable=False),
+)
+BY_NAME = {w.name: w for w in WEIGHTS}
+
+
+# --- what the parameters need -----------------------------------------------------------------
+
+@dataclass
+class Need:
+    """One thing a stage needs: a weight (file/folder), an API key, or a running server."""
+    kind: str          # weight | key | server
+    what: str          # path, variable name or URL
+    used_by: str       # the params key / stage that needs it
+    fix: str           # the exact step that provides it
+    stage: str = ""    # dvc stage (generate@x, faces@x, classify@x, reflect@x, counterfactuals, ...)
+    weight: Weight | None = field(default=None, repr=False)
+
+
+def _weight_for_path(path: str) -> Weight | None:
+    norm = Path(path).as_posix().rstrip("/")
+    for w in WEIGHTS:
+        if w.local_path == norm or w.source == path:
+            return w
+    return None
+
+
+def _weight_need(path: str, used_by: str, stage: str, folder_marker: str = "") -> Need:
+    w = _weight_for_path(path)
+    if w is not None and w.fetchable:
+        fix = f"biasaudit weights fetch --only {w.name}" + (f"  ({w.gate})" if w.gate else "")
+    else:
+        fix = f"put the weights at {path} (or point {used_by} at them)"
+    return Need("weight", path + (f"/{folder_marker}" if folder_marker else ""), used_by, fix, stage, w)
+
+
+def _is_local_url(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    return (urlparse(url).hostname or "") in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def _hosted_needs(spec: Any, used_by: str, stage: str, backend_kind: str) -> list[Need]:
+    """Key (unless a local server needs none) and, for a local base_url, the server itself."""
+    out: list[Need] = []
+    base_url = getattr(spec, "base_url", "") or ""
+    key = getattr(spec, "api_key_env", "") or ""
+    if base_url and _is_local_url(base_url):
+        out.append(Need("server", base_url, used_by, f"start the server {base_url} (e.g. `vllm serve "
+                        f"{spec.model_id} --port {base_url.rsplit(':', 1)[-1].split('/')[0]}`)", stage))
+    elif key:
+        from urllib.parse import urlparse
+
+        provider = urlparse(base_url).hostname if base_url else backend_kind
+        out.append(Need("key", key, used_by, f"export {key}=<your API key for {provider}>", stage))
+    return out
+
+
+def needs(cfg: Any) -> list[Need]:
+    """Everything the parameters `cfg` need that is not in this repository: weights, keys, servers."""
+    out: list[Need] = []
+    for name, spec in cfg.models.items():
+        stage = f"generate@{name}"
+        if spec.backend == "diffusers":
+            out.append(_weight_need(spec.model_id, f"models.{name}.model_id", stage, "model_index.json"))
+        elif spec.backend in ("imagen", "openai"):
+            if spec.backend == "imagen" and spec.vertex_project:
+                continue  # application default credentials
+            if spec.api_key_env:
+                out.append(Need("key", spec.api_key_env, f"models.{name}.api_key_env",
+                                f"export {spec.api_key_env}=<your {spec.backend} API key>", stage))
+    f = cfg.faces
+    for model in cfg.models:
+        stage = f"faces@{model}"
+        if f.detector == "insightface" and f.insightface_root != "tiny":
+            root = f.insightface_root or str(Path("~/.insightface").expanduser())
+            out.append(_weight_need(str(Path(root) / "models" / f.insightface_model), "faces.insightface_root",
+                                    stage))
+        if f.skin_method == "bisenet":
+            out.append(_weight_need(f.bisenet_weights, "faces.bisenet_weights", stage))
+        if f.clip_pretrained != "tiny":
+            out.append(_clip_need(f.clip_model, f.clip_pretrained, "faces.clip_pretrained", stage))
+        break  # the same files for every faces@<model> stage
+    out += _vlm_needs(cfg.classify.vlm, "classify.vlm", "classify@*")
+    for name, spec in cfg.vlms.items():
+        out += _vlm_needs(spec, f"vlms.{name}", f"reflect@{name}")
+    cf = cfg.counterfactuals
+    if cf.backend in ("gemini", "openai"):
+        out += _hosted_needs(cf, "counterfactuals", "counterfactuals", cf.backend)
+    elif cf.backend == "diffusers":
+        out.append(_weight_need(cf.model_id, "counterfactuals.model_id", "counterfactuals", "model_index.json"))
+    elif cf.backend == "folder":
+        out.append(Need("weight", cf.folder_dir, "counterfactuals.folder_dir",
+                        "put the FOCUS-layout images there", "counterfactuals"))
+    if cfg.sources.source == "folder" and cf.backend != "folder":
+        out.append(Need("weight", cfg.sources.input_dir, "sources.input_dir",
+                        f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
+    seen, unique = set(), []
+    for n in out:  # one line per missing thing, even when several stages share it
+        if (n.kind, n.what) not in seen:
+            seen.add((n.kind, n.what))
+            unique.append(n)
+    return unique
+
+
+def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
+    if Path(pretrained).suffix or "/" in pretrained:
+        return _weight_need(pretrained, used_by, stage)
+    try:  # an open_clip tag: its Hub repo in the local cache
+        import open_clip
+
+        hub = (open_clip.get_pretrained_cfg(model, pretrained) or {}).get("hf_hub", "").strip("/")
+    except Exception:  # noqa: BLE001
+        hub = ""
+    w = BY_NAME["clip-vit-h-14"]
+    return Need("weight", f"hf-cache:{hub or pretrained}", used_by,
+                f"biasaudit weights fetch --only {w.name}, and set {used_by}: {w.local_path}", stage, None)
+
+
+def _vlm_needs(spec: Any, used_by: str, stage: str) -> list[Need]:
+    if spec.backend in ("gemini", "openai"):
+        return _hosted_needs(spec, used_by, stage, spec.backend)
+    if spec.backend == "transformers":
+        return [_weight_need(spec.model_id, f"{used_by}.model_id", stage, "config.json")]
+    if spec.backend == "clip" and spec.clip_pretrained:
+        return [_clip_need(spec.model_id, spec.clip_pretrained, f"{used_by}.clip_pretrained", stage)]
+    if spec.backend == "file":
+        return [Need("weight", spec.model_id, f"{used_by}.model_id", "write the label CSV there", stage)]
+    return []
+
+
+# --- checking (offline) ---------------------------------------------------------------------------
+
+def present(need: Need, env: dict[str, str] | None = None, connect_timeout_s: float = 0.5) -> bool:
+    env = os.environ if env is None else env
+    if need.kind == "key":
+        return bool(env.get(need.what))
+    if need.kind == "server":
+        return server_up(need.what, connect_timeout_s)
+    if need.what.startswith("hf-cache:"):
+        return _in_hf_cache(need.what.split(":", 1)[1])
+    path = Path(need.what).expanduser()
+    if need.weight is not None and need.weight.kind == "zip":
+        return path.is_dir() and any(path.glob("*.onnx"))
+    return path.exists()
+
+
+def _in_hf_cache(repo: str) -> bool:
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return any(r.repo_id == repo for r in scan_cache_dir().repos)
+    except Exception:  # noqa: BLE001 - no cache at all
+        return False
+
+
+def server_up(url: str, timeout_s: float = 0.5) -> bool:
+    """Whether something listens at the URL's host:port (a TCP connect; local servers only)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname or "localhost", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def missing(cfg: Any, env: dict[str, str] | None = None, stage: str = "") -> list[Need]:
+    """What `cfg` needs and this machine lacks (all of it in one pass; `stage`: only that stage's)."""
+    wanted = [n for n in needs(cfg) if not stage or _stage_match(n.stage, stage)]
+    return [n for n in wanted if not present(n, env)]
+
+
+def _stage_match(need_stage: str, stage: str) -> bool:
+    if need_stage.endswith("@*"):
+        return stage.split("@")[0] == need_stage[:-2]
+    return need_stage == stage
+
+
+# --- list / fetch / verify --------------------------------------------------------------------------
+
+def table_rows(weights: tuple[Weight, ...] = WEIGHTS) -> list[dict[str, str]]:
+    lock = read_lock()
+    rows = []
+    for w in weights:
+        pinned = lock.get(w.name, {}).get("commit") or w.revision
+        rows.append({"name": w.name, "what": w.what,
+                     "source": (f"hf:{w.source}@{pinned}" if w.kind.startswith("hf") else w.source)
+                               + (f"; published: {w.published}" if w.published else ""),
+                     "size": f"{w.size_gb:g} GB", "licence": w.licence, "gate": w.gate or "-",
+                     "local path": w.local_path})
+    return rows
+
+
+def format_table(rows: list[dict[str, str]]) -> str:
+    lines = []
+    for r in rows:
+        lines.append(f"{r['name']}: {r['what']}\n  source:  {r['source']}\n  size:    {r['size']}\n"
+                     f"  licence: {r['licence']}\n  gate:    {r['gate']}\n  path:    {r['local path']}")
+    return "\n".join(lines)
+
+
+def read_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def sha256_path(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files_under(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts)
+
+
+def fetch(weight: Weight, token: str | None = None, lock_path: Path = LOCK_FILE) -> dict[str, Any]:
+    """Download one weight into its local path and record commit + sha256 of every file in the lock."""
+    if not weight.fetchable:
+        raise ValueError(f"{weight.name} is not fetched by biasaudit: {weight.gate}")
+    dest = Path(weight.local_path)
+    lock = read_lock(lock_path)
+    revision = lock.get(weight.name, {}).get("commit") or weight.revision
+    entry: dict[str, Any] = {"source": weight.source, "revision": weight.revision}
+    if weight.kind in ("hf", "hf-file"):
+        from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+
+        api = HfApi(token=token)
+        info = api.model_info(weight.source, revision=revision, files_metadata=True, token=token)
+        entry["commit"] = info.sha
+        if weight.kind == "hf":
+            snapshot_download(weight.source, revision=info.sha, local_dir=dest, allow_patterns=list(weight.files),
+                              token=token)
+            root = dest
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            hf_hub_download(weight.source, weight.files[0], revision=info.sha, local_dir=dest.parent, token=token)
+            root = dest.parent
+        published = {s.rfilename: getattr(s.lfs, "sha256", None) if s.lfs else None for s in info.siblings or []}
+        files = {}
+        for p in _files_under(dest):
+            rel = p.relative_to(root).as_posix()
+            digest = sha256_path(p)
+            expected = published.get(rel)
+            if expected and expected != digest:
+                raise ValueError(f"{weight.name}: {rel} has sha256 {digest}, the Hub publishes {expected}")
+            files[rel] = digest
+        entry["files"] = files
+    elif weight.kind == "zip":
+        import urllib.request
+        import zipfile
+
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = dest.parent / Path(weight.source).name
+        urllib.request.urlretrieve(weight.source, archive)  # noqa: S310 - a fixed https URL
+        entry["archive_sha256"] = sha256_path(archive)
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.namelist():
+                target = dest / Path(member).name  # the zoo zips have flat or one-folder layouts
+                if member.endswith("/"):
+                    continue
+                target.write_bytes(zf.read(member))
+        archive.unlink()
+        entry["files"] = {p.name: sha256_path(p) for p in _files_under(dest)}
+    lock[weight.name] = entry
+    from biasaudit.io import atomic_write_json
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(lock_path, lock)
+    return entry
+
+
+def verify(weight: Weight, lock_path: Path = LOCK_FILE) -> tuple[bool, str]:
+    """Offline: is every locked file present with its recorded sha256?"""
+    path = Path(weight.local_path)
+    if not weight.fetchable:
+        return True, "not a local file (served elsewhere)"
+    if not path.exists():
+        return False, f"missing {path}: biasaudit weights fetch --only {weight.name}"
+    entry = read_lock(lock_path).get(weight.name)
+    if not entry or not entry.get("files"):
+        return False, (f"present but not in {lock_path} (no checksums recorded): "
+                       f"biasaudit weights fetch --only {weight.name}")
+    root = path if weight.kind in ("hf", "zip") else path.parent
+    for rel, digest in entry["files"].items():
+        p = root / rel
+        if not p.is_file():
+            return False, f"missing {p}: biasaudit weights fetch --only {weight.name}"
+        if sha256_path(p) != digest:
+            return False, f"sha256 mismatch for {p}: re-fetch with biasaudit weights fetch --only {weight.name}"
+    return True, f"{len(entry['files'])} files verified (commit {entry.get('commit', '-')})"
+
+
+__all__ = ["BY_NAME", "LOCK_FILE", "MODELS_DIR", "Need", "WEIGHTS", "Weight", "fetch", "format_table", "missing",
+           "needs", "present", "read_lock", "server_up", "table_rows", "verify"]

@@ -1,0 +1,166 @@
+"""The biasaudit command: `check` (offline passes; paper lists every missing weight, key and server in
+one run and exits non-zero), `weights list|verify`, `profile`, and `python -m biasaudit`."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from biasaudit import cli, weights
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = ("GEMINI_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "VLLM_API_KEY", "HF_TOKEN")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A sandbox with this repository's params and profiles and no models/ folder."""
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.insightface
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    return tmp_path
+
+
+def test_check_offline_passes(repo, capsys):
+    assert cli.main(["check"]) == 0
+    assert "valid (profile offline)" in capsys.readouterr().out
+
+
+def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
+    assert cli.main(["check", "--profile", "paper"]) == 1
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("  - ")]
+    expected = ["models/sd35-large-turbo/model_index.json", "models/flux-schnell/model_index.json",
+                "models/insightface/models/buffalo_l", "models/bisenet/79999_iter.pth",
+                "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
+                "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "data/vlm/source_photos"]
+    for item in expected:
+        assert sum(item in line for line in lines) == 1, item  # one line per missing item
+    assert len(lines) == len(expected)
+    assert all(": " in line and ("biasaudit weights fetch" in line or "export " in line or "start the server" in line
+                                 or "put " in line) for line in lines)  # each with its fix
+    assert "HF_TOKEN" in next(line for line in lines if "sd35" in line)  # the gating step
+    assert (repo / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()  # --profile switches nothing
+
+
+def test_check_one_stage_and_keys_from_the_environment(repo, capsys, monkeypatch):
+    assert cli.main(["check", "--profile", "paper", "--stage", "reflect@gpt-5"]) == 1
+    assert "OPENAI_API_KEY" in capsys.readouterr().out
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    assert cli.main(["check", "--profile", "paper", "--stage", "reflect@gpt-5"]) == 0
+    assert cli.main(["check", "--profile", "paper", "--stage", "classify@flux-schnell"]) == 1
+
+
+def test_check_invalid_params_exit_2(repo, capsys):
+    text = (repo / "params.yaml").read_text().replace("  top_k:", "  top_kk:", 1)
+    (repo / "params.yaml").write_text(text)
+    assert cli.main(["check"]) == 2
+    assert "top_kk" in capsys.readouterr().err
+
+
+def test_weights_list_paper_shows_sources_sizes_licences(repo, capsys):
+    assert cli.main(["weights", "list", "--profile", "paper"]) == 0
+    out = capsys.readouterr().out
+    for w in ("sd35-large-turbo", "flux-schnell", "clip-vit-h-14", "insightface-buffalo_l", "bisenet-face-parsing",
+              "llama-3.2-90b-vision"):
+        block = out.split(f"{w}: ", 1)[1].split("\n  path:", 1)[0]
+        assert "source:" in block and " GB" in block and "licence:" in block, w
+    assert "hf:stabilityai/stable-diffusion-3.5-large-turbo@" in out and "buffalo_l.zip" in out
+    assert cli.main(["weights", "list"]) == 0  # offline profile without --profile: the whole table
+    assert cli.main(["weights", "list", "--needed"]) == 0
+    assert "no model weights needed" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_weights_verify_against_the_lock(repo, capsys):
+    w = weights.BY_NAME["bisenet-face-parsing"]
+    assert cli.main(["weights", "verify", "--only", w.name]) == 1
+    path = repo / w.local_path
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"checkpoint bytes")
+    assert weights.verify(w)[0] is False and "not in" in weights.verify(w)[1]  # present, never fetched
+    lock = {w.name: {"commit": "c0ffee", "files": {"79999_iter.pth": weights.sha256_path(path)}}}
+    (repo / "models" / "weights.lock.json").write_text(json.dumps(lock))
+    assert cli.main(["weights", "verify", "--only", w.name]) == 0
+    path.write_bytes(b"corrupted")
+    ok, message = weights.verify(w)
+    assert not ok and "sha256 mismatch" in message
+    capsys.readouterr()
+
+
+def test_profile_switch_and_python_m(repo):
+    assert cli.main(["profile", "paper"]) == 0
+    assert "profile: paper" in (repo / "params.yaml").read_text()
+    assert cli.main(["profile", "offline"]) == 0
+    from biasaudit.config import load_params
+
+    assert load_params(repo / "params.yaml") == load_params(ROOT / "params.yaml")
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(repo), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "biasaudit", "check"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_fetch_zip_records_checksums_and_verify_checks_them(repo):
+    """The model-zoo path end to end through urllib (a file:// URL stands in for the release URL)."""
+    import hashlib
+    import zipfile
+    from dataclasses import replace
+
+    archive = repo / "buffalo_l.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("det_10g.onnx", b"detector bytes")
+        zf.writestr("w600k_r50.onnx", b"recogniser bytes")
+    w = replace(weights.BY_NAME["insightface-buffalo_l"], source=archive.as_uri())
+    lock = repo / "models" / "weights.lock.json"
+    entry = weights.fetch(w, lock_path=lock)
+    assert entry["files"] == {"det_10g.onnx": hashlib.sha256(b"detector bytes").hexdigest(),
+                              "w600k_r50.onnx": hashlib.sha256(b"recogniser bytes").hexdigest()}
+    assert weights.verify(w, lock)[0]
+    (repo / w.local_path / "det_10g.onnx").write_bytes(b"tampered")
+    assert "sha256 mismatch" in weights.verify(w, lock)[1]
+
+
+def test_fetch_hub_repo_pins_the_commit_and_checks_published_sha256(repo, monkeypatch):
+    """Our bookkeeping around huggingface_hub (the Hub itself is not reachable here): the commit the
+    Hub resolves is locked, every file is checked against the LFS sha256 the Hub publishes."""
+    import hashlib
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    files = {"model_index.json": b"{}", "transformer/diffusion_pytorch_model.safetensors": b"weights"}
+    published = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+
+    class Api:
+        def __init__(self, token=None):
+            pass
+
+        def model_info(self, repo_id, revision=None, files_metadata=False, token=None):
+            assert files_metadata
+            return SimpleNamespace(sha="a" * 40, siblings=[SimpleNamespace(rfilename=n, lfs=SimpleNamespace(sha256=d))
+                                                           for n, d in published.items()])
+
+    def snapshot_download(repo_id, revision, local_dir, allow_patterns, token):
+        assert revision == "a" * 40
+        for name, data in files.items():
+            p = Path(local_dir) / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    w = weights.BY_NAME["flux-schnell"]
+    entry = weights.fetch(w)
+    assert entry["commit"] == "a" * 40 and entry["files"] == published
+    assert weights.verify(w) == (True, f"2 files verified (commit {'a' * 40})")
+    assert "hf:black-forest-labs/FLUX.1-schnell@" + "a" * 40 in weights.format_table(weights.table_rows((w,)))
+    files["model_index.json"] = b"corrupted in transit"
+    with pytest.raises(ValueError, match="the Hub publishes"):
+        weights.fetch(w)
