@@ -21,6 +21,10 @@ class Faces(Section):
     insightface_root: str = ""  # '' = insightface's default (~/.insightface); 'tiny' = random ONNX stand-in
     det_threshold: float = Field(0.85, ge=0.0, le=1.0)  # insightface det_score threshold (paper: 0.85)
     det_size: int = Field(640, ge=128)  # insightface detector input side
+    # Instrument check on every image: a second packaged detector (the share of faces one finds and the
+    # other misses, by label and L* bin, in the analysis). "none" turns it off.
+    cross_detector: Literal["none", "dlib-hog", "dlib-cnn"] = "none"
+    cross_upsample: int = Field(0, ge=0, le=3)
     measure_multi_face: bool = True  # several faces: measure the largest (True) or record 'multi_face' (False)
     # Skin mask: 68-landmark polygon minus eyes/brows/mouth/nostrils, or BiSeNet (CelebAMask-HQ skin class).
     skin_method: Literal["landmarks", "bisenet"] = "landmarks"

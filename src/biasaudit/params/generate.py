@@ -14,10 +14,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from biasaudit import GROUPS
 from biasaudit.params.base import Section
 
-Backend = Literal["diffusers", "tiny", "imagen", "openai", "folder", "packaged-photos"]
-STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos"})
+Backend = Literal["diffusers", "tiny", "imagen", "openai", "folder", "packaged-photos", "planted"]
+STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos", "planted"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -34,6 +35,48 @@ OPENAI_SIZES: dict[str, set[tuple[int, int]]] = {
     "dall-e-2": {(256, 256), (512, 512), (1024, 1024)},
 }
 MAX_SIDE = 4096
+
+
+def _per_group(values: dict[str, float]) -> dict[str, float]:
+    return {g: float(values[g]) for g in GROUPS}
+
+
+class PlantedSpec(Section):
+    """The `planted` backend (PLANTED truth, not a model): a declared distortion of each prompt's
+    benchmark shares and per-label skin-tone distributions (see backends/generators/planted.py)."""
+
+    prompts_file: str = "data/t2i/prompts.csv"  # benchmark shares per prompt (the prompts stage output)
+    scale: dict[str, float] = Field(default_factory=lambda: {"black": 0.5})  # planted share = benchmark × factor
+    receiver: str = "white"  # gets the mass the scaling removed
+    L_mean: dict[str, float] = Field(default_factory=lambda: {
+        "white": 66.0, "black": 34.0, "asian": 62.0, "hispanic": 52.0, "other": 48.0})
+    L_sd: dict[str, float] = Field(default_factory=lambda: {g: 5.0 for g in GROUPS})
+    L_range: list[float] = Field(default_factory=lambda: [15.0, 80.0])  # planted L* clipped to this range
+    hue_mean: dict[str, float] = Field(default_factory=lambda: {
+        "white": 52.0, "black": 58.0, "asian": 64.0, "hispanic": 60.0, "other": 56.0})
+    hue_sd: dict[str, float] = Field(default_factory=lambda: {g: 3.0 for g in GROUPS})
+    max_crop_factor: float = Field(2.5, ge=1.3, le=6.0)  # crop side at most this × the face box side
+
+    @model_validator(mode="after")
+    def _check(self) -> "PlantedSpec":
+        for key in ("L_mean", "L_sd", "hue_mean", "hue_sd"):
+            missing = set(GROUPS) - set(getattr(self, key))
+            extra = set(getattr(self, key)) - set(GROUPS)
+            if missing or extra:
+                raise ValueError(f"planted.{key}: needs exactly the groups {list(GROUPS)} "
+                                 f"(missing {sorted(missing)}, unknown {sorted(extra)})")
+        unknown = (set(self.scale) | {self.receiver}) - set(GROUPS)
+        if unknown:
+            raise ValueError(f"planted.scale/receiver: unknown group(s) {sorted(unknown)}")
+        if self.receiver in self.scale:
+            raise ValueError(f"planted.receiver: '{self.receiver}' cannot also be scaled")
+        if any(not 0.0 <= v <= 1.0 for v in self.scale.values()):
+            raise ValueError("planted.scale: factors must lie in [0, 1] (the removed mass goes to the receiver)")
+        if any(v < 0 for v in [*self.L_sd.values(), *self.hue_sd.values()]):
+            raise ValueError("planted.L_sd/hue_sd: standard deviations must be ≥ 0")
+        if len(self.L_range) != 2 or not 0.0 <= self.L_range[0] < self.L_range[1] <= 100.0:
+            raise ValueError("planted.L_range: need 0 ≤ low < high ≤ 100")
+        return self
 
 
 class GeneratorSpec(Section):
@@ -78,6 +121,8 @@ class GeneratorSpec(Section):
     # --- folder import ---
     folder: str | None = None  # directory of images
     mapping_csv: str | None = None  # CSV with columns file, prompt_id (optional index)
+    # --- planted (PLANTED truth for the offline profile; defaults when the backend is planted) ---
+    planted: PlantedSpec | None = None
 
     @field_validator("api_key_env")
     @classmethod
@@ -116,6 +161,8 @@ class GeneratorSpec(Section):
                 raise ValueError(f"width/height: {self.model_id} makes only {allowed}; got {size[0]}x{size[1]}")
             if not self.api_key_env:
                 raise ValueError("api_key_env: required for the openai backend (e.g. OPENAI_API_KEY)")
+        if b == "planted" and self.planted is None:
+            object.__setattr__(self, "planted", PlantedSpec())
         if b == "folder" and (not self.folder or not self.mapping_csv):
             raise ValueError("folder, mapping_csv: both required for the folder backend")
         if self.cpu_offload != "none" and self.device not in ("auto", "cuda"):
@@ -132,7 +179,10 @@ class GeneratorSpec(Section):
         operational = {"batch_size", "cpu_offload", "compile", "api_key_env", "base_url", "timeout_s",
                        "max_retries", "backoff_s", "max_backoff_s", "requests_per_minute", "vertex_project",
                        "vertex_location", "device"}
-        return {k: v for k, v in self.model_dump().items() if k not in operational}
+        settings = {k: v for k, v in self.model_dump().items() if k not in operational}
+        if settings.get("planted") is None:  # other backends: hashes unchanged by the planted key
+            settings.pop("planted", None)
+        return settings
 
 
 class Generate(Section):

@@ -2,7 +2,8 @@
 
 diffusers (any hub id / local pipeline folder), tiny (random-weight SD3/Flux, stand-in), imagen
 (google-genai), openai (images endpoint, also OpenAI-compatible servers), folder (import existing
-images), packaged-photos (stand-in: seeded variants of public-domain photos shipped in packages).
+images), packaged-photos (stand-in: seeded variants of public-domain photos shipped in packages), planted
+(PLANTED truth: recoloured packaged photos with declared labels and skin tones).
 Backends are imported lazily so that e.g. the API backends need no torch.
 """
 
@@ -39,6 +40,10 @@ def make_generator(name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | 
         from biasaudit.backends.generators.packaged_photos import PackagedPhotosGenerator
 
         return PackagedPhotosGenerator(name, spec)
+    if spec.backend == "planted":
+        from biasaudit.backends.generators.planted import PlantedGenerator
+
+        return PlantedGenerator(name, spec)
     raise ValueError(f"backend: unknown generator backend '{spec.backend}'")
 
 

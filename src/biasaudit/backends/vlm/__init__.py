@@ -14,7 +14,7 @@ from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, TokenBucket, VLMBa
 from biasaudit.backends.vlm.cache import Accounting, CachedVLM, Price
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 
-BACKENDS = ("gemini", "openai", "transformers", "clip", "file", "tiny")
+BACKENDS = ("gemini", "openai", "transformers", "clip", "file", "tiny", "simulated")
 
 
 def make_vlm_backend(spec: Any) -> VLMBackend:
@@ -37,6 +37,9 @@ def make_vlm_backend(spec: Any) -> VLMBackend:
     if spec.backend == "tiny":
         from biasaudit.backends.vlm.tiny import make_tiny
         return make_tiny(spec)
+    if spec.backend == "simulated":
+        from biasaudit.backends.vlm.simulated import SimulatedClassifier
+        return SimulatedClassifier(spec)
     raise ValueError(f"vlm.backend: unknown backend '{spec.backend}'; available: {', '.join(BACKENDS)}")
 
 
