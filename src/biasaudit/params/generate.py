@@ -55,7 +55,7 @@ class PlantedSpec(Section):
     hue_mean: dict[str, float] = Field(default_factory=lambda: {
         "white": 52.0, "black": 58.0, "asian": 64.0, "hispanic": 60.0, "other": 56.0})
     hue_sd: dict[str, float] = Field(default_factory=lambda: {g: 3.0 for g in GROUPS})
-    max_crop_factor: float = Field(2.5, ge=1.3, le=6.0)  # crop side at most this × the face box side
+    max_crop_factor: float = Field(2.0, ge=1.3, le=6.0)  # crop side at most this × the face box side
 
     @model_validator(mode="after")
     def _check(self) -> "PlantedSpec":

@@ -166,11 +166,11 @@ def recolour_skin(rgb: np.ndarray, mask: np.ndarray, weight: np.ndarray, target_
     after = describe_rgb(out[y0:y1, x0:x1][msub].astype(np.float64).mean(axis=0))
     return out, {"gamma": round(gamma, 5), "hue_rotation": round(dh, 3), "source_L": round(before["L"], 3),
                  "source_hue": round(before["h"], 3), "source_mask_L": round(after["L"], 3),
-                 "source_mask_hue": round(after["h"], 3)}
+                 "source_mask_hue": round(after["h"], 3), "source_mask_C": round(after["C"], 3)}
 
 
 def render(seed: int, width: int, height: int, target_L: float, target_hue: float,
-           max_crop_factor: float = 2.5) -> tuple[np.ndarray, dict[str, Any]]:
+           max_crop_factor: float = 2.0) -> tuple[np.ndarray, dict[str, Any]]:
     """The image of one planted (L*, hue): a seeded source photo, crop and flip, skin recoloured."""
     from PIL import Image
 
@@ -216,7 +216,7 @@ class PlantedGenerator(Generator):
         label, L, hue = draw_truth(np.random.default_rng([req.seed, 0]), p, self.planted)
         rgb, info = render(req.seed, req.width, req.height, L, hue, self.planted.max_crop_factor)
         return GenResult(rgb, extra={"planted": PLANTED, "planted_label": label, "planted_L": round(L, 4),
-                                     "planted_hue": round(hue, 4),
+                                     "planted_hue": round(hue, 4), "planted_C": info["source_mask_C"],
                                      "planted_shares": [round(float(x), 6) for x in p], **info})
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
