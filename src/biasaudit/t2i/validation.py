@@ -333,3 +333,34 @@ def face_loss(inputs: an.Inputs, boot: an.Boot, threshold: float = 0.10) -> Resu
                    "no_face_rate": {f"{r['model']}/{r['by']}/{r['group']}": r["no_face_rate"] for r in loss},
                    "cross_flagged": [f"{r['model']}/{r['by']}/{r['group']}" for r in cross if r["flagged"]]}
     return res
+
+
+# ---------------------------------------------------------------- the instruments stage, for the report
+
+def instruments_result(directory) -> Result:
+    """The `instruments` stage's sweep (reports/t2i/instruments) as a report section."""
+    from pathlib import Path
+
+    from biasaudit.faces.instruments import plot_sweep
+
+    res = Result("instruments", "Instrument bias by skin tone (detectors and skin masks on an L* sweep)")
+    directory = Path(directory)
+    if not (directory / "summary.csv").exists():
+        res.status, res.reason = NO_DATA, f"no {directory}/summary.csv (run the instruments stage)"
+        return res
+    summary = pd.read_csv(directory / "summary.csv")
+    res.tables["instruments_summary"] = summary
+    if (directory / "dark_rates.csv").exists():
+        dark = pd.read_csv(directory / "dark_rates.csv")
+        res.tables["instruments_dark_rates"] = dark
+        res.metrics = {f"{r.method}/{r.mode}/{r.L_range}": {"detection_rate": r.detection_rate,
+                                                            "mean_score": r.mean_score}
+                       for r in dark.itertuples()}
+    if (directory / "summary.json").exists():
+        methods = json.loads((directory / "summary.json").read_text()).get("methods", {})
+        res.notes += [f"{k}: {v}" for k, v in methods.items()]
+    res.figures["instruments"] = Figure(plot_sweep(summary), "Detectors and skin masks over an L* sweep",
+                                        "The packaged photos recoloured to each target L* (solid: skin only, "
+                                        "dashed: whole image); detection rate, score, measured − target L*, "
+                                        "mask area relative to the true mask.")
+    return res

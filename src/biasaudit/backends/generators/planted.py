@@ -149,17 +149,27 @@ def recolour_skin(rgb: np.ndarray, mask: np.ndarray, weight: np.ndarray, target_
     dh = float(target_hue - before["h"])
     skin_lab, skin_rgb, skin_w = lab[msub], sub[msub], wsub[msub]
 
-    def mean_L(gamma: float) -> float:
+    def mean_colour(gamma: float, dh: float) -> dict[str, float]:
         new = _lab_to_rgb(_recolour_lab(skin_lab[None], gamma, dh))[0]
-        return float(describe_rgb((skin_w * new + (1 - skin_w) * skin_rgb).mean(axis=0))["L"])
+        return describe_rgb((skin_w * new + (1 - skin_w) * skin_rgb).mean(axis=0))
 
-    lo, hi, gamma = 0.05, 20.0, 1.0  # γ < 1 lightens, γ > 1 darkens
-    for _ in range(max_iter):
-        gamma = float(np.sqrt(lo * hi))
-        got = mean_L(gamma)
-        if abs(got - target_L) <= tol:
+    def solve_gamma(dh: float) -> float:
+        lo, hi, gamma = 0.05, 20.0, 1.0  # γ < 1 lightens, γ > 1 darkens
+        for _ in range(max_iter):
+            gamma = float(np.sqrt(lo * hi))
+            got = mean_colour(gamma, dh)["L"]
+            if abs(got - target_L) <= tol:
+                break
+            lo, hi = (gamma, hi) if got > target_L else (lo, gamma)
+        return gamma
+
+    gamma = solve_gamma(dh)
+    for _ in range(3):  # gamut clipping moves the hue of the mean colour: correct the rotation, re-solve γ
+        miss = (target_hue - mean_colour(gamma, dh)["h"] + 180.0) % 360.0 - 180.0
+        if abs(miss) < 1.0:
             break
-        lo, hi = (gamma, hi) if got > target_L else (lo, gamma)
+        dh += miss
+        gamma = solve_gamma(dh)
     new = _lab_to_rgb(_recolour_lab(lab, gamma, dh))
     out = rgb.copy()
     out[y0:y1, x0:x1] = np.clip(np.round(wsub * new + (1 - wsub) * sub), 0, 255).astype(np.uint8)
