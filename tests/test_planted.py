@@ -155,3 +155,21 @@ def test_simulated_classifier_follows_the_declared_confusion():
     assert clf.answer("img-7", "white") == clf.answer("img-7", "white")  # seeded per image
     with pytest.raises(ValueError, match="sim_confusion"):
         VLMSpec(backend="simulated", sim_confusion={"white": {"white": 1.0}})
+
+
+def test_cross_detector_measures_faces_the_main_detector_lost():
+    """faces.cross_detector: a face the main detector missed still gets an L* from the second detector."""
+    from biasaudit.faces.detect import DlibDetector
+    from biasaudit.faces.stage import FaceMeasurer
+    from biasaudit.params.faces import Faces
+
+    measurer = object.__new__(FaceMeasurer)  # only the detector and mask parts (no CLIP load)
+    measurer.p, measurer.bisenet = Faces(cross_detector="dlib-hog"), None
+    measurer.cross = DlibDetector("hog", 1)
+    rgb, _ = render(11, 160, 160, 50.0, 58.0)
+    lost = measurer.cross_check(rgb, {"n_faces": 0})
+    assert lost["cross_detector"] == "dlib-hog" and lost["cross_n_faces"] == 1 and abs(lost["cross_L"] - 50.0) < 3
+    found = measurer.cross_check(rgb, {"n_faces": 1})
+    assert found["cross_n_faces"] == 1 and np.isnan(found["cross_L"])  # measured by the main detector already
+    measurer.cross = None
+    assert measurer.cross_check(rgb, {"n_faces": 0}) == {}
