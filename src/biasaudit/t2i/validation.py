@@ -234,7 +234,8 @@ def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correctio
     L_ok = L_rows[L_rows["planted"] >= 30]
     res.metrics = {
         "planted": True, "rows": len(table), "covered": int(table["covered"].sum()),
-        "tvd_covered": f"{int(tvd_rows['covered'].sum())}/{len(tvd_rows)}",
+        **{f"{q}_covered": f"{int(t['covered'].sum())}/{len(t)}"
+           for q, t in tvd_rows.groupby("quantity", sort=True)},
         "corrected_tvd_covered": f"{int(corr['covered'].sum())}/{len(corr)}",
         "corrected_closer": f"{int(corr['note'].str.contains(': closer to', regex=False).sum())}/{len(corr)}",
         "mean_L_within_tolerance_for_L_ge_30": bool(((L_ok["estimate"] - L_ok["planted"]).abs() <= tolerance).all())
