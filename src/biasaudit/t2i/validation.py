@@ -180,14 +180,14 @@ def plot_validation(table: pd.DataFrame) -> Figure:
 
     parts = [("TVD", table[table["quantity"].isin(["mean_tvd", "pooled_tvd", "corrected_mean_tvd"])]),
              ("mean L* per planted label", table[table["quantity"] == "mean_L"])]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), squeeze=False)
     for ax, (title, t) in zip(axes[0], parts):
         t = t.reset_index(drop=True)
         x = np.arange(len(t))
         err = np.vstack([t["estimate"] - t["low"], t["high"] - t["estimate"]]).clip(min=0)
         ax.errorbar(x, t["estimate"], yerr=np.nan_to_num(err), fmt="o", capsize=3, label="estimate (95% CI)")
         ax.scatter(x, t["planted"], marker="x", color="#b00", zorder=3, label="PLANTED")
-        ax.set_xticks(x, [f"{m}\n{q}\n{c}" for m, q, c in zip(t["model"], t["quantity"], t["category_or_group"])],
+        ax.set_xticks(x, [f"{m} · {q} · {c}" for m, q, c in zip(t["model"], t["quantity"], t["category_or_group"])],
                       fontsize=6, rotation=90)
         ax.set_title(title)
         ax.legend(fontsize=8)
