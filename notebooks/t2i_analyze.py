@@ -89,6 +89,19 @@ show(an.homogeneity(inputs, boot, params.n_permutations, params.min_group_size))
 show(an.reliability(inputs))
 show(an.corrected_tvd(inputs, boot))
 
+# %% [markdown]
+# ## Does the audit recover what was planted? And what do its instruments lose?
+# With PLANTED-truth images (offline profile) every headline quantity is set beside its planted value;
+# in every run, the faces lost by the detector (and by a second detector) by label and L* bin, flagged
+# above `face_loss_threshold`, and the instrument sweep of the `instruments` stage.
+
+# %%
+from biasaudit.t2i import validation as va
+
+show(va.validation(inputs, boot, params.dark_L_threshold, cfg.reliability.correction_method))
+show(va.face_loss(inputs, boot, params.face_loss_threshold))
+show(va.instruments_result(Path("reports/t2i/instruments")))
+
 # %%
 stand_in = cfg.profile == "offline" or any(
     bool(f["stand_in"].astype(bool).any()) for f in (inputs.manifests, inputs.labels, inputs.faces)

@@ -20,12 +20,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 EXPECTED = [
     "data/t2i/benchmarks/occupation.parquet", "data/t2i/benchmarks/geography.parquet",
     "data/t2i/benchmarks/surname.parquet", "data/t2i/prompts.csv",
-    "data/t2i/images/tiny-sd3/manifest.parquet", "data/t2i/images/tiny-flux/manifest.parquet",
-    "data/t2i/images/packaged-photos/manifest.parquet",
-    "data/t2i/labels/tiny-sd3.parquet", "data/t2i/labels/packaged-photos.parquet",
-    "data/t2i/faces/packaged-photos.parquet", "data/t2i/embeddings/packaged-photos/clip.npy",
-    "data/t2i/embeddings/packaged-photos/face.npy", "data/t2i/embeddings/packaged-photos/index.parquet",
+    "data/t2i/images/planted-a/manifest.parquet", "data/t2i/images/planted-b/manifest.parquet",
+    "data/t2i/labels/planted-a.parquet", "data/t2i/labels/planted-b.parquet",
+    "data/t2i/faces/planted-a.parquet", "data/t2i/embeddings/planted-a/clip.npy",
+    "data/t2i/embeddings/planted-a/face.npy", "data/t2i/embeddings/planted-a/index.parquet",
     "reports/t2i/reliability/summary.json", "reports/t2i/metrics.json", "reports/t2i/manifest.json",
+    "reports/t2i/tables/validation.csv", "reports/t2i/tables/face_loss.csv", "reports/t2i/tables/cross_detector.csv",
+    "reports/t2i/instruments/sweep.csv", "reports/t2i/instruments/summary.csv",
+    "reports/t2i/instruments/instruments.png",
     "data/vlm/edit_checks.parquet", "reports/vlm/summary.json", "reports/vlm/metrics.json",
     "reports/index.html", "reports/notebooks/t2i_analyze.html", "reports/notebooks/report.html",
 ]
@@ -74,6 +76,10 @@ def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
     assert not missing, f"missing or empty: {missing}"
     html = (fresh_repo / "reports/index.html").read_text()
     assert "STAND-IN" in html.upper()
+    import json
+
+    validation = json.loads((fresh_repo / "reports/t2i/metrics.json").read_text())["validation"]
+    assert validation["planted"] is True and validation["rows"] > 0
 
 
 def test_second_repro_does_nothing(fresh_repo, first_run):

@@ -79,6 +79,7 @@ WORK_DIR = T2I / ".work"
 T2I_REPORTS = REPORTS / "t2i"
 RELIABILITY_DIR = T2I_REPORTS / "reliability"
 OVERLAYS_DIR = T2I_REPORTS / "overlays"
+INSTRUMENTS_DIR = T2I_REPORTS / "instruments"
 
 # Method B
 VLM = DATA / "vlm"

@@ -32,7 +32,9 @@ def banner(cfg: Params) -> None:
 
     if cfg.profile == "offline":
         display(HTML("<div style='border:3px solid #b00;padding:8px;font-size:1.3em;color:#b00'>"
-                     "<b>STAND-IN RUN</b> (offline profile): random-weight models, a handful of prompts. "
-                     "The numbers below test the pipeline; they describe no real model.</div>"))
+                     "<b>STAND-IN RUN</b> (offline profile): PLANTED-truth images (recoloured packaged photos "
+                     "with declared labels and skin tones), a SIMULATED classifier, random-weight models "
+                     "elsewhere, a handful of prompts. The numbers below test the pipeline against known "
+                     "values; they describe no real model.</div>"))
     else:
         display(HTML(f"<div style='padding:6px;border:1px solid #555'>Profile: <b>{cfg.profile}</b></div>"))

@@ -28,7 +28,9 @@ from biasaudit.provenance import stable_hash
 COLOUR_COLUMNS = list(C.COLOUR_COLUMNS)
 FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox", "skin_pixels", *COLOUR_COLUMNS,
                  "status", "reason", "face_backend", "face_model_id", "face_revision", "skin_backend",
-                 "skin_model_id", "stand_in"]
+                 "skin_model_id", "stand_in",
+                 # instrument check: a second detector on every image (faces.cross_detector; NaN when off)
+                 "cross_detector", "cross_n_faces", "cross_det_score", "cross_L"]
 
 
 def _empty_colour() -> dict[str, Any]:
@@ -61,6 +63,11 @@ class FaceMeasurer:
         from biasaudit.faces.embeddings import ClipEmbedder
 
         self.clip = ClipEmbedder(p.clip_model, p.clip_pretrained, p.device, p.clip_batch_size)
+        self.cross = None
+        if p.cross_detector != "none":
+            from biasaudit.faces.detect import DlibDetector
+
+            self.cross = DlibDetector(p.cross_detector.removeprefix("dlib-"), upsample=p.cross_upsample)
         self.skin_model_id = Path(p.bisenet_weights).name if p.skin_method == "bisenet" else "shape_predictor_68_face_landmarks.dat"
 
     # ------------------------------------------------------------------ one image
@@ -102,6 +109,20 @@ class FaceMeasurer:
         rec |= describe_rgb(mean_skin_rgb(rgb, mask))
         return rec | {"status": "ok", "reason": note}, emb, mask, face.bbox
 
+    def cross_check(self, rgb: np.ndarray, fields: dict[str, Any]) -> dict[str, Any]:
+        """The second detector's verdict on the same image; where the main detector found no face but
+        this one did, the skin L* measured on its face (so lost faces still get an L* bin)."""
+        if self.cross is None:
+            return {}
+        faces = self.cross.detect(rgb)
+        out = {"cross_detector": self.cross.name, "cross_n_faces": len(faces),
+               "cross_det_score": faces[0].score if faces else float("nan"), "cross_L": float("nan")}
+        if faces and fields.get("n_faces", 0) == 0:
+            mask = self.skin_masks(rgb, [faces[0].bbox])[0]
+            if int(mask.sum()) >= self.p.min_skin_pixels:
+                out["cross_L"] = describe_rgb(mean_skin_rgb(rgb, mask))["L"]
+        return out
+
     # ------------------------------------------------------------------ batches
     def provenance(self) -> dict[str, Any]:
         return {"face_backend": self.detector.name, "face_model_id": self.detector.model_id,
@@ -118,7 +139,9 @@ class FaceMeasurer:
                 rec = {"image_id": it["image_id"], "model": it["model"], "prompt_id": it["prompt_id"],
                        "n_faces": 0, "det_score": float("nan"), "bbox": None, "skin_pixels": 0, **_empty_colour(),
                        **self.provenance(), "stand_in": bool(it.get("stand_in", False)) or self.detector.stand_in,
-                       "part": part, "clip_part_row": -1, "face_part_row": -1}
+                       "part": part, "clip_part_row": -1, "face_part_row": -1,
+                       "cross_detector": self.cross.name if self.cross else "none", "cross_n_faces": -1,
+                       "cross_det_score": float("nan"), "cross_L": float("nan")}
                 if it.get("status", "ok") != "ok":
                     records.append(rec | {"status": "skipped", "reason": f"generation {it.get('status')}: {it.get('reason', '')}"})
                     continue
@@ -128,6 +151,7 @@ class FaceMeasurer:
                     continue
                 try:
                     fields, emb, _, _ = self.measure(loaded.rgb)
+                    fields |= self.cross_check(loaded.rgb, fields)
                 except Exception as exc:  # noqa: BLE001 - one bad image never stops the stage
                     records.append(rec | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
                     continue

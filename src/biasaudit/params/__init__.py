@@ -11,7 +11,7 @@ from biasaudit.params.t2i import Benchmarks, Prompts
 from biasaudit.params.analysis import Analyze, Report
 from biasaudit.params.classify import Classify, Reliability, VLMSpec
 from biasaudit.params.execution import Execution
-from biasaudit.params.faces import Baseline, Faces
+from biasaudit.params.faces import Baseline, Faces, Instruments
 from biasaudit.params.generate import Generate, GeneratorSpec, Models
 from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits
 
@@ -26,6 +26,7 @@ class Params(Section):
     generate: Generate = Field(default_factory=Generate)
     faces: Faces = Field(default_factory=Faces)
     baseline: Baseline = Field(default_factory=Baseline)  # real-portrait baseline of the homogeneity gap
+    instruments: Instruments = Field(default_factory=Instruments)  # detector/mask bias over an L* sweep
     analyze: Analyze = Field(default_factory=Analyze)
     report: Report = Field(default_factory=Report)
     classify: Classify = Field(default_factory=Classify)

@@ -25,6 +25,9 @@ class Analyze(Section):
     min_group_size: int = Field(30, ge=2)
     n_permutations: int = Field(1000, ge=0, le=100_000)  # homogeneity permutation test (0 = off)
     figure_dpi: int = Field(150, ge=50, le=600)
+    # Instrument bias: a label or L* bin whose no-face (or cross-detector loss) rate exceeds this is flagged
+    # (its skin and face-embedding results lean toward the lighter faces that were found).
+    face_loss_threshold: float = Field(0.10, ge=0.0, le=1.0)
 
 
 class Report(Section):

@@ -37,6 +37,17 @@ DEFAULT_CLIP_CLASS_NAMES = {
 }
 
 
+# The `simulated` classifier's default P(says column | planted row): the paper's pattern (White, Black,
+# Asian mostly right; Hispanic confused mostly with White, then Asian). SIMULATED, not measured.
+DEFAULT_SIM_CONFUSION = {
+    "white": {"white": 0.95, "black": 0.01, "asian": 0.01, "hispanic": 0.02, "other": 0.01},
+    "black": {"white": 0.02, "black": 0.94, "asian": 0.01, "hispanic": 0.02, "other": 0.01},
+    "asian": {"white": 0.01, "black": 0.01, "asian": 0.95, "hispanic": 0.02, "other": 0.01},
+    "hispanic": {"white": 0.20, "black": 0.02, "asian": 0.10, "hispanic": 0.65, "other": 0.03},
+    "other": {"white": 0.10, "black": 0.05, "asian": 0.10, "hispanic": 0.10, "other": 0.65},
+}
+
+
 class Price(Section):
     input_per_mtok: float = Field(0.0, ge=0)   # USD per million input tokens
     output_per_mtok: float = Field(0.0, ge=0)  # USD per million output tokens
@@ -81,11 +92,21 @@ class VLMSpec(Section):
     clip_class_names: dict[str, list[str]] = Field(default_factory=lambda: dict(DEFAULT_CLIP_CLASS_NAMES))
     file_id_column: str = "image_id"      # 'file' backend: CSV columns
     file_label_column: str = "label"
+    # 'simulated' backend (SIMULATED, reads the planted label): P(answer | planted label) and its seed
+    sim_confusion: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+        t: dict(row) for t, row in DEFAULT_SIM_CONFUSION.items()})
+    sim_seed: int = 0
 
     @model_validator(mode="after")
     def _check(self) -> "VLMSpec":
         if self.backend in ("gemini", "openai") and not self.api_key_env and not self.base_url:
             raise ValueError(f"api_key_env: required for backend '{self.backend}' (name of an environment variable)")
+        if self.backend == "simulated":
+            rows = self.sim_confusion
+            if set(rows) != set(GROUPS) or any(set(r) - set(GROUPS) for r in rows.values()):
+                raise ValueError(f"sim_confusion: rows and columns must be the groups {list(GROUPS)}")
+            if any(v < 0 for r in rows.values() for v in r.values()) or any(sum(r.values()) <= 0 for r in rows.values()):
+                raise ValueError("sim_confusion: entries must be ≥ 0 with a positive sum per row")
         if self.backend == "clip":
             for t in self.clip_templates:
                 if "{}" not in t:

@@ -22,6 +22,10 @@ class Faces(Section):
     insightface_root: str = ""  # '' = insightface's default (~/.insightface); 'tiny' = random ONNX stand-in
     det_threshold: float = Field(0.85, ge=0.0, le=1.0)  # insightface: keep det_score > this (paper: > 0.85)
     det_size: int = Field(640, ge=128)  # insightface detector input side
+    # Instrument check on every image: a second packaged detector (the share of faces one finds and the
+    # other misses, by label and L* bin, in the analysis). "none" turns it off.
+    cross_detector: Literal["none", "dlib-hog", "dlib-cnn"] = "none"
+    cross_upsample: int = Field(0, ge=0, le=3)
     measure_multi_face: bool = True  # several faces: measure the largest (True) or record 'multi_face' (False)
     # Skin mask: 68-landmark polygon minus eyes/brows/mouth/nostrils, or BiSeNet (CelebAMask-HQ skin class).
     skin_method: Literal["landmarks", "bisenet"] = "landmarks"
@@ -61,3 +65,27 @@ class Baseline(Section):
     standin_per_group: int = Field(4, ge=2)  # packaged stand-in portraits per group
     n_boot: int = Field(200, ge=0)  # bootstrap resamples of portraits for the gap CIs
     n_permutations: int = Field(200, ge=0)
+
+
+class Instruments(Section):
+    """The `instruments` stage: detector and skin-mask behaviour over an L* sweep of the packaged photos."""
+
+    L_min: float = Field(15.0, ge=0.0, le=100.0)
+    L_max: float = Field(75.0, ge=0.0, le=100.0)
+    L_step: float = Field(5.0, gt=0.0)
+    recolourings: int = Field(4, ge=1, le=100)  # seeded photo/crop/flip/hue per L* (the same at every L*)
+    modes: list[Literal["skin", "whole"]] = Field(default_factory=lambda: ["skin", "whole"])
+    size: int = Field(160, ge=64, le=1024)  # output side (the planted models' size)
+    crop_factor: float = Field(2.0, ge=1.3, le=6.0)
+    hog_upsample: int = Field(1, ge=0, le=3)
+    cnn_upsample: int = Field(0, ge=0, le=3)
+    score_thresholds: list[float] = Field(default_factory=lambda: [0.0, 0.5])  # detection rates if scores were cut here
+    dark_max: float = Field(25.0, ge=0.0, le=100.0)  # "dark" rows of the headline table: target L* ≤ this
+    mediapipe: bool = True  # BlazeFace + 468-point mesh via LiteRT when their .tflite files are in models/mediapipe
+    mediapipe_dir: str = "models/mediapipe"
+
+    @model_validator(mode="after")
+    def _check(self) -> "Instruments":
+        if self.L_min >= self.L_max:
+            raise ValueError("L_min must be below L_max")
+        return self

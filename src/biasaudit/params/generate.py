@@ -15,13 +15,14 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
 
 from biasaudit.backends.registry import check_name
 
 # Any backend registered with @register("generator", name) (biasaudit/backends/registry.py)
 Backend = Annotated[str, AfterValidator(check_name("generator"))]
-STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos"})
+STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos", "planted"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # Output sizes (width, height) of Imagen 4 per aspect ratio at the default 1K image size.
@@ -37,6 +38,48 @@ OPENAI_SIZES: dict[str, set[tuple[int, int]]] = {
     "dall-e-2": {(256, 256), (512, 512), (1024, 1024)},
 }
 MAX_SIDE = 4096
+
+
+def _per_group(values: dict[str, float]) -> dict[str, float]:
+    return {g: float(values[g]) for g in GROUPS}
+
+
+class PlantedSpec(Section):
+    """The `planted` backend (PLANTED truth, not a model): a declared distortion of each prompt's
+    benchmark shares and per-label skin-tone distributions (see backends/generators/planted.py)."""
+
+    prompts_file: str = "data/t2i/prompts.csv"  # benchmark shares per prompt (the prompts stage output)
+    scale: dict[str, float] = Field(default_factory=lambda: {"black": 0.5})  # planted share = benchmark × factor
+    receiver: str = "white"  # gets the mass the scaling removed
+    L_mean: dict[str, float] = Field(default_factory=lambda: {
+        "white": 66.0, "black": 34.0, "asian": 62.0, "hispanic": 52.0, "other": 48.0})
+    L_sd: dict[str, float] = Field(default_factory=lambda: {g: 5.0 for g in GROUPS})
+    L_range: list[float] = Field(default_factory=lambda: [15.0, 80.0])  # planted L* clipped to this range
+    hue_mean: dict[str, float] = Field(default_factory=lambda: {
+        "white": 52.0, "black": 58.0, "asian": 64.0, "hispanic": 60.0, "other": 56.0})
+    hue_sd: dict[str, float] = Field(default_factory=lambda: {g: 3.0 for g in GROUPS})
+    max_crop_factor: float = Field(2.0, ge=1.3, le=6.0)  # crop side at most this × the face box side
+
+    @model_validator(mode="after")
+    def _check(self) -> "PlantedSpec":
+        for key in ("L_mean", "L_sd", "hue_mean", "hue_sd"):
+            missing = set(GROUPS) - set(getattr(self, key))
+            extra = set(getattr(self, key)) - set(GROUPS)
+            if missing or extra:
+                raise ValueError(f"planted.{key}: needs exactly the groups {list(GROUPS)} "
+                                 f"(missing {sorted(missing)}, unknown {sorted(extra)})")
+        unknown = (set(self.scale) | {self.receiver}) - set(GROUPS)
+        if unknown:
+            raise ValueError(f"planted.scale/receiver: unknown group(s) {sorted(unknown)}")
+        if self.receiver in self.scale:
+            raise ValueError(f"planted.receiver: '{self.receiver}' cannot also be scaled")
+        if any(not 0.0 <= v <= 1.0 for v in self.scale.values()):
+            raise ValueError("planted.scale: factors must lie in [0, 1] (the removed mass goes to the receiver)")
+        if any(v < 0 for v in [*self.L_sd.values(), *self.hue_sd.values()]):
+            raise ValueError("planted.L_sd/hue_sd: standard deviations must be ≥ 0")
+        if len(self.L_range) != 2 or not 0.0 <= self.L_range[0] < self.L_range[1] <= 100.0:
+            raise ValueError("planted.L_range: need 0 ≤ low < high ≤ 100")
+        return self
 
 
 class GeneratorSpec(Section):
@@ -86,6 +129,8 @@ class GeneratorSpec(Section):
     # --- folder import ---
     folder: str | None = None  # directory of images
     mapping_csv: str | None = None  # CSV with columns file, prompt_id (optional index)
+    # --- planted (PLANTED truth for the offline profile; defaults when the backend is planted) ---
+    planted: PlantedSpec | None = None
 
     @model_validator(mode="after")
     def _check_backend(self) -> "GeneratorSpec":
@@ -116,6 +161,8 @@ class GeneratorSpec(Section):
                 raise ValueError(f"width/height: {self.model_id} makes only {allowed}; got {size[0]}x{size[1]}")
             if not self.api_key_env:
                 raise ValueError("api_key_env: required for the openai backend (e.g. OPENAI_API_KEY)")
+        if b == "planted" and self.planted is None:
+            object.__setattr__(self, "planted", PlantedSpec())
         if b == "folder" and (not self.folder or not self.mapping_csv):
             raise ValueError("folder, mapping_csv: both required for the folder backend")
         if b == "openai" and self.model_id.startswith("gpt-image") and self.response_format in ("b64_json", "url"):
@@ -141,6 +188,8 @@ class GeneratorSpec(Section):
         # keys added later enter the hash only when set, so earlier images stay valid
         if not out.get("drop_t5"):
             out.pop("drop_t5", None)
+        if out.get("planted") is None:
+            out.pop("planted", None)
         if out.get("response_format") == "auto":  # what 'auto' sends, as the explicit value it replaced
             out["response_format"] = "omit" if self.model_id.startswith("gpt-image") else "b64_json"
         return out

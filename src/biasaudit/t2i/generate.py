@@ -46,7 +46,9 @@ MANIFEST_COLUMNS = [
     "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",
     "seed_used", "index", "width", "height", "sha256", "path", "status", "reason", "retries", "created_at",
     "libraries", "settings", "extra", "config_hash", "stand_in",
+    "planted_label", "planted_L", "planted_hue",  # PLANTED truth (planted backend only; empty otherwise)
 ]
+PLANTED_COLUMNS = ("planted_label", "planted_L", "planted_hue")
 
 
 def image_id(model: str, prompt_id: str, index: int) -> str:
@@ -114,6 +116,14 @@ def preflight(model: str, cfg: Params, prompts: pd.DataFrame | None = None) -> s
         import skimage
 
         revision = f"scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}; variants v1"
+    elif spec.backend == "planted":  # the benchmark file's hash: changed benchmarks → new planted truth
+        from biasaudit.backends.generators.planted import VERSION
+
+        path = spec.planted.prompts_file  # type: ignore[union-attr]
+        if not Path(path).is_file():
+            problems.append(f"{key}.planted.prompts_file: '{path}' does not exist (run the prompts stage)")
+        else:
+            revision = f"{VERSION}; benchmarks sha256:{sha256_file(path)[:16]}"
     if problems:
         raise ParamsError(f"generate@{model}: invalid parameters:\n  - " + "\n  - ".join(problems))
     return revision
@@ -185,6 +195,9 @@ def make_batch_fn(ctx: BatchContext):
                             "biasaudit:seed": str(it["seed"]), "biasaudit:prompt": it["prompt"]}
                     if gen.stand_in:
                         text["biasaudit:note"] = "STAND-IN: not an image of any real generator"
+                    if "planted_label" in res.extra:
+                        text["biasaudit:note"] = "PLANTED: recoloured packaged photo with a declared label and L*"
+                        text.update({f"biasaudit:{k}": str(res.extra[k]) for k in PLANTED_COLUMNS})
                     data = encode_png(res.rgb, text)
                     with atomic_path(path) as tmp:
                         tmp.write_bytes(data)
@@ -201,6 +214,7 @@ def make_batch_fn(ctx: BatchContext):
                 "libraries": libraries, "settings": settings,
                 "extra": json.dumps(res.extra, sort_keys=True, default=str), "config_hash": ctx.config_hash,
                 "stand_in": bool(gen.stand_in),
+                **{k: res.extra.get(k) for k in PLANTED_COLUMNS},
             })
         return records
 
@@ -264,7 +278,7 @@ def build_manifest(log: RecordLog, items: list[dict[str, Any]]) -> pd.DataFrame:
     if len(df):
         df = df.sort_values(["prompt_id", "index"], kind="stable").reset_index(drop=True)
     return df.astype({"seed": "int64", "index": "int64", "width": "int64", "height": "int64", "retries": "int64",
-                      "stand_in": "bool", "seed_used": "bool"})
+                      "stand_in": "bool", "seed_used": "bool", "planted_L": "float64", "planted_hue": "float64"})
 
 
 @dataclass

@@ -6,8 +6,9 @@
 3. Agreement: Cohen's κ for every rater pair (scikit-learn), Fleiss' κ overall and per group
    one-vs-rest (statsmodels), the human-vs-classifier confusion matrix and the disagreement
    breakdown, each with a percentile bootstrap CI over images.
-4. With no human sheets (offline profile), `simulate_raters` draws SIMULATED raters from the classifier
-   labels through a known confusion matrix; every output says so.
+4. With no human sheets (offline profile), `simulate_raters` draws SIMULATED raters through a known
+   confusion matrix (their declared accuracies) from the PLANTED labels when the images are planted,
+   else from the classifier labels; every output says so.
 """
 
 from __future__ import annotations
@@ -227,7 +228,8 @@ def load_inputs(models: list[str], images_dir: str | Path = C.IMAGES_DIR, prompt
         if not path.exists() or not manifest.exists():
             continue
         lab = pd.read_parquet(path)
-        paths = pd.read_parquet(manifest, columns=["image_id", "path"])
+        paths = pd.read_parquet(manifest)
+        paths = paths[[c for c in ("image_id", "path", "planted_label") if c in paths]]
         frames.append(lab.merge(paths, on="image_id", how="left"))
     if not frames:
         raise FileNotFoundError(f"no labels under {root / C.LABELS_DIR} for models {models}")
@@ -236,15 +238,25 @@ def load_inputs(models: list[str], images_dir: str | Path = C.IMAGES_DIR, prompt
     return pd.concat(frames, ignore_index=True), bench
 
 
+def simulation_basis(sheet: pd.DataFrame, labels: pd.DataFrame, clf: pd.Series) -> tuple[pd.Series, str]:
+    """What SIMULATED raters look at: the PLANTED label where every sampled image has one (planted
+    generator), so they act as raters of known accuracy against the truth; else the classifier's label."""
+    if "planted_label" in labels:
+        planted = labels.drop_duplicates("image_id").set_index("image_id").loc[sheet["image_id"], "planted_label"]
+        if planted.notna().all() and planted.isin(GROUPS).all():
+            return planted.rename(CLASSIFIER), "PLANTED labels"
+    return clf[clf.isin(GROUPS)], "classifier's labels"
+
+
 def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int) -> tuple[pd.DataFrame, dict]:
     """items × (raters + classifier): filled human sheets, or SIMULATED raters when params.simulate."""
     clf = labels.set_index("image_id").loc[sheet["image_id"], "label"].rename(CLASSIFIER)
     if params.simulate:
         conf = simulated_confusion(GROUPS, params.sim_accuracy, dict(params.sim_group_accuracy))
-        known = clf[clf.isin(GROUPS)]
-        sim = simulate_raters(known, conf, list(params.raters), seed)
+        truth, basis = simulation_basis(sheet, labels, clf)
+        sim = simulate_raters(truth, conf, list(params.raters), seed)
         ratings = sim.join(clf, how="right")
-        note = (f"SIMULATED raters {list(params.raters)}: drawn from the classifier's labels with accuracy "
+        note = (f"SIMULATED raters {list(params.raters)}: drawn from the {basis} with accuracy "
                 f"{params.sim_accuracy} ({dict(params.sim_group_accuracy)} per group); no human judged these images")
         return ratings, {"source": "simulated", "note": note, "confusion": conf.round(4).to_dict()}
     sheets = {r: Path(params.sheets_dir) / f"{r}.csv" for r in params.raters}

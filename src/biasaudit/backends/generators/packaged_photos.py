@@ -105,6 +105,20 @@ def shift_lightness(rgb: np.ndarray, mask: np.ndarray, target_l: float, tol: flo
     return _apply_gamma(lab, gamma), gamma
 
 
+def random_crop(rng: np.random.Generator, src: Source, shape: tuple[int, int], max_side: int | None = None
+                ) -> tuple[int, int, int]:
+    """(x0, y0, side) of a seeded square crop that contains the face box with a 15% margin; its side is
+    at most `max_side` (default: the photo's shorter side)."""
+    h, w = shape
+    l, t, r, b = src.face_box
+    margin = int(0.15 * (r - l))
+    c_min = max(r - l, b - t) + 2 * margin
+    c = int(rng.integers(c_min, max(c_min, min(h, w, max_side or min(h, w))) + 1))
+    x0 = int(rng.integers(max(0, r + margin - c), min(l - margin, w - c) + 1))
+    y0 = int(rng.integers(max(0, b + margin - c), min(t - margin, h - c) + 1))
+    return x0, y0, c
+
+
 def make_variant(seed: int, width: int, height: int, l_range: tuple[float, float] = L_RANGE
                  ) -> tuple[np.ndarray, dict[str, Any]]:
     """The seeded variant: (H×W×3 uint8, what was done)."""
@@ -113,14 +127,7 @@ def make_variant(seed: int, width: int, height: int, l_range: tuple[float, float
     rng = np.random.default_rng(seed)
     src = SOURCES[int(rng.integers(len(SOURCES)))]
     rgb = source_rgb(src.name)
-    h, w = rgb.shape[:2]
-    l, t, r, b = src.face_box
-    # square crop of side c that contains the face box with a margin
-    margin = int(0.15 * (r - l))
-    c_min = max(r - l, b - t) + 2 * margin
-    c = int(rng.integers(c_min, min(h, w) + 1))
-    x0 = int(rng.integers(max(0, r + margin - c), min(l - margin, w - c) + 1))
-    y0 = int(rng.integers(max(0, b + margin - c), min(t - margin, h - c) + 1))
+    x0, y0, c = random_crop(rng, src, rgb.shape[:2])
     crop = rgb[y0:y0 + c, x0:x0 + c]
     cheeks = tuple((x - x0, y - y0) for x, y in src.cheeks)
     flip = bool(rng.integers(2))

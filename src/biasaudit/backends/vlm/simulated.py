@@ -1,0 +1,88 @@
+"""`simulated`: a SIMULATED race classifier for PLANTED-truth images (not a model; it never looks).
+
+For an image made by the `planted` generator it reads the planted label from the generate manifest
+(`<image folder>/manifest.parquet`, column `planted_label`) and answers with a label drawn from the
+declared confusion matrix row of that label, seeded per image (derive_seed(seed, image_id)), so a re-run
+gives the same answers. The default matrix follows the paper's pattern of classifier errors: White,
+Black and Asian mostly right, Hispanic confused mostly with White and then Asian. Images without a
+planted label get a failed response with the reason. It exists so that the downstream statistics
+(classifier-error correction above all) can be checked against a known truth.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biasaudit import GROUPS
+from biasaudit.backends.registry import register
+from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
+from biasaudit.provenance import derive_seed, stable_hash
+
+SIMULATED = "SIMULATED"
+
+
+def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...] = GROUPS) -> np.ndarray:
+    """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
+    M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
+    return M / M.sum(axis=1, keepdims=True)
+
+
+@lru_cache(maxsize=64)
+def _planted_labels(manifest: str, mtime: float) -> dict[str, str]:
+    import pandas as pd
+
+    table = pd.read_parquet(manifest)
+    if "planted_label" not in table:
+        return {}
+    table = table[table["planted_label"].notna()]
+    return dict(zip(table["image_id"].astype(str), table["planted_label"].astype(str)))
+
+
+def planted_label(path: str) -> tuple[str | None, str]:
+    """(planted label, reason) of an image file from the manifest beside it."""
+    manifest = Path(path).parent / "manifest.parquet"
+    if not manifest.is_file():
+        return None, f"no manifest beside {path} (the simulated classifier needs PLANTED images)"
+    label = _planted_labels(str(manifest), manifest.stat().st_mtime).get(Path(path).stem)
+    if label is None:
+        return None, f"{Path(path).stem} has no planted label in {manifest} (not a PLANTED image)"
+    return label, ""
+
+
+@register("vlm", "simulated")
+class SimulatedClassifier(VLMBackend):
+    name = "simulated"
+    stand_in = True
+
+    def __init__(self, spec: Any):
+        super().__init__()
+        self.spec = spec
+        self.M = confusion_array(spec.sim_confusion)
+        self.seed = int(spec.sim_seed)
+        self.model_id = f"{SIMULATED} classifier: planted label through a declared confusion matrix (not a model)"
+        self.revision = "simulated v1; confusion " + stable_hash(self.M.round(6).tolist(), 12)
+
+    def decoding_params(self) -> dict[str, Any]:
+        return {"confusion": self.M.round(6).tolist(), "seed": self.seed, "groups": list(GROUPS)}
+
+    def answer(self, image_id: str, truth: str) -> str:
+        rng = np.random.default_rng(derive_seed(self.seed, "simulated-classifier", image_id))
+        return GROUPS[int(rng.choice(len(GROUPS), p=self.M[GROUPS.index(truth)]))]
+
+    def _one(self, req: VLMRequest) -> VLMResponse:
+        if len(req.images) != 1:
+            return failed("the simulated classifier takes exactly one image per request")
+        truth, reason = planted_label(req.images[0])
+        if truth is None:
+            return failed(reason)
+        if truth not in GROUPS:
+            return failed(f"planted label '{truth}' is not one of {GROUPS}")
+        return VLMResponse(text=self.answer(Path(req.images[0]).stem, truth), status=OK,
+                           meta={"simulated": True, "planted_label": truth})
+
+    def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
+        return self._each(requests, self._one, on_result)

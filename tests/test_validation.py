@@ -1,0 +1,95 @@
+"""The validation and face-loss sections against brute-force values on synthetic PLANTED inputs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit import GROUPS
+from biasaudit.backends.generators.planted import planted_distribution
+from biasaudit.stats.tvd import tvd
+from biasaudit.t2i import analysis as an
+from biasaudit.t2i import validation as va
+
+BOOT = an.Boot(n_boot=200, level=0.95, seed=1)
+
+
+def synthetic(n_per_prompt=400, seed=0, lose_dark=False):
+    """Six prompts in two categories; a perfect classifier; faces measured at exactly the planted L*."""
+    rng = np.random.default_rng(seed)
+    bench = np.array([[0.6, 0.3, 0.05, 0.03, 0.02], [0.2, 0.7, 0.04, 0.04, 0.02], [0.1, 0.1, 0.6, 0.1, 0.1],
+                      [0.8, 0.1, 0.04, 0.04, 0.02], [0.3, 0.5, 0.1, 0.05, 0.05], [0.05, 0.05, 0.1, 0.7, 0.1]])
+    ids = [f"p{i}" for i in range(len(bench))]
+    prompts = pd.DataFrame({"prompt_id": ids, "category": ["occupation"] * 3 + ["surname"] * 3, "instance": ids,
+                            "selected_for": "white", **{g: bench[:, j] for j, g in enumerate(GROUPS)}})
+    P = planted_distribution(bench, {"black": 0.5}, "white")
+    L_mean = {"white": 66.0, "black": 34.0, "asian": 62.0, "hispanic": 52.0, "other": 48.0}
+    man, lab, faces = [], [], []
+    for pid, p in zip(ids, P):
+        for k in range(n_per_prompt):
+            g = GROUPS[rng.choice(5, p=p)]
+            L = float(rng.normal(L_mean[g], 4.0))
+            iid = f"m-{pid}-{k}"
+            man.append({"image_id": iid, "model": "m", "prompt_id": pid, "status": "ok", "planted_label": g,
+                        "planted_L": L, "planted_hue": 58.0,
+                        "extra": json.dumps({"planted_shares": list(p), "planted_C": 15.0})})
+            lab.append({"image_id": iid, "model": "m", "prompt_id": pid, "label": g, "status": "ok"})
+            lost = lose_dark and L < 40
+            faces.append({"image_id": iid, "model": "m", "prompt_id": pid, "n_faces": 0 if lost else 1,
+                          "status": "no_face" if lost else "ok", "L": np.nan if lost else L,
+                          "a": 15 * np.cos(np.radians(58)), "b": 15 * np.sin(np.radians(58)), "C": 15.0, "h": 58.0,
+                          "face_backend": "dlib-hog", "cross_detector": "dlib-cnn", "cross_n_faces": 1,
+                          "cross_L": L if lost else np.nan})
+    return an.Inputs(prompts, pd.DataFrame(man), pd.DataFrame(lab), pd.DataFrame(faces), root=Path(".")), P, bench
+
+
+def test_validation_recovers_planted_values_with_a_perfect_instrument():
+    inputs, P, bench = synthetic()
+    res = va.validation(inputs, BOOT)
+    t = res.tables["validation"].set_index(["quantity", "category_or_group"])
+    assert list(res.tables["validation"].columns) == va.COLUMNS
+    # planted values from the definition (brute force over the declared shares)
+    np.testing.assert_allclose(t.loc[("mean_tvd", "occupation"), "planted"], tvd(P[:3], bench[:3]).mean())
+    np.testing.assert_allclose(t.loc[("mean_tvd", "all"), "planted"], tvd(P, bench).mean())
+    np.testing.assert_allclose(t.loc[("mean_deviation", "all/black"), "planted"], (P[:, 1] - bench[:, 1]).mean())
+    for cat in ("occupation", "surname", "all"):  # 400 images per prompt: plug-in bias is small
+        assert t.loc[("mean_tvd", cat), "covered"], cat
+        assert t.loc[("pooled_tvd", cat), "covered"], cat
+    # faces measured at the planted L*: the estimate equals the planted mean exactly
+    for g in ("white", "black"):
+        assert t.loc[("mean_L", g), "estimate"] == pytest.approx(t.loc[("mean_L", g), "planted"])
+    assert t.loc[("dark_share_black", "L*<40"), "estimate"] == pytest.approx(t.loc[("dark_share_black", "L*<40"), "planted"])
+    assert res.metrics["mean_L_within_tolerance_for_L_ge_30"] is True
+
+
+def test_validation_shows_the_lean_when_dark_faces_are_lost():
+    inputs, _, _ = synthetic(n_per_prompt=60, lose_dark=True)
+    t = va.validation(inputs, BOOT).tables["validation"].set_index(["quantity", "category_or_group"])
+    black = t.loc[("mean_L", "black")]
+    assert black["estimate"] > black["planted"] + 3 and "OUTSIDE" in black["note"]
+
+
+def test_face_loss_flags_lost_dark_faces_by_bin_and_label():
+    inputs, _, _ = synthetic(n_per_prompt=60, lose_dark=True)
+    res = va.face_loss(inputs, BOOT, threshold=0.10)
+    loss = res.tables["face_loss"].set_index(["by", "group"])
+    f = inputs.faces.merge(inputs.manifests[["image_id", "planted_L", "planted_label"]], on="image_id")
+    dark = f[f["planted_L"] < 40]
+    assert loss.loc[("L_bin", "<40"), "n_images"] == len(dark)
+    assert loss.loc[("L_bin", "<40"), "no_face_rate"] == pytest.approx(1.0) and loss.loc[("L_bin", "<40"), "flagged"]
+    assert not loss.loc[("L_bin", "55-70"), "flagged"]
+    black = f[f["planted_label"] == "black"]
+    assert loss.loc[("label", "black"), "no_face_rate"] == pytest.approx((black["n_faces"] == 0).mean())
+    cross = res.tables["cross_detector"].set_index(["by", "group"])
+    assert cross.loc[("L_bin", "<40"), "cross_only"] == len(dark)  # the second detector found every lost face
+    assert any("FLAG" in n for n in res.notes)
+
+
+def test_sections_without_planted_images_say_so():
+    inputs, _, _ = synthetic(n_per_prompt=5)
+    inputs.manifests = inputs.manifests.drop(columns=["planted_label"])
+    assert va.validation(inputs, BOOT).status == "no data"
+    empty = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."))
+    assert va.face_loss(empty, BOOT).status == "no data"
