@@ -1,0 +1,233 @@
+"""Execute one stage notebook quietly: jupytext percent `.py` → papermill (in-process) → `.ipynb`.
+
+`scripts/run-notebook NOTEBOOK.py NAME [-p|-r|-y ...]` calls `main`. Compared with running the jupytext,
+papermill and nbconvert command lines one after the other, it starts one Python process instead of
+three and exports no HTML (the report stage exports every notebook once). The terminal gets one line
+when the stage starts and one when it ends (duration, item counts); a failing stage's first line is
+its cause (`ParamsError: …`), the traceback stays in the executed notebook. The kernel:
+
+- draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
+- writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
+  a file, not the terminal; cell output is unaffected;
+- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+NOTEBOOKS_DIR = Path("reports/notebooks")
+_BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
+
+
+def resolve_type(value: str) -> Any:
+    """papermill's `-p` typing: True/False/None, int, float, else the string."""
+    if value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[value]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_parameters(args: list[str]) -> dict[str, Any]:
+    """papermill's flags: `-p NAME VALUE` (typed), `-r NAME VALUE` (string), `-y YAML` (a mapping)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in ("-p", "--parameters", "-r", "--parameters_raw"):
+            if i + 2 >= len(args):
+                raise SystemExit(f"run-notebook: {flag} needs NAME VALUE")
+            name, value = args[i + 1], args[i + 2]
+            out[name] = value if flag in ("-r", "--parameters_raw") else resolve_type(value)
+            i += 3
+        elif flag in ("-y", "--parameters_yaml") and i + 1 < len(args):
+            loaded = yaml.safe_load(args[i + 1]) or {}
+            if not isinstance(loaded, dict):
+                raise SystemExit(f"run-notebook: -y needs a YAML mapping, got {args[i + 1]!r}")
+            out.update(loaded)
+            i += 2
+        else:
+            raise SystemExit(f"run-notebook: unexpected argument {flag!r} (use -p/-r NAME VALUE or -y YAML)")
+    return out
+
+
+def kernel_env() -> None:
+    """Environment the kernel inherits (set before it starts)."""
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
+    warn = os.environ.get("PYTHONWARNINGS", "")
+    if "IProgress" not in warn:  # tqdm.auto falls back to text bars; the warning says nothing new
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [warn, "ignore:IProgress not found"]))
+
+
+class BarEcho:
+    """papermill's `stderr_file`: echoes tqdm bars from the notebook's stderr to a terminal, live."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self.stream, self.prefix, self.shown = stream, prefix, False
+
+    def write(self, text: str) -> None:
+        bars = [part for part in re.split(r"[\r\n]", text) if _BAR.search(part)]
+        if bars:
+            width = 118 - len(self.prefix)
+            self.stream.write(f"\r{self.prefix}{bars[-1].strip()[:width]:<{width}}")
+            self.stream.flush()
+            self.shown = True
+
+    def flush(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * 120 + "\r")
+            self.stream.flush()
+
+
+def _quiet_kernel_manager(log: TextIO):
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:  # the kernel process's own stderr → log file
+            kw.setdefault("stderr", log)
+            kw.setdefault("stdout", log)
+            await super().start_kernel(**kw)
+
+    return QuietKernelManager(kernel_name="python3")
+
+
+def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
+    """The `outs` of a dvc.yaml stage (`name` or `name@key` of a foreach), `${key}` filled in."""
+    import yaml
+
+    if not stage or not dvc_yaml.exists():
+        return []
+    name, _, key = stage.partition("@")
+    spec = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).get(name) or {}
+    spec = spec.get("do", spec)
+    outs = []
+    for out in spec.get("outs", []) or []:
+        path = next(iter(out)) if isinstance(out, dict) else out
+        outs.append(str(path).replace("${key}", key))
+    return outs
+
+
+def item_counts(paths: list[str]) -> dict[str, int]:
+    """ok / failed / refused / other counts from the `status` column of the parquet outputs (a file,
+    or a folder's manifest.parquet); {} when no output has one."""
+    import pyarrow.parquet as pq
+
+    counts: dict[str, int] = {}
+    for p in map(Path, paths):
+        target = p if p.suffix == ".parquet" else p / "manifest.parquet"
+        if not target.is_file():
+            continue
+        try:
+            schema = pq.read_schema(target)
+            if "status" not in schema.names:
+                continue
+            column = pq.read_table(target, columns=["status"]).column("status").to_pylist()
+        except (OSError, ValueError):
+            continue
+        for status in column:
+            bucket = status if status in ("ok", "failed", "refused") else "other"
+            counts[bucket] = counts.get(bucket, 0) + 1
+    return counts
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    if not counts:
+        return ""
+    keys = ["ok", "failed", "refused"] + (["other"] if counts.get("other") else [])
+    return " · " + " · ".join(f"{k} {counts.get(k, 0)}" for k in keys)
+
+
+def first_line(ename: str, evalue: str, width: int = 400) -> str:
+    """The exception as one line: a multi-line message (ParamsError lists every bad key) is joined."""
+    parts = [re.sub(r"^[-*] ", "", line.strip()) for line in (evalue or "").strip().splitlines()]
+    text = "; ".join(p for p in parts if p).replace(":;", ":")
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return f"{ename}: {text}" if text else ename
+
+
+def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
+        out_dir: Path = NOTEBOOKS_DIR, terminal: TextIO = sys.stderr) -> int:
+    """Execute `notebook` into `<out_dir>/<name>.ipynb`; returns the exit status (0 ok, 1 failed)."""
+    import logging
+
+    import jupytext
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    logging.getLogger("papermill").setLevel(logging.ERROR)
+    label = stage or name
+    start = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{name}.ipynb"
+    terminal.write(f"▶ {label}\n")
+    terminal.flush()
+    kernel_env()
+    nb = jupytext.read(notebook)
+    echo = BarEcho(terminal, f"  {label} ") if terminal.isatty() else None
+    failure = ""
+    with tempfile.TemporaryFile("w+") as log:
+        try:
+            papermill.execute_notebook(nb, str(target), parameters=parameters, kernel_name="python3", cwd=".",
+                                       progress_bar=False, log_output=False, stderr_file=echo,
+                                       km=_quiet_kernel_manager(log), coalesce_streams=True)
+        except PapermillExecutionError as exc:
+            failure = first_line(exc.ename, exc.evalue)
+        except Exception as exc:  # kernel died, bad notebook, ...: its own message, and the kernel's log
+            log.seek(0)
+            tail = log.read().strip().splitlines()[-5:]
+            failure = first_line(type(exc).__name__, str(exc)) + "".join(f"\n  kernel: {t}" for t in tail)
+    if echo:
+        echo.clear()
+    seconds = time.perf_counter() - start
+    _record(target, label, seconds, failure)
+    if failure:
+        terminal.write(f"✗ {label}: {failure}\n  (failed after {seconds:.1f} s; traceback in {target})\n")
+        terminal.flush()
+        return 1
+    terminal.write(f"✓ {label} {seconds:.1f} s{format_counts(item_counts(stage_outs(stage)))}\n")
+    terminal.flush()
+    return 0
+
+
+def _record(target: Path, stage: str, seconds: float, failure: str) -> None:
+    """Wall time including the kernel start, and the stage name, in the notebook's metadata."""
+    import nbformat
+
+    if not target.exists():
+        return
+    nb = nbformat.read(target, as_version=4)
+    nb.metadata["biasaudit"] = {"stage": stage, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
+                                "reason": failure}
+    nbformat.write(nb, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="run-notebook", add_help=True,
+                                     usage="run-notebook NOTEBOOK.py OUTPUT_NAME [-p|-r NAME VALUE] [-y YAML]")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("name")
+    args, rest = parser.parse_known_args(argv)
+    parameters = parse_parameters(rest)
+    return run(args.notebook, args.name, parameters, stage=os.environ.get("DVC_STAGE", ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
