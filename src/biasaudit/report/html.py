@@ -29,7 +29,7 @@ from biasaudit.report.front import Block, build_blocks, collapsible
 from biasaudit.report.load import Outputs, read_csv, read_json
 from biasaudit.report.trail import StageInfo, short_path, stages
 
-KEY_FIGURES = ("representation_shares", "shares", "skin_L_by_label", "L_by_label", "homogeneity_gap_heatmap")
+KEY_FIGURES = ("figure2_shares", "skin_L_by_label", "homogeneity_gap_heatmap")
 
 TEMPLATE = """{% macro block(b) %}<section class="block" id="{{ b.id }}"><h3>{{ b.title }}</h3>
 {% if b.html %}<div class="scroll">{{ b.html|safe }}</div>{% endif %}{% if b.extra %}{{ b.extra|safe }}{% endif %}
