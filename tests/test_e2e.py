@@ -27,7 +27,8 @@ EXPECTED = [
     "data/t2i/embeddings/packaged-photos/face.npy", "data/t2i/embeddings/packaged-photos/index.parquet",
     "reports/t2i/reliability/summary.json", "reports/t2i/metrics.json", "reports/t2i/manifest.json",
     "data/vlm/edit_checks.parquet", "reports/vlm/summary.json", "reports/vlm/metrics.json",
-    "reports/index.html", "reports/notebooks/t2i_analyze.html", "reports/notebooks/report.html",
+    "reports/index.html", "reports/html/t2i_analyze.html", "reports/images.html", "reports/focus.html",
+    "metrics/headline.json",
 ]
 
 
@@ -72,6 +73,14 @@ def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
     assert not missing, f"missing or empty: {missing}"
     html = (fresh_repo / "reports/index.html").read_text()
     assert "STAND-IN" in html.upper()
+
+
+def test_executed_analysis_notebook_holds_its_figures(fresh_repo, first_run):
+    import json
+
+    nb = json.loads((fresh_repo / "reports/notebooks/t2i_analyze.ipynb").read_text())
+    pngs = [o for c in nb["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(pngs) >= 4
 
 
 def test_second_repro_does_nothing(fresh_repo, first_run):

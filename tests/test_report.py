@@ -312,3 +312,20 @@ def _check_link(href: str, page: dict) -> None:
     if url.fragment and target.suffix == ".html":
         text = target.read_text()
         assert f'id="{url.fragment}"' in text, href
+
+
+@pytest.mark.slow
+def test_the_analysis_notebook_holds_its_figures(tmp_path):
+    """The real t2i_analyze notebook through scripts/run-notebook (MPLBACKEND=Agg outside): its PNGs
+    are in the executed notebook, not `<Figure size …>` lines."""
+    root = write_tree(tmp_path)
+    for name in ("params.yaml", "dvc.yaml"):
+        (root / name).write_text((ROOT / name).read_text())
+    env = {**__import__("os").environ, "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "biasaudit.report.execute", str(ROOT / "notebooks/t2i_analyze.py"),
+                           "t2i_analyze"], cwd=root, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    nb = json.loads((root / "reports/notebooks/t2i_analyze.ipynb").read_text())
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
+    assert not [o for o in outputs if "<Figure size" in json.dumps(o) and "image/png" not in o.get("data", {})]
