@@ -120,14 +120,15 @@ class Thumbs:
         self.masker = _Masker()
         self.made = 0
 
-    def get(self, src: Path, rel_out: str, bbox=None) -> tuple[str, str]:
-        """(path relative to thumbs_dir's parent, reason) for the thumbnail of `src`."""
+    def get(self, src: Path, rel_out: str, bbox=None, mask: bool = True) -> tuple[str, str]:
+        """(path relative to thumbs_dir's parent, reason) for the thumbnail of `src`; with a bbox the
+        face box is drawn, and the landmark skin mask when `mask`."""
         if not src.is_file():
             return "", "image file missing"
         out = self.dir / rel_out
-        key = _key(src, bbox, self.px)
+        key = _key(src, bbox, mask, self.px)
         if self.index.get(rel_out) != key or not out.exists():
-            reason = make_thumb(src, out, self.px, bbox, self.masker)
+            reason = make_thumb(src, out, self.px, bbox, self.masker if mask else None)
             if reason:
                 return "", reason
             self.made += 1
@@ -240,9 +241,9 @@ def build_images_page(root: Path, reports: Path, thumbs: Thumbs, per_prompt: int
             for _, r in sub.head(per_prompt).iterrows():
                 ok_face = str(r.get("face_status")) == "ok"
                 bbox = _parse_bbox(r["bbox"]) if ok_face else None
-                mask_ok = str(r.get("skin_backend") or "landmarks") == "landmarks"
-                src, why = thumbs.get(root / str(r["path"]), f"t2i/{model}/{r['image_id']}.jpg",
-                                      bbox if mask_ok or bbox is None else bbox)
+                # the outline redraws the landmark mask; a BiSeNet mask is not redrawn (box only)
+                landmarks = str(r.get("skin_backend") or "landmarks") == "landmarks"
+                src, why = thumbs.get(root / str(r["path"]), f"t2i/{model}/{r['image_id']}.jpg", bbox, landmarks)
                 label = str(r["label"]) if isinstance(r["label"], str) else "unlabelled"
                 items.append({"src": src, "reason": why, "label": label, "lbin": l_bin(r["L"]),
                               "L": fmt(r["L"], 1) if ok_face else "no face",
