@@ -329,3 +329,21 @@ def test_the_analysis_notebook_holds_its_figures(tmp_path):
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
     assert not [o for o in outputs if "<Figure size" in json.dumps(o) and "image/png" not in o.get("data", {})]
+
+
+def test_dvc_metrics_are_tracked_and_plots_render_offline():
+    """The headline metrics file is in git (a baseline for `dvc metrics diff`), no analysis metric
+    hides under the ignored reports/, and every dvc plot is an image (no Vega from a CDN)."""
+    import yaml
+
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    metrics = [next(iter(m)) for s in dvc["stages"].values() for m in s.get("do", s).get("metrics", [])]
+    assert metrics == ["metrics/headline.json"]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "metrics/headline.json"], cwd=ROOT).returncode
+    assert ignored == 1  # not ignored
+    plots = [next(iter(p)) if isinstance(p, dict) else p for p in dvc.get("plots", [])]
+    plots += [next(iter(p)) for s in dvc["stages"].values() for p in s.get("do", s).get("plots", [])]
+    assert plots and all(p.endswith(".png") for p in plots)
+    for stage in dvc["stages"].values():
+        outs = [next(iter(o)) if isinstance(o, dict) else o for o in stage.get("do", stage).get("outs", [])]
+        assert not [o for o in outs if o.startswith("reports/notebooks/") and o.endswith(".html")]

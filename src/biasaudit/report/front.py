@@ -229,7 +229,9 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
     if not gap or "group" not in df:
         b.note = f"homogeneity_by_race lacks group/gap (has: {', '.join(df.columns)})"
         return b
-    groups = list(dict.fromkeys(df["group"].astype(str)))
+    seen = list(dict.fromkeys(df["group"].astype(str)))
+    groups = [g for g in ("white", "black", "asian", "hispanic", "other") if g in seen] + \
+        [g for g in seen if g not in ("white", "black", "asian", "hispanic", "other")]
     rows = []
     keys = [k for k in ("model", "space") if k in df]
     for key, sub in df.groupby(keys, sort=False):
@@ -372,6 +374,7 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
                   + (" *" if padj and num(r[padj]) < ALPHA else "") for _, r in df.iterrows()]
     vcol = "vlm" if "vlm" in df else None
     wide = df.pivot_table(index=[c for c in (vcol, "group") if c], columns=task, values="cell", aggfunc="first")
+    wide.columns.name = None
     b.html = _table(wide.reset_index())
     if not lo:
         b.note = "no CI columns in the gap tables yet (delta_low/delta_high)"
@@ -420,10 +423,9 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         b.note = "no <vlm>_ols / <vlm>_sign_flip tables in reports/vlm/tables"
         return b
     what = "after adjustment" if adjusted else "(unadjusted p; adjusted p-values not in these tables yet)"
-    b.html = _table(pd.DataFrame(rows)) if rows else ""
-    b.findings.append(f"{len(rows)} of {n_tests} tested effects are significant {what} at α = {ALPHA}.")
-    if not rows:
-        b.note = f"no effect significant {what}"
+    sentence = f"{len(rows)} of {n_tests} tested effects are significant {what} at α = {ALPHA}."
+    b.html = _table(pd.DataFrame(rows)) if rows else f"<p>{html.escape(sentence)}</p>"
+    b.findings.append(sentence)
     return b
 
 
@@ -503,7 +505,7 @@ def calibration_block(reports: Path, level: str) -> Block:
     df = read_csv(path) if path.exists() else None
     t = Loaded("calibration", df, path if df is not None else None,
                "" if df is not None else "reports/calibration/calibration.csv not found (the calibration run)")
-    _with_trail(b, reports, "calibration", "biasaudit.stats.calibration", t)
+    _with_trail(b, reports, "calibration", "benchmarks/calibration.py", t)
     if not t.ok:
         return _missing(b, t)
     nom, obs, se = col(df, "nominal"), col(df, "observed"), col(df, "mc_se")

@@ -185,7 +185,8 @@ PAGE_CSS = """body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1400
 .bar{position:sticky;top:0;background:#fff;padding:.5em 0;border-bottom:1px solid #ccc;z-index:1}
 .bar label{margin-right:1em}.grid{display:flex;flex-wrap:wrap;gap:6px}
 figure{margin:0;width:164px;font-size:.75em}figure img{display:block;width:160px;height:auto;border:1px solid #ccc}
-.group h3{font-size:.95em;margin:.8em 0 .3em}.muted{color:#666}.flag{color:#b00;font-weight:600}
+.group{display:inline-block;vertical-align:top;margin:0 1.2em .4em 0;max-width:100%}
+.group h3{font-size:.85em;margin:.8em 0 .3em;max-width:680px}.muted{color:#666}.flag{color:#b00;font-weight:600}
 .ok{color:#164}.focus td{vertical-align:top;font-size:.72em;padding:2px}.focus img{width:140px;height:auto}
 table.focus{border-collapse:collapse}.focus th{font-size:.8em;background:#f3f3f3}
 """

@@ -272,7 +272,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
         t2i_sections=t2i_secs, vlm_sections=vlm_secs, provenance=provenance, stage_rows=rows,
         stage_summary=stage_summary,
         nav=[("findings", "Findings"), ("method-a", "Method A"), ("method-b", "Method B"), ("checks", "Checks"),
-             ("images", "Images"), ("all", "All sections"), ("notebooks", "Notebooks")])
+             ("images", "Gallery"), ("all", "All sections"), ("notebooks", "Notebooks")])
     return atomic_write_text(reports / "index.html", page)
 
 
