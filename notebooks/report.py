@@ -25,6 +25,9 @@
 #
 # Settings come from the `report:` section of params.yaml.
 
+# %% tags=["parameters"]
+# none: every setting is read from the validated params.yaml (section `report:`)
+
 # %%
 from pathlib import Path
 
