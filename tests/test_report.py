@@ -256,6 +256,7 @@ def test_runner_embeds_figures_and_keeps_the_terminal_quiet(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0] == "▶ ok_nb" and lines[1].startswith("✓ ok_nb "), proc.stderr
+    assert "TCP" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr + proc.stdout
     nb = json.loads((tmp_path / "reports/notebooks/ok_nb.ipynb").read_text())
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs)
@@ -274,6 +275,7 @@ def test_a_failing_stage_prints_its_cause_first(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert lines[1] == "✗ bad_nb: ValueError: generate.limit: must be >= 0 (got -1)", proc.stderr
     assert len(lines) == 3 and "Traceback" not in proc.stderr and "TCP" not in proc.stderr
+    assert "KeyboardInterrupt" not in proc.stderr + proc.stdout
     nb = json.loads((tmp_path / "reports/notebooks/bad_nb.ipynb").read_text())
     assert any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
 
@@ -347,3 +349,18 @@ def test_dvc_metrics_are_tracked_and_plots_render_offline():
     for stage in dvc["stages"].values():
         outs = [next(iter(o)) if isinstance(o, dict) else o for o in stage.get("do", stage).get("outs", [])]
         assert not [o for o in outs if o.startswith("reports/notebooks/") and o.endswith(".html")]
+
+
+def test_tqdm_bars_are_echoed_live_to_a_terminal():
+    import io
+
+    from biasaudit.report.execute import BarEcho
+
+    term = io.StringIO()
+    echo = BarEcho(term, "  stage ")
+    echo.write("loading weights\n")  # not a bar: not echoed
+    assert term.getvalue() == ""
+    echo.write("\r 40%|████      | 4/10 [00:01<00:02]\r 50%|█████     | 5/10 [00:01<00:01]")
+    assert term.getvalue().startswith("\r  stage 50%|█████     | 5/10") and "40%" not in term.getvalue()
+    echo.clear()
+    assert term.getvalue().endswith("\r")
