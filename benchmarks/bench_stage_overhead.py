@@ -1,6 +1,7 @@
 """Fixed cost of one notebook stage: the old `scripts/run-notebook` (three command lines: jupytext →
-papermill → nbconvert HTML) vs the new one (one process: jupytext and papermill through their Python
-APIs, no per-stage HTML; the report stage exports every notebook once).
+papermill → nbconvert HTML) vs the new one (one process: jupytext's API, papermill's parameter
+injection, nbclient (papermill's engine) without importing papermill; no per-stage HTML, the report
+stage exports every notebook once).
 
 The notebook is trivial (one cell that imports numpy and prints), so the time measured is the
 overhead alone. Each side is warmed once, then the two alternate (old, new, old, new, …) and the
