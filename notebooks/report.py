@@ -29,6 +29,7 @@
 # none: every setting is read from the validated params.yaml (section `report:`)
 
 # %%
+import json
 from pathlib import Path
 
 from IPython.display import Markdown, display
@@ -57,8 +58,6 @@ display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; t
 index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,
                     level=cfg.analyze.ci_level, gallery=gallery)
 headline = write_headline(reports, Path("metrics/headline.json"))
-import json
-
 metrics = json.loads(headline.read_text())
 display(Markdown(f"Wrote `{index}` ({index.stat().st_size / 1024:.0f} KiB) and `{headline}` ({count(metrics)} numbers)."))
 metrics

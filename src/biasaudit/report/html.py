@@ -95,7 +95,8 @@ They test that the pipeline works end to end; switch to the paper profile for re
 · <a href="focus.html">FOCUS edits</a> ({{ gallery.focus.photos }} source photos × 10 edits, {{ gallery.focus.flagged }} flagged).</p>
 {% if strip %}<p class="strip">{% for t in strip %}<a href="images.html"><img src="{{ t.src }}" alt="{{ t.alt }}"></a>{% endfor %}</p>{% endif %}
 {% if key_figures %}<details class="sec"><summary>Key figures ({{ key_figures|length }})</summary>
-{% for f in key_figures %}<figure><img src="{{ f.src }}" alt="{{ f.title }}"><figcaption><b>{{ f.title }}</b> {{ f.caption }}</figcaption></figure>{% endfor %}</details>{% endif %}
+{% for f in key_figures %}<figure><img src="{{ f.src }}" alt="{{ f.title }}"><figcaption><b>{{ f.title }}</b> {{ f.caption }}
+<span class="trail">made by <code>{{ f.function }}</code>{% if f.href %} in <a href="{{ f.href }}">t2i_analyze (the cell)</a>{% endif %}</span></figcaption></figure>{% endfor %}</details>{% endif %}
 
 <h2 id="all">Every section, figure and table</h2>
 <h3>Method A</h3>{% for s in t2i_sections %}{{ section(s) }}{% else %}<p class="note">No analysis outputs yet (reports/t2i/manifest.json not found).</p>{% endfor %}
@@ -200,12 +201,16 @@ def _folder_section(folder: Path, reports: Path, max_rows: int, name: str, title
             "tables": tables}
 
 
-def key_figures(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def key_figures(sections: list[dict[str, Any]], reports: Path) -> list[dict[str, Any]]:
+    """The headline figures, each with the analysis function (named after its section) and its cell."""
+    from biasaudit.report.trail import trail
+
     out = []
     for s in sections:
         for f in s["figures"]:
             if f["src"] and any(Path(f["src"]).stem == k for k in KEY_FIGURES):
-                out.append(f)
+                t = trail(reports, "t2i_analyze", f"biasaudit.t2i.analysis.{s['name']}")
+                out.append({**f, "function": t.function, "href": t.href})
     return out
 
 
@@ -268,7 +273,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
         params_hash=stable_hash(params.model_dump()), seed=params.seed, built=utc_now(),
         analysis_info=", ".join(f"{k} {m[k]}" for k in ("git_commit", "created_at", "n_boot") if k in m),
         findings=findings, blocks=blocks, t2i_ran=(reports / "t2i/manifest.json").exists(), vlm_missing=vlm_missing,
-        gallery=gal, strip=strip(reports, reports / "thumbs"), key_figures=key_figures(t2i_secs),
+        gallery=gal, strip=strip(reports, reports / "thumbs"), key_figures=key_figures(t2i_secs, reports),
         t2i_sections=t2i_secs, vlm_sections=vlm_secs, provenance=provenance, stage_rows=rows,
         stage_summary=stage_summary,
         nav=[("findings", "Findings"), ("method-a", "Method A"), ("method-b", "Method B"), ("checks", "Checks"),
