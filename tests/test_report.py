@@ -364,3 +364,19 @@ def test_tqdm_bars_are_echoed_live_to_a_terminal():
     assert term.getvalue().startswith("\r  stage 50%|█████     | 5/10") and "40%" not in term.getvalue()
     echo.clear()
     assert term.getvalue().endswith("\r")
+
+
+def test_stage_end_line_counts_items_by_status(tmp_path):
+    from biasaudit.report.execute import format_counts, item_counts, stage_outs
+
+    (tmp_path / "imgs").mkdir()
+    pd.DataFrame({"status": ["ok"] * 3 + ["refused", "no_face"]}).to_parquet(tmp_path / "imgs/manifest.parquet")
+    pd.DataFrame({"status": ["failed"]}).to_parquet(tmp_path / "labels.parquet")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  gen:\n    foreach: [a]\n    do:\n      cmd: x\n      outs:\n"
+                                       f"        - {tmp_path}/imgs\n        - {tmp_path}/${{key}}.parquet:\n"
+                                       "            cache: false\n")
+    (tmp_path / "a.parquet").write_bytes((tmp_path / "labels.parquet").read_bytes())
+    outs = stage_outs("gen@a", tmp_path / "dvc.yaml")
+    assert outs == [f"{tmp_path}/imgs", f"{tmp_path}/a.parquet"]
+    assert format_counts(item_counts(outs)) == " · ok 3 · failed 1 · refused 1 · no_face 1"
+    assert format_counts({}) == ""

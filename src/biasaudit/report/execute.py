@@ -127,8 +127,8 @@ def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
 
 
 def item_counts(paths: list[str]) -> dict[str, int]:
-    """ok / failed / refused / other counts from the `status` column of the parquet outputs (a file,
-    or a folder's manifest.parquet); {} when no output has one."""
+    """Counts per status from the `status` column of the parquet outputs (a file, or a folder's
+    manifest.parquet); {} when no output has one."""
     import pyarrow.parquet as pq
 
     counts: dict[str, int] = {}
@@ -144,15 +144,15 @@ def item_counts(paths: list[str]) -> dict[str, int]:
         except (OSError, ValueError):
             continue
         for status in column:
-            bucket = status if status in ("ok", "failed", "refused") else "other"
-            counts[bucket] = counts.get(bucket, 0) + 1
+            counts[str(status)] = counts.get(str(status), 0) + 1
     return counts
 
 
 def format_counts(counts: dict[str, int]) -> str:
+    """' · ok 30 · failed 0 · refused 0', then any other status by name (e.g. ' · no_face 30')."""
     if not counts:
         return ""
-    keys = ["ok", "failed", "refused"] + (["other"] if counts.get("other") else [])
+    keys = ["ok", "failed", "refused"] + sorted(k for k in counts if k not in ("ok", "failed", "refused"))
     return " · " + " · ".join(f"{k} {counts.get(k, 0)}" for k in keys)
 
 
