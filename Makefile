@@ -28,8 +28,8 @@ setup: $(VENV)/.installed
 
 demo: setup
 	$(BIN)/python -m biasaudit check
-	$(BIN)/dvc repro
-	@echo "Report: reports/index.html"
+	$(BIN)/dvc repro --quiet    # one line per stage start and end (scripts/run-notebook)
+	@echo "Report: reports/index.html (images: reports/images.html, FOCUS edits: reports/focus.html)"
 
 test: setup
 	$(BIN)/python -m pytest

@@ -9,27 +9,57 @@
 # ---
 
 # %% [markdown]
-# # Report: one offline page for everything
+# # Report: a front page for decisions, images to look at, every notebook as HTML
 #
-# Builds `reports/index.html` from what the stages wrote under `reports/`: a profile banner (a
-# stand-in run says so in large type), provenance (git commit, params hash, model ids and revisions,
-# counts per stage), the headline table, every figure and table of the analysis, the Method B
-# outputs in `reports/vlm/`, and links to every executed notebook. No network, no JavaScript;
-# all links are relative so the page opens from the file system.
+# Reads what the stages wrote under `reports/` and `data/` and writes, with no network and no
+# external script:
+#
+# - `reports/html/<notebook>.html`: every executed notebook, exported once here (offline template;
+#   cells keep their `#cell-id=` anchors, which the front page links to);
+# - `reports/thumbs/` (small JPEGs, redrawn only when their image changed), `reports/images.html`
+#   (generated images per model × prompt with label, L*, face box, skin mask; filters) and
+#   `reports/focus.html` (each source photo and its 10 face-only edits with their checks);
+# - `reports/index.html`: banner, findings written from the numbers, the model comparison, the
+#   Method B headline, checks, and per stage what it read, wrote and how long it took;
+# - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
+#
+# Settings come from the `report:` section of params.yaml.
 
 # %% tags=["parameters"]
 # Nothing varies per run: every value comes from params.yaml through stage_params (validated),
 # so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
+import json
+from pathlib import Path
+
 from IPython.display import Markdown, display
 
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
+from biasaudit.report.gallery import build_gallery
+from biasaudit.report.headline import count, write_headline
+from biasaudit.report.trail import export_all
 
 cfg, params = stage_params("report")
 banner(cfg)
-index = build_index(C.REPORTS, cfg, title=params.title, max_table_rows=params.max_table_rows,
-                    level=cfg.analyze.ci_level)
-display(Markdown(f"Wrote `{index}` ({index.stat().st_size / 1024:.0f} KiB)."))
+reports = C.REPORTS
+
+# %%
+failed = export_all(reports / "notebooks", reports / "html")
+display(Markdown(f"Exported {len(list((reports / 'html').glob('*.html')))} notebooks to `reports/html/`"
+                 + (f"; failed: {failed}" if failed else ".")))
+
+# %%
+stand_in = cfg.profile == "offline"
+gallery = build_gallery(Path("."), reports, px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
+display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
+
+# %%
+index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,
+                    level=cfg.analyze.ci_level, gallery=gallery)
+headline = write_headline(reports, C.HEADLINE_METRICS)
+metrics = json.loads(headline.read_text())
+display(Markdown(f"Wrote `{index}` ({index.stat().st_size / 1024:.0f} KiB) and `{headline}` ({count(metrics)} numbers)."))
+metrics

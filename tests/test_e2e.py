@@ -29,7 +29,8 @@ EXPECTED = [
     "reports/t2i/instruments/sweep.csv", "reports/t2i/instruments/summary.csv",
     "reports/t2i/instruments/instruments.png",
     "data/vlm/edit_checks.parquet", "reports/vlm/summary.json", "reports/vlm/metrics.json",
-    "reports/index.html", "reports/notebooks/t2i_analyze.html", "reports/notebooks/report.html",
+    "reports/index.html", "reports/html/t2i_analyze.html", "reports/images.html", "reports/focus.html",
+    "metrics/headline.json",
 ]
 
 
@@ -80,6 +81,14 @@ def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
 
     validation = json.loads((fresh_repo / "reports/t2i/metrics.json").read_text())["validation"]
     assert validation["planted"] is True and validation["rows"] > 0
+
+
+def test_executed_analysis_notebook_holds_its_figures(fresh_repo, first_run):
+    import json
+
+    nb = json.loads((fresh_repo / "reports/notebooks/t2i_analyze.ipynb").read_text())
+    pngs = [o for c in nb["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(pngs) >= 4
 
 
 def test_second_repro_does_nothing(fresh_repo, first_run):

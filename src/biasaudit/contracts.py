@@ -58,6 +58,7 @@ NOT_MEASURABLE = "not_measurable"
 
 DATA = Path("data")
 REPORTS = Path("reports")
+HEADLINE_METRICS = Path("metrics") / "headline.json"  # tracked in git: the baseline of `dvc metrics diff`
 REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir

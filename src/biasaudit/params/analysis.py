@@ -33,3 +33,5 @@ class Analyze(Section):
 class Report(Section):
     title: str = "biasaudit: racial and skin-tone disparities in image generators and VLMs"
     max_table_rows: int = Field(60, ge=5)  # rows rendered inline per table; the full CSV is linked
+    thumbs_per_prompt: int = Field(8, ge=1, le=200)  # images.html: thumbnails per model × prompt
+    thumb_px: int = Field(160, ge=48, le=512)  # longest side of a thumbnail (JPEG), images and FOCUS pages

@@ -1,12 +1,20 @@
-"""Build `reports/index.html` from what the stages wrote under `reports/` (no network, no JavaScript).
+"""Build the offline report: `reports/index.html`, a front page for decisions, plus the pages it links.
 
-Reads: reports/t2i/manifest.json + metrics.json + tables/ + figures/ (analyze), reports/t2i/reliability/
-(reliability), reports/vlm/ (Method B: summary.json, figures, tables), reports/notebooks/*.html
-(every executed notebook). Every link is relative, so the page works from the file system.
+Front page: the stand-in banner, one sentence per finding (written from the numbers), the model
+comparison (TVD with CI / null floor / bias-corrected; paired differences; L* by race; skin-tone
+diversity; homogeneity gaps; classifier κ), the Method B headline (win rates, Δg with CIs,
+significant effects after adjustment), "does the audit recover what was planted?", instrument bias,
+calibration, and the notebooks (what each stage read, wrote, how long it took). Each headline table
+names the `src/` function that made it and links to the notebook cell that called it. Everything
+else (every section's figures and tables, JSON summaries as tables) is one click away in
+`<details>`, with CSV downloads. Also written: `images.html`, `focus.html` (gallery.py), the
+notebooks' HTML (`reports/html/`, trail.py) and the tracked headline metrics file (headline.py).
+No network, no external script; every link is relative.
 """
 
 from __future__ import annotations
 
+import html as _html
 import json
 import math
 from pathlib import Path
@@ -17,240 +25,260 @@ from jinja2 import Environment, select_autoescape
 
 from biasaudit.io import atomic_write_text
 from biasaudit.provenance import git_commit, stable_hash, utc_now
+from biasaudit.report.front import Block, build_blocks, collapsible
+from biasaudit.report.load import Outputs, read_csv, read_json
+from biasaudit.report.trail import StageInfo, short_path, stages
 
-FIGURE_EXTS = (".png", ".svg", ".jpg", ".jpeg")
+KEY_FIGURES = ("figure2_shares", "skin_L_by_label", "homogeneity_gap_heatmap")
 
-TEMPLATE = """{% macro render_table(t) %}<h4>{{ t.title }}</h4>{% if t.note %}<p>{{ t.note }}</p>{% endif %}
-<div class="scroll">{{ t.html|safe }}</div>
-<p>{% for name, href in t.links %}<a href="{{ href }}">{{ name }}</a> {% endfor %}</p>{% endmacro %}
-{% macro render_figure(f) %}<figure><img src="{{ f.src }}" alt="{{ f.title }}">
-<figcaption><b>{{ f.title }}</b> {{ f.caption }} {% for name, href in f.links %}<a href="{{ href }}">{{ name }}</a> {% endfor %}</figcaption></figure>{% endmacro %}
-{% macro render_summary(d) %}<div class="scroll">{{ d|safe }}</div>{% endmacro %}
-{% macro render_section(s) %}<h3 id="sec-{{ s.name }}">{{ s.title }}
-<span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span></h3>
-{% if s.reason %}<p><b>{{ 'No data' if s.status == 'no data' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
+TEMPLATE = """{% macro block(b) %}<section class="block" id="{{ b.id }}"><h3>{{ b.title }}</h3>
+{% if b.html %}<div class="scroll">{{ b.html|safe }}</div>{% endif %}{% if b.extra %}{{ b.extra|safe }}{% endif %}
+{% if b.note %}<p class="note">{% if not b.html %}<b>No data:</b> {% endif %}{{ b.note }}</p>{% endif %}
+<p class="trail">{% if b.function %}made by <code>{{ b.function }}</code>{% endif %}{% if b.trail_href %} in
+<a href="{{ b.trail_href }}">{{ b.notebook }}{% if '#' in b.trail_href %} (the cell){% endif %}</a>{% endif %}
+{% for name, href in b.downloads %} · <a href="{{ href }}" download>{{ name }}</a>{% endfor %}</p></section>{% endmacro %}
+{% macro section(s) %}<details class="sec"><summary>{{ s.title }} <span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span>
+<small>{{ s.figures|length }} figures, {{ s.tables|length }} tables</small></summary>
+{% if s.reason %}<p class="note"><b>{{ 'No data' if s.status != 'ok' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
 {% if s.notes %}<ul>{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
-{% for f in s.figures %}{{ render_figure(f) }}{% endfor %}
-{% for t in s.tables %}{{ render_table(t) }}{% endfor %}{% endmacro %}
+{% for f in s.figures %}{% if f.src %}<figure><img src="{{ f.src }}" alt="{{ f.title }}" loading="eager">
+<figcaption><b>{{ f.title }}</b> {{ f.caption }}{% for name, href in f.links %} <a href="{{ href }}">{{ name }}</a>{% endfor %}</figcaption></figure>
+{% else %}<p class="note"><b>{{ f.title }}</b> — no data: {{ f.reason }}</p>{% endif %}{% endfor %}
+{% for t in s.tables %}<h4>{{ t.title }}</h4>{{ t.html|safe }}<p>{% for name, href in t.links %}<a href="{{ href }}" download>{{ name }}</a> {% endfor %}</p>{% endfor %}
+</details>{% endmacro %}
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
 <style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;margin:0 auto;padding:0 1em 3em;color:#222}
-.standin{border:6px solid #b00;background:#fff0f0;color:#b00;padding:.6em 1em;margin:1em 0;font-size:2.2em;font-weight:700;line-height:1.2}
-.standin small{display:block;font-size:.5em;font-weight:400}
-.profile{border:2px solid #264;padding:.5em 1em;margin:1em 0;font-size:1.2em}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.status{display:inline-block;padding:0 .5em;border-radius:3px;font-size:.8em;vertical-align:middle}
-.s-ok{background:#dfd}.s-nodata{background:#eee}
-figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.9em;color:#444}
-.scroll{overflow-x:auto}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}
-dt{font-weight:600}pre{background:#f7f7f7;padding:.5em;overflow-x:auto;font-size:.85em}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1300px;margin:0 auto;padding:0 1em 3em;color:#222;line-height:1.35}
+h1{font-size:1.5em;margin:.6em 0 .2em}h2{font-size:1.25em;border-bottom:2px solid #ddd;margin:1.2em 0 .4em}h3{font-size:1.05em;margin:.8em 0 .3em}h4{font-size:.95em;margin:.6em 0 .2em}
+.standin{border:6px solid #b00;background:#fff0f0;color:#b00;padding:.5em 1em;margin:.6em 0;font-size:2.2em;font-weight:700;line-height:1.15}
+.standin small{display:block;font-size:.45em;font-weight:400}
+.profile{border:2px solid #264;padding:.4em 1em;margin:.6em 0;font-size:1.1em}
+table.t{border-collapse:collapse;font-size:.82em;margin:.3em 0}.t td,.t th{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
+.t th{background:#f3f3f3}.t td:first-child,.t th:first-child{text-align:left}.t small{color:#555}
+.status{display:inline-block;padding:0 .5em;border-radius:3px;font-size:.8em}.s-ok{background:#dfd}.s-nodata,.s-notrun{background:#eee}.s-failed{background:#fdd}
+figure{margin:.6em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.85em;color:#444}
+.scroll{overflow-x:auto}nav{font-size:.9em}nav a{margin-right:.9em}.note{color:#555;font-size:.88em;margin:.2em 0}
+.trail{font-size:.8em;color:#555;margin:.1em 0 .6em}.findings li{margin:.15em 0}
+details.sec{border:1px solid #ddd;border-radius:4px;padding:.2em .6em;margin:.3em 0}details summary{cursor:pointer}
+.strip img{height:96px;width:auto;margin-right:4px;border:1px solid #ccc}.prov{font-size:.85em;color:#444}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:0 2em}@media (max-width:900px){.cols{grid-template-columns:1fr}}
 </style></head><body>
 <h1>{{ title }}</h1>
 {% if stand_in %}<div class="standin" role="alert">STAND-IN RUN — these numbers describe no real model
 <small>Profile <b>{{ profile }}</b>: random-weight stand-in models and packaged photos, a handful of prompts.
 They test that the pipeline works end to end; switch to the paper profile for real results.</small></div>
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
-<nav>{% for id, name in nav %}<a href="#{{ id }}">{{ name }}</a>{% endfor %}</nav>
+<p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · built {{ built }}
+{% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
+<nav>{% for id, name in nav %}<a href="#{{ id }}">{{ name }}</a>{% endfor %}<a href="images.html">Images</a><a href="focus.html">FOCUS edits</a></nav>
 
-<h2 id="provenance">Provenance</h2>
-<dl><dt>git commit</dt><dd><code>{{ commit }}</code></dd><dt>params hash</dt><dd><code>{{ params_hash }}</code></dd>
-<dt>seed</dt><dd>{{ seed }}</dd><dt>built</dt><dd>{{ built }}</dd>
-<dt>analysis</dt><dd>{% if analysis_info %}{{ analysis_info }}{% else %}not run yet{% endif %}</dd></dl>
-{% for t in provenance_tables %}{{ render_table(t) }}{% endfor %}
+<h2 id="findings">Main findings</h2>
+{% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
+{% else %}<p class="note">No findings yet: no analysis outputs under reports/.</p>{% endif %}
 
-<h2 id="headline">Headline results</h2>
-{% if headline %}{% for h in headline %}<h3>{{ h.title }}</h3><div class="scroll">{{ h.html|safe }}</div>{% endfor %}
-{% else %}<p>No headline results yet: {{ headline_reason }}</p>{% endif %}
+<h2 id="method-a">Method A: model comparison (text-to-image generators)</h2>
+{% if not t2i_ran %}<p class="note"><b>No data:</b> reports/t2i/manifest.json not found (the analyze stage has not run).</p>{% endif %}
+{% for b in blocks.method_a %}{{ block(b) }}{% endfor %}
 
-<h2 id="t2i">Method A: proxy audit of text-to-image generators</h2>
-{% if not t2i_sections %}<p>No analysis outputs yet (reports/t2i/manifest.json not found).</p>{% endif %}
-{% for s in t2i_sections %}{{ render_section(s) }}{% endfor %}
+<h2 id="method-b">Method B: VLM decisions on face-only edits</h2>
+{% if vlm_missing %}<p class="note"><b>No data:</b> {{ vlm_missing }}</p>{% endif %}
+{% for b in blocks.method_b %}{{ block(b) }}{% endfor %}
 
-<h2 id="vlm">Method B: face-only counterfactual audit of VLMs</h2>
-{% if vlm.missing %}<p>No Method B outputs yet: {{ vlm.missing }}</p>{% else %}
-{% if vlm.summary %}<h3>Summary</h3>{{ render_summary(vlm.summary) }}{% endif %}
-{% for f in vlm.figures %}{{ render_figure(f) }}{% endfor %}
-{% for t in vlm.tables %}{{ render_table(t) }}{% endfor %}
-{% if vlm.other %}<p>Other files: {% for name, href in vlm.other %}<a href="{{ href }}">{{ name }}</a> {% endfor %}</p>{% endif %}
-{% endif %}
+<h2 id="checks">Checks on the audit itself</h2>
+{% for b in blocks.checks %}{{ block(b) }}{% endfor %}
 
-<h2 id="notebooks">Executed notebooks</h2>
-{% if notebooks %}<ul>{% for name, href in notebooks %}<li><a href="{{ href }}">{{ name }}</a></li>{% endfor %}</ul>
-{% else %}<p>No executed notebooks found under reports/notebooks/.</p>{% endif %}
+<h2 id="images">Images</h2>
+<p><a href="images.html">Browse every generated image</a> ({{ gallery.images.images_shown }} thumbnails with label, L*, face box and skin mask; filters by model, category, label, L* bin)
+· <a href="focus.html">FOCUS edits</a> ({{ gallery.focus.photos }} source photos × 10 edits, {{ gallery.focus.flagged }} flagged).</p>
+{% if strip %}<p class="strip">{% for t in strip %}<a href="images.html"><img src="{{ t.src }}" alt="{{ t.alt }}"></a>{% endfor %}</p>{% endif %}
+{% if key_figures %}<details class="sec"><summary>Key figures ({{ key_figures|length }})</summary>
+{% for f in key_figures %}<figure><img src="{{ f.src }}" alt="{{ f.title }}"><figcaption><b>{{ f.title }}</b> {{ f.caption }}
+<span class="trail">made by <code>{{ f.function }}</code>{% if f.href %} in <a href="{{ f.href }}">t2i_analyze (the cell)</a>{% endif %}</span></figcaption></figure>{% endfor %}</details>{% endif %}
+
+<h2 id="all">Every section, figure and table</h2>
+<h3>Method A</h3>{% for s in t2i_sections %}{{ section(s) }}{% else %}<p class="note">No analysis outputs yet (reports/t2i/manifest.json not found).</p>{% endfor %}
+<h3>Method B</h3>{% for s in vlm_sections %}{{ section(s) }}{% else %}<p class="note">No Method B outputs yet: {{ vlm_missing }}</p>{% endfor %}
+<h3>Provenance</h3>{% for s in provenance %}{{ section(s) }}{% endfor %}
+
+<h2 id="notebooks">Notebooks: what each stage read, wrote and how long it took</h2>
+{% if stage_rows %}<p class="note">{{ stage_summary }}</p><div class="scroll"><table class="t"><tr><th>stage</th><th>notebook</th><th>read</th><th>wrote</th><th>time</th><th>status</th></tr>
+{% for s in stage_rows %}<tr><td>{{ s.stage }}</td><td>{% if s.html %}<a href="{{ s.html }}">HTML</a> {% endif %}{% if s.ipynb %}<a href="{{ s.ipynb }}">ipynb</a>{% endif %}</td>
+<td><small>{{ s.reads }}</small></td><td><small>{{ s.writes }}</small></td><td>{{ s.time }}</td><td><span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span> {{ s.reason }}</td></tr>{% endfor %}</table></div>
+{% else %}<p class="note">No executed notebooks found under reports/notebooks/.</p>{% endif %}
 </body></html>
 """
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.3f}"
-    return str(v)
-
-
 def table_html(df: pd.DataFrame, max_rows: int) -> str:
     shown = df.head(max_rows)
-    html = shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3f}", border=0)
+    out = shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3f}", border=0, classes="t")
     if len(df) > max_rows:
-        html += f"<p>… {len(df) - max_rows} more rows in the linked file.</p>"
-    return html
-
-
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    try:
-        return pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError):
-        return None
+        out += f"<p class='note'>… {len(df) - max_rows} more rows in the CSV.</p>"
+    return collapsible(out, len(df), 12, f"{len(df)} rows (click to show)")
 
 
 def _table_entry(path: Path, reports: Path, max_rows: int, title: str | None = None) -> dict[str, Any]:
-    df = _read_csv(path)
+    df = read_csv(path)
     links = [(path.name, path.relative_to(reports).as_posix())]
     md = path.with_suffix(".md")
     if md.exists():
         links.append((md.name, md.relative_to(reports).as_posix()))
     return {"title": title or path.stem.replace("_", " "), "links": links,
-            "html": table_html(df, max_rows) if df is not None else "",
-            "note": "" if df is not None else "unreadable or empty CSV"}
+            "html": table_html(df, max_rows) if df is not None else "<p class='note'>No data: unreadable or empty CSV</p>"}
 
 
-def _ci(est: Any, low: Any, high: Any) -> str:
-    vals = [float(v) if v is not None and v == v else math.nan for v in (est, low, high)]
-    if math.isnan(vals[0]):
-        return ""
-    if math.isnan(vals[1]) or math.isnan(vals[2]):
-        return f"{vals[0]:.3f}"
-    return f"{vals[0]:.3f} [{vals[1]:.3f}, {vals[2]:.3f}]"
+def json_tables(data: Any, max_rows: int = 60, depth: int = 0) -> str:
+    """A JSON summary as tables: a flat mapping → key/value rows, a mapping of flat mappings → one
+    matrix, deeper mappings → a heading per key; lists of records → a table."""
+    if isinstance(data, dict):
+        scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+        nested = {k: v for k, v in data.items() if isinstance(v, (dict, list))}
+        parts = []
+        if scalars:
+            parts.append(table_html(pd.DataFrame({"key": list(scalars), "value": [_cell(v) for v in scalars.values()]}), max_rows))
+        flat_children = {k: v for k, v in nested.items()
+                         if isinstance(v, dict) and v and all(not isinstance(x, (dict, list)) for x in v.values())}
+        if len(flat_children) >= 2:
+            matrix = pd.DataFrame({k: {ik: _cell(iv) for ik, iv in v.items()} for k, v in flat_children.items()}).T
+            parts.append(table_html(matrix.reset_index(names=""), max_rows))
+            nested = {k: v for k, v in nested.items() if k not in flat_children}
+        for k, v in nested.items():
+            tag = f"h{min(6, 4 + depth)}"
+            parts.append(f"<{tag}>{_html.escape(str(k))}</{tag}>" + json_tables(v, max_rows, depth + 1))
+        return "".join(parts)
+    if isinstance(data, list):
+        if data and all(isinstance(x, dict) for x in data):
+            return table_html(pd.DataFrame(data).map(_cell), max_rows)
+        return "<p>" + _html.escape(", ".join(_cell(x) for x in data)) + "</p>"
+    return f"<p>{_html.escape(_cell(data))}</p>"
 
 
-def headline_tables(t2i: Path, level: str) -> list[dict[str, str]]:
-    """TVD per model × category, dark-skin share and earnings slope, each with its interval."""
-    out = []
-    tvd = _read_csv(t2i / "tables/tvd_summary.csv")
-    if tvd is not None and len(tvd):
-        wide = pd.DataFrame({
-            "model": tvd["model"], "category": tvd["category"],
-            f"mean per-prompt TVD [{level} CI]": [_ci(*r) for r in tvd[["mean_tvd", "mean_tvd_low", "mean_tvd_high"]].itertuples(index=False)],
-            f"pooled TVD [{level} CI]": [_ci(*r) for r in tvd[["pooled_tvd", "pooled_tvd_low", "pooled_tvd_high"]].itertuples(index=False)],
-            "prompts": tvd["n_prompts"], "images": tvd["n_images"], "abstentions": tvd["n_unknown"]})
-        out.append({"title": "Distance from the benchmark (TVD; 0 = identical, 1 = no overlap)",
-                    "html": table_html(wide, 200)})
-    dark = _read_csv(t2i / "tables/skin_dark_share.csv")
-    if dark is not None and len(dark):
-        wide = pd.DataFrame({"model": dark["model"], "faces measured": dark["n_measured"],
-                             "faces with L* below threshold": dark["n_dark"],
-                             f"share classified {dark['group'].iloc[0]} [{level} CI]":
-                                 [_ci(*r) for r in dark[["share", "share_low", "share_high"]].itertuples(index=False)]})
-        out.append({"title": f"Very dark skin (L* < {dark['L_threshold'].iloc[0]:g})", "html": table_html(wide, 50)})
-    ols = _read_csv(t2i / "tables/skin_earnings_ols.csv")
-    if ols is not None and len(ols):
-        unit = ols["slope_unit_usd"].iloc[0]
-        wide = pd.DataFrame({"model": ols["model"], f"L* per ${unit:g}/week [{level} CI]":
-                             [_ci(*r) for r in ols[["slope", "ci_low", "ci_high"]].itertuples(index=False)],
-                             "p-value": ols["p_value"].map(lambda v: "" if v != v else f"{v:.3g}"),
-                             "images": ols["n"], "prompts": ols["n_clusters"], "note": ols["reason"].fillna("")})
-        out.append({"title": f"Skin lightness vs median weekly earnings ({ols['group'].iloc[0]}-classified occupational images)",
-                    "html": table_html(wide, 50)})
-    return out
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)[:200]
+    return "" if v is None else str(v)
 
 
-def t2i_sections(t2i: Path, reports: Path, max_rows: int) -> list[dict[str, Any]]:
-    path = t2i / "manifest.json"
-    if not path.exists():
-        return []
-    manifest = json.loads(path.read_text())
+def manifest_sections(out: Outputs, reports: Path, max_rows: int) -> list[dict[str, Any]]:
+    """Every section of an analysis manifest, figures with their titles, tables collapsed + CSV."""
     sections = []
-    for s in manifest.get("sections", []):
-        if s.get("name") == "provenance":
-            continue  # rendered once, at the top of the page
-        figures = [{"title": f["title"], "caption": f.get("caption", ""),
-                    "src": (t2i / f["png"]).relative_to(reports).as_posix(),
-                    "links": [("SVG", (t2i / f["svg"]).relative_to(reports).as_posix())] if f.get("svg") else []}
-                   for f in s.get("figures", []) if (t2i / f["png"]).exists()]
-        tables = [_table_entry(t2i / t["csv"], reports, max_rows, t["name"].replace("_", " "))
-                  for t in s.get("tables", []) if (t2i / t["csv"]).exists()]
-        sections.append({**s, "figures": figures, "tables": tables})
-    rel = t2i / "reliability"
-    if rel.is_dir():  # the reliability stage's own files, rendered as they are
-        tables = [_table_entry(p, reports, max_rows) for p in sorted(rel.glob("*.csv"))]
-        figures = [{"title": p.stem.replace("_", " "), "caption": "", "src": p.relative_to(reports).as_posix(),
-                    "links": []} for p in sorted(rel.glob("*.png"))]
-        for s in sections:
-            if s["name"] == "reliability":
-                s["tables"] += tables
-                s["figures"] += figures
-                summary = rel / "summary.json"
-                if summary.exists():
-                    s["tables"].append({"title": "summary.json", "html": _summary_html(summary), "note": "",
-                                        "links": [("summary.json", summary.relative_to(reports).as_posix())]})
+    for s in out.sections:
+        figures = []
+        for f in s.get("figures", []):
+            png = out.root / str(f.get("png", ""))
+            ok = bool(f.get("png")) and png.exists()
+            figures.append({"title": f.get("title", f.get("name", "")), "caption": f.get("caption", ""),
+                            "src": png.relative_to(reports).as_posix() if ok else "",
+                            "reason": "" if ok else f"{f.get('png', 'figure')} not written",
+                            "links": [("SVG", (out.root / f["svg"]).relative_to(reports).as_posix())]
+                            if f.get("svg") and (out.root / f["svg"]).exists() else []})
+        tables = [_table_entry(out.root / t["csv"], reports, max_rows, t["name"].replace("_", " "))
+                  for t in s.get("tables", []) if (out.root / t.get("csv", "")).exists()]
+        sections.append({"name": s.get("name", ""), "title": s.get("title", s.get("name", "")),
+                         "status": s.get("status", "ok"), "reason": s.get("reason", ""), "notes": s.get("notes", []),
+                         "figures": figures, "tables": tables})
     return sections
 
 
-def _summary_html(path: Path) -> str:
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError) as exc:
-        return f"<p>unreadable: {type(exc).__name__}</p>"
-    if isinstance(data, dict):
-        flat = pd.json_normalize(data, sep=".").T.reset_index()
-        flat.columns = ["key", "value"]
-        flat["value"] = flat["value"].map(_fmt)
-        return table_html(flat, 500)
-    return "<pre>" + pd.io.formats.printing.pprint_thing(data, escape_chars=None) + "</pre>"
+def _folder_section(folder: Path, reports: Path, max_rows: int, name: str, title: str) -> dict[str, Any] | None:
+    """A stage's own folder (reliability, edit checks): its CSVs, PNGs and summary.json as tables."""
+    if not folder.is_dir():
+        return None
+    tables = [_table_entry(p, reports, max_rows) for p in sorted(folder.glob("*.csv"))]
+    figures = [{"title": p.stem.replace("_", " "), "caption": "", "src": p.relative_to(reports).as_posix(),
+                "reason": "", "links": []} for p in sorted(folder.glob("*.png"))]
+    summary = folder / "summary.json"
+    data = read_json(summary) if summary.exists() else None
+    if data is not None:
+        tables.append({"title": "summary.json", "html": json_tables(data, max_rows),
+                       "links": [("summary.json", summary.relative_to(reports).as_posix())]})
+    return {"name": name, "title": title, "status": "ok", "reason": "", "notes": [], "figures": figures,
+            "tables": tables}
 
 
-def vlm_section(reports: Path, max_rows: int) -> dict[str, Any]:
-    """Whatever reports/vlm/ holds: summary.json, figures (PNG/SVG), tables (CSV + MD), other files."""
-    vlm = reports / "vlm"
-    if not vlm.is_dir() or not any(vlm.iterdir()):
-        return {"missing": f"{vlm.as_posix()}/ not found or empty (the reflect_analysis stage writes it)"}
-    files = sorted(p for p in vlm.rglob("*") if p.is_file() and not p.name.startswith("."))
-    summary = vlm / "summary.json"
-    out: dict[str, Any] = {"missing": "", "summary": _summary_html(summary) if summary.exists() else "",
-                           "figures": [], "tables": [], "other": []}
-    used = {summary}
-    for p in files:
-        rel = p.relative_to(reports).as_posix()
-        if p.suffix == ".png" or (p.suffix == ".svg" and not p.with_suffix(".png").exists()):
-            svg = p.with_suffix(".svg")
-            links = [("SVG", svg.relative_to(reports).as_posix())] if p.suffix == ".png" and svg.exists() else []
-            out["figures"].append({"title": p.relative_to(vlm).with_suffix("").as_posix().replace("_", " "),
-                                   "caption": "", "src": rel, "links": links})
-            used |= {p, svg}
-        elif p.suffix == ".csv":
-            out["tables"].append(_table_entry(p, reports, max_rows, p.relative_to(vlm).with_suffix("").as_posix()))
-            used |= {p, p.with_suffix(".md")}
-    out["other"] = [(p.relative_to(vlm).as_posix(), p.relative_to(reports).as_posix()) for p in files if p not in used]
+def key_figures(sections: list[dict[str, Any]], reports: Path) -> list[dict[str, Any]]:
+    """The headline figures, each with the analysis function (named after its section) and its cell."""
+    from biasaudit.report.trail import trail
+
+    out = []
+    for s in sections:
+        for f in s["figures"]:
+            if f["src"] and any(Path(f["src"]).stem == k for k in KEY_FIGURES):
+                t = trail(reports, "t2i_analyze", f"biasaudit.t2i.analysis.{s['name']}")
+                out.append({**f, "function": t.function, "href": t.href})
     return out
 
 
+def stage_rows(infos: list[StageInfo], reports: Path) -> tuple[list[dict[str, Any]], str]:
+    rows, total = [], 0.0
+    for s in infos:
+        html_path = reports / "html" / f"{s.notebook}.html"
+        ipynb = reports / "notebooks" / f"{s.notebook}.ipynb"
+        if s.seconds is not None:
+            total += float(s.seconds)
+        rows.append({"stage": s.stage, "html": f"html/{s.notebook}.html" if html_path.exists() else "",
+                     "ipynb": f"notebooks/{s.notebook}.ipynb" if ipynb.exists() else "",
+                     "reads": ", ".join(short_path(p) for p in s.reads if not p.startswith(("notebooks/", "src/"))),
+                     "writes": ", ".join(short_path(p) for p in s.writes),
+                     "time": f"{s.seconds:.1f} s" if s.seconds is not None else "—", "status": s.status,
+                     "reason": s.reason})
+    ran = sum(1 for s in infos if s.seconds is not None)
+    summary = (f"{len(infos)} stages, {ran} with an executed notebook, {total:.0f} s in total "
+               "(wall time per stage including the kernel start; 'read' omits the notebook and src/ code each stage also depends on).")
+    return rows, summary
+
+
 def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit report", max_table_rows: int = 60,
-                level: float = 0.95) -> Path:
-    """Write `<reports_dir>/index.html` and return its path. `params` is the validated Params."""
-    reports = Path(reports_dir)
-    t2i = reports / "t2i"
-    metrics_path = t2i / "metrics.json"
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-    provenance = [_table_entry(t2i / "tables" / f"{name}.csv", reports, max_table_rows, label)
-                  for name, label in (("provenance_models", "Models (ids and revisions)"),
-                                      ("provenance_stage_counts", "Counts per stage: images, abstentions, "
-                                                                  "missing faces, failures"))
-                  if (t2i / "tables" / f"{name}.csv").exists()]
-    stand_in = params.profile == "offline" or bool(metrics.get("stand_in"))
-    notebooks = [(p.stem, p.relative_to(reports).as_posix()) for p in sorted((reports / "notebooks").glob("*.html"))]
-    headline = headline_tables(t2i, f"{level:.0%}")
+                level: float = 0.95, root: str | Path = ".", gallery: Any = None) -> Path:
+    """Write `<reports_dir>/index.html` and return its path. `params` is the validated Params;
+    `gallery` the result of gallery.build_gallery (None: counts shown as 0)."""
+    reports, root = Path(reports_dir), Path(root)
+    t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
+    stand_in = params.profile == "offline" or bool(t2i.metrics.get("stand_in"))
+    lvl = f"{level:.0%}"
+    blocks = build_blocks(reports, lvl)
+    findings = [f for group in blocks.values() for b in group for f in b.findings]
+    t2i_secs = [s for s in manifest_sections(t2i, reports, max_table_rows) if s["name"] != "provenance"]
+    rel = _folder_section(reports / "t2i/reliability", reports, max_table_rows, "reliability_files",
+                          "Classifier reliability: the reliability stage's files")
+    if rel:
+        t2i_secs.append(rel)
+    vlm_secs = manifest_sections(vlm, reports, max_table_rows)
+    checks = _folder_section(reports / "vlm/edit_checks", reports, max_table_rows, "edit_checks",
+                             "FOCUS edit checks (validate_edits)")
+    if checks:
+        vlm_secs.append(checks)
+    summary = reports / "vlm/summary.json"
+    if summary.exists():
+        vlm_secs.append({"name": "vlm_summary", "title": "Method B summary.json (as tables)", "status": "ok",
+                         "reason": "", "notes": [], "figures": [],
+                         "tables": [{"title": "summary.json", "html": json_tables(read_json(summary), max_table_rows),
+                                     "links": [("summary.json", "vlm/summary.json")]}]})
+    provenance = [s for s in manifest_sections(t2i, reports, max_table_rows) if s["name"] == "provenance"]
+    vlm_missing = "" if (reports / "vlm/manifest.json").exists() else \
+        "reports/vlm/manifest.json not found (the reflect_analysis stage has not run)"
+    rows, stage_summary = stage_rows(stages(root, reports), reports)
+    from biasaudit.report.gallery import strip
+
+    gal = gallery or type("G", (), {"images": {"images_shown": 0}, "focus": {"photos": 0, "flagged": 0}})()
+    m = t2i.metrics
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     page = env.from_string(TEMPLATE).render(
         title=title, profile=params.profile, stand_in=stand_in, commit=git_commit(),
         params_hash=stable_hash(params.model_dump()), seed=params.seed, built=utc_now(),
-        analysis_info=", ".join(f"{k}: {metrics[k]}" for k in ("git_commit", "created_at", "n_boot") if k in metrics),
-        provenance_tables=provenance, headline=headline,
-        headline_reason="the analyze stage has not written reports/t2i/tables/tvd_summary.csv",
-        t2i_sections=t2i_sections(t2i, reports, max_table_rows), vlm=vlm_section(reports, max_table_rows),
-        notebooks=notebooks,
-        nav=[("provenance", "Provenance"), ("headline", "Headline"), ("t2i", "Method A"), ("vlm", "Method B"),
-             ("notebooks", "Notebooks")])
+        analysis_info=", ".join(f"{k} {m[k]}" for k in ("git_commit", "created_at", "n_boot") if k in m),
+        findings=findings, blocks=blocks, t2i_ran=(reports / "t2i/manifest.json").exists(), vlm_missing=vlm_missing,
+        gallery=gal, strip=strip(reports, reports / "thumbs"), key_figures=key_figures(t2i_secs, reports),
+        t2i_sections=t2i_secs, vlm_sections=vlm_secs, provenance=provenance, stage_rows=rows,
+        stage_summary=stage_summary,
+        nav=[("findings", "Findings"), ("method-a", "Method A"), ("method-b", "Method B"), ("checks", "Checks"),
+             ("images", "Gallery"), ("all", "All sections"), ("notebooks", "Notebooks")])
     return atomic_write_text(reports / "index.html", page)
+
+
+__all__ = ["Block", "build_index", "json_tables", "table_html"]

@@ -526,12 +526,21 @@ def plot_gap_heatmap(table: pd.DataFrame) -> Figure:
     import seaborn as sns
 
     spaces = [s for s in SPACES if s in set(table["space"])]
-    fig, axes = plt.subplots(1, len(spaces), figsize=(4.2 * len(spaces) + 1, 3.6), squeeze=False)
-    for ax, space in zip(axes[0], spaces):
+    grids = []
+    for space in spaces:
         grid = table[table["space"] == space].pivot(index="group", columns="model", values="gap")
-        grid = grid.reindex([g for g in GROUPS if g in grid.index])
-        sns.heatmap(grid, annot=True, fmt=".3f", cmap="RdBu_r", center=0, ax=ax, cbar_kws={"label": "gap"})
+        grids.append(grid.reindex([g for g in GROUPS if g in grid.index]))
+    n_rows = max((len(g) for g in grids), default=1)
+    n_cols = max((g.shape[1] for g in grids), default=1)
+    # room per cell: 0.45 in per row (horizontal labels never touch), 1.1 in per model column
+    fig, axes = plt.subplots(1, len(spaces), figsize=(max(4.0, 1.1 * n_cols + 2.6) * len(spaces), 1.6 + 0.45 * n_rows),
+                             squeeze=False)
+    for ax, space, grid in zip(axes[0], spaces, grids):
+        sns.heatmap(grid, annot=True, fmt=".3f", cmap="RdBu_r", center=0, ax=ax, cbar_kws={"label": "gap"},
+                    annot_kws={"fontsize": 8})
         ax.set(title=f"{space} embeddings", xlabel="model", ylabel="classified race")
+        ax.set_yticks(ax.get_yticks(), [t.get_text() for t in ax.get_yticklabels()], rotation=0)
+        ax.set_xticks(ax.get_xticks(), [t.get_text() for t in ax.get_xticklabels()], rotation=25, ha="right")
     fig.tight_layout()
     return Figure(fig, "Homogeneity gap by race and model",
                   "Mean intra-group minus mean inter-group cosine similarity (positive = more self-similar); "

@@ -37,6 +37,7 @@ Definitions (the paper's, made exact):
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -351,10 +352,19 @@ def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, yl
     import seaborn as sns
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    if df.empty or df[y].isna().all():
-        ax.text(0.5, 0.5, "no retained answers", ha="center", va="center", transform=ax.transAxes)
+    values = pd.to_numeric(df[y], errors="coerce") if y in df else pd.Series(dtype=float)
+    if df.empty or values.isna().all():
+        ax.text(0.5, 0.5, "no data: no retained answers", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
     else:
         sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax, errorbar=None)
+        # long group names ran together ("LatinoMiddleEasternWhite"): break CamelCase onto two lines
+        labels = [re.sub(r"(?<=[a-z])(?=[A-Z])", "\n", t.get_text()) for t in ax.get_xticklabels()]
+        ax.set_xticks(ax.get_xticks(), labels, fontsize=9)
+        if (values.dropna() == values.dropna().iloc[0]).all():
+            ax.text(0.5, 0.9, f"every value is {values.dropna().iloc[0]:g}: no difference between groups",
+                    ha="center", va="top", transform=ax.transAxes, fontsize=9,
+                    bbox={"facecolor": "white", "edgecolor": "#999"})
     if ref_line is not None:
         ax.axhline(ref_line, color="k", lw=0.8, ls="--")
     ax.set_ylabel(ylabel)

@@ -1,0 +1,123 @@
+"""Fixed cost of one notebook stage: the old `scripts/run-notebook` (three command lines: jupytext →
+papermill → nbconvert HTML) vs the new one (one process: jupytext's API, papermill's parameter
+injection, nbclient (papermill's engine) without importing papermill; no per-stage HTML, the report
+stage exports every notebook once).
+
+The notebook is trivial (one cell that imports numpy and prints), so the time measured is the
+overhead alone. Each side is warmed once, then the two alternate (old, new, old, new, …) and the
+medians are compared; each phase of the old path is timed separately so the ratio can be traced to
+papermill, nbconvert and jupytext. Also printed: the export of all notebooks once, as the report
+stage does it (per notebook, in-process).
+
+    python benchmarks/bench_stage_overhead.py [--repeats 5]
+
+Measured on the 2-core development machine, shared with other jobs (load average 5-6), 2026-12-01:
+    old 3.37 s (jupytext 0.42 + papermill 1.62 + nbconvert 1.28), new 1.43 s: 2.36x less per stage;
+    HTML of 19 notebooks once in the report stage 3.4 s (old: 19 x nbconvert = 24.3 s); 33.5 s saved.
+Whole offline demo (`dvc repro` from nothing, old commit e12c3c1 vs this one, both copies run at the
+same time so they share the load): old 512 s, new 455 s (-11%); the work inside the stages dominates
+under that load, so the idle-machine ratio (the issue's 5.5 s per stage, 39% of the demo) is not shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = """# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["parameters"]
+n = 1
+
+# %%
+import numpy as np
+print(np.arange(n).sum())
+"""
+
+
+def _bin(name: str) -> str:
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+def old_stage(nb: Path, out: Path) -> dict[str, float]:
+    """The previous scripts/run-notebook, phase by phase."""
+    ipynb = out / "old.ipynb"
+    times = {}
+    for phase, cmd in (
+        ("jupytext", [_bin("jupytext"), "--quiet", "--to", "ipynb", "--output", str(ipynb), str(nb)]),
+        ("papermill", [_bin("papermill"), str(ipynb), str(ipynb), "-k", "python3", "--cwd", str(out),
+                       "--no-progress-bar", "--log-level", "WARNING", "-p", "n", "3"]),
+        ("nbconvert", [_bin("jupyter"), "nbconvert", "--to", "html", "--log-level", "WARN", "--output", "old.html",
+                       str(ipynb)]),
+    ):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=out)
+        times[phase] = time.perf_counter() - t
+    times["total"] = sum(times.values())
+    return times
+
+
+def new_stage(nb: Path, out: Path) -> dict[str, float]:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "biasaudit.report.execute", str(nb), "new", "-p", "n", "3"], check=True,
+                   capture_output=True, cwd=out)
+    return {"total": time.perf_counter() - t}
+
+
+def export_once(out: Path, n: int) -> float:
+    """In-process HTML export of n executed notebooks (what the report stage does once)."""
+    code = ("import sys, shutil; from pathlib import Path; from biasaudit.report.trail import export_all\n"
+            f"d = Path(sys.argv[1]); [shutil.copy(d / 'reports/notebooks/new.ipynb', d / f'nb/{{i}}.ipynb') for i in range({n})]\n"
+            "export_all(d / 'nb', d / 'html')")
+    (out / "nb").mkdir(exist_ok=True)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(out)], check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--stages", type=int, default=19, help="notebook stages in the demo (dvc.yaml)")
+    args = ap.parse_args()
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        nb = out / "stage.py"
+        nb.write_text(NOTEBOOK)
+        old_stage(nb, out), new_stage(nb, out)  # warm both (imports, kernel spec lookup, disk cache)
+        olds, news = [], []
+        for _ in range(args.repeats):
+            olds.append(old_stage(nb, out))
+            news.append(new_stage(nb, out))
+        export = export_once(out, args.stages)
+    med = {k: statistics.median(o[k] for o in olds) for k in olds[0]}
+    new = statistics.median(n["total"] for n in news)
+    print(f"per-stage fixed cost, median of {args.repeats} interleaved runs (trivial notebook):")
+    print(f"  old scripts/run-notebook  {med['total']:6.2f} s  (jupytext {med['jupytext']:.2f} + papermill "
+          f"{med['papermill']:.2f} + nbconvert {med['nbconvert']:.2f})")
+    print(f"  new scripts/run-notebook  {new:6.2f} s  (one process, no per-stage HTML)")
+    print(f"  ratio old / new           {med['total'] / new:6.2f}x")
+    print(f"  report stage: HTML of {args.stages} notebooks once, in-process: {export:.2f} s "
+          f"(old: {args.stages} × nbconvert = {args.stages * med['nbconvert']:.1f} s)")
+    saved = args.stages * (med["total"] - new) - export
+    print(f"  fixed cost saved over {args.stages} stages: {saved:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Execute one stage notebook quietly: jupytext percent `.py` → parameters → nbclient → `.ipynb`.
+
+`scripts/run-notebook NOTEBOOK.py NAME [-p|-r|-y ...]` calls `main`. Compared with running the jupytext,
+papermill and nbconvert command lines one after the other, it starts one Python process instead of
+three, injects the parameters as papermill does without importing papermill (0.7 s of imports, mostly
+its cloud I/O handlers), and exports no HTML (the report stage exports every notebook once). The terminal gets one line
+when the stage starts and one when it ends (duration, item counts); a failing stage's first line is
+its cause (`ParamsError: …`), the traceback stays in the executed notebook. The kernel:
+
+- draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
+- writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
+  a file, not the terminal; cell output is unaffected;
+- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+NOTEBOOKS_DIR = Path("reports/notebooks")
+_BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
+
+
+def resolve_type(value: str) -> Any:
+    """papermill's `-p` typing: True/False/None, int, float, else the string."""
+    if value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[value]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_parameters(args: list[str]) -> dict[str, Any]:
+    """papermill's flags: `-p NAME VALUE` (typed), `-r NAME VALUE` (string), `-y YAML` (a mapping)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in ("-p", "--parameters", "-r", "--parameters_raw"):
+            if i + 2 >= len(args):
+                raise SystemExit(f"run-notebook: {flag} needs NAME VALUE")
+            name, value = args[i + 1], args[i + 2]
+            out[name] = value if flag in ("-r", "--parameters_raw") else resolve_type(value)
+            i += 3
+        elif flag in ("-y", "--parameters_yaml") and i + 1 < len(args):
+            loaded = yaml.safe_load(args[i + 1]) or {}
+            if not isinstance(loaded, dict):
+                raise SystemExit(f"run-notebook: -y needs a YAML mapping, got {args[i + 1]!r}")
+            out.update(loaded)
+            i += 2
+        else:
+            raise SystemExit(f"run-notebook: unexpected argument {flag!r} (use -p/-r NAME VALUE or -y YAML)")
+    return out
+
+
+def kernel_env() -> None:
+    """Environment the kernel inherits (set before it starts)."""
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
+    warn = os.environ.get("PYTHONWARNINGS", "")
+    if "IProgress" not in warn:  # tqdm.auto falls back to text bars; the warning says nothing new
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [warn, "ignore:IProgress not found"]))
+
+
+class BarEcho:
+    """Echoes tqdm bars from the notebook's stderr to a terminal, live."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self.stream, self.prefix, self.shown = stream, prefix, False
+
+    def write(self, text: str) -> None:
+        bars = [part for part in re.split(r"[\r\n]", text) if _BAR.search(part)]
+        if bars:
+            width = 118 - len(self.prefix)
+            self.stream.write(f"\r{self.prefix}{bars[-1].strip()[:width]:<{width}}")
+            self.stream.flush()
+            self.shown = True
+
+    def flush(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * 120 + "\r")
+            self.stream.flush()
+
+
+def _quiet_kernel_manager(log: TextIO):
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:  # the kernel process's own stderr → log file
+            kw.setdefault("stderr", log)
+            kw.setdefault("stdout", log)
+            await super().start_kernel(**kw)
+
+    return QuietKernelManager(kernel_name="python3")
+
+
+def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
+    """The `outs` of a dvc.yaml stage (`name` or `name@key` of a foreach), `${key}` filled in."""
+    import yaml
+
+    if not stage or not dvc_yaml.exists():
+        return []
+    name, _, key = stage.partition("@")
+    spec = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).get(name) or {}
+    spec = spec.get("do", spec)
+    outs = []
+    for out in spec.get("outs", []) or []:
+        path = next(iter(out)) if isinstance(out, dict) else out
+        outs.append(str(path).replace("${key}", key))
+    return outs
+
+
+def item_counts(paths: list[str]) -> dict[str, int]:
+    """Counts per status from the `status` column of the parquet outputs (a file, or a folder's
+    manifest.parquet); {} when no output has one."""
+    import pyarrow.parquet as pq
+
+    counts: dict[str, int] = {}
+    for p in map(Path, paths):
+        target = p if p.suffix == ".parquet" else p / "manifest.parquet"
+        if not target.is_file():
+            continue
+        try:
+            schema = pq.read_schema(target)
+            if "status" not in schema.names:
+                continue
+            column = pq.read_table(target, columns=["status"]).column("status").to_pylist()
+        except (OSError, ValueError):
+            continue
+        for status in column:
+            counts[str(status)] = counts.get(str(status), 0) + 1
+    return counts
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """' · ok 30 · failed 0 · refused 0', then any other status by name (e.g. ' · no_face 30')."""
+    if not counts:
+        return ""
+    keys = ["ok", "failed", "refused"] + sorted(k for k in counts if k not in ("ok", "failed", "refused"))
+    return " · " + " · ".join(f"{k} {counts.get(k, 0)}" for k in keys)
+
+
+def first_line(ename: str, evalue: str, width: int = 400) -> str:
+    """The exception as one line: a multi-line message (ParamsError lists every bad key) is joined."""
+    parts = [re.sub(r"^[-*] ", "", line.strip()) for line in (evalue or "").strip().splitlines()]
+    text = "; ".join(p for p in parts if p).replace(":;", ":")
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return f"{ename}: {text}" if text else ename
+
+
+def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
+    """papermill's injection: a cell tagged `injected-parameters` (`name = value` lines) right after
+    the cell tagged `parameters` (at the top without one), replacing an earlier injected cell."""
+    import nbformat
+
+    if not parameters:
+        return
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    source = "# Parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in parameters.items())
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    where = next((i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), 0)
+    nb.cells.insert(where, cell)
+
+
+def _client(nb: Any, log: TextIO, echo: BarEcho | None):
+    from nbclient import NotebookClient
+
+    class Client(NotebookClient):
+        def output(self, outs, msg, display_id, cell_index):  # noqa: ANN001 - nbclient's signature
+            if echo is not None and msg.get("msg_type") == "stream" and msg["content"].get("name") == "stderr":
+                echo.write(msg["content"].get("text", ""))
+            return super().output(outs, msg, display_id, cell_index)
+
+    return Client(nb, km=_quiet_kernel_manager(log), kernel_name="python3", timeout=None, startup_timeout=120,
+                  coalesce_streams=True, resources={"metadata": {"path": "."}})
+
+
+def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
+        out_dir: Path = NOTEBOOKS_DIR, terminal: TextIO = sys.stderr) -> int:
+    """Execute `notebook` into `<out_dir>/<name>.ipynb`; returns the exit status (0 ok, 1 failed).
+    Parameters are injected as papermill does; the kernel runs through nbclient (papermill's engine)
+    without papermill's own import cost."""
+    import jupytext
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+
+    label = stage or name
+    start = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{name}.ipynb"
+    terminal.write(f"▶ {label}\n")
+    terminal.flush()
+    kernel_env()
+    nb = jupytext.read(notebook)
+    inject_parameters(nb, parameters)
+    echo = BarEcho(terminal, f"  {label} ") if terminal.isatty() else None
+    failure = ""
+    with tempfile.TemporaryFile("w+") as log:
+        client = _client(nb, log, echo)
+        try:
+            client.execute()
+        except CellExecutionError as exc:
+            failure = first_line(exc.ename, exc.evalue)
+        except Exception as exc:  # kernel died, bad notebook, ...: its own message, and the kernel's log
+            log.seek(0)
+            tail = log.read().strip().splitlines()[-5:]
+            failure = first_line(type(exc).__name__, str(exc)) + "".join(f"\n  kernel: {t}" for t in tail)
+    if echo:
+        echo.clear()
+    seconds = time.perf_counter() - start
+    nb.metadata["biasaudit"] = {"stage": label, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
+                                "reason": failure, "parameters": parameters}
+    nbformat.write(nb, target)
+    if failure:
+        terminal.write(f"✗ {label}: {failure}\n  (failed after {seconds:.1f} s; traceback in {target})\n")
+        terminal.flush()
+        return 1
+    terminal.write(f"✓ {label} {seconds:.1f} s{format_counts(item_counts(stage_outs(stage)))}\n")
+    terminal.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="run-notebook", add_help=True,
+                                     usage="run-notebook NOTEBOOK.py OUTPUT_NAME [-p|-r NAME VALUE] [-y YAML]")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("name")
+    args, rest = parser.parse_known_args(argv)
+    parameters = parse_parameters(rest)
+    return run(args.notebook, args.name, parameters, stage=os.environ.get("DVC_STAGE", ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

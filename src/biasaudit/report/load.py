@@ -1,0 +1,141 @@
+"""Reading the stages' outputs defensively: a missing file, table or column becomes a reason, never a crash.
+
+Tables are found by name (`reports/t2i/tables/<name>.csv`, the analysis manifest's entries) and
+columns by a list of accepted names, so small renames upstream (`tvd_corrected` vs
+`mean_tvd_corrected`) keep working and a column that is absent is reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass
+class Loaded:
+    """A table with where it came from, or the reason it is missing."""
+
+    name: str
+    df: pd.DataFrame | None
+    path: Path | None = None
+    reason: str = ""
+    section: str = ""  # the manifest section (Result name) that wrote it, when known
+
+    @property
+    def ok(self) -> bool:
+        return self.df is not None and len(self.df) > 0
+
+
+def read_csv(path: Path) -> pd.DataFrame | None:
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError):
+        return None
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class Outputs:
+    """One analysis folder (reports/t2i or reports/vlm): its manifest sections and tables by name."""
+
+    root: Path
+    sections: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: Path) -> "Outputs":
+        manifest = read_json(root / "manifest.json")
+        metrics = read_json(root / "metrics.json")
+        sections = manifest.get("sections", []) if isinstance(manifest, dict) else []
+        return cls(root, [s for s in sections if isinstance(s, dict)], metrics if isinstance(metrics, dict) else {})
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        return next((s for s in self.sections if s.get("name") == name), None)
+
+    def section_of_table(self, table: str) -> str:
+        for s in self.sections:
+            if any(t.get("name") == table for t in s.get("tables", [])):
+                return str(s.get("name", ""))
+        return ""
+
+    def table(self, *names: str, where: str = "") -> Loaded:
+        """The first of `names` that exists under tables/ (or `where`), else a no-data reason."""
+        for name in names:
+            path = (self.root / where / f"{name}.csv") if where else self.root / "tables" / f"{name}.csv"
+            if path.exists():
+                df = read_csv(path)
+                if df is None:
+                    return Loaded(name, None, path, f"{path.name} is empty or unreadable")
+                return Loaded(name, df, path, "" if len(df) else f"{path.name} has no rows",
+                              self.section_of_table(name))
+        section = self._why_missing(names)
+        return Loaded(names[0], None, None, section or f"no table {' / '.join(names)} under {self.root}")
+
+    def tables_matching(self, suffix: str) -> list[Loaded]:
+        out = []
+        for path in sorted((self.root / "tables").glob(f"*{suffix}.csv")):
+            df = read_csv(path)
+            out.append(Loaded(path.stem, df, path, "" if df is not None else "unreadable",
+                              self.section_of_table(path.stem)))
+        return out
+
+    def _why_missing(self, names: tuple[str, ...]) -> str:
+        if not (self.root / "manifest.json").exists():
+            return f"{self.root}/manifest.json not found (the stage has not run)"
+        for s in self.sections:
+            if s.get("status") != "ok" and any(n.startswith(str(s.get("name", ""))) for n in names):
+                return f"section {s.get('name')}: {s.get('status')} — {s.get('reason', '')}"
+        return ""
+
+
+def col(df: pd.DataFrame | None, *names: str) -> str | None:
+    """The first of `names` that is a column of df (exact, then case-insensitive), else None."""
+    if df is None:
+        return None
+    for n in names:
+        if n in df.columns:
+            return n
+    lower = {str(c).lower(): c for c in df.columns}
+    return next((lower[n.lower()] for n in names if n.lower() in lower), None)
+
+
+def num(v: Any) -> float:
+    try:
+        out = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    x = num(v)
+    if math.isnan(x):
+        return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+    return f"{x:.{digits}f}"
+
+
+def ci(est: Any, low: Any = None, high: Any = None, digits: int = 3) -> str:
+    e, lo, hi = num(est), num(low), num(high)
+    if math.isnan(e):
+        return "—"
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{e:.{digits}f}"
+    return f"{e:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def pval(v: Any) -> str:
+    x = num(v)
+    if math.isnan(x):
+        return "—"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
