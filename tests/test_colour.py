@@ -110,3 +110,12 @@ def test_mean_skin_rgb_and_empty_mask():
     np.testing.assert_allclose(C.mean_skin_rgb(img, mask), [200, 100, 50])
     with pytest.raises(ValueError):
         C.mean_skin_rgb(img, np.zeros((4, 4), bool))
+
+
+def test_hue_stays_below_360():
+    """A hue a hair below 0° (b* = −1e-16) wrapped with np.mod alone came out as 360.0 (issue 17)."""
+    from biasaudit.faces.colour import hue_degrees, wrap_degrees
+
+    h = hue_degrees(np.array([[50.0, 1.0, -1e-16], [50.0, 1.0, 0.0], [50.0, -1.0, -1e-300]]))
+    assert np.all((h >= 0) & (h < 360)), h
+    assert wrap_degrees(np.array([-1e-14, 360.0, 720.5]))[0] < 360 and wrap_degrees(np.array([360.0]))[0] == 0.0

@@ -51,75 +51,62 @@ def _codes(groups: Sequence | np.ndarray, categories: Sequence | None = None) ->
     return np.asarray(cat.codes, dtype=np.int64), list(cat.categories)
 
 
-def row_scales(X: np.ndarray, normalise: bool = True, chunk: int = ROW_CHUNK) -> np.ndarray:
-    """Per row: 1/‖x‖ (1 when not normalising) for usable rows, 0 for zero or non-finite rows."""
-    out = np.zeros(len(X))
-    for s in range(0, len(X), chunk):
-        Xc = np.asarray(X[s:s + chunk], dtype=_work_dtype(X))
-        sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
-        good = np.isfinite(sq) & (sq > 0)
-        out[s:s + chunk] = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good
-    return out
-
-
-def _squared_norms(X: np.ndarray, chunk: int = ROW_CHUNK) -> np.ndarray:
-    parts = [np.asarray(X[s:s + chunk], np.float64) for s in range(0, len(X), chunk)]
-    return np.concatenate([np.einsum("ij,ij->i", P, P) for P in parts]) if parts else np.zeros(0)
-
-
 def _work_dtype(X: np.ndarray) -> type:
     """float64 input is summed in float64; anything else (float32 embeddings) in float32 BLAS."""
     return np.float64 if getattr(X, "dtype", None) == np.float64 else np.float32
 
 
-def _chunk_rows(X: np.ndarray, s: int, chunk: int, scale: np.ndarray) -> np.ndarray:
-    Xc = np.asarray(X[s:s + chunk], dtype=_work_dtype(X))
-    bad = scale[s:s + chunk] == 0
-    return np.where(bad[:, None], 0, Xc).astype(Xc.dtype) if bad.any() else Xc
-
-
-def weighted_sums(X: np.ndarray, codes: np.ndarray, n_cells: int, scale: np.ndarray,
-                  chunk: int = ROW_CHUNK) -> np.ndarray:
-    """(n_cells, d) float64: Σ_{i in cell} scale_i · x_i (code −1 and scale 0 rows contribute nothing)."""
+def one_pass(X: np.ndarray, codes: np.ndarray, n_cells: int, normalise: bool = True, chunk: int = ROW_CHUNK
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One chunked pass over X: (S: cells×d float64 sums of the (normalised) rows, n: counts,
+    q: sums of squared norms, scale: per row 1/‖x‖ (1 without normalising), 0 for a zero or
+    non-finite row, which is left out). Code −1 rows are left out too."""
+    codes = np.asarray(codes, dtype=np.int64)
     d = X.shape[1] if X.ndim == 2 else 0
-    S = np.zeros((n_cells, d))
+    S, n, q = np.zeros((n_cells, d)), np.zeros(n_cells), np.zeros(n_cells)
+    scale = np.zeros(len(codes))
+    dtype = _work_dtype(X)
     for s in range(0, len(codes), chunk):
-        c, w = codes[s:s + chunk], scale[s:s + chunk]
-        keep = (c >= 0) & (w > 0)
+        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
+        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
+        good = np.isfinite(sq) & (sq > 0)
+        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
+        scale[s:s + chunk] = w
+        c = codes[s:s + chunk]
+        keep = (c >= 0) & good
         if not keep.any():
             continue
-        Xc = _chunk_rows(X, s, chunk, scale)
+        if not good.all():
+            Xc = np.where(good[:, None], Xc, 0).astype(dtype)
+        rows = np.flatnonzero(keep)
         if n_cells <= 16:  # a few dense columns: BLAS, about one pass over the chunk
-            Z = np.zeros((len(c), n_cells), Xc.dtype)
-            Z[np.flatnonzero(keep), c[keep]] = w[keep]
+            Z = np.zeros((len(c), n_cells), dtype)
+            Z[rows, c[keep]] = w[keep]
             S += (Z.T @ Xc).astype(np.float64)
         else:
-            ind = sparse.csr_matrix((w[keep].astype(Xc.dtype), (c[keep], np.flatnonzero(keep))),
-                                    shape=(n_cells, len(c)))
+            ind = sparse.csr_matrix((w[keep].astype(dtype), (c[keep], rows)), shape=(n_cells, len(c)))
             S += np.asarray(ind @ Xc, dtype=np.float64)
-    return S
+        n += np.bincount(c[keep], minlength=n_cells)
+        q += np.bincount(c[keep], weights=(sq * w * w)[keep], minlength=n_cells)
+    return S, n, q, scale
+
+
+def row_scales(X: np.ndarray, normalise: bool = True, chunk: int = ROW_CHUNK) -> np.ndarray:
+    """Per row: 1/‖x‖ (1 when not normalising) for usable rows, 0 for zero or non-finite rows."""
+    return one_pass(X, np.full(len(X), -1), 0, normalise, chunk)[3]
 
 
 def group_sums(X: np.ndarray, codes: np.ndarray, n_groups: int, normalise: bool = False
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(S: G×d sums, n: G counts, q: G sums of squared norms) for codes in [0, G); code −1 is dropped."""
-    codes = np.asarray(codes, dtype=np.int64)
-    scale = row_scales(X, normalise)
-    keep = (codes >= 0) & (scale > 0)
-    S = weighted_sums(X, codes, n_groups, scale)
-    n = np.bincount(codes[keep], minlength=n_groups).astype(np.float64)
-    if normalise:
-        q = n.copy()
-    else:
-        sq = _squared_norms(X)
-        q = np.bincount(codes[keep], weights=sq[keep], minlength=n_groups)
-    return S, n, q
+    """(S: G×d sums, n: G counts, q: G sums of squared norms) for codes in [0, G); code −1, zero
+    and non-finite rows are dropped."""
+    return one_pass(X, codes, n_groups, normalise)[:3]
 
 
 def streamed_group_sums(X: np.ndarray, codes: np.ndarray, n_groups: int, normalise: bool = True,
                         chunk: int = ROW_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """group_sums in row chunks (kept for callers of the earlier API)."""
-    return group_sums(X, codes, n_groups, normalise)
+    return one_pass(X, codes, n_groups, normalise, chunk)[:3]
 
 
 def gap_from_sums(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,10 +143,8 @@ def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None
     Rows whose group is NaN/None are left out. `categories` fixes the groups reported (absent ones
     get n = 0 and a reason)."""
     codes, cats = _codes(groups, categories)
-    scale = row_scales(X, normalise)
+    S, n, q, scale = one_pass(X, codes, len(cats), normalise)
     dropped = np.bincount(codes[(codes >= 0) & (scale == 0)], minlength=len(cats))
-    codes = np.where(scale > 0, codes, -1)
-    S, n, q = group_sums(X, codes, len(cats), normalise)
     intra, inter, gap = gap_from_sums(S, n, q)
     reason = _reasons(n).astype(object)
     for i, k in enumerate(dropped):
@@ -175,16 +160,10 @@ def cell_products(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_group
                   normalise: bool = True) -> dict[str, np.ndarray]:
     """Per (cluster, group) cell sums reduced to Gram matrices: K[g] (P×P) = S_cg·S_c'g,
     T[g] (P×P) = S_cg·S_c' (S_c the cluster's total), counts n (P×G) and Σ‖x‖² q (P×G)."""
-    scale = row_scales(X, normalise)
-    keep = (gcodes >= 0) & (ccodes >= 0) & (scale > 0)
-    cell = np.where(keep, ccodes * n_groups + gcodes, -1)
-    S = weighted_sums(X, cell, n_clusters * n_groups, scale).reshape(n_clusters, n_groups, -1)
-    n = np.bincount(cell[keep], minlength=n_clusters * n_groups).reshape(n_clusters, n_groups).astype(float)
-    if normalise:
-        q = n.copy()
-    else:
-        sq = _squared_norms(X)
-        q = np.bincount(cell[keep], weights=sq[keep], minlength=n_clusters * n_groups).reshape(n_clusters, n_groups)
+    cell = np.where((gcodes >= 0) & (ccodes >= 0), ccodes * n_groups + gcodes, -1)
+    S, n, q, _ = one_pass(X, cell, n_clusters * n_groups, normalise)
+    S = S.reshape(n_clusters, n_groups, -1)
+    n, q = n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups)
     Sg = np.moveaxis(S, 1, 0)  # G×P×d
     K = np.einsum("gpd,gqd->gpq", Sg, Sg)
     T = np.einsum("gpd,qd->gpq", Sg, S.sum(axis=1))
