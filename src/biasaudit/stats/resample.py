@@ -56,9 +56,12 @@ class Replicates:
     n_clusters: int
 
 
-def cluster_weights(n_clusters: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, n_clusters) multiplicities of a with-replacement resample of the clusters."""
-    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot).astype(np.float64)
+def cluster_weights(n_clusters: int | tuple[int, ...], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, P) multiplicities of a with-replacement resample of the clusters. A tuple of sizes
+    resamples independent strata (e.g. prompts and annotated images), each to its own size, side by side."""
+    sizes = (n_clusters,) if np.isscalar(n_clusters) else tuple(n_clusters)
+    parts = [rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot) if k else np.zeros((n_boot, 0)) for k in sizes]
+    return np.hstack(parts).astype(np.float64)
 
 
 def _as_2d(values: np.ndarray, b: int) -> np.ndarray:
@@ -66,25 +69,29 @@ def _as_2d(values: np.ndarray, b: int) -> np.ndarray:
     return values.reshape(b, -1)
 
 
-def replicates(statistic: WeightStatistic, n_clusters: int, *, n_boot: int = 2000, seed: int | None = 0,
-               method: str = "percentile", chunk: int | None = None) -> Replicates:
-    """Evaluate `statistic` at w = 1, at `n_boot` cluster resamples and (for BCa) at the jackknife."""
+def replicates(statistic: WeightStatistic, n_clusters: int | tuple[int, ...], *, n_boot: int = 2000,
+               seed: int | None = 0, method: str = "percentile", chunk: int | None = None) -> Replicates:
+    """Evaluate `statistic` at w = 1, at `n_boot` cluster resamples and (for BCa) at the jackknife.
+    `n_clusters` may be a tuple of independent strata sizes (see cluster_weights); the first stratum
+    is the one whose size decides whether there is an interval."""
     if method not in METHODS:
         raise ValueError(f"bootstrap method {method!r}: expected one of {METHODS}")
+    sizes = (n_clusters,) if np.isscalar(n_clusters) else tuple(n_clusters)
+    primary, n_clusters = int(sizes[0]), int(sum(sizes))
     point = _as_2d(statistic(np.ones((1, n_clusters))), 1)[0]
-    if n_clusters < 2 or n_boot <= 0:
-        return Replicates(point, np.empty((0, point.size)), None, n_clusters)
+    if primary < 2 or n_boot <= 0:
+        return Replicates(point, np.empty((0, point.size)), None, primary)
     rng = np.random.default_rng(seed)
     chunk = chunk or max(1, min(n_boot, 2_000_000 // max(1, n_clusters * max(1, point.size))))
     parts = []
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
-        parts.append(_as_2d(statistic(cluster_weights(n_clusters, b, rng)), b))
+        parts.append(_as_2d(statistic(cluster_weights(sizes, b, rng)), b))
     jack = None
     if method == "BCa":
         loo = 1.0 - np.eye(n_clusters)
         jack = np.vstack([_as_2d(statistic(loo[s:s + chunk]), len(loo[s:s + chunk])) for s in range(0, n_clusters, chunk)])
-    return Replicates(point, np.vstack(parts), jack, n_clusters)
+    return Replicates(point, np.vstack(parts), jack, primary)
 
 
 def _bca_levels(point: float, dist: np.ndarray, jack: np.ndarray, alpha: float) -> tuple[float, float, str]:
@@ -143,7 +150,7 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile") 
     return out
 
 
-def resample(statistic: WeightStatistic, n_clusters: int, *, n_boot: int = 2000, level: float = 0.95,
+def resample(statistic: WeightStatistic, n_clusters: int | tuple[int, ...], *, n_boot: int = 2000, level: float = 0.95,
              seed: int | None = 0, method: str = "percentile", chunk: int | None = None) -> list[Interval]:
     """Cluster-bootstrap intervals of `statistic(weights)` (one per output component)."""
     return intervals(replicates(statistic, n_clusters, n_boot=n_boot, seed=seed, method=method, chunk=chunk),
