@@ -50,7 +50,8 @@ cfg, params = stage_params(
     earnings_unit_usd=earnings_unit_usd, min_group_size=min_group_size, n_permutations=n_permutations,
     figure_dpi=figure_dpi)
 banner(cfg)
-boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed)
+boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed, params.p_adjust,
+               params.permutation_design)
 inputs = an.load_inputs(".")
 writer = OutputWriter("reports/t2i", dpi=params.figure_dpi)
 
