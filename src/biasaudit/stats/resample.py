@@ -143,8 +143,8 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile") 
             qlo, qhi = np.quantile(ok, [alpha, 1 - alpha])
             lo, hi = (qlo, qhi) if method == "percentile" else (2 * p - qhi, 2 * p - qlo)
         if hi - lo <= 1e-12 * max(1.0, abs(p)):
-            out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined,
-                                "zero-width interval: the statistic is the same in every resample"))
+            why = "zero-width interval: the statistic is the same in every resample"
+            out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined, "; ".join(r for r in (why, reason) if r)))
             continue
         out.append(Interval(p, float(lo), float(hi), se, rep.n_clusters, undefined, reason))
     return out
