@@ -266,12 +266,21 @@ def permutation_pvalue(X: np.ndarray, groups: Sequence, n_perm: int = 1000, seed
     rng = np.random.default_rng(seed)
     cl = ccodes if design == "within" else None
 
-    def gaps(perm: np.ndarray) -> np.ndarray:  # perm: b×N codes → b×G gaps (float32 GEMM)
+    d = Xk.shape[1]
+
+    def gaps(perm: np.ndarray) -> np.ndarray:  # perm: b×N codes → b×G gaps
         b = len(perm)
-        Z = np.zeros((N, b * (G - 1)), np.float32)
-        r, k = np.nonzero(perm.T < G - 1)
-        Z[r, k * (G - 1) + perm.T[r, k]] = w[r]
-        Sg = (Xk.T @ Z).T.reshape(b, G - 1, -1).astype(np.float64)
+        if d >= 128:  # wide embeddings: one float32 GEMM against the scaled one-hot (G − 1 columns per permutation)
+            Z = np.zeros((N, b * (G - 1)), np.float32)
+            r, k = np.nonzero(perm.T < G - 1)
+            Z[r, k * (G - 1) + perm.T[r, k]] = w[r]
+            Sg = (Xk.T @ Z).T.reshape(b, G - 1, -1).astype(np.float64)
+        else:  # narrow: a sparse (b·(G−1) × N) indicator is cheaper than zero-filling Z
+            keep = perm < G - 1
+            rows = (np.arange(b)[:, None] * (G - 1) + perm)[keep]
+            cols = np.broadcast_to(np.arange(N), (b, N))[keep]
+            ind = sparse.csr_matrix((np.broadcast_to(w, (b, N))[keep], (rows, cols)), shape=(b * (G - 1), N))
+            Sg = np.asarray(ind @ Xk, dtype=np.float64).reshape(b, G - 1, -1)
         S = np.concatenate([Sg, (total - Sg.sum(axis=1))[:, None, :]], axis=1)
         return gap_from_sums(S, np.broadcast_to(n, (b, G)), np.broadcast_to(q, (b, G)))[2]
 
