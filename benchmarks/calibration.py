@@ -329,10 +329,10 @@ def flag(row: dict, note: str) -> str:
         return note
     if inside:
         return "ok"
-    if row["kind"] == "rejection" and row["observed"] < lo:
-        verdict = "conservative"
+    if row["kind"] == "rejection":
+        verdict = "conservative" if row["observed"] < lo else "over-rejects"
     else:
-        verdict = "under-covers" if row["kind"] == "coverage" else "over-rejects"
+        verdict = "over-covers (conservative)" if row["observed"] > hi else "under-covers"
     return f"{verdict}: falls short (small scale)" if row["scale"] == "small" else f"{verdict}: FAILS at paper scale"
 
 

@@ -85,7 +85,7 @@ def test_tvd_summary_reports_floor_corrected_and_paired():
 
 def test_bootstrap_replicate_excludes_copy_pairs_exactly():
     """For any cluster weights, the replicate's intra/inter equal an explicit expansion of the resampled
-    multiset in which an image is never paired with its own copies."""
+    prompts (draws) in which no pair joins two draws of one prompt: never an image with its own copy."""
     rng = np.random.default_rng(3)
     n, d, P = 24, 5, 6
     X = H.l2_normalise(rng.normal(size=(n, d)) + 0.5)
@@ -94,16 +94,18 @@ def test_bootstrap_replicate_excludes_copy_pairs_exactly():
     gc, cats = H._codes(labels)
     cells = H.cell_products(X, gc, prompts, len(cats), P)
     stat = H.gap_weight_statistic(cells)
-    for w in (np.array([2, 0, 1, 1, 0, 2.0]), np.array([0, 0, 6, 0, 0, 0.0]), np.ones(6)):
+    for w in (np.array([2, 0, 1, 1, 0, 2.0]), np.array([0, 0, 3, 0, 0, 3.0]), np.ones(6)):
         got = stat(w[None, :])[0]
-        idx = np.concatenate([np.repeat(np.flatnonzero(prompts == c), int(w[c])) for c in range(P)])
+        draws = [(c, k) for c in range(P) for k in range(int(w[c]))]
+        idx = np.concatenate([np.flatnonzero(prompts == c) for c, _ in draws])
+        draw = np.concatenate([np.full((prompts == c).sum(), t) for t, (c, _) in enumerate(draws)])
+        clus = prompts[idx]
         K = X[idx] @ X[idx].T
-        same_image = idx[:, None] == idx[None, :]
+        allowed = ((draw[:, None] == draw[None, :]) & (idx[:, None] != idx[None, :])) | (clus[:, None] != clus[None, :])
         for g, name in enumerate(cats):
             m = labels[idx] == name
-            pairs = np.outer(m, m) & ~same_image
-            intra = K[pairs].mean() if pairs.any() else np.nan
-            inter = K[np.outer(m, ~m)].mean() if (m.any() and (~m).any()) else np.nan
+            intra = K[np.outer(m, m) & allowed].mean()
+            inter = K[np.outer(m, ~m) & allowed].mean()
             np.testing.assert_allclose(got[[g, len(cats) + g]], [intra, inter], atol=1e-12)
 
 

@@ -13,8 +13,9 @@ sums are accumulated across chunks in float64.
 Uncertainty (the resampling engine, biasaudit.stats.resample):
 - cluster bootstrap over prompts. With cluster weights w, ‖S_g*‖² = wᵀ K_g w, where K_g[c, c'] =
   S_cg · S_c'g is the Gram matrix of the per-(prompt, group) sums, so a replicate costs O(P²) and
-  never touches d. Copy pairs (an image with its own bootstrap duplicate, cosine 1) are left out:
-  intra_g* = (wᵀ K_g w − Σ_c w_c² q_cg) / ((w·n_g)² − Σ_c w_c² n_cg).
+  never touches d. Copy pairs are left out: an image is never paired with its own bootstrap duplicate
+  (cosine 1), and more generally no pair joins two draws of the same prompt, so each draw behaves
+  like a distinct prompt of the original design (gap_weight_statistic).
 - permutation test of "the labels add similarity": by default labels are permuted *within* prompts
   (design 'within'), which asks whether race labels make images more alike than the prompt alone
   explains (H0: given the prompt, the embedding does not depend on the label). Design 'across'
@@ -171,19 +172,31 @@ def cell_products(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_group
 
 
 def gap_weight_statistic(cells: dict[str, np.ndarray], exclude_copies: bool = True):
-    """Weight statistic (b×P → b×3G: intra, inter, gap per group) with copy pairs left out."""
+    """Weight statistic (b×P → b×3G: intra, inter, gap per group).
+
+    With `exclude_copies`, a prompt drawn w_c times contributes its own pairs w_c times and no pair
+    between two of its draws: such a pair is an image with its own duplicate (cosine 1) or two images
+    of one prompt posing as a between-draw pair. Each draw then looks like a distinct prompt of the
+    original design, so the replicates centre on the estimate."""
     K, T, n, q = cells["K"], cells["T"], cells["n"], cells["q"]
+    R = T - K  # S_cg · (S_c' − S_c'g): group g of cluster c against the rest of cluster c'
+    dK, dR = np.einsum("gpp->pg", K), np.einsum("gpp->pg", R)
+    rest = n.sum(axis=1, keepdims=True) - n
 
     def stat(w: np.ndarray) -> np.ndarray:
         sq = np.einsum("bp,gpq,bq->bg", w, K, w)
-        cross = np.einsum("bp,gpq,bq->bg", w, T, w) - sq
+        cross = np.einsum("bp,gpq,bq->bg", w, R, w)
         nw, qw = w @ n, w @ q
-        if exclude_copies:  # every pair among copies of one image (self-pairs included) is left out
-            w2 = w * w
-            intra, inter, gap = gap_from_products(sq - (w2 @ q) + qw, cross, nw, qw, copies=w2 @ n)
-        else:
-            intra, inter, gap = gap_from_products(sq, cross, nw, qw)
-        return np.concatenate([intra, inter, gap], axis=1)
+        if not exclude_copies:
+            return np.concatenate(gap_from_products(sq, cross, nw, qw), axis=1)
+        extra = w * w - w
+        N = nw.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            den_intra = nw * nw - extra @ (n * n) - nw
+            intra = np.where(den_intra > 0, (sq - extra @ dK - qw) / np.where(den_intra > 0, den_intra, 1), np.nan)
+            den_inter = nw * (N - nw) - extra @ (n * rest)
+            inter = np.where(den_inter > 0, (cross - extra @ dR) / np.where(den_inter > 0, den_inter, 1), np.nan)
+        return np.concatenate([intra, inter, intra - inter], axis=1)
 
     return stat
 

@@ -199,6 +199,25 @@ def bootstrap_pvalue(point: float, dist: np.ndarray, null: float = 0.0) -> float
     return float(min(1.0, (1 + far.sum()) / (1 + len(d))))
 
 
+def sign_flip_pvalue(diffs, n_permutations: int = 9999, seed: int | None = 0) -> tuple[float, float, str]:
+    """Paired sign-flip permutation test of mean(diffs) = 0, two-sided: (mean, p, reason). Exact under
+    H0 "each difference is symmetric about 0" (e.g. two models that are exchangeable on every prompt);
+    exact enumeration when 2^n ≤ n_permutations (scipy.stats.permutation_test). One difference:
+    p = 1 with a reason (a sign flip of one value cannot reject)."""
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    if len(d) == 0:
+        return np.nan, np.nan, "no paired difference"
+    if len(d) == 1:
+        return float(d[0]), 1.0, "one unit: a sign flip of one difference cannot reject (p = 1)"
+    if np.all(d == 0):
+        return 0.0, 1.0, "every difference is 0"
+    res = stats.permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
+                                 permutation_type="samples", vectorized=True, n_resamples=n_permutations,
+                                 alternative="two-sided", random_state=np.random.default_rng(seed))
+    return float(d.mean()), float(res.pvalue), ""
+
+
 P_ADJUST = ("holm", "bh", "none")
 
 

@@ -4,9 +4,11 @@ bootstrap CIs from the resampling engine (biasaudit.stats.resample).
 
 Diversity in a bootstrap replicate is the mean ΔE2000 over pairs of *different images* of the
 resampled multiset: a copy of an image is not paired with itself (that pair would add a ΔE of 0 and
-shift the interval down by about D/(n−1)). With cluster weights w and the pair pool summed per
-cluster pair, A[c, c'] = Σ_{pairs (i, j), i in c, j in c'} ΔE_ij and N[c, c'] their count, a
-replicate's diversity is wᵀ A w / wᵀ N w: O(P²) per replicate, never an n×n matrix.
+shift the interval down by about D/(n−1)), and no pair joins two draws of the same prompt (each draw
+then behaves like a distinct prompt of the original design). With cluster weights w and the pair pool
+summed per cluster pair, A[c, c'] = Σ_{pairs (i, j), i in c, j in c'} ΔE_ij and N[c, c'] their count,
+a replicate's diversity is (wᵀAw − Σ_c (w_c² − w_c) A_cc) / (the same with N): O(P²) per replicate,
+never an n×n matrix.
 """
 
 from __future__ import annotations
@@ -81,10 +83,13 @@ def _group_statistic(L, C, inv, P, pair_i, pair_j, pair_de):
                               np.bincount(inv, weights=C, minlength=P)]).astype(float)
     A, N = _cluster_pair_sums(inv, P, pair_i, pair_j, pair_de)
 
+    dA, dN = np.diag(A).copy(), np.diag(N).copy()
+
     def stat(w: np.ndarray) -> np.ndarray:
         s = w @ totals
+        extra = w * w - w  # pairs between two draws of the same prompt: left out (see the module docstring)
         with np.errstate(invalid="ignore", divide="ignore"):
-            div = np.einsum("bp,pq,bq->b", w, A, w) / np.einsum("bp,pq,bq->b", w, N, w)
+            div = (np.einsum("bp,pq,bq->b", w, A, w) - extra @ dA) / (np.einsum("bp,pq,bq->b", w, N, w) - extra @ dN)
             return np.column_stack([s[:, 1] / s[:, 0], s[:, 2] / s[:, 0], div])
 
     return stat

@@ -22,8 +22,8 @@ from biasaudit.stats.correction import classifier_corrected_tvd, corrected_per_p
     matrix_from_counts
 from biasaudit.stats.homogeneity import add_p_adjusted, homogeneity_table
 from biasaudit.stats.regression import ols_cluster
-from biasaudit.stats.resample import Interval, Replicates, bootstrap_pvalue, cluster_bootstrap, intervals, \
-    p_adjust, replicates, sums_statistic
+from biasaudit.stats.resample import Interval, Replicates, cluster_bootstrap, intervals, p_adjust, replicates, \
+    sign_flip_pvalue, sums_statistic
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import bias_corrected_tvd, null_floor, tvd
 from biasaudit.t2i.outputs import NO_DATA, Figure, Result
@@ -205,8 +205,9 @@ def _pair_stat(s: np.ndarray) -> np.ndarray:
 def tvd_paired(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
     """Paired model comparison: mean TVD of model_a minus model_b over the prompts both answered
     (n > 0 for both), per category and 'all', with a cluster-bootstrap CI over those prompts (both
-    models resampled together), a two-sided bootstrap p-value of "no difference" and its adjustment
-    over the table. Negative diff: model_a is closer to the benchmark."""
+    models resampled together), a two-sided sign-flip permutation p-value of the per-prompt
+    differences (exact when the two models are exchangeable on every prompt) and its adjustment over
+    the table. Negative diff: model_a is closer to the benchmark."""
     cols = ["model_a", "model_b", "category", "n_prompts", "tvd_a", "tvd_b", "diff", "low", "high", "p_value",
             "p_adjusted", "p_adjust_method", "reason"]
     valid = pp[pp["n"] > 0]
@@ -222,9 +223,8 @@ def tvd_paired(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
                 keep = shared if cat == "all" else shared[A.loc[shared, "category"].to_numpy() == cat]
                 ta, tb = A.loc[keep, "tvd"].to_numpy(float), B.loc[keep, "tvd"].to_numpy(float)
                 totals = np.column_stack([np.ones(len(keep)), ta, tb])
-                rep = boot.replicates(totals, _pair_stat, "tvd_paired", a, b, cat)
-                iv = intervals(rep, boot.level, boot.method)[0]
-                p = bootstrap_pvalue(iv.estimate, rep.dist[:, 0]) if np.isfinite(iv.low) else np.nan
+                iv = boot.run(totals, _pair_stat, "tvd_paired", a, b, cat)[0]
+                p = sign_flip_pvalue(ta - tb, 9999, derive_seed(boot.seed, "tvd_paired_test", a, b, cat) % 2**32)[1]
                 rows.append({"model_a": a, "model_b": b, "category": cat, "n_prompts": len(keep),
                              "tvd_a": float(ta.mean()) if len(keep) else np.nan,
                              "tvd_b": float(tb.mean()) if len(keep) else np.nan, "diff": iv.estimate,

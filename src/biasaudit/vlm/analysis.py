@@ -232,21 +232,15 @@ def ols_cluster(df: pd.DataFrame, race_reference: str = "White", gender_referenc
 
 
 def sign_flip(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float, str]:
-    """Paired sign-flip permutation test of mean(diffs) = 0 (two-sided): (mean, p, reason)."""
-    from scipy.stats import permutation_test
+    """Paired sign-flip permutation test over source photos (biasaudit.stats.resample.sign_flip_pvalue)."""
+    from biasaudit.stats.resample import sign_flip_pvalue
 
-    d = np.asarray(diffs, dtype=float)
-    d = d[np.isfinite(d)]
-    if len(d) == 0:
-        return np.nan, np.nan, "no source photo with both groups"
-    if len(d) == 1:
-        return float(d[0]), 1.0, "one source photo: a sign flip of one difference cannot reject (p = 1)"
-    if np.all(d == 0):
-        return 0.0, 1.0, "every difference is 0"
-    res = permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
-                           permutation_type="samples", vectorized=True, n_resamples=n_permutations,
-                           alternative="two-sided", random_state=np.random.default_rng(seed))
-    return float(d.mean()), float(res.pvalue), ""
+    mean, p, reason = sign_flip_pvalue(diffs, n_permutations, seed)
+    if reason.startswith("one unit"):
+        reason = "one source photo: a sign flip of one difference cannot reject (p = 1)"
+    elif reason == "no paired difference":
+        reason = "no source photo with both groups"
+    return mean, p, reason
 
 
 def sign_flip_test(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float]:
