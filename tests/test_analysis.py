@@ -145,3 +145,16 @@ def test_stage_counts_report_failures_abstentions_and_missing_faces(tmp_path):
     assert counts.loc[("generate", "synth-a"), "status_failed"] == 1
     assert counts.loc[("classify", "synth-a"), "abstentions"] == 1
     assert counts.loc[("faces", "synth-a"), "no_face"] == 7
+
+
+def test_calibration_section_reads_the_committed_table(tmp_path):
+    from biasaudit.t2i import analysis as an
+
+    inputs = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path)
+    assert an.calibration(inputs).status == "no data"
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    pd.DataFrame([{"method": "mean_tvd CI", "kind": "coverage", "setting": "50 prompts", "scale": "paper",
+                   "nominal": 0.95, "observed": 0.948, "replications": 500, "mc_se": 0.01, "flag": "ok"}]).to_csv(
+        tmp_path / "benchmarks/results/calibration.csv", index=False)
+    res = an.calibration(inputs)
+    assert res.status != "no data" and res.tables["calibration"].iloc[0]["observed"] == 0.948
