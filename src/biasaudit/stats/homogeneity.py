@@ -166,8 +166,8 @@ def cell_products(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_group
     S = S.reshape(n_clusters, n_groups, -1)
     n, q = n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups)
     Sg = np.moveaxis(S, 1, 0)  # G×P×d
-    K = np.einsum("gpd,gqd->gpq", Sg, Sg)
-    T = np.einsum("gpd,qd->gpq", Sg, S.sum(axis=1))
+    K = Sg @ Sg.transpose(0, 2, 1)  # BLAS; einsum without optimize would loop
+    T = Sg @ S.sum(axis=1).T
     return {"K": K, "T": T, "n": n, "q": q}
 
 
@@ -183,9 +183,11 @@ def gap_weight_statistic(cells: dict[str, np.ndarray], exclude_copies: bool = Tr
     dK, dR = np.einsum("gpp->pg", K), np.einsum("gpp->pg", R)
     rest = n.sum(axis=1, keepdims=True) - n
 
+    def quad(w: np.ndarray, M: np.ndarray) -> np.ndarray:  # wᵀ M_g w for every replicate and group: b×G
+        return (np.matmul(w[None], M) * w[None]).sum(axis=-1).T
+
     def stat(w: np.ndarray) -> np.ndarray:
-        sq = np.einsum("bp,gpq,bq->bg", w, K, w)
-        cross = np.einsum("bp,gpq,bq->bg", w, R, w)
+        sq, cross = quad(w, K), quad(w, R)
         nw, qw = w @ n, w @ q
         if not exclude_copies:
             return np.concatenate(gap_from_products(sq, cross, nw, qw), axis=1)

@@ -89,7 +89,7 @@ def _group_statistic(L, C, inv, P, pair_i, pair_j, pair_de):
         s = w @ totals
         extra = w * w - w  # pairs between two draws of the same prompt: left out (see the module docstring)
         with np.errstate(invalid="ignore", divide="ignore"):
-            div = (np.einsum("bp,pq,bq->b", w, A, w) - extra @ dA) / (np.einsum("bp,pq,bq->b", w, N, w) - extra @ dN)
+            div = (((w @ A) * w).sum(axis=1) - extra @ dA) / (((w @ N) * w).sum(axis=1) - extra @ dN)
             return np.column_stack([s[:, 1] / s[:, 0], s[:, 2] / s[:, 0], div])
 
     return stat
