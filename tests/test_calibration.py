@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import ROOT
 
-REPS = 120
+REPS = 80
 
 
 def _calibration():
@@ -23,7 +23,7 @@ def _calibration():
 @pytest.mark.slow
 def test_fast_calibration_subset_is_within_monte_carlo_error(tmp_path):
     cal = _calibration()
-    table = cal.main(["--fast", "--reps", str(REPS), "--n-boot", "499", "--n-perm", "99",
+    table = cal.main(["--fast", "--reps", str(REPS), "--n-boot", "299", "--n-perm", "99",
                       "--out", str(tmp_path / "calibration.csv")])
     assert set(cal.FAST) <= set(table["method"]) and (table["scale"] == "paper").all()
     for row in table.itertuples():

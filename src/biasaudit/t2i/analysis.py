@@ -544,7 +544,7 @@ def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = 40.0, earnings_group: 
     res.figures = {"skin_L_by_label": plot_L_by_label(skin), "skin_L_vs_C": plot_L_vs_C(skin),
                    "skin_L_vs_earnings": plot_earnings(skin, fits, earnings_group, unit_usd)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
-                           seed=derive_seed(boot.seed, "skin_summary") % 2**32)
+                           seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables["skin_summary_by_label"] = summary
     res.figures["skin_diversity"] = plot_diversity(summary)
     res.metrics = {"dark_share_black": {r.model: {"share": r.share, "low": r.share_low, "high": r.share_high,

@@ -128,25 +128,27 @@ def disagreement_breakdown(ratings: pd.DataFrame, groups: tuple[str, ...]) -> pd
     return shares
 
 
-def _bootstrap(stat, n_items: int, n_boot: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    vals = np.full(n_boot, np.nan)
-    for b in range(n_boot):
-        idx = rng.integers(0, n_items, n_items)
-        with np.errstate(all="ignore"):
-            try:
-                vals[b] = stat(idx)
-            except (ValueError, ZeroDivisionError):
-                pass
-    return vals
+def _item_interval(stat, n_items: int, n_boot: int, seed: int, level: float,
+                   method: str = "percentile") -> tuple[float, float]:
+    """Bootstrap CI over images through the resampling engine (biasaudit.stats.resample): a replicate's
+    multiplicities become an index of repeated items; a replicate where κ is undefined is excluded."""
+    from biasaudit.stats.resample import resample
 
+    def weights_stat(w: np.ndarray) -> np.ndarray:
+        out = np.full(len(w), np.nan)
+        for b, row in enumerate(w):
+            idx = np.repeat(np.arange(n_items), row.astype(int))
+            with np.errstate(all="ignore"):
+                try:
+                    out[b] = stat(idx)
+                except (ValueError, ZeroDivisionError):
+                    pass
+        return out
 
-def _ci(vals: np.ndarray, level: float) -> tuple[float, float]:
-    vals = vals[np.isfinite(vals)]
-    if not len(vals):
+    if n_items == 0 or n_boot <= 0:
         return float("nan"), float("nan")
-    a = (1 - level) / 2
-    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+    iv = resample(weights_stat, n_items, n_boot=n_boot, level=level, seed=seed, method=method)[0]
+    return iv.low, iv.high
 
 
 def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] = GROUPS,
@@ -167,8 +169,7 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] 
         kind = "human-classifier" if CLASSIFIER in (a, b) else "human-human"
         i, j = col[a], col[b]
         k = cohen_kappa(arr[:, i], arr[:, j], categories)
-        boot = _bootstrap(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed)
-        lo, hi = _ci(boot, ci)
+        lo, hi = _item_interval(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed, ci)
         agree = float((arr[:, i] == arr[:, j]).mean()) if n else float("nan")
         pairs.append({"rater_a": a, "rater_b": b, "kind": kind, "n": n, "agreement": agree, "cohen_kappa": k,
                       "ci_low": lo, "ci_high": hi})
@@ -188,7 +189,7 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] 
                 f = lambda idx, s=sub, g=g: fleiss_one_vs_rest(s[idx], g)  # noqa: E731
             with np.errstate(all="ignore"):
                 est = f(np.arange(n)) if n else float("nan")
-            lo, hi = _ci(_bootstrap(f, n, n_boot, seed), ci)
+            lo, hi = _item_interval(f, n, n_boot, seed, ci)
             fleiss_rows.append({"group": name, "raters": subset_name, "n": n, "prevalence": float((sub == g).mean()) if g else 1.0,
                                 "fleiss_kappa": est, "ci_low": lo, "ci_high": hi})
     fleiss_table = pd.DataFrame(fleiss_rows)
