@@ -14,7 +14,7 @@ def test_mean_of_cluster_values_matches_scipy_bootstrap_of_the_mean(method):
     Carlo error; basic and BCa used to crash on any scalar statistic (AxisError, issue 17)."""
     values = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55, 0.3, 0.05, 0.6, 0.15, 0.45, 0.9])
     totals = np.column_stack([np.ones_like(values), values])
-    iv = cluster_bootstrap(totals, ratio(1, 0), n_boot=20_000, seed=3, method=method)[0]
+    iv = cluster_bootstrap(totals, ratio(1, 0), n_boot=20_000, seed=3, method=method, expand=False)[0]
     ref = stats.bootstrap((values,), np.mean, n_resamples=20_000, method=method, rng=np.random.default_rng(3))
     assert iv.estimate == pytest.approx(values.mean())
     assert iv.low == pytest.approx(ref.confidence_interval.low, abs=0.01)
@@ -138,3 +138,18 @@ def test_p_adjust_matches_statsmodels():
         p = rng.random(rng.integers(1, 12)) ** 2
         np.testing.assert_allclose(p_adjust(p, "holm"), multipletests(p, method="holm")[1])
         np.testing.assert_allclose(p_adjust(p, "bh"), multipletests(p, method="fdr_bh")[1])
+
+
+def test_expanded_percentile_levels():
+    """Hesterberg's expansion: z_{1−α'} = √(P/(P−1))·t_{0.975, P−1}; wider than plain, → plain as P grows."""
+    from biasaudit.stats.resample import expanded_alpha
+
+    for P in (3, 10, 50, 1000):
+        z = np.sqrt(P / (P - 1)) * stats.t.ppf(0.975, P - 1)
+        assert expanded_alpha(0.95, P) == pytest.approx(1 - stats.norm.cdf(z))
+    assert expanded_alpha(0.95, 10) < expanded_alpha(0.95, 50) < expanded_alpha(0.95, 1000) < 0.025
+    values = np.random.default_rng(0).normal(size=10)
+    totals = np.column_stack([np.ones(10), values])
+    wide = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000)[0]
+    plain = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000, expand=False)[0]
+    assert wide.low < plain.low and wide.high > plain.high

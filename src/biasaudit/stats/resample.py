@@ -12,6 +12,9 @@ cluster-pair sums. Written that way:
 - pair statistics can leave out *copy pairs* (an image paired with its own bootstrap duplicate),
   which a resample-the-rows implementation silently counts as perfectly similar pairs.
 
+Percentile and basic intervals use Hesterberg's expanded levels (`expanded_alpha`): with 50 prompts
+the plain percentile interval covers about 93% instead of 95% (benchmarks/calibration.py).
+
 Degenerate cases come out as NaN with a reason, never as a number: no or one cluster, a statistic
 undefined on the data, undefined in every replicate, or an interval of zero width (the statistic is
 the same in every replicate, so the bootstrap says nothing about its uncertainty).
@@ -109,9 +112,24 @@ def _bca_levels(point: float, dist: np.ndarray, jack: np.ndarray, alpha: float) 
     return float(levels[0]), float(levels[1]), ""
 
 
-def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile") -> list[Interval]:
-    """One Interval per component of the statistic (see the module docstring for the NaN rules)."""
+def expanded_alpha(level: float, n_clusters: int) -> float:
+    """Hesterberg's expanded percentile level (Hesterberg 2015, "What teachers should know about the
+    bootstrap"): the tail α' with z_{1−α'} = √(P/(P−1)) · t_{1−α, P−1}. The plain percentile interval
+    is too narrow with few clusters (its variance is the plug-in one, and z < t); the expansion fixes
+    both, e.g. 95% uses the 2.1%/97.9% quantiles at 50 prompts and 0.9%/99.1% at 10."""
     alpha = (1 - level) / 2
+    if n_clusters < 2:
+        return alpha
+    z = np.sqrt(n_clusters / (n_clusters - 1)) * stats.t.ppf(1 - alpha, n_clusters - 1)
+    return float(stats.norm.sf(z))
+
+
+def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", expand: bool = True
+              ) -> list[Interval]:
+    """One Interval per component of the statistic (see the module docstring for the NaN rules).
+    Percentile and basic intervals use the expanded levels (`expanded_alpha`) unless `expand` is False;
+    BCa has its own small-sample corrections."""
+    alpha = expanded_alpha(level, rep.n_clusters) if expand and method != "BCa" else (1 - level) / 2
     out = []
     for i, p in enumerate(rep.point):
         p = float(p)
@@ -134,7 +152,7 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile") 
             out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined, "statistic undefined in every resample"))
             continue
         if method == "BCa":
-            a1, a2, why = _bca_levels(p, ok, rep.jack[:, i], alpha)
+            a1, a2, why = _bca_levels(p, ok, rep.jack[:, i], (1 - level) / 2)
             if why:
                 out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined, why))
                 continue
@@ -151,10 +169,11 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile") 
 
 
 def resample(statistic: WeightStatistic, n_clusters: int | tuple[int, ...], *, n_boot: int = 2000, level: float = 0.95,
-             seed: int | None = 0, method: str = "percentile", chunk: int | None = None) -> list[Interval]:
+             seed: int | None = 0, method: str = "percentile", chunk: int | None = None,
+             expand: bool = True) -> list[Interval]:
     """Cluster-bootstrap intervals of `statistic(weights)` (one per output component)."""
     return intervals(replicates(statistic, n_clusters, n_boot=n_boot, seed=seed, method=method, chunk=chunk),
-                     level, method)
+                     level, method, expand)
 
 
 def sums_statistic(totals: np.ndarray, statistic: Statistic) -> WeightStatistic:
@@ -170,12 +189,12 @@ def sums_statistic(totals: np.ndarray, statistic: Statistic) -> WeightStatistic:
 
 
 def cluster_bootstrap(totals: np.ndarray, statistic: Statistic, *, n_boot: int = 2000, level: float = 0.95,
-                      seed: int | None = 0, method: str = "percentile") -> list[Interval]:
+                      seed: int | None = 0, method: str = "percentile", expand: bool = True) -> list[Interval]:
     """Intervals of `statistic(column sums)` resampling the rows (clusters) of `totals` (P, k)."""
     totals = np.asarray(totals, dtype=np.float64)
     totals = totals[:, None] if totals.ndim == 1 else totals
     return resample(sums_statistic(totals, statistic), totals.shape[0], n_boot=n_boot, level=level, seed=seed,
-                    method=method)
+                    method=method, expand=expand)
 
 
 def ratio(num: int, den: int) -> Statistic:
