@@ -80,7 +80,7 @@ def _per_prompt(q, p, n, rng, model="a", start=0):
 _TRUTH: dict = {}
 
 
-def _population_tvd(strength, n, samples=40_000):
+def _population_tvd(strength, n, samples=400_000):
     """(population mean of E[observed TVD] at n, population mean of the true TVD, E[share − bench] black)."""
     key = (strength, n)
     if key not in _TRUTH:
