@@ -4,6 +4,7 @@ with known truth (issue 17). Coverage / rejection must lie within Monte-Carlo er
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ REPS = 80
 def _calibration():
     spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "calibration.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["calibration"] = module  # dataclasses look the module up while the class is built
     spec.loader.exec_module(module)
     return module
 
@@ -26,7 +28,7 @@ def test_fast_calibration_subset_is_within_monte_carlo_error(tmp_path):
     table = cal.main(["--fast", "--reps", str(REPS), "--n-boot", "299", "--n-perm", "99",
                       "--out", str(tmp_path / "calibration.csv")])
     assert set(cal.FAST) <= set(table["method"]) and (table["scale"] == "paper").all()
-    for row in table.itertuples():
+    for row in table[table["method"].isin(cal.FAST)].itertuples():
         se = np.sqrt(row.nominal * (1 - row.nominal) / REPS)
         assert abs(row.observed - row.nominal) <= 3 * se + 1e-9, (row.method, row.observed)
 
