@@ -16,8 +16,10 @@
 # the proxy audit to `reports/t2i/`, plus `reports/t2i/metrics.json` for `dvc metrics show`.
 #
 # **Uncertainty.** Images of one prompt are not independent draws, so every interval is a
-# *cluster bootstrap over prompts*: prompts are resampled with replacement and the statistic is
-# recomputed (percentile intervals by default). Abstentions (`unknown` labels) are excluded from the
+# *cluster bootstrap over prompts* (one engine, `biasaudit.stats.resample`: percentile, basic or BCa;
+# pair statistics leave out copy pairs). Every mean TVD comes with its null floor and a bias-corrected
+# value; models are compared on the same prompts; p-values of a table are also shown Holm/BH-adjusted.
+# The calibration table at the end says how far each interval and test can be trusted. Abstentions (`unknown` labels) are excluded from the
 # shares and counted. A section whose inputs are missing says so ("no data" + reason); a section
 # whose code belongs to a stage that has not landed yet says "pending".
 
@@ -36,7 +38,8 @@ from biasaudit.t2i.outputs import OutputWriter, Result
 
 cfg, params = stage_params("analyze")
 banner(cfg)
-boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed)
+boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed, params.p_adjust,
+               params.permutation_design)
 inputs = an.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir)
 writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
 
@@ -88,6 +91,7 @@ show(an.skin_tone(inputs, boot, params.dark_L_threshold, params.earnings_group, 
 show(an.homogeneity(inputs, boot, params.n_permutations, params.min_group_size))
 show(an.reliability(inputs))
 show(an.corrected_tvd(inputs, boot))
+show(an.calibration(inputs))
 
 # %% [markdown]
 # ## Does the audit recover what was planted? And what do its instruments lose?
@@ -100,7 +104,7 @@ from biasaudit.t2i import validation as va
 
 show(va.validation(inputs, boot, params.dark_L_threshold, cfg.reliability.correction_method))
 show(va.face_loss(inputs, boot, params.face_loss_threshold))
-show(va.instruments_result(Path("reports/t2i/instruments")))
+show(va.instruments_result(C.INSTRUMENTS_DIR))
 
 # %%
 stand_in = cfg.profile == "offline" or any(

@@ -15,8 +15,8 @@
 # is exported as an annotation sheet; raters fill one copy each (`<sheets_dir>/<rater>.csv`). We then
 # compute Cohen's κ for every rater pair (human–human and human–classifier), Fleiss' κ overall and per
 # group one-vs-rest, the human-vs-classifier confusion matrix and the disagreement breakdown, each with
-# a bootstrap CI over images. Beyond the paper, the confusion matrix corrects each prompt's group
-# shares for classifier error, and TVD to the benchmark is reported raw and corrected.
+# a bootstrap CI over images. Beyond the paper, the confusion matrix is checked for invertibility
+# (condition number); the analysis stage uses it, and the images below, to correct TVD for classifier error.
 #
 # **With `simulate: true` there are no human raters**: the "raters" are SIMULATED from the classifier
 # labels through a known confusion matrix, only to exercise the pipeline. Every output says so.
@@ -67,11 +67,13 @@ for name in ("pairwise_kappa", "mean_kappa", "fleiss_kappa", "confusion", "disag
     display(tables[name].round(3))
 
 # %% [markdown]
-# ## Classifier-error-corrected shares and TVD (beyond the paper)
+# ## Can the classifier's errors be corrected? (beyond the paper)
+# The confusion matrix M[human, classifier] and its condition number. The corrected TVD itself is
+# computed once, in the analysis stage, with this `correction_method` and a bootstrap over these images.
 
 # %%
-corrected = rel.corrected_shares(labels, bench, ratings, list(params.raters), params, cfg.seed)
-display(corrected.round(3).head(20))
+correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method)
+print({k: v for k, v in correction.items() if k != "misclassification_matrix"})
 
 # %%
 tag = "SIMULATED raters (no humans): tests the pipeline only" if params.simulate else "human raters"
@@ -79,7 +81,7 @@ for name, df in tables.items():
     df = df.copy()
     df["raters_source"] = tag
     atomic_write_table(df.reset_index() if name in ("confusion", "disagreements") else df, out_dir / f"{name}.csv")
-corrected.assign(raters_source=tag).pipe(atomic_write_table, out_dir / "corrected_tvd.csv")
-summary = rel.summary_json(tables, corrected, provenance, labels)
+rel.ratings_table(ratings).assign(raters_source=tag).pipe(atomic_write_table, out_dir / "ratings.csv")
+summary = rel.summary_json(tables, correction, provenance, labels)
 atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(params)})
 display(pd.Series({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))

@@ -204,3 +204,16 @@ def test_real_faces_measurements_fill_every_L_bin_of_the_analysis(monkeypatch, t
     assert np.isfinite(intra).all(), intra.to_dict()
     counts = an.labels_by_L_bin(faces)
     assert sorted(counts["L_bin"]) == sorted(an.L_BINS) and (counts["n_white"] == 2).all()
+
+
+def test_calibration_section_reads_the_committed_table(tmp_path):
+    from biasaudit.t2i import analysis as an
+
+    inputs = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path)
+    assert an.calibration(inputs).status == "no data"
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    pd.DataFrame([{"method": "mean_tvd CI", "kind": "coverage", "setting": "50 prompts", "scale": "paper",
+                   "nominal": 0.95, "observed": 0.948, "replications": 500, "mc_se": 0.01, "flag": "ok"}]).to_csv(
+        tmp_path / "benchmarks/results/calibration.csv", index=False)
+    res = an.calibration(inputs)
+    assert res.status != "no data" and res.tables["calibration"].iloc[0]["observed"] == 0.948

@@ -130,3 +130,12 @@ def test_grayscale_and_achromatic_skin_are_not_measurable():
         skin = colour_img.copy()
         skin[mask] = np.round(lab2rgb(np.array(lab, float)) * 255).astype(np.uint8)
         assert C.achromatic_reason(skin, mask) == "", lab
+
+
+def test_hue_stays_below_360():
+    """A hue a hair below 0° (b* = −1e-16) wrapped with np.mod alone came out as 360.0 (issue 17)."""
+    from biasaudit.faces.colour import hue_degrees, wrap_degrees
+
+    h = hue_degrees(np.array([[50.0, 1.0, -1e-16], [50.0, 1.0, 0.0], [50.0, -1.0, -1e-300]]))
+    assert np.all((h >= 0) & (h < 360)), h
+    assert wrap_degrees(np.array([-1e-14, 360.0, 720.5]))[0] < 360 and wrap_degrees(np.array([360.0]))[0] == 0.0

@@ -28,9 +28,15 @@ def test_pair_capping_is_seeded_and_close():
 
 
 def test_circular_hue_mean():
-    assert circular_mean_deg(np.array([350.0, 10.0])) == pytest.approx(0.0, abs=1e-9) or \
-        circular_mean_deg(np.array([350.0, 10.0])) == pytest.approx(360.0, abs=1e-9)
+    """[350, 10] averages to 0 (not 360.0: the range is [0, 360)); opposite hues have no mean (issue 17)."""
+    from biasaudit.stats.skin_summary import circular_mean
+
+    m = circular_mean_deg(np.array([350.0, 10.0]))
+    assert 0.0 <= m < 360.0 and min(m, 360.0 - m) < 1e-9
     assert circular_mean_deg(np.array([40.0, 60.0])) == pytest.approx(50.0)
+    value, reason = circular_mean(np.array([0.0, 180.0]))
+    assert np.isnan(value) and "cancel" in reason
+    assert np.isnan(circular_mean(np.array([90.0, 270.0]))[0])
 
 
 def test_skin_summary_groups_and_cis():
@@ -51,7 +57,8 @@ def test_skin_summary_groups_and_cis():
 
 def test_vectorised_replicates_equal_the_explicit_resampled_multiset():
     """Each bootstrap replicate (multiplicities m) gives exactly what expanding the multiset and averaging
-    ΔE2000 over all its distinct positions gives (copies of one image are pairs at distance 0)."""
+    ΔE2000 over its pairs of positions holding *different* images gives: a copy is never paired with its
+    own image (issue 17: copies counted at distance 0 shifted diversity down by about D/(n−1))."""
     from biasaudit.faces.colour import delta_e2000
     from biasaudit.stats.skin_summary import replicate_stats
 
@@ -62,11 +69,34 @@ def test_vectorised_replicates_equal_the_explicit_resampled_multiset():
     m = rng.integers(0, 4, size=(6, n)).astype(float)
     m[:, 0] += 1  # every replicate has at least two positions
     m[0] = 0
-    m[0, 2] = 2  # one image twice: diversity 0
+    m[0, 2] = 2  # one image twice: no pair of different images, diversity undefined
     i, j = np.triu_indices(n, k=1)
     got = replicate_stats(m, lab[:, 0], C, i, j, delta_e2000(lab[i], lab[j]))
-    for b in range(len(m)):
+    assert np.isnan(got[0, 2])
+    for b in range(1, len(m)):
         idx = np.repeat(np.arange(n), m[b].astype(int))
         a, c = np.triu_indices(len(idx), k=1)
-        expected_div = delta_e2000(lab[idx[a]], lab[idx[c]]).mean()
+        distinct = idx[a] != idx[c]
+        expected_div = delta_e2000(lab[idx[a][distinct]], lab[idx[c][distinct]]).mean()
         np.testing.assert_allclose(got[b], [lab[idx, 0].mean(), C[idx].mean(), expected_div], rtol=1e-12, atol=1e-12)
+
+
+def test_diversity_interval_is_not_shifted_down():
+    """With copies excluded the bootstrap distribution of diversity centres on the estimate instead of
+    ≈ D/(n−1) below it (issue 17). 12 prompts × 1 image each: the old shift would be ≈ 9% of D."""
+    rng = np.random.default_rng(5)
+    n = 12
+    df = pd.DataFrame({"model": "m", "label": "x", "prompt_id": [f"p{i}" for i in range(n)],
+                       "L": rng.uniform(30, 70, n), "a": rng.uniform(5, 20, n), "b": rng.uniform(10, 30, n)})
+    df["C"], df["h"] = np.hypot(df["a"], df["b"]), np.degrees(np.arctan2(df["b"], df["a"]))
+    out = skin_summary(df, n_boot=2000, seed=1).iloc[0]
+    mid = (out["diversity_de2000_lo"] + out["diversity_de2000_hi"]) / 2
+    assert abs(mid - out["diversity_de2000"]) < 0.04 * out["diversity_de2000"]
+
+
+def test_single_image_group_has_no_interval():
+    df = pd.DataFrame({"model": "m", "label": ["x"], "prompt_id": ["p"], "L": [50.0], "a": [10.0], "b": [20.0],
+                       "C": [22.4], "h": [63.4]})
+    out = skin_summary(df, n_boot=50).iloc[0]
+    assert np.isnan(out["diversity_de2000"]) and np.isnan(out["diversity_de2000_lo"])
+    assert out["diversity_de2000_reason"]

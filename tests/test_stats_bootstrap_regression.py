@@ -8,20 +8,50 @@ from biasaudit.stats.bootstrap import cluster_bootstrap, ratio
 from biasaudit.stats.regression import ols_cluster
 
 
-def test_mean_of_cluster_values_matches_scipy_bootstrap_of_the_mean():
-    values = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55, 0.3, 0.05])
+@pytest.mark.parametrize("method", ["percentile", "basic", "BCa"])
+def test_mean_of_cluster_values_matches_scipy_bootstrap_of_the_mean(method):
+    """Every method agrees with scipy.stats.bootstrap (an independent implementation) within Monte
+    Carlo error; basic and BCa used to crash on any scalar statistic (AxisError, issue 17)."""
+    values = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55, 0.3, 0.05, 0.6, 0.15, 0.45, 0.9])
     totals = np.column_stack([np.ones_like(values), values])
-    iv = cluster_bootstrap(totals, ratio(1, 0), n_boot=999, seed=3)[0]
-    ref = stats.bootstrap((values,), np.mean, n_resamples=999, method="percentile", rng=np.random.default_rng(3))
+    iv = cluster_bootstrap(totals, ratio(1, 0), n_boot=20_000, seed=3, method=method, expand=False)[0]
+    ref = stats.bootstrap((values,), np.mean, n_resamples=20_000, method=method, rng=np.random.default_rng(3))
     assert iv.estimate == pytest.approx(values.mean())
-    assert (iv.low, iv.high) == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high))
-    assert iv.se == pytest.approx(ref.standard_error)
+    assert iv.low == pytest.approx(ref.confidence_interval.low, abs=0.01)
+    assert iv.high == pytest.approx(ref.confidence_interval.high, abs=0.01)
+    assert iv.se == pytest.approx(ref.standard_error, rel=0.05)
+
+
+def test_vector_statistic_with_every_method():
+    rng = np.random.default_rng(2)
+    totals = np.column_stack([np.ones(30), rng.normal(size=30), rng.normal(3, 1, size=30)])
+    for method in ("percentile", "basic", "BCa"):
+        a, b = cluster_bootstrap(totals, lambda s: np.stack([s[..., 1] / s[..., 0], s[..., 2] / s[..., 0]], -1),
+                                 n_boot=500, method=method)
+        assert a.low < a.estimate < a.high and b.low < b.estimate < b.high
 
 
 def test_columns_are_resampled_together():
+    """The difference of identical columns is 0 in every resample: a zero-width interval is NaN
+    with a reason, not [0, 0] (issue 17)."""
     x = np.arange(10.0)
     out = cluster_bootstrap(np.column_stack([x, x]), lambda s: s[..., 0] - s[..., 1], n_boot=200)[0]
-    assert (out.estimate, out.low, out.high, out.se) == (0, 0, 0, 0)
+    assert out.estimate == 0 and out.se == 0
+    assert np.isnan(out.low) and np.isnan(out.high) and "zero-width" in out.reason
+
+
+def test_one_cluster_is_nan_with_reason():
+    out = cluster_bootstrap(np.array([[1.0, 0.3]]), ratio(1, 0), n_boot=100)[0]
+    assert out.estimate == pytest.approx(0.3) and np.isnan(out.low) and out.reason == "one cluster: no interval"
+
+
+def test_p_adjust_matches_hand_values():
+    from biasaudit.stats.resample import p_adjust
+
+    p = np.array([0.01, 0.04, 0.03, np.nan])
+    # Holm: sorted 0.01·3, 0.03·2, 0.04·1 → 0.03, 0.06, 0.06 (monotone); BH: 0.03, 0.04, 0.04
+    np.testing.assert_allclose(p_adjust(p, "holm"), [0.03, 0.06, 0.06, np.nan])
+    np.testing.assert_allclose(p_adjust(p, "bh"), [0.03, 0.04, 0.04, np.nan])
 
 
 def test_standard_error_close_to_analytic_for_many_clusters():
@@ -43,7 +73,7 @@ def test_ratio_of_sums_weights_clusters_by_size():
 def test_undefined_resamples_are_excluded_and_counted():
     totals = np.array([[1, 1], [0, 0], [0, 0], [0, 0]], dtype=float)  # denominator 0 unless cluster 0 drawn
     iv = cluster_bootstrap(totals, ratio(0, 1), n_boot=500, seed=0)[0]
-    assert iv.estimate == 1.0 and iv.low == 1.0 and iv.high == 1.0
+    assert iv.estimate == 1.0 and np.isnan(iv.low) and np.isnan(iv.high) and "zero-width" in iv.reason
     # P(cluster 0 never drawn) = (3/4)^4 ≈ 0.32
     assert 100 < iv.n_undefined < 220 and "undefined" in iv.reason
 
@@ -95,3 +125,31 @@ def test_ols_cluster_degenerate_inputs_give_reasons(y, x, g, why):
 def test_ols_cluster_drops_missing_rows():
     fit = ols_cluster([1, 2, np.nan, 4, 5, 7], [1, 2, 3, 4, 5, np.nan], list("aabbcc"))
     assert fit.n == 4
+
+
+def test_p_adjust_matches_statsmodels():
+    """Our Holm/BH (statsmodels' multipletests calls gc.collect on every call) equal statsmodels'."""
+    from statsmodels.stats.multitest import multipletests
+
+    from biasaudit.stats.resample import p_adjust
+
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        p = rng.random(rng.integers(1, 12)) ** 2
+        np.testing.assert_allclose(p_adjust(p, "holm"), multipletests(p, method="holm")[1])
+        np.testing.assert_allclose(p_adjust(p, "bh"), multipletests(p, method="fdr_bh")[1])
+
+
+def test_expanded_percentile_levels():
+    """Hesterberg's expansion: z_{1−α'} = √(P/(P−1))·t_{0.975, P−1}; wider than plain, → plain as P grows."""
+    from biasaudit.stats.resample import expanded_alpha
+
+    for P in (3, 10, 50, 1000):
+        z = np.sqrt(P / (P - 1)) * stats.t.ppf(0.975, P - 1)
+        assert expanded_alpha(0.95, P) == pytest.approx(1 - stats.norm.cdf(z))
+    assert expanded_alpha(0.95, 10) < expanded_alpha(0.95, 50) < expanded_alpha(0.95, 1000) < 0.025
+    values = np.random.default_rng(0).normal(size=10)
+    totals = np.column_stack([np.ones(10), values])
+    wide = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000)[0]
+    plain = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000, expand=False)[0]
+    assert wide.low < plain.low and wide.high > plain.high

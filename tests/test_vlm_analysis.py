@@ -169,3 +169,83 @@ def test_interpret_messy_answers(kind, text, status, choice, value):
 def test_backend_failure_passes_through():
     out = tasks.interpret({"kind": "2afc", "options": ["A", "B"]}, VLMResponse("", "failed", "HTTP 500"), 0, 1)
     assert out["status"] == "failed" and out["reason"] == "HTTP 500"
+
+
+# ---- issue 17: Method B inference ----------------------------------------------------------------
+
+def test_position_bias_ignores_a_pair_asked_twice_in_the_same_order():
+    """AM-BM asked twice with AM first is not 'both orders' (it used to count as a pair)."""
+    two = pd.DataFrame([cmp("AM", "BM", "A", order=0), cmp("AM", "BM", "A", order=1),
+                        cmp("AM", "WF", "A", order=0), cmp("WF", "AM", "A", order=1)])
+    pb = an.position_bias(two)
+    assert pb["pairs_both_orders"] == 1  # only AM-WF was shown in both orders
+    assert pb["position_bias_rate"] == 1.0  # 'A' both times: the chosen group flipped with the order
+
+
+def test_sign_flip_single_photo_is_defined():
+    mean, p, reason = an.sign_flip(np.array([2.5]))
+    assert mean == 2.5 and p == 1.0 and "one source photo" in reason
+    assert an.sign_flip_test(np.array([2.5])) == (2.5, 1.0)
+    assert np.isnan(an.sign_flip(np.array([]))[1])
+
+
+def _single_image_answers(effect=-0.10, drop_black_women=True, photos=12, seed=0):
+    """Salaries with a multiplicative race effect of `effect` for Black, a big gender effect and a
+    photo effect; optionally no Black woman retained (unbalanced retention)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(photos):
+        base = 50_000 * (1 + 0.3 * rng.standard_normal())
+        for race in ("Asian", "Black", "Latino", "MiddleEastern", "White"):
+            for gender, gm in (("man", 1.5), ("woman", 1.0)):
+                if drop_black_women and race == "Black" and gender == "woman":
+                    continue
+                rows.append({"unit": f"occ/p{u}", "race": race, "gender": gender,
+                             "y": base * gm * (1 + effect * (race == "Black"))})
+    return pd.DataFrame(rows)
+
+
+def test_delta_g_within_photo_is_unbiased_by_unbalanced_retention():
+    """No Black woman retained: the pooled mean-based Δg mixes in the gender effect (about −28% here),
+    the within-photo matched-cell Δg recovers the planted −10% exactly (noise-free answers)."""
+    df = _single_image_answers()
+    pooled = an.mean_gaps(df, "race", "White").set_index("level").loc["Black", "delta_pct"]
+    within = an.delta_g_within(df, "race", "Black", "White", n_boot=200, n_permutations=99)
+    assert within["delta_pct"] == pytest.approx(-10.0, abs=1e-9)
+    assert abs(pooled + 10.0) > 5  # the defect the within estimator removes
+    assert within["low"] <= -10.0 + 1e-9 <= within["high"] + 1e-9 or np.isnan(within["low"])
+
+
+def test_fe_ols_matches_statsmodels_with_t_reference():
+    """t(G−1) reference and CR1 errors equal statsmodels' on the within-transformed data (an
+    independent implementation); the p-value is not the normal one."""
+    import statsmodels.api as sm
+    from scipy import stats
+
+    from biasaudit.stats.regression import _demean, fe_ols_cluster
+
+    rng = np.random.default_rng(1)
+    G, n = 5, 50
+    g = np.repeat(np.arange(G), n // G)
+    X = rng.normal(size=(n, 2))
+    y = X @ [0.4, 0.0] + rng.normal(size=G)[g] + rng.normal(size=n)
+    table, _ = fe_ols_cluster(y, X, g, ["a", "b"], n_wild=0)
+    ref = sm.OLS(_demean(y, g, G), _demean(X, g, G)).fit(cov_type="cluster", cov_kwds={"groups": g}, use_t=True)
+    np.testing.assert_allclose(table["se"], ref.bse, rtol=1e-10)
+    np.testing.assert_allclose(table["p_t"], ref.pvalues, rtol=1e-10)
+    t = table["coef"] / table["se"]
+    np.testing.assert_allclose(table["p_t"], 2 * stats.t.sf(np.abs(t), G - 1), rtol=1e-12)
+    assert (table["p_t"] > 2 * stats.norm.sf(np.abs(t))).all()
+
+
+def test_analyse_exposes_delta_g_and_significant_effects_tables():
+    df = _single_image_answers(drop_black_women=False, photos=8).assign(
+        kind="salary", task="salary", status="ok", occupation="occ", choice=None)
+    df["value_usd"] = df["y"]
+    res = an.analyse(df.drop(columns="y"), ReflectAnalysis(n_permutations=99, n_boot=200, wild_bootstrap=99))
+    dg = res["tables"]["delta_g"].set_index(["dimension", "level"])
+    assert dg.loc[("race", "Black"), "delta_pct"] == pytest.approx(-10.0)
+    assert {"p_value", "p_adjusted", "p_adjust_method", "low", "high"} <= set(dg.columns)
+    sig = res["tables"]["significant_effects"]
+    assert "race:Black" in set(sig["effect"])
+    assert {"p_t", "p_wild", "p_adjusted"} <= set(res["tables"]["ols"].columns)

@@ -32,10 +32,17 @@ def chroma(lab: np.ndarray) -> np.ndarray:
     return np.hypot(lab[..., 1], lab[..., 2])
 
 
+def wrap_degrees(angle: np.ndarray) -> np.ndarray:
+    """Angles mapped into [0, 360). np.mod alone returns 360.0 for a tiny negative angle
+    (−1e-14 % 360 rounds to 360.0), which is outside the range."""
+    h = np.mod(np.asarray(angle, dtype=np.float64), 360.0)
+    return np.where(h >= 360.0, 0.0, h)
+
+
 def hue_degrees(lab: np.ndarray) -> np.ndarray:
     """CIELAB hue angle h_ab = atan2(b*, a*) in degrees, in [0, 360)."""
     lab = np.asarray(lab, dtype=np.float64)
-    return np.mod(np.degrees(np.arctan2(lab[..., 2], lab[..., 1])), 360.0)
+    return wrap_degrees(np.degrees(np.arctan2(lab[..., 2], lab[..., 1])))
 
 
 def ita_degrees(lab: np.ndarray) -> np.ndarray:

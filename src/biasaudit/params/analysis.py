@@ -24,6 +24,10 @@ class Analyze(Section):
     # Groups with fewer members than this are flagged as small (the paper's L* < 40 result: 40 images).
     min_group_size: int = Field(30, ge=2)
     n_permutations: int = Field(1000, ge=0, le=100_000)  # homogeneity permutation test (0 = off)
+    # within: labels permuted inside each prompt (does the label add similarity beyond the prompt?);
+    # across: over all images of a model (are embeddings independent of the label at all?).
+    permutation_design: Literal["within", "across"] = "within"
+    p_adjust: Literal["holm", "bh", "none"] = "holm"  # adjustment of the p-values of one table
     figure_dpi: int = Field(150, ge=50, le=600)
     # Instrument bias: a label or L* bin whose no-face (or cross-detector loss) rate exceeds this is flagged
     # (its skin and face-embedding results lean toward the lighter faces that were found).

@@ -201,6 +201,11 @@ class ReflectAnalysis(Section):
     bt_reference: str = "WF"                  # Bradley–Terry strengths relative to this group code
     n_permutations: int = Field(9999, ge=99)  # sign-flip resamples (exact enumeration when fewer are needed)
     confidence: float = Field(0.95, gt=0.5, lt=1)
+    n_boot: int = Field(2000, ge=100, le=100_000)  # cluster bootstrap over source photos (Δg CIs)
+    bootstrap_method: Literal["percentile", "basic", "BCa"] = "percentile"
+    wild_bootstrap: int = Field(999, ge=0, le=100_000)  # wild cluster bootstrap replicates of the OLS (0 = off)
+    wild_weights: Literal["webb", "rademacher"] = "webb"  # Webb's six-point weights suit few photos
+    p_adjust: Literal["holm", "bh", "none"] = "holm"  # adjustment over the rows of one table
     seed: int = 20260111
     vlms: list[str] = Field(default_factory=list)  # which responses/<vlm>.parquet to analyse ([] = all present)
 

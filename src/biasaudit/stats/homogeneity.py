@@ -1,15 +1,28 @@
-"""Homogeneity gap from group sums in O(N·d) time and memory, never an N×N matrix (docs/architecture.md).
+"""Homogeneity gap from group sums in O(N·d) time and memory, never an N×N matrix.
 
 For L2-normalised embeddings x_i grouped into g with n_g members, S_g = Σ_{i∈g} x_i, S = Σ_g S_g:
 
-    intra_g = (‖S_g‖² − Σ_{i∈g}‖x_i‖²) / (n_g (n_g − 1))   mean cosine over distinct pairs inside g
-    inter_g = S_g · (S − S_g) / (n_g (N − n_g))             mean cosine between g and the rest
+    intra_g = (‖S_g‖² − n_g) / (n_g (n_g − 1))    mean cosine over distinct pairs inside g
+    inter_g = S_g · (S − S_g) / (n_g (N − n_g))    mean cosine between g and the rest
     gap_g   = intra_g − inter_g
 
-(Σ‖x_i‖² = n_g for unit rows; using the sum keeps the identity exact in floating point.) All sums are
-accumulated in float64. Uncertainty: a cluster bootstrap that resamples prompts (clusters) with
-replacement, computed from per-(prompt, group) sums, and a permutation test that shuffles the group
-labels, both vectorised over replicates.
+Rows that are zero or not finite have no direction: they are dropped, counted (`n_dropped`) and the
+reason is given. X is read once in float32 row chunks (a memory-mapped .npy is never copied whole);
+sums are accumulated across chunks in float64.
+
+Uncertainty (the resampling engine, biasaudit.stats.resample):
+- cluster bootstrap over prompts. With cluster weights w, ‖S_g*‖² = wᵀ K_g w, where K_g[c, c'] =
+  S_cg · S_c'g is the Gram matrix of the per-(prompt, group) sums, so a replicate costs O(P²) and
+  never touches d. Copy pairs are left out: an image is never paired with its own bootstrap duplicate
+  (cosine 1), and more generally no pair joins two draws of the same prompt, so each draw behaves
+  like a distinct prompt of the original design (gap_weight_statistic).
+- permutation test of "the labels add similarity": by default labels are permuted *within* prompts
+  (design 'within'), which asks whether race labels make images more alike than the prompt alone
+  explains (H0: given the prompt, the embedding does not depend on the label). Design 'across'
+  permutes over all images (H0: embeddings do not depend on the label at all): it also rejects when
+  prompts shape both the embeddings and the label mix. Each chunk of permutations is one float32
+  GEMM Xᵀ Z with Z the (N × chunk·(G−1)) one-hot of permuted labels scaled by 1/‖x_i‖, so a chunk
+  costs about one pass over X.
 """
 
 from __future__ import annotations
@@ -20,7 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates
+
 SMALL_GROUP = 50  # the paper's L* < 40 facial result rests on 40 images: flag groups below this
+DESIGNS = ("within", "across")
+ROW_CHUNK = 8192
 
 
 def l2_normalise(X: np.ndarray) -> np.ndarray:
@@ -35,132 +52,278 @@ def _codes(groups: Sequence | np.ndarray, categories: Sequence | None = None) ->
     return np.asarray(cat.codes, dtype=np.int64), list(cat.categories)
 
 
-def group_sums(X: np.ndarray, codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(S: G×d sums, n: G counts, q: G sums of squared norms) for codes in [0, G); code −1 is dropped."""
-    keep = codes >= 0
-    X, codes = X[keep], codes[keep]
-    ind = sparse.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(n_groups, len(codes)))
-    S = np.asarray(ind @ X, dtype=np.float64)
-    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
-    q = np.bincount(codes, weights=np.einsum("ij,ij->i", X, X), minlength=n_groups)
-    return S, n, q
+def _work_dtype(X: np.ndarray) -> type:
+    """float64 input is summed in float64; anything else (float32 embeddings) in float32 BLAS."""
+    return np.float64 if getattr(X, "dtype", None) == np.float64 else np.float32
+
+
+def one_pass(X: np.ndarray, codes: np.ndarray, n_cells: int, normalise: bool = True, chunk: int = ROW_CHUNK
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One chunked pass over X: (S: cells×d float64 sums of the (normalised) rows, n: counts,
+    q: sums of squared norms, scale: per row 1/‖x‖ (1 without normalising), 0 for a zero or
+    non-finite row, which is left out). Code −1 rows are left out too."""
+    codes = np.asarray(codes, dtype=np.int64)
+    d = X.shape[1] if X.ndim == 2 else 0
+    S, n, q = np.zeros((n_cells, d)), np.zeros(n_cells), np.zeros(n_cells)
+    scale = np.zeros(len(codes))
+    dtype = _work_dtype(X)
+    for s in range(0, len(codes), chunk):
+        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
+        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
+        good = np.isfinite(sq) & (sq > 0)
+        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
+        scale[s:s + chunk] = w
+        c = codes[s:s + chunk]
+        keep = (c >= 0) & good
+        if not keep.any():
+            continue
+        if not good.all():
+            Xc = np.where(good[:, None], Xc, 0).astype(dtype)
+        rows = np.flatnonzero(keep)
+        if n_cells <= 16:  # a few dense columns: BLAS, about one pass over the chunk
+            Z = np.zeros((len(c), n_cells), dtype)
+            Z[rows, c[keep]] = w[keep]
+            S += (Z.T @ Xc).astype(np.float64)
+        else:
+            ind = sparse.csr_matrix((w[keep].astype(dtype), (c[keep], rows)), shape=(n_cells, len(c)))
+            S += np.asarray(ind @ Xc, dtype=np.float64)
+        n += np.bincount(c[keep], minlength=n_cells)
+        q += np.bincount(c[keep], weights=(sq * w * w)[keep], minlength=n_cells)
+    return S, n, q, scale
+
+
+def row_scales(X: np.ndarray, normalise: bool = True, chunk: int = ROW_CHUNK) -> np.ndarray:
+    """Per row: 1/‖x‖ (1 when not normalising) for usable rows, 0 for zero or non-finite rows."""
+    return one_pass(X, np.full(len(X), -1), 0, normalise, chunk)[3]
+
+
+def group_sums(X: np.ndarray, codes: np.ndarray, n_groups: int, normalise: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(S: G×d sums, n: G counts, q: G sums of squared norms) for codes in [0, G); code −1, zero
+    and non-finite rows are dropped."""
+    return one_pass(X, codes, n_groups, normalise)[:3]
 
 
 def streamed_group_sums(X: np.ndarray, codes: np.ndarray, n_groups: int, normalise: bool = True,
-                        chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """group_sums over row chunks (each normalised in float64): memory O(chunk·d + G·d), so a float32
-    N×d matrix (or a memory-mapped .npy) is never copied whole."""
-    d = X.shape[1] if X.ndim == 2 else 0
-    S, n, q = np.zeros((n_groups, d)), np.zeros(n_groups), np.zeros(n_groups)
-    for start in range(0, len(codes), chunk):
-        Xc = np.asarray(X[start:start + chunk], dtype=np.float64)
-        Xc = l2_normalise(Xc) if normalise else Xc
-        Sc, nc, qc = group_sums(Xc, codes[start:start + chunk], n_groups)
-        S += Sc
-        n += nc
-        q += qc
-    return S, n, q
+                        chunk: int = ROW_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """group_sums in row chunks (kept for callers of the earlier API)."""
+    return one_pass(X, codes, n_groups, normalise, chunk)[:3]
 
 
 def gap_from_sums(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """intra, inter, gap per group from sums (any leading batch axes: S …×G×d, n and q …×G)."""
     total = S.sum(axis=-2, keepdims=True)
-    N = n.sum(axis=-1, keepdims=True)
     sq = np.einsum("...gd,...gd->...g", S, S)
     cross = np.einsum("...gd,...gd->...g", S, total) - sq
+    return gap_from_products(sq, cross, n, q, n, n)
+
+
+def gap_from_products(sq, cross, n, q, pairs_n2=None, copies=None):
+    """intra, inter, gap from ‖S_g‖² (sq), S_g·(S − S_g) (cross), counts n and Σ‖x‖² (q).
+
+    The intra denominator is n² − `copies` (n² − n without a bootstrap: the i = j pairs)."""
+    N = n.sum(axis=-1, keepdims=True)
+    copies = n if copies is None else copies
     with np.errstate(invalid="ignore", divide="ignore"):
-        intra = np.where(n >= 2, (sq - q) / (n * (n - 1)), np.nan)
+        den = n * n - copies
+        intra = np.where((n >= 2) & (den > 0), (sq - q) / np.where(den > 0, den, 1), np.nan)
         rest = N - n
         inter = np.where((n >= 1) & (rest >= 1), cross / (n * rest), np.nan)
     return intra, inter, intra - inter
 
 
+def _reasons(n: np.ndarray) -> np.ndarray:
+    reason = np.where(n == 0, "empty group", np.where(n < 2, "fewer than 2 members: no pairs", ""))
+    return np.where((reason == "") & (n == n.sum()), "single group: no rest to compare with", reason)
+
+
 def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None = None,
                     small_group: int = SMALL_GROUP, normalise: bool = True) -> pd.DataFrame:
-    """Per group: n, intra, inter, gap, small (flag), reason. Rows whose group is NaN/None are dropped.
+    """Per group: n, intra, inter, gap, small (flag), n_dropped (zero/non-finite rows), reason.
 
-    `categories` fixes the groups reported (absent ones get n = 0 and a reason)."""
+    Rows whose group is NaN/None are left out. `categories` fixes the groups reported (absent ones
+    get n = 0 and a reason)."""
     codes, cats = _codes(groups, categories)
-    S, n, q = streamed_group_sums(X, codes, len(cats), normalise)
+    S, n, q, scale = one_pass(X, codes, len(cats), normalise)
+    dropped = np.bincount(codes[(codes >= 0) & (scale == 0)], minlength=len(cats))
     intra, inter, gap = gap_from_sums(S, n, q)
-    reason = np.where(n == 0, "empty group", np.where(n < 2, "fewer than 2 members: no pairs", ""))
-    reason = np.where((reason == "") & (n == n.sum()), "single group: no rest to compare with", reason)
+    reason = _reasons(n).astype(object)
+    for i, k in enumerate(dropped):
+        if k:
+            reason[i] = "; ".join(r for r in (reason[i], f"{k} zero or non-finite embedding rows dropped") if r)
     return pd.DataFrame({"group": cats, "n": n.astype(int), "intra": intra, "inter": inter, "gap": gap,
-                         "small": n < small_group, "reason": reason})
+                         "small": n < small_group, "n_dropped": dropped.astype(int), "reason": reason})
+
+
+# ---------------------------------------------------------------- bootstrap
+
+def cell_products(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_groups: int, n_clusters: int,
+                  normalise: bool = True) -> dict[str, np.ndarray]:
+    """Per (cluster, group) cell sums reduced to Gram matrices: K[g] (P×P) = S_cg·S_c'g,
+    T[g] (P×P) = S_cg·S_c' (S_c the cluster's total), counts n (P×G) and Σ‖x‖² q (P×G)."""
+    cell = np.where((gcodes >= 0) & (ccodes >= 0), ccodes * n_groups + gcodes, -1)
+    S, n, q, _ = one_pass(X, cell, n_clusters * n_groups, normalise)
+    S = S.reshape(n_clusters, n_groups, -1)
+    n, q = n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups)
+    Sg = np.moveaxis(S, 1, 0)  # G×P×d
+    K = Sg @ Sg.transpose(0, 2, 1)  # BLAS; einsum without optimize would loop
+    T = Sg @ S.sum(axis=1).T
+    return {"K": K, "T": T, "n": n, "q": q}
+
+
+def gap_weight_statistic(cells: dict[str, np.ndarray], exclude_copies: bool = True):
+    """Weight statistic (b×P → b×3G: intra, inter, gap per group).
+
+    With `exclude_copies`, a prompt drawn w_c times contributes its own pairs w_c times and no pair
+    between two of its draws: such a pair is an image with its own duplicate (cosine 1) or two images
+    of one prompt posing as a between-draw pair. Each draw then looks like a distinct prompt of the
+    original design, so the replicates centre on the estimate."""
+    K, T, n, q = cells["K"], cells["T"], cells["n"], cells["q"]
+    R = T - K  # S_cg · (S_c' − S_c'g): group g of cluster c against the rest of cluster c'
+    dK, dR = np.einsum("gpp->pg", K), np.einsum("gpp->pg", R)
+    rest = n.sum(axis=1, keepdims=True) - n
+
+    def quad(w: np.ndarray, M: np.ndarray) -> np.ndarray:  # wᵀ M_g w for every replicate and group: b×G
+        return (np.matmul(w[None], M) * w[None]).sum(axis=-1).T
+
+    def stat(w: np.ndarray) -> np.ndarray:
+        sq, cross = quad(w, K), quad(w, R)
+        nw, qw = w @ n, w @ q
+        if not exclude_copies:
+            return np.concatenate(gap_from_products(sq, cross, nw, qw), axis=1)
+        extra = w * w - w
+        N = nw.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            den_intra = nw * nw - extra @ (n * n) - nw
+            intra = np.where(den_intra > 0, (sq - extra @ dK - qw) / np.where(den_intra > 0, den_intra, 1), np.nan)
+            den_inter = nw * (N - nw) - extra @ (n * rest)
+            inter = np.where(den_inter > 0, (cross - extra @ dR) / np.where(den_inter > 0, den_inter, 1), np.nan)
+        return np.concatenate([intra, inter, intra - inter], axis=1)
+
+    return stat
+
+
+def gap_replicates(X: np.ndarray, groups: Sequence, clusters: Sequence, n_boot: int = 1000, seed: int = 0,
+                   categories: Sequence | None = None, normalise: bool = True, method: str = "percentile"
+                   ) -> tuple[Replicates, list]:
+    gcodes, cats = _codes(groups, categories)
+    ccodes, _ = _codes(clusters)
+    P = int(ccodes.max()) + 1 if len(ccodes) and ccodes.max() >= 0 else 0
+    cells = cell_products(X, gcodes, ccodes, len(cats), P, normalise)
+    return replicates(gap_weight_statistic(cells), P, n_boot=n_boot, seed=seed, method=method), cats
 
 
 def bootstrap_gap(X: np.ndarray, groups: Sequence, clusters: Sequence, n_boot: int = 1000, seed: int = 0,
                   ci: float = 0.95, categories: Sequence | None = None, normalise: bool = True,
-                  chunk: int = 256) -> pd.DataFrame:
-    """Cluster-bootstrap percentile CIs of intra, inter and gap: resample clusters (prompts) with
-    replacement; a resampled cluster contributes all its rows. Cost O(B·(cells)·d) from the per
-    (cluster, group) sums, never touching pairs. Returns group, {intra,inter,gap}_{lo,hi}, n_boot."""
-    X = l2_normalise(X) if normalise else np.asarray(X, dtype=np.float64)
-    gcodes, cats = _codes(groups, categories)
-    ccodes, _ = _codes(clusters)
-    keep = (gcodes >= 0) & (ccodes >= 0)
-    G, P = len(cats), int(ccodes.max()) + 1 if keep.any() else 0
-    cell = ccodes[keep] * G + gcodes[keep]
-    Sc, nc, qc = group_sums(X[keep], cell, P * G)
-    Sc, nc, qc = Sc.reshape(P, G, -1), nc.reshape(P, G), qc.reshape(P, G)
-    d = Sc.shape[-1]
-    flat = Sc.reshape(P, G * d)
-    chunk = max(1, min(chunk, int(2e7 // max(1, G * d))))  # keep each b×G×d block near 160 MB
-    rng = np.random.default_rng(seed)
-    stats = []
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        W = rng.multinomial(P, np.full(P, 1.0 / P), size=b).astype(np.float64)  # b×P cluster counts
-        S = (W @ flat).reshape(b, G, d)
-        stats.append(np.stack(gap_from_sums(S, W @ nc, W @ qc), axis=0))  # 3×b×G
-    allstats = np.concatenate(stats, axis=1)
-    alpha = (1 - ci) / 2
-    lo, hi = np.nanquantile(allstats, [alpha, 1 - alpha], axis=1)  # 3×G each
+                  chunk: int = 256, method: str = "percentile") -> pd.DataFrame:
+    """Cluster-bootstrap CIs of intra, inter and gap (resampling clusters = prompts, copy pairs left
+    out). Returns group, {intra,inter,gap}_{lo,hi}, gap_se, ci_reason, n_boot."""
+    rep, cats = gap_replicates(X, groups, clusters, n_boot, seed, categories, normalise, method)
+    ivs = intervals(rep, ci, method)
+    G = len(cats)
     out = pd.DataFrame({"group": cats})
     for k, name in enumerate(("intra", "inter", "gap")):
-        out[f"{name}_lo"], out[f"{name}_hi"] = lo[k], hi[k]
+        out[f"{name}_lo"] = [ivs[k * G + i].low for i in range(G)]
+        out[f"{name}_hi"] = [ivs[k * G + i].high for i in range(G)]
+    out["gap_se"] = [ivs[2 * G + i].se for i in range(G)]
+    out["ci_reason"] = [ivs[2 * G + i].reason for i in range(G)]
     out["n_boot"] = n_boot
     return out
 
 
+# ---------------------------------------------------------------- permutation test
+
+def _permuted_codes(codes: np.ndarray, clusters: np.ndarray | None, b: int, rng: np.random.Generator) -> np.ndarray:
+    """(b, N) label codes permuted over all rows (clusters None) or within each cluster."""
+    if clusters is None:
+        return rng.permuted(np.broadcast_to(codes, (b, len(codes))), axis=1)
+    order = np.argsort(clusters, kind="stable")  # rows grouped by cluster
+    key = clusters[order][None, :] + rng.random((b, len(codes)))  # shuffle inside each cluster block
+    shuffled = order[np.argsort(key, axis=1)]
+    out = np.empty((b, len(codes)), dtype=codes.dtype)
+    out[:, order] = codes[shuffled]
+    return out
+
+
 def permutation_pvalue(X: np.ndarray, groups: Sequence, n_perm: int = 1000, seed: int = 0,
-                       categories: Sequence | None = None, normalise: bool = True, chunk: int = 64) -> pd.DataFrame:
-    """One-sided permutation p-value that each group's gap exceeds what shuffled labels give:
-    p = (1 + #{gap_perm ≥ gap_obs}) / (1 + n_perm). Each chunk of permutations is one sparse
-    (chunk·G × N) @ (N × d) product: O(n_perm·N·d), no pairs."""
-    X = l2_normalise(X) if normalise else np.asarray(X, dtype=np.float64)
+                       categories: Sequence | None = None, normalise: bool = True, chunk: int = 64,
+                       clusters: Sequence | None = None, design: str | None = None) -> pd.DataFrame:
+    """One-sided permutation p-value that each group's gap exceeds what permuted labels give:
+    p = (1 + #{gap_perm ≥ gap_obs}) / (1 + n_perm). design 'within' permutes inside `clusters`
+    (prompts), 'across' over all rows; None = 'within' when clusters are given, else 'across'.
+    Returns group, p_perm, n_perm, design."""
+    design = design or ("within" if clusters is not None else "across")
+    if design not in DESIGNS:
+        raise ValueError(f"permutation design {design!r}: expected one of {DESIGNS}")
     codes, cats = _codes(groups, categories)
-    keep = codes >= 0
-    X, codes = X[keep], codes[keep]
-    G, N = len(cats), len(codes)
-    q_all = np.einsum("ij,ij->i", X, X)
-    S0, n0, qq0 = group_sums(X, codes, G)
-    observed = gap_from_sums(S0, n0, qq0)[2]
+    G = len(cats)
+    scale = row_scales(X, normalise)
+    keep = (codes >= 0) & (scale > 0)
+    if design == "within":
+        if clusters is None:
+            raise ValueError("design 'within' needs the clusters (prompts) to permute within")
+        ccodes = _codes(clusters)[0]
+        keep &= ccodes >= 0
+        ccodes = ccodes[keep]
+    rows = np.flatnonzero(keep)
+    codes, w = codes[rows], scale[rows].astype(np.float32)
+    N = len(rows)
+    result = pd.DataFrame({"group": cats, "p_perm": np.nan, "n_perm": n_perm, "design": design})
+    if N < 3 or G < 2 or n_perm <= 0:
+        return result
+    # Usable rows as one float32 matrix: X itself when nothing is dropped (no copy), else the kept rows.
+    Xk = np.asarray(X, dtype=np.float32) if N == len(X) and X.dtype == np.float32 else np.ascontiguousarray(
+        np.concatenate([np.asarray(X[r], np.float32) for r in np.array_split(rows, max(1, N // ROW_CHUNK))]))
+    total = (w @ Xk).astype(np.float64)
+    n = np.bincount(codes, minlength=G).astype(np.float64)
+    q = n.copy() if normalise else np.bincount(codes, weights=np.einsum("ij,ij->i", Xk, Xk, dtype=np.float64),
+                                               minlength=G)
     rng = np.random.default_rng(seed)
+    cl = ccodes if design == "within" else None
+
+    d = Xk.shape[1]
+
+    def gaps(perm: np.ndarray) -> np.ndarray:  # perm: b×N codes → b×G gaps
+        b = len(perm)
+        if d >= 128:  # wide embeddings: one float32 GEMM against the scaled one-hot (G − 1 columns per permutation)
+            Z = np.zeros((N, b * (G - 1)), np.float32)
+            r, k = np.nonzero(perm.T < G - 1)
+            Z[r, k * (G - 1) + perm.T[r, k]] = w[r]
+            Sg = (Xk.T @ Z).T.reshape(b, G - 1, -1).astype(np.float64)
+        else:  # narrow: a sparse (b·(G−1) × N) indicator is cheaper than zero-filling Z
+            keep = perm < G - 1
+            rows = (np.arange(b)[:, None] * (G - 1) + perm)[keep]
+            cols = np.broadcast_to(np.arange(N), (b, N))[keep]
+            ind = sparse.csr_matrix((np.broadcast_to(w, (b, N))[keep], (rows, cols)), shape=(b * (G - 1), N))
+            Sg = np.asarray(ind @ Xk, dtype=np.float64).reshape(b, G - 1, -1)
+        S = np.concatenate([Sg, (total - Sg.sum(axis=1))[:, None, :]], axis=1)
+        return gap_from_sums(S, np.broadcast_to(n, (b, G)), np.broadcast_to(q, (b, G)))[2]
+
+    observed = gaps(codes[None, :])[0]
     exceed = np.zeros(G)
     for start in range(0, n_perm, chunk):
         b = min(chunk, n_perm - start)
-        perm = np.stack([rng.permutation(codes) for _ in range(b)])  # b×N
-        rows = (np.arange(b)[:, None] * G + perm).ravel()
-        ind = sparse.csr_matrix((np.ones(b * N), (rows, np.tile(np.arange(N), b))), shape=(b * G, N))
-        S = np.asarray(ind @ X).reshape(b, G, -1)
-        q = np.asarray(ind @ q_all).reshape(b, G)
-        gaps = gap_from_sums(S, np.broadcast_to(n0, (b, G)), q)[2]
-        exceed += (gaps >= observed - 1e-12).sum(axis=0)
-    p = np.where(np.isnan(observed), np.nan, (1 + exceed) / (1 + n_perm))
-    return pd.DataFrame({"group": cats, "p_perm": p, "n_perm": n_perm})
+        exceed += (gaps(_permuted_codes(codes, cl, b, rng)) >= observed - 1e-6).sum(axis=0)
+    result["p_perm"] = np.where(np.isnan(observed), np.nan, (1 + exceed) / (1 + n_perm))
+    return result
 
+
+# ---------------------------------------------------------------- tables
 
 def homogeneity_table(X: np.ndarray, meta: pd.DataFrame, by: str, within: str | None = "model",
-              cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0,
-              small_group: int = SMALL_GROUP) -> pd.DataFrame:
+                      cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0,
+                      small_group: int = SMALL_GROUP, method: str = "percentile", design: str = "within",
+                      p_adjust_method: str | None = "holm", level: float = 0.95) -> pd.DataFrame:
     """Gap per group of `meta[by]`, computed separately inside each value of `meta[within]` (e.g. race
-    within model: the rest is the same model's other images), with bootstrap CIs and p-values.
-    Rows of `meta` align with rows of X; rows whose `by` is missing/'' are left out."""
+    within model: the rest is the same model's other images), with bootstrap CIs, permutation p-values
+    (`p_value`) and, when `p_adjust_method` is set, their adjustment over the rows of this table
+    (`p_adjusted`). Rows of `meta` align with rows of X; rows whose `by` is missing/'' are left out."""
     frames = []
     blocks = [(None, meta.index.to_numpy())] if within is None else [
         (key, idx.to_numpy()) for key, idx in meta.groupby(within, sort=True).groups.items()]
     pos = pd.Series(np.arange(len(meta)), index=meta.index)
+    if design == "within" and cluster is None:
+        design = "across"
     for key, idx in blocks:
         rows = pos.loc[idx].to_numpy()
         labels = meta[by].iloc[rows].astype(object).where(lambda s: s.notna() & (s != ""), None).to_numpy()
@@ -169,16 +332,27 @@ def homogeneity_table(X: np.ndarray, meta: pd.DataFrame, by: str, within: str | 
         if not cats:
             continue
         res = homogeneity_gap(Xb, labels, categories=cats, small_group=small_group)
+        clusters = meta[cluster].iloc[rows].to_numpy() if cluster is not None else None
         if cluster is not None and n_boot > 0:
-            res = res.merge(bootstrap_gap(Xb, labels, meta[cluster].iloc[rows].to_numpy(), n_boot=n_boot,
-                                          seed=seed, categories=cats), on="group")
+            res = res.merge(bootstrap_gap(Xb, labels, clusters, n_boot=n_boot, seed=seed, categories=cats,
+                                          ci=level, method=method), on="group")
         if n_perm > 0:
-            res = res.merge(permutation_pvalue(Xb, labels, n_perm=n_perm, seed=seed, categories=cats), on="group")
+            res = res.merge(permutation_pvalue(Xb, labels, n_perm=n_perm, seed=seed, categories=cats,
+                                               clusters=clusters, design=design), on="group")
+            res["p_value"] = res["p_perm"]
         res.insert(0, "grouping", by)
         if within is not None:
             res.insert(0, within, key)
         frames.append(res)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if p_adjust_method and "p_value" in out:
+        out = add_p_adjusted(out, p_adjust_method)
+    return out
+
+
+def add_p_adjusted(table: pd.DataFrame, method: str = "holm") -> pd.DataFrame:
+    """`p_adjusted` over every row of the table (its groups, spaces and models) and `p_adjust_method`."""
+    return table.assign(p_adjusted=p_adjust(table["p_value"].to_numpy(float), method), p_adjust_method=method)
 
 
 def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None = None) -> pd.DataFrame:

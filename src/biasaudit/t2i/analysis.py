@@ -20,12 +20,14 @@ from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS, L_BIN_LABELS, LABEL_ORDER, UNKNOWN, l_bin
 from biasaudit.params.analysis import Analyze
 from biasaudit.provenance import derive_seed
-from biasaudit.stats.bootstrap import Interval, cluster_bootstrap
-from biasaudit.stats.correction import corrected_tvd as correct_tvd
-from biasaudit.stats.homogeneity import homogeneity_table
+from biasaudit.stats.correction import classifier_corrected_tvd, corrected_per_prompt, image_confusions, \
+    matrix_from_counts
+from biasaudit.stats.homogeneity import add_p_adjusted, homogeneity_table
 from biasaudit.stats.regression import ols_cluster
+from biasaudit.stats.resample import Interval, Replicates, cluster_bootstrap, intervals, p_adjust, replicates, \
+    sign_flip_pvalue, sums_statistic
 from biasaudit.stats.skin_summary import skin_summary
-from biasaudit.stats.tvd import tvd
+from biasaudit.stats.tvd import bias_corrected_tvd, null_floor, tvd
 from biasaudit.t2i.outputs import NO_DATA, Figure, Result
 
 G = len(GROUPS)
@@ -36,7 +38,8 @@ L_BINS = L_BIN_LABELS  # the faces stage writes these (biasaudit.contracts)
 # CSVs declared as DVC plots (always written, empty with this header when a section has no data).
 _DEFAULTS = Analyze()  # function defaults come from the schema (params.yaml overrides them in the notebook)
 PLOTS = {"shares": ["model", "category", "prompt_id", "race", "benchmark_share", "model_share"],
-         "tvd": ["model", "category", "mean_tvd", "mean_tvd_low", "mean_tvd_high", "pooled_tvd"],
+         "tvd": ["model", "category", "mean_tvd", "mean_tvd_low", "mean_tvd_high", "pooled_tvd", "null_floor",
+                 "tvd_bias_corrected", "tvd_bias_corrected_low", "tvd_bias_corrected_high"],
          "skin_L_C": ["model", "image_id", "label", "L", "C"]}
 
 
@@ -48,10 +51,17 @@ class Boot:
     level: float = 0.95
     method: str = "percentile"
     seed: int = 0
+    p_adjust: str = "holm"  # holm | bh | none: adjustment of the p-values of one table
+    permutation_design: str = "within"  # homogeneity permutation test: within | across prompts
 
     def run(self, totals: np.ndarray, statistic, *key: Any) -> list[Interval]:
         return cluster_bootstrap(totals, statistic, n_boot=self.n_boot, level=self.level,
                                  seed=derive_seed(self.seed, *key), method=self.method)
+
+    def replicates(self, totals: np.ndarray, statistic, *key: Any) -> Replicates:
+        totals = np.asarray(totals, dtype=float)
+        return replicates(sums_statistic(totals, statistic), len(totals), n_boot=self.n_boot,
+                          seed=derive_seed(self.seed, *key), method=self.method)
 
 
 # ---------------------------------------------------------------- inputs
@@ -130,19 +140,24 @@ def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFram
     p = out[[f"share_{g}" for g in GROUPS]].to_numpy()
     q = out[[f"bench_{g}" for g in GROUPS]].to_numpy()
     out["tvd"] = tvd(p, q)
-    first = ["model", "category", "prompt_id", "instance", "selected_for", "n", "n_unknown", "tvd"]
+    out["null_floor"] = null_floor(out["n"].to_numpy(), q)
+    out["tvd_bias_corrected"] = bias_corrected_tvd(out[[f"n_{g}" for g in GROUPS]].to_numpy(float), q)
+    first = ["model", "category", "prompt_id", "instance", "selected_for", "n", "n_unknown", "tvd", "null_floor",
+             "tvd_bias_corrected"]
     return out[first + [c for c in out.columns if c not in first]].sort_values(["model", "category", "prompt_id"],
                                                                               ignore_index=True)
 
 
 def _tvd_totals(pp: pd.DataFrame) -> np.ndarray:
-    """Per-prompt totals: valid, tvd, n_g (5), n, n·bench_g (5)."""
+    """Per-prompt totals: valid, tvd, n_g (5), n, n·bench_g (5), bias-corrected tvd, null floor."""
     n = pp["n"].to_numpy(float)
     valid = (n > 0).astype(float)
     t = np.nan_to_num(pp["tvd"].to_numpy(float)) * valid
     counts = pp[[f"n_{g}" for g in GROUPS]].to_numpy(float)
     bench = pp[[f"bench_{g}" for g in GROUPS]].to_numpy(float) * n[:, None]
-    return np.column_stack([valid, t, counts, n, bench])
+    corr = np.nan_to_num(pp["tvd_bias_corrected"].to_numpy(float)) * valid
+    floor = np.nan_to_num(pp["null_floor"].to_numpy(float)) * valid
+    return np.column_stack([valid, t, counts, n, bench, corr, floor])
 
 
 def _tvd_stat(s: np.ndarray) -> np.ndarray:
@@ -150,7 +165,8 @@ def _tvd_stat(s: np.ndarray) -> np.ndarray:
         mean = s[..., 1] / s[..., 0]
         n = s[..., 2 + G][..., None]
         pooled = tvd(s[..., 2:2 + G] / n, s[..., 3 + G:3 + 2 * G] / n)
-    return np.stack([mean, pooled], axis=-1)
+        corrected = s[..., 3 + 2 * G] / s[..., 0]
+    return np.stack([mean, pooled, corrected], axis=-1)
 
 
 def _by_category(pp: pd.DataFrame):
@@ -162,16 +178,66 @@ def _by_category(pp: pd.DataFrame):
 
 
 def tvd_summary(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
-    """Mean per-prompt TVD and pooled TVD per model × category (and 'all'), with cluster-bootstrap CIs."""
+    """Per model × category (and 'all'): mean per-prompt TVD and pooled TVD with cluster-bootstrap CIs,
+    the null floor (mean expected TVD of a model drawing exactly from the benchmark at each prompt's n)
+    and the bias-corrected mean TVD with its CI (stats.tvd; `tvd_corrected*` are the same numbers
+    under the short name — finite-n bias, not classifier error, which is `tvd_corrected_summary`)."""
     rows = []
     for model, cat, sub in _by_category(pp):
-        mean, pooled = boot.run(_tvd_totals(sub), _tvd_stat, "tvd", model, cat)
+        totals = _tvd_totals(sub)
+        mean, pooled, corrected = boot.run(totals, _tvd_stat, "tvd", model, cat)
+        valid = totals[:, 0].sum()
+        floor = float(totals[:, -1].sum() / valid) if valid else np.nan
         rows.append({"model": model, "category": cat, "n_prompts": int((sub["n"] > 0).sum()),
                      "n_prompts_all_abstained": int((sub["n"] == 0).sum()), "n_images": int(sub["n"].sum()),
                      "n_unknown": int(sub["n_unknown"].sum()),
                      **{k: v for k, v in mean.as_dict("mean_tvd_").items() if k != "mean_tvd_n_clusters"},
-                     **{k: v for k, v in pooled.as_dict("pooled_tvd_").items() if k != "pooled_tvd_n_clusters"}})
+                     **{k: v for k, v in pooled.as_dict("pooled_tvd_").items() if k != "pooled_tvd_n_clusters"},
+                     "null_floor": floor, "tvd_bias_corrected": corrected.estimate,
+                     "tvd_bias_corrected_low": corrected.low, "tvd_bias_corrected_high": corrected.high,
+                     "tvd_bias_corrected_reason": corrected.reason,
+                     "tvd_corrected": corrected.estimate, "tvd_corrected_low": corrected.low,
+                     "tvd_corrected_high": corrected.high})
     return pd.DataFrame(rows).rename(columns={"mean_tvd_estimate": "mean_tvd", "pooled_tvd_estimate": "pooled_tvd"})
+
+
+def _pair_stat(s: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (s[..., 1] - s[..., 2]) / s[..., 0]
+
+
+def tvd_paired(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
+    """Paired model comparison: mean TVD of model_a minus model_b over the prompts both answered
+    (n > 0 for both), per category and 'all', with a cluster-bootstrap CI over those prompts (both
+    models resampled together), a two-sided sign-flip permutation p-value of the per-prompt
+    differences (exact when the two models are exchangeable on every prompt) and its adjustment over
+    the table. Negative diff: model_a is closer to the benchmark."""
+    cols = ["model_a", "model_b", "category", "n_prompts", "tvd_a", "tvd_b", "diff", "low", "high", "p_value",
+            "p_adjusted", "p_adjust_method", "reason"]
+    valid = pp[pp["n"] > 0]
+    models = sorted(valid["model"].unique())
+    rows = []
+    cats = [*sorted(valid["category"].unique()), "all"]
+    for i, a in enumerate(models):
+        for b in models[i + 1:]:
+            A = valid[valid["model"] == a].set_index("prompt_id")
+            B = valid[valid["model"] == b].set_index("prompt_id")
+            shared = A.index.intersection(B.index)
+            for cat in cats:
+                keep = shared if cat == "all" else shared[A.loc[shared, "category"].to_numpy() == cat]
+                ta, tb = A.loc[keep, "tvd"].to_numpy(float), B.loc[keep, "tvd"].to_numpy(float)
+                totals = np.column_stack([np.ones(len(keep)), ta, tb])
+                iv = boot.run(totals, _pair_stat, "tvd_paired", a, b, cat)[0]
+                p = sign_flip_pvalue(ta - tb, 9999, derive_seed(boot.seed, "tvd_paired_test", a, b, cat) % 2**32)[1]
+                rows.append({"model_a": a, "model_b": b, "category": cat, "n_prompts": len(keep),
+                             "tvd_a": float(ta.mean()) if len(keep) else np.nan,
+                             "tvd_b": float(tb.mean()) if len(keep) else np.nan, "diff": iv.estimate,
+                             "low": iv.low, "high": iv.high, "p_value": p,
+                             "reason": iv.reason or ("" if len(keep) else "no prompt answered by both models")})
+    out = pd.DataFrame(rows, columns=[c for c in cols if c not in ("p_adjusted", "p_adjust_method")])
+    out["p_adjusted"] = p_adjust(out["p_value"].to_numpy(float), boot.p_adjust) if len(out) else []
+    out["p_adjust_method"] = boot.p_adjust
+    return out[cols]
 
 
 def shares_long(pp: pd.DataFrame) -> pd.DataFrame:
@@ -291,19 +357,28 @@ def representation(inputs: Inputs, boot: Boot, threshold_group: str = "black",
         res.status, res.reason = NO_DATA, "no labelled image matches a prompt in data/t2i/prompts.csv"
         return res
     summary = tvd_summary(pp, boot)
+    paired = tvd_paired(pp, boot)
     long = shares_long(pp)
     deviations = deviation_summary(pp, boot)
     thr, thr_detail = threshold_analysis(pp, threshold_group, threshold_share)
-    res.tables = {"tvd_summary": summary, "tvd_per_prompt": pp, "deviation_by_race": deviations,
-                  "threshold_summary": thr, "threshold_prompts": thr_detail}
+    res.tables = {"tvd_summary": summary, "tvd_paired": paired, "tvd_per_prompt": pp,
+                  "deviation_by_race": deviations, "threshold_summary": thr, "threshold_prompts": thr_detail}
     res.plots = {"shares": long[PLOTS["shares"]], "tvd": summary[PLOTS["tvd"]]}
     if len(long):
         res.figures["figure2_shares"] = plot_shares(long)
     res.figures["tvd_by_category"] = plot_tvd(summary)
     res.metrics = {"tvd": {f"{r.model}/{r.category}": {"mean": r.mean_tvd, "low": r.mean_tvd_low,
                                                       "high": r.mean_tvd_high, "pooled": r.pooled_tvd,
-                                                      "n_prompts": r.n_prompts}
-                           for r in summary.itertuples()}}
+                                                      "n_prompts": r.n_prompts, "null_floor": r.null_floor,
+                                                      "bias_corrected": r.tvd_bias_corrected,
+                                                      "bias_corrected_low": r.tvd_bias_corrected_low,
+                                                      "bias_corrected_high": r.tvd_bias_corrected_high}
+                           for r in summary.itertuples()},
+                   "tvd_paired": {f"{r.model_a}-{r.model_b}/{r.category}": {
+                       "diff": r.diff, "low": r.low, "high": r.high, "p": r.p_value, "p_adjusted": r.p_adjusted}
+                       for r in paired.itertuples()}}
+    res.notes.append("null floor: the mean TVD a model drawing exactly from the benchmark would score at these "
+                     "per-prompt n; bias-corrected TVD: 2·TVD − E*[TVD*] per prompt (exact multinomial bootstrap)")
     n_unknown = int(pp["n_unknown"].sum())
     if n_unknown:
         res.notes.append(f"{n_unknown} abstentions (label unknown) excluded from shares and TVD")
@@ -473,7 +548,7 @@ def skin_tone(inputs: Inputs, boot: Boot, dark_L: float = _DEFAULTS.dark_L_thres
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark_L), "skin_L_vs_C": plot_L_vs_C(skin),
                    "skin_L_vs_earnings": plot_earnings(skin, fits, earnings_group, unit_usd)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
-                           seed=derive_seed(boot.seed, "skin_summary") % 2**32)
+                           seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables["skin_summary_by_label"] = summary
     res.figures["skin_diversity"] = plot_diversity(summary)
     res.metrics = {"dark_share_black": {r.model: {"share": r.share, "low": r.share_low, "high": r.share_high,
@@ -576,7 +651,8 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
             index, X = loaded
             meta = _embedding_meta(inputs, index, model)
             kw = dict(within="model", cluster="prompt_id", n_boot=boot.n_boot, n_perm=n_permutations,
-                      seed=derive_seed(boot.seed, "homogeneity", model, space), small_group=min_group_size)
+                      seed=derive_seed(boot.seed, "homogeneity", model, space), small_group=min_group_size,
+                      method=boot.method, design=boot.permutation_design, p_adjust_method=None, level=boot.level)
             meta = meta.assign(prompt_id=meta["prompt_id"].fillna("?"))
             for by, sink in (("race", race), ("L_bin", bins)):
                 if meta[by].notna().any():
@@ -585,12 +661,19 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
         res.status, res.reason = NO_DATA, ("no embeddings under data/t2i/embeddings/ for any model"
                                            if inputs.models else "no models found")
         return res
+    adjust = (lambda t: add_p_adjusted(t, boot.p_adjust)) if n_permutations > 0 else (lambda t: t)
+    if n_permutations > 0:
+        res.notes.append(f"permutation test: labels permuted {boot.permutation_design} prompts "
+                         + ("(does the label add similarity beyond what the prompt explains?)"
+                            if boot.permutation_design == "within" else "(are embeddings independent of the label?)")
+                         + f"; p_adjusted: {boot.p_adjust} over every group, space and model of a table")
     if race:
-        t = pd.concat(race, ignore_index=True)
+        t = adjust(pd.concat(race, ignore_index=True))
         res.tables["homogeneity_by_race"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
         res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
-        res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {"gap": r.gap, "n": r.n}
-                              for r in t.itertuples()}
+        res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {
+            "gap": r.gap, "n": r.n, "low": getattr(r, "gap_lo", None), "high": getattr(r, "gap_hi", None),
+            "p": getattr(r, "p_value", None), "p_adjusted": getattr(r, "p_adjusted", None)} for r in t.itertuples()}
         baseline_path = inputs.root / C.BASELINE_DIR / "gaps.parquet"
         baseline = pd.read_parquet(baseline_path) if baseline_path.exists() else pd.DataFrame()
         if baseline.empty:
@@ -606,7 +689,7 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
     else:
         res.notes.append("no labelled image has an embedding: race gaps not computed")
     if bins:
-        t = pd.concat(bins, ignore_index=True)
+        t = adjust(pd.concat(bins, ignore_index=True))
         res.tables["homogeneity_by_L_bin"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
         res.figures["similarity_by_L_bin"] = plot_similarity_by_bin(t)
     return res
@@ -652,43 +735,107 @@ def confusion_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.array(true, dtype=str), np.array(pred, dtype=str)
 
 
-def corrected_tvd(inputs: Inputs, boot: Boot, method: str = "lsq") -> Result:
-    """Per-prompt TVD raw and corrected for classifier error (biasaudit.stats.correction), and the
-    per model × category mean of each with cluster-bootstrap CIs over prompts."""
-    res = Result("corrected_tvd", "TVD corrected for classifier error")
-    rel = inputs.root / C.RELIABILITY_DIR
+def annotated_images(rel: Path) -> tuple[np.ndarray, str, str]:
+    """(per-image confusion counts E (images × K·K), source file, note) from the reliability stage:
+    ratings.csv (one row per annotated image: every rater and the classifier) — or, from an older
+    run, a confusion-matrix CSV whose pairs then stand in for images."""
+    path = rel / "ratings.csv"
+    if path.exists():
+        r = pd.read_csv(path, dtype=str, keep_default_na=False)
+        raters = [c for c in r.columns if c not in ("image_id", "classifier", "raters_source", "")]
+        humans = [[v for v in row if v in GROUPS] for row in r[raters].to_numpy(object)]
+        return image_confusions(humans, list(r.get("classifier", [])), GROUPS), path.name, \
+            f"bootstrap resamples the {len(r)} annotated images (all their labels together)"
     path = next((rel / n for n in CONFUSION_FILES if (rel / n).exists()), None)
     if path is None:
-        res.status, res.reason = NO_DATA, f"no confusion matrix in reports/t2i/reliability/ ({' or '.join(CONFUSION_FILES)})"
+        return np.zeros((0, G * G)), "", ""
+    true, pred = confusion_pairs(path)
+    return image_confusions([[t] for t in true], list(pred), GROUPS), path.name, (
+        "no ratings.csv: each (human, classifier) pair of the confusion matrix is resampled as if it were an image")
+
+
+def corrected_tvd(inputs: Inputs, boot: Boot, method: str | None = None) -> Result:
+    """Mean TVD raw and corrected for classifier error (biasaudit.stats.correction), per model ×
+    category, with one bootstrap over prompts and annotated images. This is the only place the
+    correction is computed; `method` defaults to the reliability stage's correction_method."""
+    res = Result("corrected_tvd", "TVD corrected for classifier error")
+    rel = inputs.root / C.RELIABILITY_DIR
+    E, source, note = annotated_images(rel)
+    if not source:
+        res.status, res.reason = NO_DATA, ("no ratings.csv or confusion matrix in reports/t2i/reliability/ "
+                                           f"({' or '.join(CONFUSION_FILES)})")
         return res
     if inputs.labels.empty or inputs.prompts.empty:
         res.status, res.reason = NO_DATA, "no labels"
         return res
-    true, pred = confusion_pairs(path)
-    if len(true) == 0:
-        res.status, res.reason = NO_DATA, f"{path.name} has no pairs of the five groups"
+    if E.sum() == 0:
+        res.status, res.reason = NO_DATA, f"{source} has no (human, classifier) labels of the five groups"
         return res
+    summary_path = rel / "summary.json"
+    recorded = None
+    if summary_path.exists():
+        try:
+            recorded = json.loads(summary_path.read_text()).get("correction_method")
+        except json.JSONDecodeError:
+            recorded = None
+    method = method or recorded or "lsq"
     pp = per_prompt_table(inputs.labels, inputs.prompts)
-    pp = pp[pp["n"] > 0].set_index(["model", "prompt_id"])
-    counts = pp[[f"n_{g}" for g in GROUPS]].set_axis(list(GROUPS), axis=1)
-    bench = pp[[f"bench_{g}" for g in GROUPS]].set_axis(list(GROUPS), axis=1)
-    per = correct_tvd(counts, bench, true, pred, GROUPS, method=method, n_boot=min(boot.n_boot, 500),
-                      ci=boot.level, seed=derive_seed(boot.seed, "corrected"))
-    per = per.join(pp[["category"]]).reset_index()
+    pp = pp[pp["n"] > 0]
+    M = matrix_from_counts(E.sum(axis=0), G)
+    counts_all = pp[[f"n_{g}" for g in GROUPS]].to_numpy(float)
+    bench_all = pp[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+    shares, tvd_corr, why = corrected_per_prompt(counts_all, bench_all, M, method)
+    per = pp[["model", "category", "prompt_id", "n", "tvd"]].rename(columns={"tvd": "tvd_raw"}).assign(
+        tvd_classifier_corrected=tvd_corr)
+    for j, g in enumerate(GROUPS):
+        per[f"raw_{g}"] = pp[f"share_{g}"].to_numpy()
+        per[f"corrected_{g}"] = shares[:, j]
+    per["correction_method"] = method
     rows = []
-    for model, cat, sub in _by_category(per):
-        totals = np.column_stack([np.ones(len(sub)), sub["tvd_raw"], sub["tvd_corrected"]])
-        raw, corr = boot.run(totals, lambda t: np.stack([t[..., 1] / t[..., 0], t[..., 2] / t[..., 0]], -1),
-                             "corrected", model, cat)
+    for model, cat, sub in _by_category(pp):
+        raw, corr, info = classifier_corrected_tvd(
+            sub[[f"n_{g}" for g in GROUPS]].to_numpy(float), sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float),
+            E, GROUPS, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
+            seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
         rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
-                     "mean_tvd_raw_low": raw.low, "mean_tvd_raw_high": raw.high, "mean_tvd_corrected": corr.estimate,
-                     "mean_tvd_corrected_low": corr.low, "mean_tvd_corrected_high": corr.high})
+                     "mean_tvd_raw_low": raw.low, "mean_tvd_raw_high": raw.high,
+                     "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
+                     "tvd_classifier_corrected_high": corr.high, "correction_method": method,
+                     "condition_number": info["condition_number"], "identifiable": info["identifiable"],
+                     "n_annotated_images": info["n_annotated_images"], "reason": corr.reason})
     summary = pd.DataFrame(rows)
     res.tables = {"tvd_corrected_summary": summary, "tvd_corrected_per_prompt": per}
-    res.notes.append(f"confusion matrix {path.name}: {len(true)} (human, classifier) pairs; method {method}; "
-                     "per-prompt CIs resample images and annotated pairs")
-    res.metrics = {f"{r.model}/{r.category}": {"raw": r.mean_tvd_raw, "corrected": r.mean_tvd_corrected}
+    res.notes.append(f"{source}: {note}; correction_method {method}"
+                     + (" (recorded by the reliability stage)" if recorded == method else ""))
+    if why:
+        res.notes.append(why)
+    res.metrics = {f"{r.model}/{r.category}": {"raw": r.mean_tvd_raw, "classifier_corrected": r.tvd_classifier_corrected,
+                                               "low": r.tvd_classifier_corrected_low,
+                                               "high": r.tvd_classifier_corrected_high,
+                                               "identifiable": bool(r.identifiable)}
                    for r in summary.itertuples()}
+    return res
+
+
+# ---------------------------------------------------------------- calibration
+
+CALIBRATION_FILES = ("benchmarks/results/calibration.csv", "reports/calibration/calibration.csv")  # committed copy first
+
+
+def calibration(inputs: Inputs) -> Result:
+    """The calibration table of benchmarks/calibration.py: how far each interval and test can be
+    trusted (coverage of the nominal 95%, rejection at 0.05 under a true null, by simulation)."""
+    res = Result("calibration", "Calibration: every interval and test checked by simulation with known truth")
+    path = next((inputs.root / f for f in CALIBRATION_FILES if (inputs.root / f).exists()), None)
+    if path is None:
+        res.status, res.reason = NO_DATA, f"no calibration table ({' or '.join(CALIBRATION_FILES)}): run benchmarks/calibration.py"
+        return res
+    table = pd.read_csv(path)
+    res.tables = {"calibration": table}
+    res.notes.append(f"from {path.relative_to(inputs.root).as_posix()}: coverage ok within [0.93, 0.97], rejection within "
+                     "[0.03, 0.07]; other rows are labelled (small scale, conservative, known limitation)")
+    res.metrics = {f"{r.method} · {r.setting}": {"observed": r.observed, "nominal": r.nominal, "mc_se": r.mc_se,
+                                                 "flag": r.flag} for r in table.itertuples()}
     return res
 
 

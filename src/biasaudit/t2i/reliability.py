@@ -95,7 +95,13 @@ def cohen_kappa(a: np.ndarray, b: np.ndarray, categories: list[str]) -> float:
 
 
 def fleiss(ratings: np.ndarray, categories: list[str]) -> float:
-    """Fleiss' κ of an items × raters array of category labels (statsmodels)."""
+    """Fleiss' κ of an items × raters array of category labels (statsmodels).
+
+    A label outside `categories` is an error (searchsorted would silently code it as a neighbour)."""
+    ratings = np.asarray(ratings)
+    outside = sorted(set(np.unique(ratings).tolist()) - set(categories), key=str)
+    if outside:
+        raise ValueError(f"labels {outside} are not among the categories {sorted(categories)}")
     codes = np.searchsorted(np.array(sorted(categories)), ratings)
     table, _ = aggregate_raters(codes, n_cat=len(categories))
     return float(fleiss_kappa(table, method="fleiss"))
@@ -124,25 +130,27 @@ def disagreement_breakdown(ratings: pd.DataFrame, groups: tuple[str, ...]) -> pd
     return shares
 
 
-def _bootstrap(stat, n_items: int, n_boot: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    vals = np.full(n_boot, np.nan)
-    for b in range(n_boot):
-        idx = rng.integers(0, n_items, n_items)
-        with np.errstate(all="ignore"):
-            try:
-                vals[b] = stat(idx)
-            except (ValueError, ZeroDivisionError):
-                pass
-    return vals
+def _item_interval(stat, n_items: int, n_boot: int, seed: int, level: float,
+                   method: str = "percentile") -> tuple[float, float]:
+    """Bootstrap CI over images through the resampling engine (biasaudit.stats.resample): a replicate's
+    multiplicities become an index of repeated items; a replicate where κ is undefined is excluded."""
+    from biasaudit.stats.resample import resample
 
+    def weights_stat(w: np.ndarray) -> np.ndarray:
+        out = np.full(len(w), np.nan)
+        for b, row in enumerate(w):
+            idx = np.repeat(np.arange(n_items), row.astype(int))
+            with np.errstate(all="ignore"):
+                try:
+                    out[b] = stat(idx)
+                except (ValueError, ZeroDivisionError):
+                    pass
+        return out
 
-def _ci(vals: np.ndarray, level: float) -> tuple[float, float]:
-    vals = vals[np.isfinite(vals)]
-    if not len(vals):
+    if n_items == 0 or n_boot <= 0:
         return float("nan"), float("nan")
-    a = (1 - level) / 2
-    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+    iv = resample(weights_stat, n_items, n_boot=n_boot, level=level, seed=seed, method=method)[0]
+    return iv.low, iv.high
 
 
 def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] = GROUPS,
@@ -163,8 +171,7 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] 
         kind = "human-classifier" if CLASSIFIER in (a, b) else "human-human"
         i, j = col[a], col[b]
         k = cohen_kappa(arr[:, i], arr[:, j], categories)
-        boot = _bootstrap(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed)
-        lo, hi = _ci(boot, ci)
+        lo, hi = _item_interval(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed, ci)
         agree = float((arr[:, i] == arr[:, j]).mean()) if n else float("nan")
         pairs.append({"rater_a": a, "rater_b": b, "kind": kind, "n": n, "agreement": agree, "cohen_kappa": k,
                       "ci_low": lo, "ci_high": hi})
@@ -184,7 +191,7 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] 
                 f = lambda idx, s=sub, g=g: fleiss_one_vs_rest(s[idx], g)  # noqa: E731
             with np.errstate(all="ignore"):
                 est = f(np.arange(n)) if n else float("nan")
-            lo, hi = _ci(_bootstrap(f, n, n_boot, seed), ci)
+            lo, hi = _item_interval(f, n, n_boot, seed, ci)
             fleiss_rows.append({"group": name, "raters": subset_name, "n": n, "prevalence": float((sub == g).mean()) if g else 1.0,
                                 "fleiss_kappa": est, "ci_low": lo, "ci_high": hi})
     fleiss_table = pd.DataFrame(fleiss_rows)
@@ -269,22 +276,33 @@ def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int
     return ratings, {"source": "human", "note": note, "problems": problems.to_dict("records")}
 
 
-def corrected_shares(labels: pd.DataFrame, bench: pd.DataFrame, ratings: pd.DataFrame, humans: list[str],
-                     params, seed: int) -> pd.DataFrame:
-    """Raw and classifier-error-corrected group shares and TVD per (model, prompt), with CIs."""
-    from biasaudit.stats.correction import corrected_tvd
-
-    ok = labels[labels["status"] == "ok"]
-    counts = pd.crosstab([ok["model"], ok["prompt_id"]], ok["label"]).reindex(columns=list(GROUPS), fill_value=0)
-    counts = counts[counts.index.get_level_values("prompt_id").isin(bench.index)]
-    benchmark = bench.loc[counts.index.get_level_values("prompt_id")].set_axis(counts.index)
-    true, pred = human_classifier_pairs(ratings, [h for h in humans if h in ratings])
-    out = corrected_tvd(counts, benchmark, true, pred, GROUPS, params.correction_method, params.n_bootstrap,
-                        params.ci_level, seed)
-    return out.reset_index()
+def ratings_table(ratings: pd.DataFrame) -> pd.DataFrame:
+    """Items × (raters + classifier) with `image_id` as a column: the analysis stage bootstraps these
+    *images* (each with all its labels) when it corrects TVD for classifier error."""
+    return ratings.rename_axis("image_id").reset_index()
 
 
-def summary_json(tables: dict[str, pd.DataFrame], corrected: pd.DataFrame, provenance: dict,
+def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str,
+                           max_condition: float | None = None) -> dict:
+    """The estimated confusion matrix M[human, classifier] and whether it can be inverted.
+
+    The corrected TVD itself is computed once, by the analysis stage (t2i.analysis.corrected_tvd),
+    with this same `correction_method`."""
+    from biasaudit.stats.correction import MAX_CONDITION, identifiability, image_confusions, matrix_from_counts
+
+    humans = [h for h in humans if h in ratings]
+    sub = ratings[ratings[CLASSIFIER].isin(GROUPS)] if CLASSIFIER in ratings else ratings.iloc[:0]
+    E = image_confusions([[v for v in row if isinstance(v, str)] for row in sub[humans].to_numpy(object)],
+                         list(sub[CLASSIFIER]) if len(sub) else [], GROUPS)
+    M = matrix_from_counts(E.sum(axis=0), len(GROUPS))
+    cond, ok, reason = identifiability(M, max_condition or MAX_CONDITION)
+    return {"correction_method": method, "n_annotated_images": int(len(sub)),
+            "condition_number": cond if np.isfinite(cond) else None,
+            "identifiable": ok, "reason": reason,
+            "misclassification_matrix": pd.DataFrame(M, index=list(GROUPS), columns=list(GROUPS)).round(6).to_dict()}
+
+
+def summary_json(tables: dict[str, pd.DataFrame], correction: dict, provenance: dict,
                  labels: pd.DataFrame) -> dict:
     pairs, fl = tables["pairwise_kappa"], tables["fleiss_kappa"]
     mean = dict(zip(tables["mean_kappa"]["kind"], tables["mean_kappa"]["mean_cohen_kappa"])) if len(tables["mean_kappa"]) else {}
@@ -296,5 +314,5 @@ def summary_json(tables: dict[str, pd.DataFrame], corrected: pd.DataFrame, prove
             "fleiss_kappa_overall": float(overall["fleiss_kappa"].iloc[0]) if len(overall) else None,
             "fleiss_kappa_per_group": {r.group: r.fleiss_kappa for r in fl[(fl.raters == "all") & (fl.group != "overall")].itertuples()},
             "pairwise": pairs.to_dict("records"),
-            "mean_tvd_raw": float(corrected["tvd_raw"].mean()), "mean_tvd_corrected": float(corrected["tvd_corrected"].mean()),
+            "correction": correction, "correction_method": correction.get("correction_method"),
             "simulated_confusion": provenance.get("confusion")}

@@ -23,16 +23,26 @@ Definitions (the paper's, made exact):
   comparisons of r vs c); the diagonal is empty.
 - race win rate within gender g: over retained comparisons between two different races of gender g,
   #(wins of race r) / #(comparisons involving race r).
-- position bias: share_first = P(answer 'A'); position_bias_rate = among pairs retained in both orders,
+- position bias: share_first = P(answer 'A'); position_bias_rate = among pairs retained in *both
+  orders* (one answer with each group shown first; a pair asked twice in the same order is not one),
   the share where the same *position* was chosen both times (i.e. the chosen group flipped with order).
 - Bradley–Terry: logit P(A chosen) = α + β_groupA − β_groupB (α = position effect), β_ref = 0, fitted by
   statsmodels Logit with errors clustered by source photo; CIs from those errors.
-- Δg (MCQ) = 100 · (mean value of g − mean value of the reference) / mean value of the reference, values
-  from the bracket table in params (reference: White for race, woman (Female) for gender).
+- Δg, headline (`delta_g` table): computed *within source photo*. For race level g, cells are (photo,
+  gender); in every cell holding both g and the reference, d = mean y of g − mean y of the reference.
+  Δg = 100 · Σ d / Σ (reference mean) over those matched cells; CI by the cluster bootstrap over
+  photos, p-value by the sign-flip test of the per-photo mean d, Holm/BH-adjusted over the table.
+  Unbalanced retention (e.g. no Black woman retained) therefore compares like with like.
+- Δg, pooled (`mean_gaps`, the paper's) = 100 · (mean value of g − mean value of the reference) / mean
+  value of the reference over all retained answers; biased when retention is unbalanced.
+  Values from the bracket table in params (reference: White for race, woman (Female) for gender).
 - salary gap (per occupation) = 100 · (mean salary of g − mean of the reference) / mean of the reference.
-- OLS: value ~ race + gender + source-photo fixed effects, cluster-robust (by source photo) errors.
+- OLS: value ~ race + gender + source-photo fixed effects (within transformation), CR1 errors clustered
+  by source photo, t(G − 1) reference (`p_t`), and a wild cluster restricted bootstrap (`p_wild`,
+  Webb or Rademacher weights) that stays valid with few photos; `p` is the wild p-value when computed.
 - sign-flip test: per source photo, d = mean(value | g) − mean(value | reference); H0: d symmetric about
-  0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations).
+  0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations); with a single
+  photo p = 1 and a reason (a sign flip of one value cannot reject).
 """
 
 from __future__ import annotations
@@ -113,10 +123,13 @@ def position_bias(two_afc: pd.DataFrame) -> dict[str, Any]:
         return out | {"pairs_both_orders": 0, "position_bias_rate": None}
     key = two_afc.assign(lo=np.minimum(two_afc["group_a"], two_afc["group_b"]),
                          hi=np.maximum(two_afc["group_a"], two_afc["group_b"]))
+    key["order"] = np.where(key["group_a"] == key["lo"], "lo_first", "hi_first")
     cols = ["unit", "task", "lo", "hi"]
-    grouped = key.groupby(cols)["choice"].agg(["nunique", "size"])
-    both = grouped[grouped["size"] == 2]
-    same_position = int((both["nunique"] == 1).sum())
+    # the first retained answer in each order; a pair is "both orders" only when it has one of each
+    firsts = key.drop_duplicates(cols + ["order"]).pivot(index=cols, columns="order", values="choice")
+    both = firsts.dropna(subset=[c for c in ("lo_first", "hi_first")]) if {"lo_first", "hi_first"} <= set(
+        firsts.columns) else firsts.iloc[:0]
+    same_position = int((both["lo_first"] == both["hi_first"]).sum()) if len(both) else 0
     out["pairs_both_orders"] = int(len(both))
     out["position_bias_rate"] = same_position / len(both) if len(both) else None
     return out
@@ -192,53 +205,48 @@ def mean_gaps(df: pd.DataFrame, dimension: str, reference: str, by: list[str] | 
 
 
 def ols_cluster(df: pd.DataFrame, race_reference: str = "White", gender_reference: str = "woman",
-                confidence: float = 0.95) -> tuple[pd.DataFrame | None, str]:
-    """OLS of y on race and gender with source-photo fixed effects; errors clustered by source photo."""
-    import statsmodels.formula.api as smf
+                confidence: float = 0.95, n_wild: int = 999, wild_weights: str = "webb",
+                seed: int = 0) -> tuple[pd.DataFrame | None, str]:
+    """OLS of y on race and gender with source-photo fixed effects; errors clustered by source photo,
+    t(G − 1) reference and a wild cluster bootstrap p-value (biasaudit.stats.regression.fe_ols_cluster)."""
+    from biasaudit.stats.regression import fe_ols_cluster
 
     if df["unit"].nunique() < 2 or len(df) < 4:
         return None, f"too few observations for a clustered regression ({len(df)} rows, {df['unit'].nunique()} photos)"
     if df["race"].nunique() < 2 and df["gender"].nunique() < 2:
         return None, "no variation in race or gender"
-    terms = []
-    if df["race"].nunique() > 1:
-        terms.append(f"C(race, Treatment(reference='{race_reference}'))")
-    if df["gender"].nunique() > 1:
-        terms.append(f"C(gender, Treatment(reference='{gender_reference}'))")
-    formula = "y ~ " + " + ".join(terms) + " + C(unit)"
-    clusters = pd.factorize(df["unit"])[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = smf.ols(formula, data=df).fit(cov_type="cluster", cov_kwds={"groups": clusters})
-    ci = fit.conf_int(alpha=1 - confidence)
-    rows = []
-    for name in fit.params.index:
-        if not name.startswith("C(race") and not name.startswith("C(gender"):
+    columns, names = [], []
+    for dim, ref, levels in (("race", race_reference, RACES), ("gender", gender_reference, GENDERS)):
+        present = set(df[dim])
+        if len(present) < 2:
             continue
-        level = name.rsplit("[T.", 1)[1].rstrip("]")
-        rows.append({"term": ("race" if name.startswith("C(race") else "gender") + ":" + level,
-                     "coef": fit.params[name], "se": fit.bse[name], "ci_low": ci.loc[name, 0],
-                     "ci_high": ci.loc[name, 1], "p": fit.pvalues[name]})
-    table = pd.DataFrame(rows)
-    table["n"] = int(fit.nobs)
-    table["n_clusters"] = int(clusters.max() + 1)
+        for level in levels:
+            if level != ref and level in present:
+                columns.append((df[dim] == level).to_numpy(float))
+                names.append(f"{dim}:{level}")
+    table, reason = fe_ols_cluster(df["y"].to_numpy(float), np.column_stack(columns), df["unit"].to_numpy(), names,
+                                   confidence, n_wild, wild_weights, seed)
+    if table is None:
+        return None, reason
+    table["p"] = table["p_wild"].where(table["p_wild"].notna(), table["p_t"])
     return table, ""
 
 
-def sign_flip_test(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float]:
-    """Paired sign-flip permutation test of mean(diffs) = 0 (two-sided): (mean, p)."""
-    from scipy.stats import permutation_test
+def sign_flip(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float, str]:
+    """Paired sign-flip permutation test over source photos (biasaudit.stats.resample.sign_flip_pvalue)."""
+    from biasaudit.stats.resample import sign_flip_pvalue
 
-    d = np.asarray(diffs, dtype=float)
-    d = d[np.isfinite(d)]
-    if len(d) == 0:
-        return np.nan, np.nan
-    if np.all(d == 0):
-        return 0.0, 1.0
-    res = permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
-                           permutation_type="samples", vectorized=True, n_resamples=n_permutations,
-                           alternative="two-sided", random_state=np.random.default_rng(seed))
-    return float(d.mean()), float(res.pvalue)
+    mean, p, reason = sign_flip_pvalue(diffs, n_permutations, seed)
+    if reason.startswith("one unit"):
+        reason = "one source photo: a sign flip of one difference cannot reject (p = 1)"
+    elif reason == "no paired difference":
+        reason = "no source photo with both groups"
+    return mean, p, reason
+
+
+def sign_flip_test(diffs: np.ndarray, n_permutations: int = 9999, seed: int = 0) -> tuple[float, float]:
+    """(mean, p) of `sign_flip` (defined for one photo too: p = 1)."""
+    return sign_flip(diffs, n_permutations, seed)[:2]
 
 
 def paired_differences(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.Series:
@@ -257,10 +265,80 @@ def sign_flip_table(df: pd.DataFrame, race_reference: str, gender_reference: str
             if level == ref:
                 continue
             d = paired_differences(df, dimension, level, ref)
-            mean, p = sign_flip_test(d.to_numpy(), n_permutations, seed)
+            mean, p, why = sign_flip(d.to_numpy(), n_permutations, seed)
             rows.append({"dimension": dimension, "level": level, "reference": ref, "n_photos": len(d),
-                         "mean_diff": mean, "p": p})
+                         "mean_diff": mean, "p": p, "reason": why})
     return pd.DataFrame(rows)
+
+
+def matched_cells(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.DataFrame:
+    """Per (photo, other-dimension value) cell holding both `level` and `reference`: their mean y."""
+    other = "gender" if dimension == "race" else "race"
+    means = df[df[dimension].isin([level, reference])].groupby(["unit", other, dimension])["y"].mean()
+    cells = means.unstack(dimension)
+    if level not in cells or reference not in cells:
+        return pd.DataFrame(columns=["unit", "level_mean", "ref_mean"])
+    cells = cells[[level, reference]].dropna().rename(columns={level: "level_mean", reference: "ref_mean"})
+    return cells.reset_index()[["unit", "level_mean", "ref_mean"]]
+
+
+def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str, *, n_boot: int = 2000,
+                   confidence: float = 0.95, method: str = "percentile", n_permutations: int = 9999,
+                   seed: int = 0) -> dict[str, Any]:
+    """Δg within source photo (matched cells, see the module docstring) with its bootstrap CI over
+    photos and a sign-flip p-value of the per-photo mean difference."""
+    from biasaudit.stats.resample import cluster_bootstrap
+
+    cells = matched_cells(df, dimension, level, reference)
+    per = cells.assign(d=cells["level_mean"] - cells["ref_mean"]).groupby("unit").agg(
+        d=("d", "sum"), ref=("ref_mean", "sum"), cells=("d", "size"))
+    row = {"dimension": dimension, "level": level, "reference": reference, "n_photos": len(per),
+           "n_cells": int(per["cells"].sum()) if len(per) else 0}
+    if per.empty:
+        return row | {"delta_pct": np.nan, "low": np.nan, "high": np.nan, "p_value": np.nan,
+                      "reason": f"no source photo with both {level} and {reference} in a matched cell"}
+
+    def stat(s: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return 100.0 * s[..., 0] / s[..., 1]
+
+    iv = cluster_bootstrap(per[["d", "ref"]].to_numpy(float), stat, n_boot=n_boot, level=confidence, seed=seed,
+                           method=method)[0]
+    _, p, why = sign_flip((per["d"] / per["cells"]).to_numpy(), n_permutations, seed)
+    return row | {"delta_pct": iv.estimate, "low": iv.low, "high": iv.high, "p_value": p,
+                  "reason": "; ".join(r for r in (iv.reason, why) if r)}
+
+
+def delta_g_table(df: pd.DataFrame, params: Any, measure: str) -> pd.DataFrame:
+    rows = []
+    for dimension, levels, ref in (("race", RACES, params.race_reference), ("gender", GENDERS, params.gender_reference)):
+        for level in levels:
+            if level != ref:
+                rows.append(delta_g_within(df, dimension, level, ref, n_boot=getattr(params, "n_boot", 2000),
+                                           confidence=params.confidence,
+                                           method=getattr(params, "bootstrap_method", "percentile"),
+                                           n_permutations=params.n_permutations, seed=params.seed))
+    return pd.DataFrame(rows).assign(measure=measure, estimator="within source photo (matched cells)")
+
+
+def significant_effects(delta_g: pd.DataFrame | None, ols: pd.DataFrame | None, alpha: float) -> pd.DataFrame:
+    """Effects whose adjusted p-value is below alpha: Δg (within photo) and OLS coefficients."""
+    cols = ["source", "measure", "effect", "estimate", "low", "high", "p_value", "p_adjusted", "p_adjust_method"]
+    parts = []
+    if delta_g is not None and len(delta_g):
+        d = delta_g[delta_g["p_adjusted"] < alpha]
+        parts.append(pd.DataFrame({"source": "delta_g (%)", "measure": d["measure"],
+                                   "effect": d["dimension"] + ":" + d["level"], "estimate": d["delta_pct"],
+                                   "low": d["low"], "high": d["high"], "p_value": d["p_value"],
+                                   "p_adjusted": d["p_adjusted"], "p_adjust_method": d["p_adjust_method"]}))
+    if ols is not None and len(ols):
+        o = ols[ols["p_adjusted"] < alpha]
+        parts.append(pd.DataFrame({"source": "ols coefficient", "measure": o["measure"], "effect": o["term"],
+                                   "estimate": o["coef"], "low": o["ci_low"], "high": o["ci_high"],
+                                   "p_value": o["p"], "p_adjusted": o["p_adjusted"],
+                                   "p_adjust_method": o["p_adjust_method"]}))
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
 # ------------------------------------------------------------------------------------- one VLM
@@ -292,7 +370,7 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
         else:
             res["tables"][f"bradley_terry_{task}"] = bt
             res["bradley_terry"][task] = bt.to_dict("records")
-    gaps, ols, flips = [], [], []
+    gaps, ols, flips, deltas = [], [], [], []
     singles = {("mcq", "salary"): params.salary_brackets, ("mcq", "education"): params.education_levels,
                ("salary", "salary"): None}
     for (kind, task), mapping in singles.items():
@@ -308,7 +386,10 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
                 by_occ = mean_gaps(sub, dim, ref, by=["occupation"]).assign(measure=label)
                 res["tables"].setdefault("salary_gaps_by_occupation", [])
                 res["tables"]["salary_gaps_by_occupation"].append(by_occ)
-        table, reason = ols_cluster(sub, params.race_reference, params.gender_reference, params.confidence)
+        deltas.append(delta_g_table(sub, params, label))
+        table, reason = ols_cluster(sub, params.race_reference, params.gender_reference, params.confidence,
+                                    getattr(params, "wild_bootstrap", 999), getattr(params, "wild_weights", "webb"),
+                                    params.seed)
         if table is None:
             res["notes"].append(f"OLS {label}: {reason}")
         else:
@@ -318,9 +399,18 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
     if "salary_gaps_by_occupation" in res["tables"]:
         res["tables"]["salary_gaps_by_occupation"] = pd.concat(res["tables"]["salary_gaps_by_occupation"],
                                                                ignore_index=True)
-    for name, parts in (("mean_gaps", gaps), ("ols", ols), ("sign_flip", flips)):
+    for name, parts in (("mean_gaps", gaps), ("ols", ols), ("sign_flip", flips), ("delta_g", deltas)):
         if parts:
             res["tables"][name] = pd.concat(parts, ignore_index=True)
+    method = getattr(params, "p_adjust", "holm")
+    from biasaudit.stats.resample import p_adjust
+
+    for name, col in (("delta_g", "p_value"), ("ols", "p"), ("sign_flip", "p")):
+        if name in res["tables"]:
+            t = res["tables"][name]
+            res["tables"][name] = t.assign(p_adjusted=p_adjust(t[col].to_numpy(float), method), p_adjust_method=method)
+    res["tables"]["significant_effects"] = significant_effects(res["tables"].get("delta_g"), res["tables"].get("ols"),
+                                                               1 - params.confidence)
     return res
 
 
@@ -401,16 +491,24 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
         two.status, two.reason = "no data", "no retained 2AFC answers"
     out.append(two)
     gaps = res["tables"].get("mean_gaps")
+    within = res["tables"].get("delta_g")
     mcq = Result(f"{vlm}_mcq", f"{vlm}: MCQ and salary gaps Δg{tag}")
     if gaps is not None:
-        mcq.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm)
-        for measure, sub in gaps.groupby("measure"):
+        if within is not None:
+            mcq.tables[f"{vlm}_delta_g"] = within.assign(vlm=vlm)
+        mcq.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm, estimator="pooled means (paper)")
+        headline = within if within is not None else gaps
+        for measure, sub in headline.groupby("measure"):
             mcq.figures[f"{vlm}_gaps_{measure}"] = Figure(
                 bar_figure(sub, "level", "delta_pct", "dimension", f"{vlm} · {measure} · Δg vs reference{tag}", "Δg (%)", 0.0),
-                f"{measure}: mean-based percentage gaps",
-                "Δg = 100·(mean of group − mean of reference)/mean of reference; reference White (race), woman (gender).")
-        mcq.metrics = {"delta_g": {m: dict(zip(s["dimension"] + ":" + s["level"], s["delta_pct"]))
-                                   for m, s in gaps.groupby("measure")}}
+                f"{measure}: percentage gaps within source photo",
+                "Δg = 100·Σ(mean of group − mean of reference)/Σ mean of reference over cells (photo × other "
+                "dimension) holding both; reference White (race), woman (gender). CIs and adjusted p in the table.")
+        mcq.metrics = {"delta_g": {m: {f"{r.dimension}:{r.level}": {
+            "delta_pct": r.delta_pct, "low": r.low, "high": r.high, "p": r.p_value, "p_adjusted": r.p_adjusted}
+            for r in sub.itertuples()} for m, sub in within.groupby("measure")}} if within is not None else {}
+        mcq.metrics["delta_g_pooled"] = {m: dict(zip(s["dimension"] + ":" + s["level"], s["delta_pct"]))
+                                         for m, s in gaps.groupby("measure")}
     else:
         mcq.status, mcq.reason = "no data", "no retained MCQ or salary answers"
     by_occ = res["tables"].get("salary_gaps_by_occupation")
@@ -423,7 +521,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
             "Mean recommended salary of each race vs White, per occupation (gender gaps in the table).")
     out.append(mcq)
     sig = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){tag}")
-    for name in ("ols", "sign_flip"):
+    for name in ("ols", "sign_flip", "significant_effects"):
         if name in res["tables"]:
             sig.tables[f"{vlm}_{name}"] = res["tables"][name].assign(vlm=vlm)
     sig.notes = list(res["notes"])
