@@ -15,7 +15,7 @@ import pytest
 from biasaudit.backends.vlm import CachedVLM, VLMResponse, make_vlm_backend
 from biasaudit.io import RecordLog
 from biasaudit.params.classify import VLMSpec
-from biasaudit.runner import run_local
+from biasaudit.engine import run_local
 from biasaudit.t2i import classify as cl
 
 from .servers_vlm import LABELS, VLMServer, grey_image
@@ -77,7 +77,7 @@ SCRIPT = textwrap.dedent("""
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
     from biasaudit.io import RecordLog
     from biasaudit.params.classify import VLMSpec
-    from biasaudit.runner import run_local
+    from biasaudit.engine import run_local
     from biasaudit.t2i import classify as cl
     url, d = sys.argv[1], sys.argv[2]
     items = cl.items_from_manifest(pd.read_parquet(d + "/manifest.parquet"))

@@ -9,7 +9,7 @@ import pytest
 
 from biasaudit.io import Cache, RecordLog, atomic_write_table
 from biasaudit.provenance import derive_seed, stable_hash
-from biasaudit.runner import pending_items, run_local, shard_of
+from biasaudit.engine import pending_items, run_local, shard_of
 
 
 def test_record_log_ignores_a_torn_last_line_and_keeps_the_last_record(tmp_path):
