@@ -105,6 +105,7 @@ class Stage:
     limit: int = 0
     retry_failed: bool = False
     cpu_bound: bool = False  # may run on the local process pool (execution.local_workers > 1)
+    preload: tuple[str, ...] = ()  # modules the pool's fork server imports once (the batch function's heavy ones)
     counts_tokens: bool = False  # records carry tokens_in/out, from_cache, via: sum their cost
     price: dict[str, float] | None = None  # token prices (input/output per Mtok, batch_discount)
     still_valid: Callable[[Item, Item], bool] | None = None  # extra check of a record (e.g. its file exists)
@@ -322,7 +323,7 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
             elif workers > 1 and stage.cpu_bound and len(batches) > 1:
                 from biasaudit.scale.pool import run_pool
 
-                run_pool(batches, stage.make_fn, sink, workers, bar=bar)
+                run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload)
             else:
                 fn = stage.make_fn()
                 made.append(fn)

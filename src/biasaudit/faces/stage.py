@@ -156,6 +156,10 @@ def make_faces_fn(params, parts_dir: str, root: str = "."):
     return FaceMeasurer(params).batch_fn(parts_dir, root)
 
 
+# what a pool worker imports anyway: once, in the fork server (torch and open_clip take seconds)
+PRELOAD = ("biasaudit.faces.stage", "biasaudit.faces.embeddings", "biasaudit.faces.preload")
+
+
 def work_dir_of(model: str) -> Path:
     """The resumable work folder of one model (records.jsonl + parts/): outside the DVC outputs, which
     DVC deletes before a run."""
@@ -229,7 +233,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         fn = measurer.batch_fn(parts_dir)
         make_fn = lambda: fn  # noqa: E731 - called in this process only
     stage = Stage(f"faces {model}", items, "image_id", settings_hash(params), make_fn, work_dir / "records.jsonl",
-                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=True)
+                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=True, preload=PRELOAD)
     run = run_stage(stage, ex, progress)
     summary, execution = run.summary, run.execution
     records = pd.DataFrame(run.rows())

@@ -371,7 +371,8 @@ def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool =
     items = validation_items(manifest)
     settings = stable_hash({k: getattr(params, k) for k in MEASURE_SETTINGS})
     stage = Stage("validate edits", items, "edit_id", settings, partial(make_validate_fn, params),
-                  f"{work_dir}/records.jsonl", validation_content, batch_size=2, cpu_bound=True)
+                  f"{work_dir}/records.jsonl", validation_content, batch_size=2, cpu_bound=True,
+                  preload=("biasaudit.vlm.validate", "biasaudit.faces.segment", "dlib"))
     run = run_stage(stage, cfg.execution, progress)
     rows = pd.DataFrame(run.rows()).drop(columns=[SETTINGS_FIELD, INPUT_FIELD], errors="ignore")
     return {"checks": rows, "run": run, "summary": run.summary, "execution": run.execution}
