@@ -16,9 +16,8 @@ import pandas as pd
 import pytest
 
 from biasaudit.config import read_yaml, validate
-from biasaudit.io import RecordLog
 from biasaudit.engine import shard_log_path, shard_logs
-from biasaudit.t2i.generate import config_hash, make_generate_fn, plan_items, preflight, run_generate
+from biasaudit.t2i.generate import make_generate_fn, plan_items, preflight, run_generate
 
 from .conftest import ROOT
 
@@ -159,7 +158,7 @@ def test_killed_ray_worker_loses_and_duplicates_nothing(tmp_path, tiny_env, ray_
         revision = preflight("photos", cfg, prompts)
         items = plan_items(prompts, "photos", 2, spec)
         out_dir = Path("data/t2i/images/photos")
-        factory = partial(make_generate_fn, "photos", spec, out_dir.as_posix(), revision, config_hash(spec, revision),
+        factory = partial(make_generate_fn, "photos", spec, out_dir.as_posix(), revision,
                           8, tuple(prompts["prompt_id"]))
         marker = str(d / "died-once")
         make_fn = partial(dying_once, marker, factory) if name == "killed" else factory

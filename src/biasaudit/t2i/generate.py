@@ -146,7 +146,6 @@ class BatchContext:
     spec: GeneratorSpec
     out_dir: Path
     revision: str
-    config_hash: str
     black_threshold: int
     make: Any  # () -> Generator, called on the first batch only
     generator: Generator | None = None
@@ -205,7 +204,7 @@ def make_batch_fn(ctx: BatchContext):
     return batch_fn
 
 
-def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, chash: str, black_threshold: int,
+def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, black_threshold: int,
                      prompt_ids: tuple[str, ...]):
     """The batch function of one model, built where it runs (the driver, or each Ray actor): a
     module-level factory over plain values, so `functools.partial(make_generate_fn, ...)` pickles.
@@ -215,7 +214,7 @@ def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: st
 
         return make_generator(model, spec, set(prompt_ids))
 
-    ctx = BatchContext(model, spec, Path(out_dir), revision, chash, black_threshold, make)
+    ctx = BatchContext(model, spec, Path(out_dir), revision, black_threshold, make)
     fn = make_batch_fn(ctx)
     fn.ctx = ctx  # type: ignore[attr-defined]
     return fn
@@ -271,12 +270,12 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     if generator is not None:  # an injected generator (tests): the local runner only
         if ex.runner != "local":
             raise ParamsError("execution.runner: an injected generator runs with the local runner only")
-        ctx = BatchContext(model, spec, out_dir, revision, chash, gp.black_threshold, lambda: generator)
+        ctx = BatchContext(model, spec, out_dir, revision, gp.black_threshold, lambda: generator)
         fn = make_batch_fn(ctx)
         fn.ctx = ctx  # type: ignore[attr-defined]
         make_fn = lambda: fn  # noqa: E731
     else:
-        make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, chash, gp.black_threshold,
+        make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, gp.black_threshold,
                           tuple(prompts["prompt_id"].astype(str)))
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
                   batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged)
