@@ -29,11 +29,10 @@
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.io import RecordLog, atomic_write_table
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_table
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import stable_hash, write_run_info
-from biasaudit.runner import run_local
+from biasaudit.provenance import write_run_info
 from biasaudit.vlm import focus
 
 cfg, params = stage_params("counterfactuals")
@@ -50,20 +49,11 @@ if params.backend == "folder":
     manifest = focus.import_focus_folder(params.folder_dir, out_root, C.SOURCES_DIR)
     editor_info = {"backend": "folder", "model_id": params.folder_dir, "stand_in": False}
 else:
-    from biasaudit.backends.editors import make_editor
-
     if sources is None or not (sources["status"] == "ok").any():
-        raise RuntimeError("no accepted source photos: run the `sources` stage first ({sources_manifest})")
-    editor = make_editor(params)
-    editor_info = editor.describe()
-    config = stable_hash([params.model_dump(), cfg.validate_edits.model_dump()], 12)
-    items = [i | {"config": config} for i in focus.edit_items(sources, params.races, params.genders)]
-    log = RecordLog(out_root / ".work" / "edits.jsonl", ("edit_id", "config"))
-    batch = focus.make_edit_batch_fn(editor, params, cfg.validate_edits, out_root, params.mask_detector)
-    summary = run_local(items, lambda b: [r | {"config": config} for r in batch(b)], log, desc="edits")
-    print(summary)
-    done = {k[0]: r for k, r in log.records().items() if k[1] == config}
-    manifest = pd.DataFrame([done[i["edit_id"]] for i in items if i["edit_id"] in done])
+        raise RuntimeError(f"no accepted source photos: run the `sources` stage first ({sources_manifest})")
+    result = focus.run_edits(cfg, sources, params, out_root)  # resumable; `execution:` local, pool or Ray
+    manifest, editor_info = result["manifest"], result["editor"]
+    print(result["summary"], "| execution:", result["execution"])
 print(editor_info)
 display(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))
 
@@ -77,5 +67,5 @@ if "attempts" in manifest and params.backend != "folder":
     display(manifest.groupby("group")[cols].mean().round(3))
 
 # %%
-atomic_write_table(manifest.drop(columns=["config"], errors="ignore"), out_root / "manifest.parquet")
+atomic_write_table(manifest, out_root / "manifest.parquet")
 write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=editor_info, params=params.model_dump())

@@ -27,18 +27,17 @@
 vlm: str = "tiny"  # key of the `vlms:` table in params.yaml
 
 # %%
-from functools import partial
+from pathlib import Path
+
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
 from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import stable_hash, write_run_info
-from biasaudit.runner import run as run_stage
-from biasaudit.runner import stage_log
+from biasaudit.provenance import write_run_info
 from biasaudit.vlm import tasks
+from biasaudit.vlm.reflect import run_reflect
 
 cfg, params = stage_params("reflect")
 banner(cfg)
@@ -60,9 +59,9 @@ if checks_path.exists():
     print(f"left out {int(drop.sum())} edits (validate_edits: exclude"
           f"{' or flag' if not params.include_flagged else ''})")
     images = images[~drop]
-items = tasks.build_items(images, params)
+kinds = pd.Series([i["kind"] for i in tasks.build_items(images, params)]).value_counts()
 print(f"{len(images)} images of {images.groupby(['occupation', 'base_id']).ngroups} source photos → "
-      f"{len(items)} questions:", pd.Series([i['kind'] for i in items]).value_counts().to_dict())
+      f"{int(kinds.sum())} questions:", kinds.to_dict())
 
 # %% [markdown]
 # ## Ask (cached, resumable)
@@ -70,31 +69,12 @@ print(f"{len(images)} images of {images.groupby(['occupation', 'base_id']).ngrou
 # cache connection), whole or as one shard of several; an unsharded run first merges the shard logs.
 
 # %%
-config = stable_hash([spec.model_dump(), params.prompt_version, params.prompts.model_dump(),
-                      params.salary_min, params.salary_max], 12)
-items = [i | {"config": config} for i in items]
-ex = cfg.execution
-log, adopted = stage_log(C.VLM_CACHE / f"{vlm}.responses.jsonl", ("item_id", "config"), ex)
-make_fn = partial(tasks.make_reflect_fn, spec, C.vlm_cache_path(vlm), vlm, params, spec.max_tokens, config)
-made = []
-if ex.runner == "local":
-    def local_make():
-        made.append(make_fn())
-        return made[-1]
-summary = run_stage(items, make_fn if ex.runner == "ray" else local_make, log, ex, batch_size=params.batch_size,
-                    limit=params.limit, desc=f"reflect {vlm}")
-print(summary, "| execution:", ex.model_dump(), "| adopted shard logs:", adopted["adopted"])
-if made:
-    cached, backend = made[0].vlm, made[0].vlm.backend
-else:  # nothing pending, or the Ray actors held the model: describe it from a fresh (unused) backend
-    cached = CachedVLM(make_vlm_backend(spec), C.vlm_cache_path(vlm))
-    backend = cached.backend
-print("accounting (this process):", cached.accounting.as_dict())
+result = run_reflect(vlm, cfg, images, params)
+ex, summary, responses = cfg.execution, result["summary"], result["responses"]
+print(summary, "| execution:", result["execution"])
+print("accounting (this run):", result["accounting"])
 
 # %%
-wanted = {i["item_id"] for i in items}
-records = [r for (item_id, c), r in log.records().items() if c == config and item_id in wanted]
-responses = tasks.responses_frame(records)
 counts = responses.groupby(["kind", "task", "status"]).size().unstack(fill_value=0)
 display(counts)
 print("retained (status ok):", responses[responses["status"] == "ok"].groupby("kind").size().to_dict())
@@ -106,8 +86,8 @@ if ex.shard_count > 1:  # one shard of several: the unsharded run that merges th
     print(f"shard {ex.shard_index} of {ex.shard_count} done; responses are written by the unsharded run")
 else:
     atomic_write_table(responses, out / f"{vlm}.parquet")
-    atomic_write_json(out / f"{vlm}.run.json", {"vlm": vlm, "backend": backend.describe(), "config": config,
-                                                "accounting": cached.accounting.as_dict(),
-                                                "execution": ex.model_dump(), "adopted_shards": adopted,
+    atomic_write_json(out / f"{vlm}.run.json", {"vlm": vlm, "backend": result["backend"],
+                                                "settings_hash": result["run"].stage.settings_hash,
+                                                "accounting": result["accounting"], "execution": result["execution"],
                                                 "status_counts": responses["status"].value_counts().to_dict()})
     write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")

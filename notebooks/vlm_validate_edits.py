@@ -31,7 +31,6 @@ import json
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.faces.detect import make_detector
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
 from biasaudit import contracts as C
@@ -50,12 +49,14 @@ print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited
 # ## Controls: the checks catch bad edits
 
 # %%
-sources_with_face = {}
-for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
-    loaded = load_rgb(path)
-    sources_with_face[path] = V.prepare_source(loaded.rgb, params.mask_detector, params.check_identity) if loaded.ok \
-        else V.SourceInfo(None, None, None, None, f"source: {loaded.reason}")
-first = next((s for s in sources_with_face.values() if s.face is not None), None)
+def sources_with_face():
+    for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
+        loaded = load_rgb(path)
+        if loaded.ok:
+            yield V.prepare_source(loaded.rgb, params.mask_detector, params.check_identity)
+
+
+first = next((s for s in sources_with_face() if s.face is not None), None)
 controls = pd.DataFrame(V.run_controls(first, params)) if first is not None else pd.DataFrame()
 display(controls)
 controls_ok = bool(len(controls)) and bool(controls["as_expected"].all())
@@ -65,28 +66,9 @@ print("every control behaved as expected:", controls_ok)
 # ## Every edit against its source
 
 # %%
-detector = make_detector(params.mask_detector)
-rows = []
-for m in manifest.to_dict("records"):
-    base = {k: m.get(k) for k in ("edit_id", "occupation", "base_id", "race", "gender", "group", "path",
-                                  "source_path", "backend", "model_id", "stand_in")}
-    if m["status"] != "ok":
-        rows.append(base | {"status": "skipped", "reason": f"no image: {m['status']} ({m['reason']})",
-                            "passed": False, "failed_checks": "", "action": "exclude"})
-        continue
-    src = sources_with_face.get(m.get("source_path") or "")
-    if src is None:
-        rows.append(base | {"status": "skipped", "reason": "no source photo (imported set): pixel checks not possible",
-                            "passed": None, "failed_checks": "", "action": "keep"})
-        continue
-    loaded = load_rgb(m["path"])
-    if not loaded.ok:
-        rows.append(base | {"status": "failed", "reason": loaded.reason, "passed": False, "failed_checks": "",
-                            "action": "exclude"})
-        continue
-    rec = V.validate_edit(src, loaded.rgb, params, params.check_identity, detector)
-    rows.append(base | rec)
-checks = pd.DataFrame(rows)
+result = V.run_validation(cfg, manifest, params)  # resumable; `execution:` local, local pool or Ray
+checks = result["checks"]
+print(result["summary"], "| execution:", result["execution"])
 
 # %%
 if params.check_target:

@@ -15,7 +15,7 @@ import pytest
 from biasaudit.backends.vlm import CachedVLM, VLMResponse, make_vlm_backend
 from biasaudit.io import RecordLog
 from biasaudit.params.classify import VLMSpec
-from biasaudit.runner import run_local
+from biasaudit.engine import run_local
 from biasaudit.t2i import classify as cl
 
 from .servers_vlm import LABELS, VLMServer, grey_image
@@ -77,7 +77,7 @@ SCRIPT = textwrap.dedent("""
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
     from biasaudit.io import RecordLog
     from biasaudit.params.classify import VLMSpec
-    from biasaudit.runner import run_local
+    from biasaudit.engine import run_local
     from biasaudit.t2i import classify as cl
     url, d = sys.argv[1], sys.argv[2]
     items = cl.items_from_manifest(pd.read_parquet(d + "/manifest.parquet"))
@@ -111,3 +111,35 @@ def test_sigkill_mid_batch_then_resume_repeats_no_answered_call(tmp_path):
         assert sum(server.answered.values()) == 7 and max(server.answered.values()) == 1  # zero repeats
     labels = RecordLog(tmp_path / "log.jsonl", key="image_id").to_frame()
     assert (labels.status == "ok").sum() == 7
+
+
+def test_run_classify_costs_batch_answers_at_the_discount_from_its_records(tmp_path, monkeypatch):
+    """The stage's accounting is summed from the records (as under Ray, where the counters live in the
+    actors): a Gemini batch-mode answer is billed at batch_discount, a cached one not at all."""
+    from biasaudit.config import read_yaml, validate
+
+    from .conftest import ROOT
+
+    monkeypatch.chdir(tmp_path)
+    img_dir = tmp_path / "data/t2i/images/m"
+    img_dir.mkdir(parents=True)
+    manifest = make_manifest(img_dir, n=4)
+    manifest["path"] = [os.path.relpath(p, tmp_path) if isinstance(p, str) else None for p in manifest["path"]]
+    manifest.to_parquet(img_dir / "manifest.parquet", index=False)
+    with VLMServer(batch_state="succeed") as server:
+        raw = read_yaml(ROOT / "params.yaml")
+        raw["models"] = {"m": {"backend": "packaged-photos", "width": 64, "height": 64}}
+        raw["classify"] = {**raw["classify"], "batch_size": 4, "prices": {
+                               "g": {"input_per_mtok": 1.0, "output_per_mtok": 2.0, "batch_discount": 0.5}},
+                           "vlm": {**raw["classify"]["vlm"], "backend": "gemini", "model_id": "g",
+                                   "base_url": server.gemini_url, "api_key_env": "NOPE", "batch_mode": True,
+                                   "constrain": False}}
+        cfg = validate(raw)
+        first = cl.run_classify("m", cfg, progress=False)
+        second = cl.run_classify("m", cfg.model_copy(update={"classify": cfg.classify.model_copy(
+            update={"retry_failed": True})}), progress=False)
+    acc = first["accounting"]
+    # by hand from the server's usage (260 prompt + 1 answer token per image), 4 images, half price
+    assert acc["batch_calls"] == 4 and acc["cost_usd"] == pytest.approx(0.5 * 4 * (260 * 1.0 + 1 * 2.0) / 1e6)
+    assert acc["requests"] == 4 and first["table"].set_index("image_id").loc["m-p0-099", "status"] == "skipped"
+    assert second["summary"].processed == 0 and second["accounting"]["cost_usd"] == 0

@@ -1,5 +1,6 @@
 """Crash-safe storage and the resumable local runner."""
 
+import json
 import os
 import subprocess
 import sys
@@ -9,17 +10,35 @@ import pytest
 
 from biasaudit.io import Cache, RecordLog, atomic_write_table
 from biasaudit.provenance import derive_seed, stable_hash
-from biasaudit.runner import pending_items, run_local, shard_of
+from biasaudit.engine import pending_items, run_local, shard_of
 
 
-def test_record_log_ignores_a_torn_last_line_and_keeps_the_last_record(tmp_path):
+def test_record_log_sets_a_torn_last_line_aside_and_keeps_the_last_record(tmp_path):
     log = RecordLog(tmp_path / "log.jsonl", key="id")
     log.append([{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
     log.append([{"id": 1, "v": "c"}])
     with open(log.path, "a") as fh:
         fh.write('{"id": 3, "v": "tor')  # a writer killed mid-line
-    records = log.records()
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        records = log.records()
     assert {k[0]: r["v"] for k, r in records.items()} == {1: "c", 2: "b"}
+    assert (tmp_path / "log.jsonl.torn").read_text() == '{"id": 3, "v": "tor\n'
+    log.append([{"id": 3, "v": "d"}])  # starts on its own line: nothing joins the torn bytes
+    assert [json.loads(x)["v"] for x in log.path.read_text().splitlines()] == ["a", "b", "c", "d"]
+
+
+def test_record_log_survives_a_real_truncated_file(tmp_path):
+    """Cut a real log file mid-record (what a kill during write(2) leaves): the next append is whole."""
+    log = RecordLog(tmp_path / "log.jsonl", key="id")
+    log.append([{"id": i, "payload": "x" * 50} for i in range(5)])
+    size = log.path.stat().st_size
+    os.truncate(log.path, size - 30)
+    fresh = RecordLog(log.path, key="id")  # a new process opening the log
+    with pytest.warns(RuntimeWarning):
+        fresh.append([{"id": 4, "payload": "again"}])
+    assert fresh.torn == 1 and log.path.read_bytes().endswith(b"\n")
+    records = RecordLog(log.path, key="id").records()
+    assert sorted(k[0] for k in records) == [0, 1, 2, 3, 4] and records[(4,)]["payload"] == "again"
 
 
 def test_cache_roundtrip_and_persistence(tmp_path):

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from biasaudit.io import RecordLog
-from biasaudit.runner import merge_logs, pending_items, run_local, shard_log_path
+from biasaudit.engine import merge_logs, pending_items, run_local, shard_log_path
 
 
 def square_batch(items):
@@ -53,18 +53,20 @@ def test_shard_log_names():
 @pytest.mark.slow
 def test_ray_runner_matches_local(tmp_path):
     ray = pytest.importorskip("ray")
-    from biasaudit.scale.ray_runner import run_ray
+    from biasaudit.engine import Stage, run_stage
+    from biasaudit.params.execution import Execution, RayOptions
 
     items = [{"id": i} for i in range(23)]
     local_log = RecordLog(tmp_path / "local.jsonl", "id")
     run_local(items, square_batch, local_log, batch_size=4, progress=False)
-    ray_log = RecordLog(tmp_path / "ray.jsonl", "id")
+    stage = Stage("squares", items, "id", "", make_square, tmp_path / "ray.jsonl", batch_size=4)
+    on_ray = Execution(runner="ray", ray=RayOptions(num_workers=2))
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        summary = run_ray(items, make_square, ray_log, batch_size=4, num_workers=2, progress=False)
-        again = run_ray(items, make_square, ray_log, batch_size=4, num_workers=2, progress=False)
+        summary = run_stage(stage, on_ray, progress=False).summary
+        again = run_stage(stage, on_ray, progress=False).summary
     finally:
         ray.shutdown()
     assert summary.processed == 23 and again.processed == 0 and again.already_done == 23
     key = lambda df: df.sort_values("id").reset_index(drop=True)
-    pd.testing.assert_frame_equal(key(local_log.to_frame()), key(ray_log.to_frame()))
+    pd.testing.assert_frame_equal(key(local_log.to_frame()), key(RecordLog(tmp_path / "ray.jsonl", "id").to_frame()))

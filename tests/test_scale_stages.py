@@ -16,9 +16,8 @@ import pandas as pd
 import pytest
 
 from biasaudit.config import read_yaml, validate
-from biasaudit.io import RecordLog
-from biasaudit.runner import shard_log_path, shard_logs
-from biasaudit.t2i.generate import config_hash, make_generate_fn, plan_items, preflight, run_generate
+from biasaudit.engine import shard_log_path, shard_logs
+from biasaudit.t2i.generate import make_generate_fn, plan_items, preflight, run_generate
 
 from .conftest import ROOT
 
@@ -144,8 +143,10 @@ def dying_once(marker: str, make_fn):
 
 @pytest.mark.slow
 def test_killed_ray_worker_loses_and_duplicates_nothing(tmp_path, tiny_env, ray_local, monkeypatch):
-    from biasaudit.scale.ray_runner import run_ray
+    from biasaudit.engine import Stage, run_stage
+    from biasaudit.params.execution import Execution, RayOptions
 
+    on_ray = Execution(runner="ray", ray=RayOptions(num_workers=2))
     models = {"photos": {"backend": "packaged-photos", "width": 96, "height": 96}}
     results = {}
     for name in ("reference", "killed"):
@@ -157,16 +158,13 @@ def test_killed_ray_worker_loses_and_duplicates_nothing(tmp_path, tiny_env, ray_
         revision = preflight("photos", cfg, prompts)
         items = plan_items(prompts, "photos", 2, spec)
         out_dir = Path("data/t2i/images/photos")
-        factory = partial(make_generate_fn, "photos", spec, out_dir.as_posix(), revision, config_hash(spec, revision),
+        factory = partial(make_generate_fn, "photos", spec, out_dir.as_posix(), revision,
                           8, tuple(prompts["prompt_id"]))
-        log = RecordLog(out_dir / "log.jsonl", "image_id")
-        if name == "killed":
-            marker = str(d / "died-once")
-            summary = run_ray(items, partial(dying_once, marker, factory), log, batch_size=2, num_workers=2,
-                              progress=False)
-            assert Path(marker).exists()  # a worker really died
-        else:
-            summary = run_ray(items, factory, log, batch_size=2, num_workers=2, progress=False)
+        marker = str(d / "died-once")
+        make_fn = partial(dying_once, marker, factory) if name == "killed" else factory
+        stage = Stage("generate photos", items, "image_id", "s", make_fn, out_dir / "log.jsonl", batch_size=2)
+        summary = run_stage(stage, on_ray, progress=False).summary
+        assert Path(marker).exists() == (name == "killed")  # a worker really died
         assert summary.processed == 12 and summary.status_counts == {"ok": 12}
         lines = [json.loads(x) for x in (out_dir / "log.jsonl").read_text().splitlines()]
         assert len(lines) == 12 and len({r["image_id"] for r in lines}) == 12  # one line per image
@@ -225,7 +223,7 @@ def test_shards_copied_together_and_merged_by_an_unsharded_run(tmp_path, tiny_en
 
     # a shard log made with other settings is adopted, then pruned and redone (never trusted)
     monkeypatch.chdir(merged)
-    stale = [json.loads(x) | {"config_hash": "other"} for x in lines[:2]]
+    stale = [json.loads(x) | {"settings_hash": "other"} for x in lines[:2]]
     (images_dir / "log.jsonl").write_text("".join(x + "\n" for x in lines[2:]))
     shard_log_path(images_dir / "log.jsonl", 1, 4).write_text("".join(json.dumps(r) + "\n" for r in stale))
     again = run_generate("photos", config(models=PHOTOS), progress=False)
@@ -238,13 +236,14 @@ def test_execution_params_are_validated_and_shared():
     from biasaudit.config import ParamsError
 
     raw = read_yaml(ROOT / "params.yaml")
-    assert set(raw["execution"]) == {"runner", "shard_index", "shard_count", "ray"}
+    assert set(raw["execution"]) == {"runner", "local_workers", "shard_index", "shard_count", "ray"}
     for bad, key in (({"runner": "dask"}, "execution.runner"), ({"shard_index": 3, "shard_count": 2}, "shard_index"),
-                     ({"ray": {"num_workers": 0}}, "execution.ray.num_workers")):
+                     ({"ray": {"num_workers": 0}}, "execution.ray.num_workers"),
+                     ({"local_workers": 0}, "execution.local_workers")):
         r = read_yaml(ROOT / "params.yaml")
         r["execution"] = {**r["execution"], **bad}
         with pytest.raises(ParamsError, match=key):
             validate(r)
     stages = read_yaml(ROOT / "dvc.yaml")["stages"]
-    for stage in ("generate", "classify", "faces", "reflect"):
-        assert "execution" in stages[stage]["do"]["params"], stage
+    for stage in ("generate", "classify", "faces", "reflect", "baseline", "counterfactuals", "validate_edits"):
+        assert "execution" in stages[stage].get("do", stages[stage])["params"], stage

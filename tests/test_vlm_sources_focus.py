@@ -9,7 +9,7 @@ from PIL import Image
 from biasaudit.faces.detect import Face, make_detector
 from biasaudit.io import RecordLog
 from biasaudit.params.vlm import Counterfactuals, Sources, ValidateEdits
-from biasaudit.runner import run_local
+from biasaudit.engine import run_local
 from biasaudit.vlm import focus, sources
 
 

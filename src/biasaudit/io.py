@@ -1,7 +1,7 @@
 """Crash-safe file output: atomic writes, an append-only record log and a persistent cache.
 
 Long stages write one record per finished item to a `RecordLog` (one JSON line, flushed and
-fsynced), so a SIGKILL loses at most the item in flight; a torn last line is ignored on reading.
+fsynced), so a SIGKILL loses at most the item in flight; a torn last line is set aside and redone.
 Final tables are rebuilt from the log and written atomically (temporary file, fsync, rename).
 """
 
@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,9 +79,10 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> int:
 class RecordLog:
     """Append-only JSON-lines log of finished items, safe against SIGKILL.
 
-    Each `append` writes whole lines and fsyncs before returning; `read` skips a torn final line
-    and keeps the last record per key, so re-running an interrupted stage neither loses nor
-    duplicates work.
+    Each `append` writes whole lines and fsyncs before returning; the last record per key wins. A
+    torn last line (a writer killed mid-line) is set aside, with a warning, into `<log>.torn` and cut
+    from the log before it is read or appended to, so its item is redone and the next append starts
+    on a fresh line. A corrupt line elsewhere is skipped with a warning.
     """
 
     def __init__(self, path: str | os.PathLike, key: str | tuple[str, ...]):
@@ -88,32 +90,82 @@ class RecordLog:
         self.key = (key,) if isinstance(key, str) else tuple(key)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.torn = 0  # torn lines set aside by this object
 
     def _key_of(self, record: dict[str, Any]) -> tuple:
         return tuple(record[k] for k in self.key)
+
+    @property
+    def torn_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".torn")
+
+    def repair(self) -> bytes:
+        """Cut a torn last line off the log (kept in `torn_path`); returns it (b'' when none)."""
+        try:
+            fh = open(self.path, "rb+")
+        except FileNotFoundError:
+            return b""
+        except OSError:  # read-only: the reader skips the torn line as corrupt
+            return b""
+        with fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return b""
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return b""
+            start = size
+            while start > 0:  # back to the byte after the last newline
+                step = min(start, 1 << 16)
+                fh.seek(start - step)
+                chunk = fh.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    start = start - step + nl + 1
+                    break
+                start -= step
+            fh.seek(start)
+            tail = fh.read()
+            with open(self.torn_path, "ab") as side:
+                side.write(tail + b"\n")
+                side.flush()
+                os.fsync(side.fileno())
+            fh.truncate(start)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.torn += 1
+        warnings.warn(f"{self.path}: torn last line ({len(tail)} bytes, a writer killed mid-line) set aside "
+                      f"in {self.torn_path.name}; its item is redone", RuntimeWarning, stacklevel=3)
+        return tail
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
         if not lines:
             return
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with self._lock:
+            self.repair()
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(lines)
+                fh.flush()
+                os.fsync(fh.fileno())
 
     def records(self) -> dict[tuple, dict[str, Any]]:
         out: dict[tuple, dict[str, Any]] = {}
+        with self._lock:
+            self.repair()
         if not self.path.exists():
             return out
-        with open(self.path, encoding="utf-8") as fh:
+        bad = 0
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                if not line.endswith("\n"):
-                    break  # torn write from a killed process
                 try:
                     record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                out[self._key_of(record)] = record
+                    out[self._key_of(record)] = record
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    bad += 1
+        if bad:
+            warnings.warn(f"{self.path}: {bad} corrupt line(s) skipped; their items are redone", RuntimeWarning,
+                          stacklevel=2)
         return out
 
     def done_keys(self, where: dict[str, Any] | None = None) -> set[tuple]:

@@ -1,4 +1,4 @@
-"""The `faces@<model>` stage as library code: per-image measurement (batch function for runner.run_local),
+"""The `faces@<model>` stage as library code: per-image measurement (the engine's batch function),
 then assembly of the faces table and the embedding matrices from the record log and per-batch parts.
 
 Per image: load (bad input → reason) → detect faces (largest kept; none → 'no_face') → skin mask
@@ -134,7 +134,8 @@ class FaceMeasurer:
 
         def fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             records, clip_imgs, clip_of, faces_vecs = [], [], {}, []
-            part = f"{stable_hash([it['image_id'] for it in items])}.npz"
+            # named by the batch's ids and their content: a redone image never overwrites rows still in use
+            part = f"{stable_hash([[it['image_id'], it.get('input_sha', '')] for it in items])}.npz"
             for it in items:
                 rec = {"image_id": it["image_id"], "model": it["model"], "prompt_id": it["prompt_id"],
                        "n_faces": 0, "det_score": float("nan"), "bbox": None, "skin_pixels": 0, **_empty_colour(),
@@ -183,11 +184,46 @@ def make_faces_fn(params, parts_dir: str, root: str = "."):
     return FaceMeasurer(params).batch_fn(parts_dir, root)
 
 
-def work_dir_of(model: str, params) -> Path:
-    """The resumable work folder of one model: outside the DVC outputs (DVC deletes those before a
-    run) and keyed by the parameters that change a measurement, so changing one starts afresh."""
-    measure_keys = params.model_dump(exclude={"batch_size", "limit", "n_overlays", "device", "clip_batch_size"})
-    return C.WORK_DIR / "faces" / model / stable_hash(measure_keys, 12)
+# what a pool worker imports anyway: once, in the fork server (torch and open_clip take seconds)
+PRELOAD = ("biasaudit.faces.stage", "biasaudit.faces.embeddings", "biasaudit.faces.preload")
+
+
+def work_dir_of(model: str) -> Path:
+    """The resumable work folder of one model (records.jsonl + parts/): outside the DVC outputs, which
+    DVC deletes before a run."""
+    return C.WORK_DIR / "faces" / model
+
+
+def settings_hash(params) -> str:
+    """The parameters that change a measurement (a change remeasures every image)."""
+    return stable_hash(params.model_dump(exclude={"batch_size", "limit", "n_overlays", "device", "clip_batch_size"}))
+
+
+def plan_items(manifest: pd.DataFrame, root: str | Path = ".") -> list[dict[str, Any]]:
+    """One item per manifest row, with the sha256 of the image file as it is now (content-addressed
+    resume: another image under the same id is remeasured)."""
+    from biasaudit.engine import file_digest
+
+    cols = ["image_id", "model", "prompt_id", "path", "status", "reason", "stand_in"]
+    items = manifest[[c for c in cols if c in manifest]].to_dict("records")
+    for it in items:
+        ok = it.get("status", "ok") == "ok" and bool(it.get("path"))
+        it["input_sha"] = file_digest(Path(root) / it["path"]) if ok else ""
+    return items
+
+
+def item_content(item: dict[str, Any]) -> dict[str, Any]:
+    return {"status": item.get("status"), "image": item["input_sha"]}
+
+
+def prune_parts(parts_dir: Path, keep: set[str]) -> int:
+    """Delete part files no current record refers to (left by remeasured images); returns how many."""
+    removed = 0
+    for path in parts_dir.glob("*.npz") if parts_dir.is_dir() else []:
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | None" = None,
@@ -195,16 +231,15 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
               emb_dir: str | Path | None = None) -> dict[str, Any]:
     """The whole faces@<model> stage except overlays and the first look (what the notebook calls).
 
-    Measures every image of the model's manifest through runner.run (local or Ray, whole or one shard),
-    then — unless this run is one shard of several — assembles and writes the faces table, the
-    embedding matrices, their index and meta.json. Returns the pieces and the measurer (for overlays).
-    The three paths default to the generator's; the real-portrait baseline passes its own."""
+    Measures every image of the model's manifest through engine.run_stage (local, local pool or Ray,
+    whole or one shard), then — unless this run is one shard of several — assembles and writes the faces
+    table, the embedding matrices, their index and meta.json. Returns the pieces and the measurer (for
+    overlays). The three paths default to the generator's; the real-portrait baseline passes its own."""
     from functools import partial
 
+    from biasaudit.engine import Stage, run_stage
     from biasaudit.io import atomic_write_json, atomic_write_table
     from biasaudit.provenance import run_info
-    from biasaudit.runner import run as run_stage
-    from biasaudit.runner import stage_log
 
     params, ex = cfg.faces, cfg.execution
     if manifest_path is None and model not in cfg.models:
@@ -215,25 +250,24 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     if not manifest_path.exists():
         raise FileNotFoundError(f"{manifest_path} is missing: run the generate@{model} stage first")
     manifest = pd.read_parquet(manifest_path)
-    items = manifest[["image_id", "model", "prompt_id", "path", "status", "reason", "stand_in"]].to_dict("records")
-    work_dir = work_dir_of(model, params)
-    log, adopted = stage_log(work_dir / "records.jsonl", "image_id", ex)
-    # the driver's measurer names the models in meta.json and draws the overlays; the local runner uses it
+    items = plan_items(manifest)
+    work_dir = work_dir_of(model)
+    parts_dir = work_dir / "parts"
+    # the driver's measurer names the models in meta.json and draws the overlays; the serial runner uses it
     measurer = measurer or FaceMeasurer(params)
-    if ex.runner == "ray":
-        make_fn = partial(make_faces_fn, params, (work_dir / "parts").as_posix())
+    if ex.runner == "ray" or ex.local_workers > 1:
+        make_fn = partial(make_faces_fn, params, parts_dir.as_posix())
     else:
-        fn = measurer.batch_fn(work_dir / "parts")
+        fn = measurer.batch_fn(parts_dir)
         make_fn = lambda: fn  # noqa: E731 - called in this process only
-    summary = run_stage(items, make_fn, log, ex, batch_size=params.batch_size, limit=params.limit,
-                        desc=f"faces {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""),
-                        progress=progress)
-    execution = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
-                 "log": log.path.as_posix(), "adopted_shards": adopted}
-    records = log.to_frame()
+    stage = Stage(f"faces {model}", items, "image_id", settings_hash(params), make_fn, work_dir / "records.jsonl",
+                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=True, preload=PRELOAD)
+    run = run_stage(stage, ex, progress)
+    summary, execution = run.summary, run.execution
+    records = pd.DataFrame(run.rows())
     if records.empty:
         records = pd.DataFrame(columns=["image_id", "model", "prompt_id", "part", "clip_part_row", "face_part_row"])
-    faces, index, clip, face = assemble(records, manifest["image_id"].tolist(), work_dir / "parts")
+    faces, index, clip, face = assemble(records, manifest["image_id"].tolist(), parts_dir)
     emb_meta = {
         "clip": {"backend": measurer.clip.name, "model_id": measurer.clip.model_id, "revision": measurer.clip.revision,
                  "dim": int(clip.shape[1]) if clip.size else 0, "rows": int(len(clip)),
@@ -244,7 +278,8 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
                  "stand_in": bool(measurer.detector.stand_in)},
         "generator_stand_in": bool(manifest["stand_in"].any()),
     }
-    if not ex.sharded:
+    if not run.sharded:
+        prune_parts(parts_dir, set(records["part"]))
         atomic_write_table(faces, faces_path)
         for name, matrix in (("clip", clip), ("face", face)):
             with atomic_path(emb_dir / f"{name}.npy") as tmp:

@@ -17,10 +17,12 @@ class RayOptions(Section):
 
 
 class Execution(Section):
-    """Shared by the per-image stages (generate, classify, faces, reflect); each stage keeps its own
-    batch_size / limit / retry_failed in its own section."""
+    """Shared by the per-item stages (generate, classify, faces, baseline, counterfactuals, validate_edits,
+    reflect); each stage keeps its own batch_size / limit / retry_failed in its own section."""
 
     runner: Literal["local", "ray"] = "local"  # local (the default) | ray (Ray Data actor pool, see `ray:`)
+    # local runner: processes for the CPU-bound stages (faces, baseline, validate_edits); 1 = in this process
+    local_workers: int = Field(1, ge=1)
     shard_index: int = Field(0, ge=0)  # this machine's shard …
     shard_count: int = Field(1, ge=1)  # … of this many (Slurm array, several VMs); an unsharded run merges them
     ray: RayOptions = Field(default_factory=RayOptions)

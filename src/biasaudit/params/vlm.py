@@ -178,6 +178,7 @@ class Reflect(Section):
     batch_size: int = Field(8, ge=1)
     limit: int = Field(0, ge=0)               # process at most this many items (0 = all); for smoke runs
     include_flagged: bool = True              # also ask about edits validate_edits flagged (not excluded)
+    retry_failed: bool = True                 # re-ask questions whose API call failed in an earlier run
 
     @model_validator(mode="after")
     def _check(self) -> "Reflect":

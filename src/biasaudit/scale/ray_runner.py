@@ -1,11 +1,10 @@
 """Run a stage's batch function on a Ray cluster with Ray Data (`map_batches` on an actor pool).
 
-The same batch functions as the local runner: each actor builds the function once with
-`make_fn()` (loading its model), then maps batches of items to records. Items and records travel
-as JSON strings so any record schema survives Arrow. The driver appends every batch of records to
-the stage's `RecordLog` as it arrives, so outputs, resumption and sharding are identical to
-`runner.run_local`: a killed worker's batch is retried by Ray and logged once; a killed driver
-resumes from the log.
+The engine (biasaudit.engine) decides what is pending and owns the log; this module only maps the
+pending items to records. Each actor builds the batch function once with `make_fn()` (loading its
+model), then maps batches of items to records. Items and records travel as JSON strings so any
+record schema survives Arrow. Every batch of records goes to `sink` (the engine's driver-side
+append) as it arrives: a killed worker's batch is retried by Ray and the engine logs it once.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
-from biasaudit.io import RecordLog
-from biasaudit.runner import BatchFn, Item, RunSummary, pending_items
+from biasaudit.engine import BatchFn, Item
 
 
 class _BatchActor:
@@ -39,17 +36,15 @@ class _BatchActor:
         return pd.DataFrame({"record_json": [json.dumps(r, sort_keys=True, default=str) for r in records]})
 
 
-def run_ray(items: list[Item], make_fn: Callable[[], BatchFn], log: RecordLog, batch_size: int = 1,
-            shard_index: int = 0, shard_count: int = 1, limit: int = 0, retry_failed: bool = False,
-            desc: str = "items", progress: bool = True, num_workers: int = 1, num_cpus_per_worker: float = 1.0,
-            num_gpus_per_worker: float = 0.0, address: str | None = None,
-            init_kwargs: dict[str, Any] | None = None) -> RunSummary:
+def run_ray(todo: list[Item], make_fn: Callable[[], BatchFn], key: tuple[str, ...],
+            sink: Callable[[list[Item]], None], batch_size: int = 1, num_workers: int = 1,
+            num_cpus_per_worker: float = 1.0, num_gpus_per_worker: float = 0.0, address: str | None = None,
+            init_kwargs: dict[str, Any] | None = None, bar: Any = None) -> int:
+    """Map `todo` through the batch function on an actor pool; returns the number of records sunk."""
     import ray
 
-    summary = RunSummary()
-    todo = pending_items(items, log, shard_index, shard_count, limit, retry_failed, summary)
     if not todo:
-        return summary
+        return 0
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init_kwargs or {}))
     ctx = ray.data.DataContext.get_current()
@@ -68,14 +63,11 @@ def run_ray(items: list[Item], make_fn: Callable[[], BatchFn], log: RecordLog, b
                             compute=ray.data.ActorPoolStrategy(size=max(1, num_workers)),
                             num_cpus=num_cpus_per_worker, num_gpus=num_gpus_per_worker, max_restarts=3,
                             max_task_retries=3)
-    logged: set[tuple] = set()
-    with tqdm(total=len(todo), desc=f"{desc} (ray)", unit="item", disable=not progress, mininterval=1.0) as bar:
-        for out in mapped.iter_batches(batch_format="pandas", batch_size=None):
-            records = [json.loads(s) for s in out["record_json"]]
-            # a batch re-run after a worker died must not be logged twice
-            records = [r for r in records if tuple(r[k] for k in log.key) not in logged]
-            logged.update(tuple(r[k] for k in log.key) for r in records)
-            log.append(records)
-            summary.count(records)
+    n = 0
+    for out in mapped.iter_batches(batch_format="pandas", batch_size=None):
+        records = [json.loads(s) for s in out["record_json"]]
+        sink(records)
+        n += len(records)
+        if bar is not None:
             bar.update(len(records))
-    return summary
+    return n

@@ -22,6 +22,7 @@ from biasaudit import UNKNOWN
 from biasaudit import contracts as C
 from biasaudit.backends.vlm import CachedVLM, VLMRequest, VLMResponse, parse_choice
 from biasaudit.backends.vlm.parse import is_refusal
+from biasaudit.engine import file_digest
 from biasaudit.provenance import stable_hash
 
 LABEL_COLUMNS = ["image_id", "model", "prompt_id", "label", "status", "reason", "raw_answer", "backend",
@@ -50,9 +51,16 @@ def items_from_manifest(manifest: pd.DataFrame) -> list[dict[str, Any]]:
     return [{**{k: (None if pd.isna(v) else v) for k, v in row.items()}} for row in manifest[cols].to_dict("records")]
 
 
-def run_key(vlm: CachedVLM, instruction: str, labels: tuple[str, ...]) -> str:
-    """Identifies one labelling configuration: names the stage's resumable record log."""
-    return stable_hash({"backend": vlm.backend.describe(), "instruction": instruction, "labels": list(labels)})
+def settings_hash(vlm: CachedVLM, instruction: str, labels: tuple[str, ...], max_tokens: int) -> str:
+    """Identifies one labelling configuration (a change redoes every image)."""
+    return stable_hash({"backend": vlm.backend.describe(), "instruction": instruction, "labels": list(labels),
+                        "max_tokens": max_tokens})
+
+
+def item_content(item: dict[str, Any]) -> dict[str, Any]:
+    """What a label depends on besides the settings: the image's bytes (and whether it was generated)."""
+    ok = item.get("status") == "ok" and bool(item.get("path"))
+    return {"status": item.get("status"), "image": file_digest(item["path"]) if ok else None}
 
 
 def make_batch_fn(vlm: CachedVLM, instruction: str, instruction_version: str, labels: tuple[str, ...],
@@ -77,7 +85,7 @@ def make_batch_fn(vlm: CachedVLM, instruction: str, instruction_version: str, la
             elif not Path(item["path"]).is_file():
                 rows[i] = {**ident, **base, "label": UNKNOWN, "status": "failed", "reason": f"missing file {item['path']}",
                            "raw_answer": None, "from_cache": False, "option_probs": None,
-                           "tokens_in": None, "tokens_out": None}
+                           "tokens_in": None, "tokens_out": None, "not_asked": True}
             else:
                 todo.append(i)
         requests = [VLMRequest(images=(str(items[i]["path"]),), prompt=instruction, options=labels,
@@ -89,7 +97,8 @@ def make_batch_fn(vlm: CachedVLM, instruction: str, instruction_version: str, la
                        "label": label, "status": status, "reason": reason, "raw_answer": response.text,
                        "from_cache": response.from_cache,
                        "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
-                       "tokens_in": response.tokens_in, "tokens_out": response.tokens_out}
+                       "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
+                       "via": response.meta.get("via", "")}
         return rows  # type: ignore[return-value]
 
     return fn
@@ -125,35 +134,6 @@ def make_classify_fn(spec: Any, cache_path: str, price: dict[str, float] | None,
     return fn
 
 
-def accounting_from_records(records: list[dict[str, Any]], price: dict[str, float] | None) -> dict[str, Any]:
-    """What the answers of this run cost, summed from their records (the runner-independent view: under
-    Ray the CachedVLM counters live in the actors)."""
-    asked = [r for r in records if r.get("status") != "skipped"
-             and not (r.get("status") == "failed" and str(r.get("reason", "")).startswith("missing file"))]
-    hits = sum(bool(r.get("from_cache")) for r in asked)
-    t_in = sum(int(r.get("tokens_in") or 0) for r in asked if not r.get("from_cache"))
-    t_out = sum(int(r.get("tokens_out") or 0) for r in asked if not r.get("from_cache"))
-    cost = ((t_in * price["input_per_mtok"] + t_out * price["output_per_mtok"]) / 1e6) if price else 0.0
-    return {"requests": len(asked), "cache_hits": hits, "calls": len(asked) - hits,
-            "failed": sum(r.get("status") == "failed" for r in asked), "tokens_in": t_in, "tokens_out": t_out,
-            "cost_usd": cost, "priced": price is not None, "source": "records of this run"}
-
-
-class _TallyLog:
-    """Wraps the driver's RecordLog: remembers the records appended by this run."""
-
-    def __init__(self, log):
-        self._log, self.appended = log, []
-
-    def __getattr__(self, name):
-        return getattr(self._log, name)
-
-    def append(self, records):
-        records = list(records)
-        self.appended += records
-        self._log.append(records)
-
-
 def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     """The whole classify@<model> stage (what the notebook calls). Returns a dict with the labels
     table, the runner summary, the accounting and the backend description; writes
@@ -161,10 +141,9 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     from functools import partial
 
     from biasaudit.backends.vlm import Price, make_vlm_backend
+    from biasaudit.engine import Stage, run_stage
     from biasaudit.io import atomic_write_table
     from biasaudit.provenance import write_run_info
-    from biasaudit.runner import run as run_stage
-    from biasaudit.runner import stage_log
 
     params, ex = cfg.classify, cfg.execution
     if model not in cfg.models:
@@ -177,11 +156,7 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     backend = make_vlm_backend(params.vlm)  # names the run (its revision) and serves the local runner
     vlm = CachedVLM(backend, params.cache_path, Price(**price_d) if price_d else None)
     items = items_from_manifest(manifest)
-    base = C.CLASSIFY_LOGS / f"{model}-{run_key(vlm, params.instruction, labels)}.jsonl"
-    log, adopted = stage_log(base, "image_id", ex)
-    tally = _TallyLog(log)
     if ex.runner == "ray":
-        del vlm, backend  # the actors load their own copies
         make_fn = partial(make_classify_fn, params.vlm, params.cache_path, price_d, params.instruction,
                           params.instruction_version, labels, params.vlm.max_tokens)
     else:
@@ -192,26 +167,19 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
         vlm.prefetch([VLMRequest(images=(str(i["path"]),), prompt=params.instruction, options=labels,
                                  max_tokens=params.vlm.max_tokens)
                       for i in items if i.get("status") == "ok" and i.get("path") and Path(i["path"]).is_file()])
-    summary = run_stage(items, make_fn, tally, ex, batch_size=params.batch_size, limit=params.limit,
-                        retry_failed=params.retry_failed, progress=progress,
-                        desc=f"classify {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""))
-    if ex.runner == "ray":
-        accounting = accounting_from_records(tally.appended, price_d)
-        description = None
-    else:
-        accounting = vlm.accounting.as_dict() | {"backend_stats": backend.stats}
-        description = backend.describe()
-    records = log.records()
-    table = labels_table(records, items)
-    first = next(iter(records.values()), {})
-    description = description or {"backend": first.get("backend"), "model_id": first.get("classifier_model_id"),
-                                  "revision": first.get("classifier_revision"), "stand_in": first.get("stand_in")}
-    execution = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
-                 "log": log.path.name, "adopted_shards": adopted}
-    if not ex.sharded:
+    stage = Stage(f"classify {model}", items, "image_id",
+                  settings_hash(vlm, params.instruction, labels, params.vlm.max_tokens), make_fn,
+                  C.CLASSIFY_LOGS / f"{model}.jsonl", item_content, batch_size=params.batch_size,
+                  limit=params.limit, retry_failed=params.retry_failed, counts_tokens=True, price=price_d)
+    run = run_stage(stage, ex, progress)
+    summary = run.summary
+    accounting = summary.accounting | ({"backend_stats": backend.stats} if ex.runner == "local" else {})
+    table = labels_table(run.current, items)
+    description = backend.describe()
+    if not run.sharded:
         atomic_write_table(table, out_path)
         write_run_info(out_path.with_suffix(".run.json"), model=model, classifier=description,
                        instruction_version=params.instruction_version, accounting=accounting,
-                       stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=execution)
+                       stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=run.execution)
     return {"table": table, "summary": summary, "accounting": accounting, "backend": description,
-            "execution": execution, "out_path": out_path}
+            "execution": run.execution, "out_path": out_path}

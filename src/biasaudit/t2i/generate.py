@@ -1,15 +1,15 @@
 """Stage generate@<model>: every prompt → N seeded images of one generator, resumably, with provenance.
 
-    plan → preflight → prune stale log records → run_local(batch_fn) → manifest.parquet + summary.json
+    plan → preflight → engine.run_stage(batch_fn) → manifest.parquet + summary.json
 
 * Seeds: `derive_seed(model, prompt_id, index)`; image_id = f"{model}-{prompt_id}-{index:03d}".
 * Files: `<images_dir>/<model>/<image_id>.png`, written to a temporary name and renamed; the PNG
   carries its own provenance text chunk (and says "stand-in" where it is one).
-* Resumable: one JSON line per finished image in `<images_dir>/<model>/log.jsonl` (RecordLog).
-  On start, records whose file is missing or changed, or that were made with other settings (the
-  `config_hash` of the spec's output settings + model revision), are dropped and redone; the
-  manifest is rebuilt from the log and written atomically. A SIGKILL at any moment loses at most the
-  batch in flight.
+* Resumable (biasaudit.engine): one JSON line per finished image in `<images_dir>/<model>/log.jsonl`.
+  An image is redone when its record was made with other settings (the hash of the spec's output
+  settings + model revision), for another prompt text / seed under the same image id, or when its
+  file is missing or changed; the manifest is rebuilt from the current records and written
+  atomically. A SIGKILL at any moment loses at most the batch in flight.
 * Reasons, not crashes: refusals, safety-filtered (black) images and API failures become rows.
 
     python -m biasaudit.t2i.generate --model tiny-sd3 [--limit 10]   # the stage without the notebook
@@ -34,12 +34,11 @@ import pandas as pd
 
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.config import ParamsError
-from biasaudit.io import RecordLog, atomic_path, atomic_write_json, atomic_write_table, atomic_write_text, \
-    remove_stale_temporaries
+from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
+from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
 from biasaudit.params import Params
 from biasaudit.params.generate import Generate, GeneratorSpec
 from biasaudit.provenance import derive_seed, library_versions_json, run_info, sha256_file, stable_hash, utc_now
-from biasaudit.runner import RunSummary, adopt_shard_logs, run as run_stage, shard_log_path
 from biasaudit.scale.cli import add_execution_args, apply_execution_args
 
 MANIFEST_COLUMNS = [
@@ -157,7 +156,6 @@ class BatchContext:
     spec: GeneratorSpec
     out_dir: Path
     revision: str
-    config_hash: str
     black_threshold: int
     make: Any  # () -> Generator, called on the first batch only
     generator: Generator | None = None
@@ -212,8 +210,7 @@ def make_batch_fn(ctx: BatchContext):
                 "seed_used": res.seed_used, "width": w, "height": h, "sha256": digest, "path": rel,
                 "status": status, "reason": reason, "retries": res.retries, "created_at": utc_now(),
                 "libraries": libraries, "settings": settings,
-                "extra": json.dumps(res.extra, sort_keys=True, default=str), "config_hash": ctx.config_hash,
-                "stand_in": bool(gen.stand_in),
+                "extra": json.dumps(res.extra, sort_keys=True, default=str), "stand_in": bool(gen.stand_in),
                 **{k: res.extra.get(k) for k in PLANTED_COLUMNS},
             })
         return records
@@ -221,7 +218,7 @@ def make_batch_fn(ctx: BatchContext):
     return batch_fn
 
 
-def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, chash: str, black_threshold: int,
+def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, black_threshold: int,
                      prompt_ids: tuple[str, ...]):
     """The batch function of one model, built where it runs (the driver, or each Ray actor): a
     module-level factory over plain values, so `functools.partial(make_generate_fn, ...)` pickles.
@@ -231,49 +228,27 @@ def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: st
 
         return make_generator(model, spec, set(prompt_ids))
 
-    ctx = BatchContext(model, spec, Path(out_dir), revision, chash, black_threshold, make)
+    ctx = BatchContext(model, spec, Path(out_dir), revision, black_threshold, make)
     fn = make_batch_fn(ctx)
     fn.ctx = ctx  # type: ignore[attr-defined]
     return fn
 
 
-class _RetryCountingLog(RecordLog):
-    """The driver's log; counts the API retries of the records it appends (whichever runner made them)."""
-
-    retries = 0
-
-    def append(self, records):
-        records = list(records)
-        self.retries += sum(int(r.get("retries") or 0) for r in records)
-        super().append(records)
-
-
 # --- resumption and the manifest ---
 
-def prune_log(log: RecordLog, current_hash: str) -> dict[str, int]:
-    """Drop records made with other settings and ok records whose file is missing or changed;
-    rewrite the log atomically when anything was dropped. Returns counts of what was dropped."""
-    records = log.records()
-    keep, dropped = [], {"other_settings": 0, "file_missing_or_changed": 0}
-    for rec in records.values():
-        if rec.get("config_hash") != current_hash:
-            dropped["other_settings"] += 1
-            continue
-        if rec.get("status") == "ok":
-            path = Path(rec.get("path", ""))
-            if not path.is_file() or sha256_file(path) != rec.get("sha256"):
-                dropped["file_missing_or_changed"] += 1
-                continue
-        keep.append(rec)
-    if sum(dropped.values()):
-        atomic_write_text(log.path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in keep))
-    return dropped
+def item_content(item: dict[str, Any]) -> dict[str, Any]:
+    """What an image depends on besides the model's settings: the prompt text, its seed and index."""
+    return {k: item[k] for k in ("prompt", "template_version", "seed", "index", "width", "height")}
 
 
-def build_manifest(log: RecordLog, items: list[dict[str, Any]]) -> pd.DataFrame:
-    """The manifest: the log's records of the planned images, in plan order (prompt, index)."""
-    records = log.records()
-    rows = [records[(it["image_id"],)] for it in items if (it["image_id"],) in records]
+def file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
+    """An ok record is valid only while its image file is there with the bytes it recorded."""
+    return record.get("status") != "ok" or file_digest(record.get("path")) == record.get("sha256")
+
+
+def build_manifest(run: StageRun) -> pd.DataFrame:
+    """The manifest: the current records of the planned images, in plan order (prompt, index)."""
+    rows = [r | {"config_hash": r[SETTINGS_FIELD]} for r in run.rows()]
     df = pd.DataFrame(rows, columns=MANIFEST_COLUMNS)
     if len(df):
         df = df.sort_values(["prompt_id", "index"], kind="stable").reset_index(drop=True)
@@ -304,44 +279,31 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     remove_stale_temporaries(out_dir)
     items = plan_items(prompts, model, gp.images_per_prompt, spec)
     ex = cfg.execution
-    base_log = out_dir / "log.jsonl"
-    # sharded: this shard's own log; unsharded: adopt the shard logs copied in beside it first
-    log_path = shard_log_path(base_log, ex.shard_index, ex.shard_count)
-    adopted = {"adopted": []} if ex.sharded else adopt_shard_logs(RecordLog(base_log, "image_id"))
-    log = _RetryCountingLog(log_path, key="image_id")
     chash = config_hash(spec, revision)
-    dropped = prune_log(log, chash)
-
     batch_size = spec.batch_size if spec.backend in ("diffusers", "tiny") else 1
-    made: list = []
     if generator is not None:  # an injected generator (tests): the local runner only
         if ex.runner != "local":
             raise ParamsError("execution.runner: an injected generator runs with the local runner only")
-        ctx = BatchContext(model, spec, out_dir, revision, chash, gp.black_threshold, lambda: generator)
+        ctx = BatchContext(model, spec, out_dir, revision, gp.black_threshold, lambda: generator)
         fn = make_batch_fn(ctx)
+        fn.ctx = ctx  # type: ignore[attr-defined]
         make_fn = lambda: fn  # noqa: E731
     else:
-        factory = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, chash, gp.black_threshold,
+        make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, gp.black_threshold,
                           tuple(prompts["prompt_id"].astype(str)))
-        if ex.runner == "ray":
-            make_fn = factory
-        else:
-            def make_fn():
-                made.append(factory())
-                return made[-1]
-    run = run_stage(items, make_fn, log, ex, batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed,
-                    desc=f"generate {model}" + (f" shard {ex.shard_index}/{ex.shard_count}" if ex.sharded else ""),
-                    progress=progress)
-    for fn_made in made:
-        if fn_made.ctx.generator is not None:
+    stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
+                  batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged)
+    run = run_stage(stage, ex, progress)
+    for fn_made in run.made:
+        if fn_made.ctx.generator is not None and generator is None:
             fn_made.ctx.generator.close()
-    manifest = build_manifest(log, items)
-    summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run, log.retries, dropped)
-    summary["execution"] = {"runner": ex.runner, "shard_index": ex.shard_index, "shard_count": ex.shard_count,
-                            "log": log_path.name, "adopted_shards": adopted}
-    if ex.sharded:
+    manifest = build_manifest(run)
+    retries = sum(int(r.get("retries") or 0) for r in run.appended)
+    summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run.summary, retries)
+    summary["execution"] = run.execution
+    if run.sharded:
         # one shard: its log (and images) only; the unsharded run that merges the shards writes the manifest
-        atomic_write_json(log_path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})
+        atomic_write_json(run.log.path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})
         return GenerateResult(model, out_dir, manifest, summary)
     atomic_write_table(manifest, out_dir / "manifest.parquet")
     atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(spec.model_dump())})
@@ -349,7 +311,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
 
 
 def summarize(model: str, spec: GeneratorSpec, manifest: pd.DataFrame, n: int, n_prompts: int, run: RunSummary,
-              retries: int, dropped: dict[str, int]) -> dict[str, Any]:
+              retries: int) -> dict[str, Any]:
     status = manifest["status"].value_counts().to_dict() if len(manifest) else {}
     ok_per_prompt = manifest[manifest["status"] == "ok"].groupby("prompt_id").size() if len(manifest) else pd.Series()
     first = manifest.iloc[0] if len(manifest) else {}
@@ -361,7 +323,10 @@ def summarize(model: str, spec: GeneratorSpec, manifest: pd.DataFrame, n: int, n
         "failed": int(status.get("failed", 0)),
         "prompts_complete": int((ok_per_prompt >= n).sum()),
         "this_run": {"processed": run.processed, "already_done": run.already_done, "other_shards": run.other_shards,
-                     "status": run.status_counts, "retries": retries, "dropped_stale_records": dropped},
+                     "status": run.status_counts, "retries": retries,
+                     "dropped_stale_records": {"other_settings": run.stale["settings"],
+                                               "other_prompt_or_seed": run.stale["input"],
+                                               "file_missing_or_changed": run.stale["output"]}},
     }
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from biasaudit import contracts as C
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
 from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
@@ -103,7 +104,7 @@ def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
 
 
 def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Path, detector: str = "dlib"):
-    """Batch function for runner.run_local: edit, check the pixels (as saved), regenerate a failing edit
+    """The engine's batch function: edit, check the pixels (as saved), regenerate a failing edit
     with the next attempt's seed up to `params.max_attempts`, write the JPEG atomically, return the row.
 
     `params` = the counterfactuals section, `checks` = the validate_edits section (thresholds)."""
@@ -180,3 +181,64 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
         return out
 
     return fn
+
+
+# --- the stage: every accepted source photo × target group, on the engine ---------------------------
+
+def make_edit_fn(params: Any, checks: Any, out_root: str, detector: str = "dlib"):
+    """The batch function built where it runs (the driver, a pool worker or a Ray actor, each with its
+    own editor): a module-level factory over params models, so a functools.partial pickles."""
+    from biasaudit.backends.editors import make_editor
+
+    editor = make_editor(params)
+    fn = make_edit_batch_fn(editor, params, checks, out_root, detector)
+    fn.editor = editor  # type: ignore[attr-defined]
+    return fn
+
+
+def edit_content(item: dict[str, Any]) -> dict[str, Any]:
+    """An edit depends on its source photo's bytes (not its path) and its target group."""
+    from biasaudit.engine import file_digest
+
+    return {"source": file_digest(item["source_path"]), "race": item["race"], "gender": item["gender"]}
+
+
+def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
+    from biasaudit.engine import file_digest
+
+    return record.get("status") != "ok" or file_digest(record.get("path")) == record.get("sha256")
+
+
+def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
+              progress: bool = True, editor: Any = None) -> dict[str, Any]:
+    """Edit every accepted source photo into every target group (resumable, `execution:` local, local
+    pool for the tiny editor, or Ray). Returns the manifest rows (current records, item order), the
+    engine's run and the editor's description. `editor` injects one (tests; serial local runner)."""
+    from functools import partial
+
+    from biasaudit.engine import Stage, run_stage
+
+    params = params or cfg.counterfactuals
+    checks = cfg.validate_edits
+    items = edit_items(sources, params.races, params.genders)
+    if editor is not None:
+        fn = make_edit_batch_fn(editor, params, checks, out_root, params.mask_detector)
+        fn.editor = editor  # type: ignore[attr-defined]
+        make_fn = lambda: fn  # noqa: E731
+    else:
+        make_fn = partial(make_edit_fn, params, checks, Path(out_root).as_posix(), params.mask_detector)
+    settings = stable_hash([params.model_dump(), checks.model_dump()], 16)
+    stage = Stage("edits", items, "edit_id", settings, make_fn, Path(out_root) / ".work" / "edits.jsonl",
+                  edit_content, still_valid=edit_file_unchanged, cpu_bound=params.backend == "tiny")
+    run = run_stage(stage, cfg.execution, progress)
+    if run.made:
+        described = run.made[0].editor.describe()
+    else:  # nothing pending, or the workers held the editor: describe a fresh, unused one
+        from biasaudit.backends.editors import make_editor
+
+        described = (editor or make_editor(params)).describe()
+    from biasaudit.engine import INPUT_FIELD, SETTINGS_FIELD
+
+    manifest = pd.DataFrame(run.rows()).drop(columns=[SETTINGS_FIELD, INPUT_FIELD], errors="ignore")
+    return {"manifest": manifest, "run": run, "summary": run.summary, "editor": described,
+            "execution": run.execution}

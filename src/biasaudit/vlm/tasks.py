@@ -224,7 +224,7 @@ def prefetch(vlm: Any, items: list[dict], params: Any, max_tokens: int) -> int:
 
 
 def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, two_afc_mode: str | None = None):
-    """Batch function for runner.run_local: ask `vlm` (a CachedVLM) and parse each answer.
+    """The engine's batch function: ask `vlm` (a CachedVLM) and parse each answer.
     `two_afc_mode` defaults to the backend spec's (interleaved | composite); recorded per 2AFC row."""
     backend = vlm.backend
     mode = two_afc_mode or getattr(getattr(backend, "spec", None), "two_afc_mode", "interleaved")
@@ -250,25 +250,21 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
                 "prompt_sha": stable_hash(item["prompt"], 12), "options": "".join(item["options"]),
                 "text": response.text, "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
                 "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
-                "from_cache": response.from_cache, "created_at": utc_now()}
+                "from_cache": response.from_cache, "answer_status": response.status,
+                "via": response.meta.get("via", ""), "created_at": utc_now()}
             records.append(record)
         return records
 
     return fn
 
 
-def make_reflect_fn(spec: Any, cache_path: str, vlm_name: str, params: Any, max_tokens: int, config: str):
+def make_reflect_fn(spec: Any, cache_path: str, vlm_name: str, params: Any, max_tokens: int):
     """The batch function built where it runs (the driver, or each Ray actor, with its own backend and
-    cache connection); a module-level factory over params models, so a functools.partial pickles.
-    Every record carries `config` (part of the log key)."""
+    cache connection); a module-level factory over params models, so a functools.partial pickles."""
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
 
     cached = CachedVLM(make_vlm_backend(spec), cache_path)
-    inner = make_batch_fn(cached, vlm_name, params, max_tokens=max_tokens)
-
-    def fn(items: list[dict]) -> list[dict]:
-        return [r | {"config": config} for r in inner(items)]
-
+    fn = make_batch_fn(cached, vlm_name, params, max_tokens=max_tokens)
     fn.vlm = cached  # type: ignore[attr-defined]
     return fn
 
