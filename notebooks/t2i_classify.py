@@ -22,7 +22,7 @@
 # %% tags=["parameters"]
 # Only what varies per stage instance (DVC passes the foreach key); every other value comes from
 # params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
-model: str = "tiny-sd3"  # generator whose images are labelled (the foreach key in dvc.yaml)
+model: str = "planted-a"  # generator whose images are labelled (the foreach key in dvc.yaml)
 
 # %%
 import pandas as pd

@@ -25,7 +25,7 @@
 # %% tags=["parameters"]
 # Only what varies per stage instance (DVC passes the foreach key); every other value comes from
 # params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
-model: str = "packaged-photos"  # generator name (a key of `models:` in params.yaml)
+model: str = "planted-a"  # generator name (a key of `models:` in params.yaml)
 
 # %%
 import pandas as pd

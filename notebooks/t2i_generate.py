@@ -25,7 +25,7 @@
 # %% tags=["parameters"]
 # Only what varies per stage instance (DVC passes the foreach key); every other value comes from
 # params.yaml through stage_params (validated), so a run outside DVC reads what `dvc repro` reads.
-model: str = "tiny-sd3"  # which entry of `models:` in params.yaml (DVC passes the foreach key)
+model: str = "planted-a"  # which entry of `models:` in params.yaml (DVC passes the foreach key)
 
 # %%
 import json

@@ -74,7 +74,7 @@ def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
     raw["sources"] |= {"source": "folder", "input_dir": str(photos)}
     cfg: Params = validate(raw)
     inputs = external_inputs(cfg)
-    assert inputs["generate_mine"] == [str(imported), str(tmp_path / "map.csv")] and inputs["generate_tiny-sd3"] == []
+    assert inputs["generate_mine"] == [str(imported), str(tmp_path / "map.csv")] and inputs["generate_planted-a"] == []
     assert inputs["sources"] == [str(photos)]
 
     def snapshot():

@@ -114,7 +114,7 @@ def test_key_shaped_env_values_are_rejected_without_echoing_them(capsys, tmp_pat
     fake = "sk-proj-Zq81xYv0aBcDeFgHiJkLmNoPqRsTuV"
     google = "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv"
     token = "X9FQ2ZT7LM4K8PWR3NBV6CJD"  # capitals and digits only, still a token, not a name
-    for where in (("classify", "vlm"), ("counterfactuals",), ("vlms", "tiny"), ("models", "packaged-photos")):
+    for where in (("classify", "vlm"), ("counterfactuals",), ("vlms", "tiny"), ("models", "planted-a")):
         for secret in (fake, google, token):
             raw = raw_params()
             node = raw

@@ -79,7 +79,7 @@ def test_face_loss_flags_lost_dark_faces_by_bin_and_label():
     dark = f[f["planted_L"] < 40]
     assert loss.loc[("L_bin", "<40"), "n_images"] == len(dark)
     assert loss.loc[("L_bin", "<40"), "no_face_rate"] == pytest.approx(1.0) and loss.loc[("L_bin", "<40"), "flagged"]
-    assert not loss.loc[("L_bin", "55-70"), "flagged"]
+    assert not loss.loc[("L_bin", "[55,70)"), "flagged"]
     black = f[f["planted_label"] == "black"]
     assert loss.loc[("label", "black"), "no_face_rate"] == pytest.approx((black["n_faces"] == 0).mean())
     cross = res.tables["cross_detector"].set_index(["by", "group"])
