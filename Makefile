@@ -22,6 +22,8 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	# the lock is a complete freeze: --no-deps keeps it exact (insightface would pull opencv-python 5, which lacks CascadeClassifier)
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	# MediaPipe's BlazeFace + face-mesh .tflite files (for the instruments stage), out of its wheel; never at run time
+	$(BIN)/python -m biasaudit.faces.mediapipe_lite models/mediapipe
 	touch $@
 
 setup: $(VENV)/.installed

@@ -59,7 +59,7 @@ def test_mediapipe_finds_the_packaged_face_when_its_models_are_there():
 
     directory = Path("models/mediapipe")
     if not all((directory / n).is_file() for n in mp.FILES):
-        pytest.skip("models/mediapipe/*.tflite not extracted yet (the instruments stage does it)")
+        pytest.skip("models/mediapipe/*.tflite not extracted yet (make setup does it)")
     paths, _ = mp.ensure_models(directory)
     rgb, truth = ins.sweep_image(1, 55.0, "skin", 160, 2.0)
     faces = mp.BlazeFaceDetector(paths).detect(rgb)

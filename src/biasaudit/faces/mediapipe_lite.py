@@ -37,13 +37,17 @@ RIGHT_BROW = [46, 53, 52, 65, 55, 70, 63, 105, 66, 107]
 LIPS = [61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185]
 
 
-def ensure_models(directory: str | Path) -> tuple[dict[str, Path] | None, str]:
-    """(paths of the two .tflite files, '') or (None, reason). Missing files are read out of the mediapipe
-    wheel downloaded with pip (no install, no dependencies)."""
+def ensure_models(directory: str | Path, download: bool = False) -> tuple[dict[str, Path] | None, str]:
+    """(paths of the two .tflite files, '') or (None, reason). With `download` (the setup step, never a
+    stage: stages run offline), missing files are read out of the mediapipe wheel fetched with pip
+    (no install, no dependencies)."""
     directory = Path(directory)
     paths = {name: directory / name for name in FILES}
     if all(p.is_file() for p in paths.values()):
         return paths, ""
+    if not download:
+        return None, (f"{directory}/ lacks {', '.join(sorted(FILES))}: run `make setup` (or "
+                      f"python -m biasaudit.faces.mediapipe_lite {directory}) to extract them from {MEDIAPIPE_WHEEL}")
     try:
         import ai_edge_litert  # noqa: F401
     except ImportError:
@@ -179,3 +183,10 @@ def mesh_skin_mask(shape: tuple[int, int], pts: np.ndarray) -> np.ndarray:
     pad = max(1, int(round(0.02 * width)))
     holes = cv2.dilate(holes, np.ones((2 * pad + 1, 2 * pad + 1), np.uint8))
     return face.astype(bool) & ~holes.astype(bool)
+
+
+if __name__ == "__main__":  # the setup step: python -m biasaudit.faces.mediapipe_lite [DIR]
+    target = sys.argv[1] if len(sys.argv) > 1 else "models/mediapipe"
+    found, why = ensure_models(target, download=True)
+    print(f"mediapipe models in {target}" if found else f"warning: no mediapipe models ({why}); the "
+          "instruments stage will record MediaPipe as not run")

@@ -435,7 +435,7 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Planted effects (known truth) vs what the audit estimates: is each inside its interval?"""
     b = Block("validation", "Does the audit recover what was planted?")
     t = t2i.table("validation")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.validation", t)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.validation.validation", t)
     if not t.ok:
         return _missing(b, t)
     df = t.df
@@ -478,7 +478,7 @@ def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
     else:
         summary.path = None
     png = t2i.root / "instruments/instruments.png"
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.instruments", *loaded)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.validation.instruments_result", *loaded)
     if png.exists():
         b.extra = f'<details><summary>Figure</summary><img src="{_rel(reports, png)}" alt="instrument bias"></details>'
     if not parts:
