@@ -112,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     written = write_check(cfg, out_dir)
     print(f"{params_file}: valid (profile {cfg.profile}); wrote {len(written)} check files to {out_dir}")
+    from biasaudit.cli import describe_need
+    from biasaudit.weights import missing
+
+    lacking = missing(cfg)  # not fatal here: a stage that needs none of these still runs; one that does stops first
+    for need in lacking:
+        print(f"warning: {describe_need(need)}", file=sys.stderr)
+    if lacking:
+        print(f"check: {len(lacking)} weight(s)/key(s)/server(s) missing; the stages that need them will stop "
+              "before their notebook runs (`biasaudit check` lists them)", file=sys.stderr)
     return 0
 
 

@@ -164,6 +164,23 @@ def first_line(ename: str, evalue: str, width: int = 400) -> str:
     return f"{ename}: {text}" if text else ename
 
 
+def missing_needs(stage: str) -> list[str]:
+    """The weights, keys and servers `stage` needs and lacks (biasaudit.weights), one line each with
+    its fix; checked before the kernel starts, so a stage without its model fails in a second with the
+    fix as its first line while stages that need nothing missing still run."""
+    if not stage:
+        return []
+    from biasaudit.cli import describe_need
+    from biasaudit.config import ParamsError, load_params
+    from biasaudit.weights import missing
+
+    try:
+        cfg = load_params()
+    except ParamsError:
+        return []  # the notebook's stage_params reports it (the check stage already did)
+    return [describe_need(n) for n in missing(cfg, stage=stage)]
+
+
 def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
     """papermill's injection: a cell tagged `injected-parameters` (`name = value` lines) right after
     the cell tagged `parameters` (at the top without one), replacing an earlier injected cell."""
@@ -206,6 +223,12 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     target = out_dir / f"{name}.ipynb"
     terminal.write(f"▶ {label}\n")
     terminal.flush()
+    lacking = missing_needs(stage)
+    if lacking:
+        terminal.write(f"✗ {label}: needs {len(lacking)} thing(s) this machine lacks (not run):\n"
+                       + "".join(f"  - {line}\n" for line in lacking))
+        terminal.flush()
+        return 1
     kernel_env()
     nb = jupytext.read(notebook)
     inject_parameters(nb, parameters)
