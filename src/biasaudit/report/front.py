@@ -457,7 +457,9 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
         ok = show["covered"].eq("yes")
         b.findings.append(f"The audit recovers {int(ok.sum())} of {len(show)} planted quantities inside their "
                           f"{level} intervals" + ("." if ok.all() else
-                                                   f"; missed: {', '.join(show.loc[~ok, 'quantity'].astype(str).head(4))}."))
+                                                   f"; missed (how many rows): " + ", ".join(
+                                                       f"{q} ({n})" for q, n in show.loc[~ok, "quantity"].astype(str)
+                                                       .value_counts().items()) + "."))
     return b
 
 

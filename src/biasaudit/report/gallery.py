@@ -196,7 +196,7 @@ IMAGES_TEMPLATE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
 <style>{{ css }}</style></head><body>
 <p><a href="index.html">← report</a> · <a href="focus.html">FOCUS edits</a></p>
 <h1>Generated images, per model × prompt</h1>
-{% if stand_in %}<div class="standin">STAND-IN RUN: random-weight generators and packaged photos; the images show no real model's output.</div>{% endif %}
+{% if stand_in %}<div class="standin">STAND-IN RUN: PLANTED-truth images (recoloured public-domain photos with declared labels and skin tones) or random-weight stand-ins; they show no real model's output.</div>{% endif %}
 <p>Caption: classified label · skin L* (face box in red, the measured skin-mask outline in green).
 {{ shown }} of {{ total }} images shown (at most {{ per_prompt }} per model × prompt).{% if mask_note %} {{ mask_note }}{% endif %}</p>
 {% if reason %}<p><b>No data:</b> {{ reason }}</p>{% else %}

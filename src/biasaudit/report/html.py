@@ -68,8 +68,9 @@ details.sec{border:1px solid #ddd;border-radius:4px;padding:.2em .6em;margin:.3e
 </style></head><body>
 <h1>{{ title }}</h1>
 {% if stand_in %}<div class="standin" role="alert">STAND-IN RUN — these numbers describe no real model
-<small>Profile <b>{{ profile }}</b>: random-weight stand-in models and packaged photos, a handful of prompts.
-They test that the pipeline works end to end; switch to the paper profile for real results.</small></div>
+<small>Profile <b>{{ profile }}</b>: PLANTED-truth images (declared labels and skin tones on recoloured
+public-domain photos), a SIMULATED classifier and raters, random-weight stand-in VLMs and editors, a handful
+of prompts. They test that the audit recovers what was planted; switch to the paper profile for real results.</small></div>
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · built {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
