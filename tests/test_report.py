@@ -162,7 +162,7 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     assert "-12.5 [-20.0, -5.0] *" in page and "1 of 2 Δg effects are significant after adjustment" in page
     assert "from 0.25 (Black man) to 0.75 (White man)" in page
     # planted effects, instrument bias, calibration
-    assert "recovers 1 of 2 planted quantities" in page and "missed: L_slope" in page
+    assert "recovers 1 of 2 planted quantities" in page and "missed (how many rows): L_slope (1)" in page
     assert "Face loss is highest for black (0.300) and lowest for white (0.100)" in page
     assert "1 of 2 interval settings cover within 2 Monte Carlo SE" in page
     # the trail: function names and a link to the cell that called them
@@ -176,7 +176,7 @@ def test_missing_inputs_render_as_no_data(tmp_path):
     page = build_index(tmp_path, Params(profile="paper"), root=tmp_path).read_text()
     assert "STAND-IN" not in page
     for reason in ("reports/t2i/manifest.json not found", "reports/vlm/manifest.json not found",
-                   "reports/calibration/calibration.csv not found", "no data: reports/t2i/instruments/summary.csv"):
+                   "no calibration table (reports/t2i/tables/calibration.csv", "no data: reports/t2i/instruments/summary.csv"):
         assert reason in page, reason
 
 
