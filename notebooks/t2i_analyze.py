@@ -100,9 +100,12 @@ show(an.calibration(inputs))
 # above `face_loss_threshold`, and the instrument sweep of the `instruments` stage.
 
 # %%
+from biasaudit.backends.vlm.simulated import confusion_array
 from biasaudit.t2i import validation as va
 
-show(va.validation(inputs, boot, params.dark_L_threshold, cfg.reliability.correction_method))
+spec = cfg.classify.vlm  # a SIMULATED classifier declares its confusion matrix: the raw TVD's exact estimand
+confusion = confusion_array(spec.sim_confusion) if spec.backend == "simulated" else None
+show(va.validation(inputs, boot, params.dark_L_threshold, cfg.reliability.correction_method, confusion=confusion))
 show(va.face_loss(inputs, boot, params.face_loss_threshold))
 show(va.instruments_result(C.INSTRUMENTS_DIR))
 

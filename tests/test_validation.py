@@ -93,3 +93,27 @@ def test_sections_without_planted_images_say_so():
     assert va.validation(inputs, BOOT).status == "no data"
     empty = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."))
     assert va.face_loss(empty, BOOT).status == "no data"
+
+
+def test_expected_raw_tvd_row_is_the_brute_force_mean_through_the_declared_confusion():
+    """The `mean_tvd_expected_at_n` planted value is E[TVD] when each image's label is drawn from the
+    planted p and then reported through M[true, said]: checked against a two-step Monte Carlo draw."""
+    inputs, P, bench = synthetic(n_per_prompt=8, seed=3)
+    rng = np.random.default_rng(7)
+    M = np.full((5, 5), 0.05) + np.diag([0.75] * 5)
+    M[3] = [0.3, 0.0, 0.2, 0.5, 0.0]  # hispanic confused with white and asian, as in the paper
+    M = M / M.sum(axis=1, keepdims=True)
+    table = va.validation(inputs, BOOT, confusion=M).tables["validation"]
+    rows = table[table["quantity"] == "mean_tvd_expected_at_n"].set_index("category_or_group")
+    reps = 20000
+    for cat, idx in (("occupation", [0, 1, 2]), ("surname", [3, 4, 5])):
+        tv = []
+        for i in idx:
+            true = np.array([rng.choice(5, size=8, p=P[i]) for _ in range(reps)])
+            said = (rng.random((reps, 8, 1)) > np.cumsum(M[true], axis=2)).sum(axis=2)
+            shares = np.stack([(said == g).mean(axis=1) for g in range(5)], axis=1)
+            tv.append(0.5 * np.abs(shares - bench[i]).sum(axis=1))
+        mc = np.mean(tv, axis=0)
+        assert rows.loc[cat, "planted"] == pytest.approx(mc.mean(), abs=4 * mc.std() / np.sqrt(reps))
+    # without a declared confusion (a real classifier) the row is absent
+    assert "mean_tvd_expected_at_n" not in set(va.validation(inputs, BOOT).tables["validation"]["quantity"])

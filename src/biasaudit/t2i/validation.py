@@ -24,7 +24,7 @@ import pandas as pd
 from biasaudit import GROUPS
 from biasaudit.faces.colour import l_bin
 from biasaudit.stats.skin_summary import skin_summary
-from biasaudit.stats.tvd import tvd
+from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i import analysis as an
 from biasaudit.t2i.outputs import NO_DATA, Figure, Result
 
@@ -72,8 +72,12 @@ def planted_per_prompt(truth: pd.DataFrame, pp: pd.DataFrame) -> pd.DataFrame:
     return pp.join(per.join(realised), on=["model", "prompt_id"], how="inner")
 
 
-def representation_rows(pp: pd.DataFrame, boot: an.Boot) -> list[dict]:
-    """Mean and pooled TVD per category, and the mean deviation per race, planted vs estimated."""
+def representation_rows(pp: pd.DataFrame, boot: an.Boot, confusion: np.ndarray | None = None) -> list[dict]:
+    """Mean and pooled TVD per category, and the mean deviation per race, planted vs estimated. With the
+    declared confusion M of a SIMULATED classifier, also the raw mean TVD against its own estimand: each
+    image's label is drawn from p and then reported through M, so a prompt's classified counts are exactly
+    Multinomial(n, p·M) and E[TVD] at that n is exact (stats.tvd.expected_tvd) — this row checks the
+    interval itself, the others check how far the raw estimate is from the planted TVD."""
     rows = []
     summary = an.tvd_summary(pp, boot).set_index(["model", "category"])
     deviations = an.deviation_summary(pp, boot).set_index(["model", "category", "race"])
@@ -88,6 +92,11 @@ def representation_rows(pp: pd.DataFrame, boot: an.Boot) -> list[dict]:
         planted_mean, realised_mean = float(tvd(P, Bm).mean()), float(tvd(R, Bm).mean())
         planted_pooled = float(tvd((n * P).sum(0) / n.sum(), (n * Bm).sum(0) / n.sum()))
         s = summary.loc[(model, cat)]
+        if confusion is not None:
+            expected = float(np.nanmean(expected_tvd(n[:, 0].astype(int), P @ confusion, Bm)))
+            rows.append(_row(model, "mean_tvd_expected_at_n", cat, expected, s["mean_tvd"], s["mean_tvd_low"],
+                             s["mean_tvd_high"], "raw mean TVD vs its exact expectation E[TVD(p̂, q)] with "
+                             "p̂ ~ Multinomial(n, planted p · declared confusion): the interval's own estimand"))
         rows.append(_row(model, "mean_tvd", cat, planted_mean, s["mean_tvd"], s["mean_tvd_low"], s["mean_tvd_high"],
                          f"raw classified labels; TVD of the planted labels actually drawn: {realised_mean:.3f}"))
         rows.append(_row(model, "bias_corrected_mean_tvd", cat, planted_mean, s["tvd_bias_corrected"],
@@ -183,7 +192,8 @@ def skin_rows(truth: pd.DataFrame, skin: pd.DataFrame, boot: an.Boot, dark_L: fl
 def plot_validation(table: pd.DataFrame) -> Figure:
     import matplotlib.pyplot as plt
 
-    parts = [("TVD", table[table["quantity"].isin(["mean_tvd", "bias_corrected_mean_tvd", "pooled_tvd", "corrected_mean_tvd"])]),
+    parts = [("TVD", table[table["quantity"].isin(["mean_tvd", "mean_tvd_expected_at_n", "bias_corrected_mean_tvd", "pooled_tvd",
+                                          "corrected_mean_tvd"])]),
              ("mean L* per planted label", table[table["quantity"] == "mean_L"])]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), squeeze=False)
     for ax, (title, t) in zip(axes[0], parts):
@@ -203,7 +213,7 @@ def plot_validation(table: pd.DataFrame) -> Figure:
 
 
 def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correction_method: str = "lsq",
-               tolerance: float = 3.0) -> Result:
+               tolerance: float = 3.0, confusion: np.ndarray | None = None) -> Result:
     """The validation section: table `validation` (COLUMNS), figure, metrics under `validation`."""
     res = Result("validation", "Does the audit recover what was planted?")
     truth = planted_images(inputs.manifests)
@@ -217,7 +227,7 @@ def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correctio
     if pp.empty:
         res.notes.append("no labels for the planted images: representation not checked")
     else:
-        rows += representation_rows(pp, boot)
+        rows += representation_rows(pp, boot, confusion)
         more, notes = corrected_rows(inputs, boot, pp, correction_method)
         rows += more
         res.notes += notes
@@ -233,7 +243,8 @@ def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correctio
         res.status, res.reason = NO_DATA, "nothing to compare"
         return res
     res.figures["validation"] = plot_validation(table)
-    tvd_rows = table[table["quantity"].isin(["mean_tvd", "bias_corrected_mean_tvd", "pooled_tvd"])]
+    tvd_rows = table[table["quantity"].isin(["mean_tvd", "mean_tvd_expected_at_n", "bias_corrected_mean_tvd",
+                                              "pooled_tvd"])]
     corr = table[table["quantity"] == "corrected_mean_tvd"]
     L_rows = table[table["quantity"] == "mean_L"]
     L_ok = L_rows[L_rows["planted"] >= 30]
