@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit.contracts import GROUPS
 from biasaudit.report.load import Loaded, Outputs, ci, col, fmt, num, pval, read_csv, read_json
 from biasaudit.report.trail import trail
 
@@ -179,7 +180,7 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
     if not L or "label" not in df:
         b.note = f"skin_summary_by_label lacks label/L_mean (has: {', '.join(df.columns)})"
         return b
-    labels = [x for x in ("white", "black", "asian", "hispanic", "other") if x in set(df["label"])]
+    labels = [x for x in GROUPS if x in set(df["label"])]
     rows = []
     for model in _models_order(df):
         sub = df[df["model"].astype(str) == model].set_index("label")
@@ -230,8 +231,8 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
         b.note = f"homogeneity_by_race lacks group/gap (has: {', '.join(df.columns)})"
         return b
     seen = list(dict.fromkeys(df["group"].astype(str)))
-    groups = [g for g in ("white", "black", "asian", "hispanic", "other") if g in seen] + \
-        [g for g in seen if g not in ("white", "black", "asian", "hispanic", "other")]
+    groups = [g for g in GROUPS if g in seen] + \
+        [g for g in seen if g not in GROUPS]
     rows = []
     keys = [k for k in ("model", "space") if k in df]
     for key, sub in df.groupby(keys, sort=False):
