@@ -45,6 +45,21 @@ STATUS_RANK = {"ok": 0, "refused": 1, "skipped": 2, "failed": 3}
 OTHER_RANK = 2
 
 
+def per_item(one: Callable[[Item], Item], on_error: Callable[[Item, str], Item]) -> BatchFn:
+    """A batch function from a per-item one: an exception in one item becomes that item's failed record
+    (`on_error(item, reason)`), never the end of the batch."""
+    def fn(items: list[Item]) -> list[Item]:
+        out = []
+        for item in items:
+            try:
+                out.append(one(item))
+            except Exception as exc:  # noqa: BLE001 - one bad item never stops the stage
+                out.append(on_error(item, f"{type(exc).__name__}: {exc}"[:500]))
+        return out
+
+    return fn
+
+
 def shard_of(key: Sequence[Any] | str, n_shards: int) -> int:
     """Stable shard index of a key (independent of Python's hash seed)."""
     text = key if isinstance(key, str) else "\x1f".join(map(str, key))

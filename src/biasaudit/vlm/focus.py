@@ -22,6 +22,7 @@ import pandas as pd
 from PIL import Image
 
 from biasaudit import contracts as C
+from biasaudit.engine import per_item
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
 from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
@@ -168,19 +169,10 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
                 "path": str(path), "sha256": sha256_file(path), "pixel_checks_passed": not bad}
         return row | {f"px_{k}": v for k, v in metrics.items()}
 
-    def fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for item in items:
-            try:
-                out.append(one(item))
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the stage
-                out.append({k: item[k] for k in ("edit_id", "occupation", "base_id", "race", "gender", "group",
-                                                 "source_path")} | prov
-                           | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500], "path": "",
-                              "attempt": 0, "attempts": 0, "seed": None, "sha256": "", "created_at": utc_now()})
-        return out
-
-    return fn
+    keys = ("edit_id", "occupation", "base_id", "race", "gender", "group", "source_path")
+    return per_item(one, lambda item, reason: {k: item[k] for k in keys} | prov | {
+        "status": "failed", "reason": reason, "path": "", "attempt": 0, "attempts": 0, "seed": None, "sha256": "",
+        "created_at": utc_now()})
 
 
 # --- the stage: every accepted source photo × target group, on the engine ---------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from PIL import Image
 from scipy import ndimage
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
+from biasaudit import contracts as C
+from biasaudit.engine import per_item
 from biasaudit.faces.colour import delta_e2000, srgb_to_lab
 
 PIXEL_CHECKS = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change")
@@ -342,22 +345,12 @@ def make_validate_fn(params: Any):
                            "action": "exclude"}
         return base | validate_edit(source_of(item["source_path"]), loaded.rgb, params, params.check_identity, detector)
 
-    def fn(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for item in items:
-            try:
-                out.append(one(item))
-            except Exception as exc:  # noqa: BLE001 - one bad edit never stops the stage
-                out.append({k: item.get(k) for k in BASE_FIELDS} | {
-                    "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500], "passed": False,
-                    "failed_checks": "", "action": "exclude"})
-        return out
-
-    return fn
+    return per_item(one, lambda item, reason: {k: item.get(k) for k in BASE_FIELDS} | {
+        "status": "failed", "reason": reason, "passed": False, "failed_checks": "", "action": "exclude"})
 
 
 def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool = True,
-                   work_dir: str = "data/vlm/.work/validate_edits") -> dict[str, Any]:
+                   work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> dict[str, Any]:
     """Measure every edit against its source (resumable on the engine; `execution:` local, local pool
     or Ray). Returns the per-edit records (item order; judge and target attainment come after) and the run."""
     from functools import partial
