@@ -72,7 +72,8 @@ for name in ("pairwise_kappa", "mean_kappa", "fleiss_kappa", "confusion", "disag
 # computed once, in the analysis stage, with this `correction_method` and a bootstrap over these images.
 
 # %%
-correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method)
+correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method,
+                                        reference=params.confusion_reference)
 print({k: v for k, v in correction.items() if k != "misclassification_matrix"})
 
 # %%

@@ -167,8 +167,8 @@ def test_fetch_hub_repo_pins_the_commit_and_checks_published_sha256(repo, monkey
 
 
 def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_first(tmp_path, monkeypatch):
-    """The runner checks the stage's own needs (biasaudit.weights) before starting a kernel: the line
-    after the start line names the missing weight and its fix; a stage that needs nothing still runs."""
+    """The runner checks the stage's own needs (biasaudit.weights) before its start line: the first line
+    is the cause, the next names the missing weight and its fix; a stage that needs nothing still runs."""
     import io
 
     import yaml
@@ -186,7 +186,30 @@ def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_firs
     nb.write_text("raise SystemExit('the notebook must not run')\n")
     assert execute.run(nb, "never", {}, stage="generate@sd", out_dir=tmp_path / "nb", terminal=term) == 1
     lines = term.getvalue().splitlines()
-    assert lines[0] == "▶ generate@sd" and lines[1].startswith("✗ generate@sd: needs 1 thing")
-    assert "missing weight models/sd35-large-turbo" in lines[2] and "biasaudit weights fetch" in lines[2]
+    assert lines[0].startswith("✗ generate@sd: needs 1 thing")  # its cause first: no start line
+    assert "missing weight models/sd35-large-turbo" in lines[1] and "biasaudit weights fetch" in lines[1]
     assert not (tmp_path / "nb" / "never.ipynb").exists()
     assert execute.missing_needs("generate@planted-a") == []
+
+
+def test_an_invalid_params_file_is_the_first_line_of_the_stage(tmp_path, monkeypatch):
+    """A bad value stops the stage before its start line, naming the key (ParamsError)."""
+    import io
+
+    import yaml
+
+    from biasaudit.report import execute
+
+    from .conftest import ROOT
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["analyze"]["ci_level"] = 1.5
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
+    monkeypatch.chdir(tmp_path)
+    term = io.StringIO()
+    nb = tmp_path / "never.py"
+    nb.write_text("raise SystemExit('the notebook must not run')\n")
+    assert execute.run(nb, "never", {}, stage="analyze", out_dir=tmp_path / "nb", terminal=term) == 1
+    first = term.getvalue().splitlines()[0]
+    assert first.startswith("✗ analyze: ParamsError") and "analyze.ci_level" in first, first
+    assert not (tmp_path / "nb" / "never.ipynb").exists()

@@ -16,8 +16,22 @@ from biasaudit.t2i import validation as va
 BOOT = an.Boot(n_boot=200, level=0.95, seed=1)
 
 
-def synthetic(n_per_prompt=400, seed=0, lose_dark=False):
-    """Six prompts in two categories; a perfect classifier; faces measured at exactly the planted L*."""
+def write_ratings(root: Path, labels: pd.DataFrame, n: int = 300, seed: int = 0) -> None:
+    """The reliability stage's ratings.csv (its own ratings_table) for n of the labelled images: two
+    raters who agree with the (perfect) classifier, so M is the identity (its smoothing prior sits on the diagonal)."""
+    from biasaudit import contracts as C
+    from biasaudit.t2i import reliability as rel
+
+    sample = labels.sample(n=min(n, len(labels)), random_state=seed).set_index("image_id")
+    ratings = pd.DataFrame({"rater1": sample["label"], "rater2": sample["label"], rel.CLASSIFIER: sample["label"]})
+    out = root / C.RELIABILITY_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    rel.ratings_table(ratings).to_csv(out / "ratings.csv", index=False)
+
+
+def synthetic(n_per_prompt=400, seed=0, lose_dark=False, root: Path | None = None):
+    """Six prompts in two categories; a perfect classifier; faces measured at exactly the planted L*.
+    With `root`, also the reliability stage's ratings there (the corrected rows need them)."""
     rng = np.random.default_rng(seed)
     bench = np.array([[0.6, 0.3, 0.05, 0.03, 0.02], [0.2, 0.7, 0.04, 0.04, 0.02], [0.1, 0.1, 0.6, 0.1, 0.1],
                       [0.8, 0.1, 0.04, 0.04, 0.02], [0.3, 0.5, 0.1, 0.05, 0.05], [0.05, 0.05, 0.1, 0.7, 0.1]])
@@ -42,21 +56,33 @@ def synthetic(n_per_prompt=400, seed=0, lose_dark=False):
                           "a": 15 * np.cos(np.radians(58)), "b": 15 * np.sin(np.radians(58)), "C": 15.0, "h": 58.0,
                           "face_backend": "dlib-hog", "cross_detector": "dlib-cnn", "cross_n_faces": 1,
                           "cross_L": L if lost else np.nan})
-    return an.Inputs(prompts, pd.DataFrame(man), pd.DataFrame(lab), pd.DataFrame(faces), root=Path(".")), P, bench
+    labels = pd.DataFrame(lab)
+    if root is not None:
+        write_ratings(root, labels)
+    return an.Inputs(prompts, pd.DataFrame(man), labels, pd.DataFrame(faces), root=root or Path("/nonexistent")), P, bench
 
 
-def test_validation_recovers_planted_values_with_a_perfect_instrument():
-    inputs, P, bench = synthetic()
+def test_validation_recovers_planted_values_with_a_perfect_instrument(tmp_path):
+    inputs, P, bench = synthetic(root=tmp_path)
     res = va.validation(inputs, BOOT)
     t = res.tables["validation"].set_index(["quantity", "category_or_group"])
     assert list(res.tables["validation"].columns) == va.COLUMNS
     # planted values from the definition (brute force over the declared shares)
     np.testing.assert_allclose(t.loc[("mean_tvd", "occupation"), "planted"], tvd(P[:3], bench[:3]).mean())
     np.testing.assert_allclose(t.loc[("mean_tvd", "all"), "planted"], tvd(P, bench).mean())
+    np.testing.assert_allclose(t.loc[("debiased_mean_tvd", "all"), "planted"], tvd(P, bench).mean())
     np.testing.assert_allclose(t.loc[("mean_deviation", "all/black"), "planted"], (P[:, 1] - bench[:, 1]).mean())
     for cat in ("occupation", "surname", "all"):  # 400 images per prompt: plug-in bias is small
         assert t.loc[("mean_tvd", cat), "covered"], cat
         assert t.loc[("pooled_tvd", cat), "covered"], cat
+        row = t.loc[("debiased_mean_tvd", cat)]
+        assert row["covered"] and row["check"], cat
+        assert row["estimate"] == pytest.approx(row["planted"], abs=0.02), cat
+        dev = t.loc[("mean_deviation", f"{cat}/black")]  # its coverage rate: tests/test_debiased_tvd.py
+        assert dev["check"] and dev["estimate"] == pytest.approx(dev["planted"], abs=0.03), cat
+    assert not t.loc[("mean_tvd", "all"), "check"] and t.loc[("mean_tvd_expected_at_n", "all"), "check"] \
+        if ("mean_tvd_expected_at_n", "all") in t.index else not t.loc[("mean_tvd", "all"), "check"]
+    assert res.metrics["checks"] == int(res.tables["validation"]["check"].sum())
     # faces measured at the planted L*: the estimate equals the planted mean exactly
     for g in ("white", "black"):
         assert t.loc[("mean_L", g), "estimate"] == pytest.approx(t.loc[("mean_L", g), "planted"])

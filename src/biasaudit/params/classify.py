@@ -146,3 +146,4 @@ class Reliability(Section):
     n_bootstrap: int = Field(1000, ge=0)
     ci_level: float = Field(0.95, gt=0, lt=1)
     correction_method: Literal["lsq", "em"] = "lsq"  # classifier-error correction of group shares
+    confusion_reference: Literal["consensus", "every_label"] = "consensus"  # human labels M is estimated against

@@ -5,7 +5,9 @@ papermill and nbconvert command lines one after the other, it starts one Python 
 three, injects the parameters as papermill does without importing papermill (0.7 s of imports, mostly
 its cloud I/O handlers), and exports no HTML (the report stage exports every notebook once). The terminal gets one line
 when the stage starts and one when it ends (duration, item counts); a failing stage's first line is
-its cause (`ParamsError: …`), the traceback stays in the executed notebook. The kernel:
+its cause (`ParamsError: …`, a missing weight: checked before the start line; a failure inside the
+kernel: the end line, right after the start line, which in a terminal it replaces), the traceback
+stays in the executed notebook. The kernel:
 
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
@@ -177,8 +179,26 @@ def missing_needs(stage: str) -> list[str]:
     try:
         cfg = load_params()
     except ParamsError:
-        return []  # the notebook's stage_params reports it (the check stage already did)
+        return []  # preflight reports it
     return [describe_need(n) for n in missing(cfg, stage=stage)]
+
+
+def preflight(stage: str) -> str:
+    """Why `stage` cannot start, as the one line the terminal shows first ('' = it can): an invalid
+    params.yaml (ParamsError naming every bad key) or the weights, keys and servers it lacks."""
+    if not stage:
+        return ""
+    from biasaudit.config import ParamsError, load_params
+
+    try:
+        load_params()
+    except ParamsError as exc:
+        return first_line("ParamsError", str(exc))
+    lacking = missing_needs(stage)
+    if lacking:
+        return (f"needs {len(lacking)} thing(s) this machine lacks (not run):\n"
+                + "".join(f"  - {line}\n" for line in lacking)).rstrip("\n")
+    return ""
 
 
 def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
@@ -221,18 +241,19 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{name}.ipynb"
-    terminal.write(f"▶ {label}\n")
-    terminal.flush()
-    lacking = missing_needs(stage)
-    if lacking:
-        terminal.write(f"✗ {label}: needs {len(lacking)} thing(s) this machine lacks (not run):\n"
-                       + "".join(f"  - {line}\n" for line in lacking))
+    blocked = preflight(stage)
+    if blocked:  # before the start line: a stage that cannot start prints its cause first
+        terminal.write(f"✗ {label}: {blocked}\n")
         terminal.flush()
         return 1
+    tty = terminal.isatty()
+    # a terminal keeps one line per stage: the start line, then its live bar, then its end line in place
+    terminal.write(f"▶ {label}" + ("" if tty else "\n"))
+    terminal.flush()
     kernel_env()
     nb = jupytext.read(notebook)
     inject_parameters(nb, parameters)
-    echo = BarEcho(terminal, f"  {label} ") if terminal.isatty() else None
+    echo = BarEcho(terminal, f"▶ {label} ") if tty else None
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
         client = _client(nb, log, echo)
@@ -246,6 +267,7 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
             failure = first_line(type(exc).__name__, str(exc)) + "".join(f"\n  kernel: {t}" for t in tail)
     if echo:
         echo.clear()
+        terminal.write("\r\033[K")
     seconds = time.perf_counter() - start
     nb.metadata["biasaudit"] = {"stage": label, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}

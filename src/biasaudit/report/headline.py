@@ -3,7 +3,7 @@
 `metrics/headline.json` is tracked in git (outside the gitignored reports/), so every commit carries a
 baseline and `dvc exp run -S analyze.n_boot=100 && dvc metrics diff` prints a real before/after.
 Keys are short so `dvc exp show --only-changed` fits a terminal: per model the mean per-prompt TVD
-(all prompts), its bias-corrected value, mean skin L*, the largest |homogeneity gap|; one mean CI
+(all prompts), its bias-corrected value, the TVD also corrected for classifier error (tvd_debiased), mean skin L*, the largest |homogeneity gap|; one mean CI
 width (the number a change of n_boot moves); classifier κ; per VLM the largest |Δg| and the count of
 significant effects. A quantity without data is left out (DVC shows "-"), never written as 0.
 """
@@ -51,6 +51,10 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
             width = (df[hi].map(num) - df[lo].map(num)).dropna()
             if len(width):
                 out["tvd_ci_width"] = _r(width.mean())
+    deb = t2i.table("tvd_corrected_summary")
+    if deb.ok and col(deb.df, "tvd_debiased") and "category" in deb.df:
+        for _, r in deb.df[deb.df["category"] == "all"].iterrows():
+            _put(out, "tvd_debiased", str(r["model"]), r["tvd_debiased"])
     skin = t2i.table("skin_summary_by_label")
     if skin.ok and col(skin.df, "L_mean") and col(skin.df, "n"):
         df = skin.df
@@ -90,7 +94,10 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
             out.setdefault("n_sig", {})[name] = out.get("n_sig", {}).get(name, 0) + n
     val = t2i.table("validation")
     if val.ok and col(val.df, "covered"):
-        cov = val.df[col(val.df, "covered")].map(lambda v: str(v).lower() in ("true", "1", "1.0", "yes"))
+        truthy = lambda v: str(v).lower() in ("true", "1", "1.0", "yes")  # noqa: E731
+        cov = val.df[col(val.df, "covered")].map(truthy)
+        if "check" in val.df:  # rows whose interval claims to cover the planted value
+            cov = cov[val.df["check"].map(truthy)]
         out["planted_covered"] = _r(cov.mean())
     return out
 

@@ -23,11 +23,29 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from biasaudit.stats.resample import Interval, intervals, replicates
+from biasaudit.stats.resample import Interval, cluster_weights, intervals, replicates
 from biasaudit.stats.tvd import tvd
 
 MAX_CONDITION = 50.0  # cond(M) above this: noise in the shares is amplified ≥ 50×: not identifiable
 METHODS = ("lsq", "em")
+
+
+REFERENCES = ("consensus", "every_label")
+
+
+def reference_labels(humans: list[list[str]], rule: str = "consensus") -> list[list[str]]:
+    """Per annotated image, the human labels M is estimated against. `every_label`: each rater's label
+    (an image with two raters counts twice). `consensus`: the label where every rater of the image
+    agrees, else none (the image is left out), so a rater's mistake does not enter M as a classifier
+    error — with raters 95% right and mostly White images, every_label puts White faces into the
+    Hispanic row of M often enough to over-correct Hispanic shares (benchmarks/calibration.py). The
+    images left out may be the harder ones, so M can look better on them than it is: the reliability
+    tables report how many there are and the raters' agreement."""
+    if rule not in REFERENCES:
+        raise ValueError(f"confusion_reference {rule!r}: expected one of {REFERENCES}")
+    if rule == "every_label":
+        return [list(h) for h in humans]
+    return [[h[0]] if h and len(set(h)) == 1 else [] for h in humans]
 
 
 def image_confusions(true_by_image: list[list[str]], predicted: list[str], groups: tuple[str, ...]) -> np.ndarray:
@@ -46,9 +64,11 @@ def image_confusions(true_by_image: list[list[str]], predicted: list[str], group
 
 
 def matrix_from_counts(counts: np.ndarray, k: int, prior: float = 0.5) -> np.ndarray:
-    """Row-stochastic M (…×K×K) from (human, classifier) counts (…×K·K), `prior` pseudo-counts per row
-    spread uniformly (additive smoothing) so a group absent from the sample stays defined."""
-    c = np.asarray(counts, dtype=np.float64).reshape(*np.shape(counts)[:-1], k, k) + prior / k
+    """Row-stochastic M (…×K×K) from (human, classifier) counts (…×K·K), with `prior` pseudo-counts on
+    each row's diagonal, so a group absent from the sample stays defined as "classified correctly" (no
+    correction for it). Spreading them uniformly instead would move the M of a group seen on a few
+    images away from the identity and so over-correct its share even for a perfect classifier."""
+    c = np.asarray(counts, dtype=np.float64).reshape(*np.shape(counts)[:-1], k, k) + prior * np.eye(k)
     return c / c.sum(axis=-1, keepdims=True)
 
 
@@ -168,3 +188,154 @@ def classifier_corrected_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarra
     if not ok:
         iv_corr = Interval(np.nan, np.nan, np.nan, np.nan, P, iv_corr.n_undefined, reason)
     return iv_raw, iv_corr, info
+
+
+# ---------------------------------------------------------------- classifier error and finite n together
+
+def _share_sd(pi: np.ndarray, n: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """(P, K) standard deviations of the linearly corrected shares W·π̂ of each prompt: the unbiased
+    multinomial covariance (diag π − ππᵀ)/(n − 1) through W; n = 1 takes Popoviciu's bound, the largest
+    variance a share can have ((max − min of W's row)² / 4n), since one image says nothing about it."""
+    cov = (pi[:, :, None] * np.eye(pi.shape[1])[None] - pi[:, :, None] * pi[:, None, :])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = np.einsum("gc,jcd,gd->jg", W, cov, W) / (n - 1)[:, None]
+    worst = (W.max(axis=1) - W.min(axis=1)) ** 2 / 4
+    var = np.where((n > 1)[:, None], var, worst[None, :] / np.maximum(n, 1)[:, None])
+    return np.sqrt(np.clip(var, 0, None))
+
+
+def folded_normal_mean(mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E|X| for X ~ N(mu, sd²) (sd = 0 gives |mu|)."""
+    from scipy.stats import norm
+
+    mu, sd = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(sd, dtype=float))
+    safe = np.where(sd > 0, sd, 1.0)
+    with np.errstate(over="ignore", under="ignore"):
+        out = safe * np.sqrt(2 / np.pi) * np.exp(-mu ** 2 / (2 * safe ** 2)) + mu * (1 - 2 * norm.cdf(-mu / safe))
+    return np.where(sd > 0, out, np.abs(mu))
+
+
+def eb_abs_deviation(d: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """Empirical-Bayes estimate of |δ| per cell of d (P×K): d = δ + noise with known sd, and, per group
+    (column), δ ~ N(0, τ²) with τ² = mean over prompts of (d² − sd²), floored at 0 (the method of
+    moments). The posterior of δ is N(λd, λ sd²) with λ = τ²/(τ² + sd²), and the estimate is its E|δ|.
+    Noise alone (τ² = 0) gives 0, a deviation far above the noise gives ≈ |d|: the plug-in |d|, whose
+    bias is E|noise| at δ = 0, is shrunk exactly where the noise dominates."""
+    tau2 = np.clip((d ** 2 - sd ** 2).mean(axis=0), 0, None)[None, :]
+    den = tau2 + sd ** 2
+    lam = np.where(den > 0, tau2 / np.where(den > 0, den, 1.0), 0.0)
+    return folded_normal_mean(lam * d, np.sqrt(lam) * sd)
+
+
+def _linear_draws(counts: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int, max_condition: float,
+                  prior: float, M: np.ndarray | None):
+    """Shared by debiased_tvd and corrected_deviation: (π̂ P×K, n, W = M⁻ᵀ, bootstrap corrected shares
+    B×P×K, usable B, info). A replicate redraws each prompt's classified counts ~ Multinomial(n, π̂) and,
+    with annotated images E, re-estimates M from a resample of them; replicates whose M is not
+    identifiable are unusable. Returns None for the draws (with info's reason) when M is not identifiable."""
+    have_E = E is not None and np.asarray(E).size and np.asarray(E).sum() > 0
+    if not have_E and M is None:
+        raise ValueError("needs the annotated images E or a confusion matrix M")
+    E = np.asarray(E, dtype=np.float64) if have_E else np.zeros((0, k * k))
+    M = matrix_from_counts(E.sum(axis=0), k, prior) if have_E else np.asarray(M, dtype=np.float64)
+    cond, ok, reason = identifiability(M, max_condition)
+    info = {"condition_number": cond, "identifiable": ok, "reason": reason, "M_source":
+            f"estimated from {len(E)} annotated images" if have_E else "declared (taken as known)"}
+    n = counts.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pi = counts / n[:, None]
+    if not ok:
+        return pi, n, None, None, None, info
+    W = np.linalg.inv(M.T)
+    rng = np.random.default_rng(seed)
+    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, pi)], axis=1) / n[None, :, None]
+    if len(E):
+        Ms = matrix_from_counts(cluster_weights(len(E), n_boot, rng) @ E, k, prior)
+        usable = condition_number(Ms) <= max_condition
+        Ws = np.linalg.inv(np.transpose(np.where(usable[:, None, None], Ms, np.eye(k)), (0, 2, 1)))
+    else:
+        usable = np.ones(n_boot, dtype=bool)
+        Ws = np.broadcast_to(W, (n_boot, k, k))
+    return pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, info
+
+
+def _excluded(n_boot: int, usable: np.ndarray) -> str:
+    bad = int(n_boot - usable.sum())
+    return f"{bad} of {n_boot} resamples with an unidentifiable M excluded" if bad else ""
+
+
+def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],
+                 n_boot: int = 1000, level: float = 0.95, seed: int = 0, max_condition: float = MAX_CONDITION,
+                 prior: float = 0.5, M: np.ndarray | None = None) -> tuple[Interval, dict]:
+    """Mean over prompts of TVD(p, q), corrected for classifier error *and* finite n, with an honest
+    (bias-aware) interval for the prompts' true shares p.
+
+    The classifier's shares π̂ of a prompt are inverted linearly, p̃ = M⁻ᵀπ̂, without clipping to the
+    simplex, so E[p̃] = p (clipping, as `lsq` does, biases the shares of rare groups upward). Then, per
+    prompt and group, 0 ≤ E|p̃_g − q_g| − |p_g − q_g| ≤ E|p̃_g − p_g| ≤ sd(p̃_g) (Jensen, the triangle
+    inequality, Cauchy–Schwarz), so the plug-in T = mean ½Σ|p̃ − q| overstates the truth θ by between 0
+    and B = mean ½Σ sd(p̃_g). The interval is [T − B − c_hi, T + c_lo] with c from the bootstrap of T
+    (`_linear_draws`): it covers θ at ≥ `level` whatever p is, because the bias is bounded, not
+    estimated (benchmarks/calibration.py). The point estimate is empirical Bayes (`eb_abs_deviation`:
+    each |p̃_g − q_g| shrunk by how much of it the noise explains); in simulation at 12 images per
+    prompt it removes about 70% of the raw TVD's bias, where the bootstrap bias correction 2T − E*[T*]
+    removes about 35% (it evaluates the bias at the noisy p̃, farther from q than p is). One row of
+    pooled counts gives the pooled TVD.
+
+    `E` is image_confusions of the reliability sample; without it, `M` is taken as known (a SIMULATED
+    classifier's declared confusion). Returns (Interval, info: plug_in, bias_bound, condition_number,
+    identifiable, reason, M_source)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    bench = np.asarray(bench, dtype=np.float64)
+    keep = counts.sum(axis=1) > 0
+    counts, bench = counts[keep], bench[keep]
+    pi, n, W, draws, usable, info = _linear_draws(counts, E, len(groups), n_boot, seed, max_condition, prior, M)
+    info = {**info, "plug_in": np.nan, "bias_bound": np.nan}
+    if W is None or not len(counts):
+        why = info["reason"] or "no prompt with a label"
+        return Interval(np.nan, np.nan, np.nan, np.nan, len(counts), 0, why), {**info, "reason": why}
+    sd = _share_sd(pi, n, W)
+    deviation = pi @ W.T - bench
+    plug_in = float(0.5 * np.abs(deviation).sum(axis=1).mean())
+    bound = float(0.5 * sd.sum(axis=1).mean())
+    point = float(0.5 * eb_abs_deviation(deviation, sd).sum(axis=1).mean())
+    T = tvd(draws, bench[None]).mean(axis=1)[usable]
+    note = _excluded(n_boot, usable)
+    info = {**info, "plug_in": plug_in, "bias_bound": bound, "reason": note}
+    if len(T) < 2:
+        why = "; ".join(r for r in ("no usable resample", note) if r)
+        return Interval(np.nan, np.nan, np.nan, np.nan, len(n), n_boot - len(T), why), {**info, "reason": why}
+    alpha = (1 - level) / 2
+    centre = T.mean()
+    q_lo, q_hi = np.quantile(T, [alpha, 1 - alpha])
+    low = max(0.0, plug_in - bound - (q_hi - centre))
+    high = plug_in + (centre - q_lo)
+    return Interval(point, float(low), float(high), float(T.std(ddof=1)), len(n), n_boot - len(T), note), \
+        {**info, "bootstrap_bias_corrected": float(2 * plug_in - centre)}
+
+
+def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],
+                        n_boot: int = 1000, level: float = 0.95, seed: int = 0,
+                        max_condition: float = MAX_CONDITION, prior: float = 0.5,
+                        M: np.ndarray | None = None) -> list[Interval]:
+    """Per group, the mean over prompts of p̃_g − q_g (classifier-corrected share minus benchmark) with
+    a percentile interval from the same bootstrap as debiased_tvd. Linear in the counts, so unbiased
+    for the true mean deviation given M: no finite-n correction is needed."""
+    counts = np.asarray(counts, dtype=np.float64)
+    bench = np.asarray(bench, dtype=np.float64)
+    keep = counts.sum(axis=1) > 0
+    counts, bench = counts[keep], bench[keep]
+    pi, n, W, draws, usable, info = _linear_draws(counts, E, len(groups), n_boot, seed, max_condition, prior, M)
+    if W is None or not len(counts):
+        why = info["reason"] or "no prompt with a label"
+        return [Interval(np.nan, np.nan, np.nan, np.nan, len(counts), 0, why) for _ in groups]
+    point = (pi @ W.T - bench).mean(axis=0)
+    dist = (draws - bench[None]).mean(axis=1)[usable]
+    alpha = (1 - level) / 2
+    note = _excluded(n_boot, usable)
+    out = []
+    for g in range(len(groups)):
+        lo, hi = np.quantile(dist[:, g], [alpha, 1 - alpha]) if len(dist) > 1 else (np.nan, np.nan)
+        out.append(Interval(float(point[g]), float(lo), float(hi), float(dist[:, g].std(ddof=1)) if len(dist) > 1
+                            else np.nan, len(n), n_boot - len(dist), note))
+    return out

@@ -283,20 +283,24 @@ def ratings_table(ratings: pd.DataFrame) -> pd.DataFrame:
 
 
 def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str,
-                           max_condition: float | None = None) -> dict:
+                           max_condition: float | None = None, reference: str = "consensus") -> dict:
     """The estimated confusion matrix M[human, classifier] and whether it can be inverted.
 
     The corrected TVD itself is computed once, by the analysis stage (t2i.analysis.corrected_tvd),
-    with this same `correction_method`."""
-    from biasaudit.stats.correction import MAX_CONDITION, identifiability, image_confusions, matrix_from_counts
+    with this same `correction_method` and `reference` (stats.correction.reference_labels), both
+    recorded here for it."""
+    from biasaudit.stats.correction import (MAX_CONDITION, identifiability, image_confusions, matrix_from_counts,
+                                            reference_labels)
 
     humans = [h for h in humans if h in ratings]
     sub = ratings[ratings[CLASSIFIER].isin(GROUPS)] if CLASSIFIER in ratings else ratings.iloc[:0]
-    E = image_confusions([[v for v in row if isinstance(v, str)] for row in sub[humans].to_numpy(object)],
-                         list(sub[CLASSIFIER]) if len(sub) else [], GROUPS)
+    labels = reference_labels([[v for v in row if isinstance(v, str) and v in GROUPS]
+                               for row in sub[humans].to_numpy(object)], reference)
+    E = image_confusions(labels, list(sub[CLASSIFIER]) if len(sub) else [], GROUPS)
     M = matrix_from_counts(E.sum(axis=0), len(GROUPS))
     cond, ok, reason = identifiability(M, max_condition or MAX_CONDITION)
-    return {"correction_method": method, "n_annotated_images": int(len(sub)),
+    return {"correction_method": method, "confusion_reference": reference, "n_annotated_images": int(len(sub)),
+            "n_reference_images": int(sum(1 for lab in labels if lab)),
             "condition_number": cond if np.isfinite(cond) else None,
             "identifiable": ok, "reason": reason,
             "misclassification_matrix": pd.DataFrame(M, index=list(GROUPS), columns=list(GROUPS)).round(6).to_dict()}
