@@ -188,6 +188,16 @@ def make_faces_fn(params, parts_dir: str, root: str = "."):
 PRELOAD = ("biasaudit.faces.stage", "biasaudit.faces.embeddings", "biasaudit.faces.preload")
 
 
+def on_cpu(params) -> bool:
+    """Whether the stage's models run on the CPU (dlib always; InsightFace unless it gets a GPU): only
+    then do several local worker processes help (each would otherwise hold its own GPU context)."""
+    if params.detector != "insightface":
+        return True
+    from biasaudit.faces.embeddings import resolve_device
+
+    return resolve_device(params.device) == "cpu"
+
+
 def work_dir_of(model: str) -> Path:
     """The resumable work folder of one model (records.jsonl + parts/): outside the DVC outputs, which
     DVC deletes before a run."""
@@ -261,7 +271,8 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         fn = measurer.batch_fn(parts_dir)
         make_fn = lambda: fn  # noqa: E731 - called in this process only
     stage = Stage(f"faces {model}", items, "image_id", settings_hash(params), make_fn, work_dir / "records.jsonl",
-                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=True, preload=PRELOAD)
+                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=on_cpu(params),
+                  preload=PRELOAD)
     run = run_stage(stage, ex, progress)
     summary, execution = run.summary, run.execution
     records = pd.DataFrame(run.rows())
