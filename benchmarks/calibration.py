@@ -398,8 +398,9 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     rows = []
     for k, name in enumerate(check.names):
         rate = float(hits[:, k].mean())
-        row = {"method": name, "kind": check.kind, "setting": check.setting, "scale": check.scale,
-               "nominal": NOMINAL_COVERAGE if check.kind == "coverage" else NOMINAL_LEVEL, "observed": rate,
+        kind = "share" if "closer" in name else check.kind  # a share of replications: no nominal value
+        row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,
+               "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL}.get(kind, np.nan), "observed": rate,
                "replications": reps, "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / reps)),
                "seconds": seconds}
         row["flag"] = flag(row, check.note)
