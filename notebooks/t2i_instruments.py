@@ -57,7 +57,7 @@ print(f"{len(levels)} levels × {params.recolourings} recolourings × modes {par
 # %%
 sweep = ins.run_sweep(levels, params.recolourings, list(params.modes), params.size, params.crop_factor,
                       params.hog_upsample, params.cnn_upsample, cfg.seed, mediapipe_dir=params.mediapipe_dir
-                      if params.mediapipe else None)
+                      if params.mediapipe else None, workers=cfg.execution.local_workers)
 status = sweep.attrs.get("methods", {})
 print(json.dumps(status, indent=1))
 summary = ins.summarize(sweep, list(params.score_thresholds))

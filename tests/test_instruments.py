@@ -1,6 +1,7 @@
 """The instrument sweep: known truth per image (target L*, face box, skin mask) and the summary tables."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from biasaudit.faces import instruments as ins
@@ -67,3 +68,13 @@ def test_mediapipe_finds_the_packaged_face_when_its_models_are_there():
     pts, flag = mp.FaceMesh(paths).landmarks(rgb, truth.box)
     mask = mp.mesh_skin_mask(rgb.shape[:2], pts)
     assert flag > 0.5 and (mask & truth.mask).sum() / truth.mask.sum() > 0.7
+
+
+def test_sweep_on_the_process_pool_gives_the_serial_rows():
+    """workers > 1 sends the mode × L* cells to the local process pool; the rows, their order and the
+    status are those of the serial sweep."""
+    args = dict(levels=[20.0, 45.0, 70.0], recolourings=1, modes=["skin", "whole"], size=160, seed=5, mediapipe_dir=None)
+    serial = ins.run_sweep(**args)
+    pooled = ins.run_sweep(**args, workers=2)
+    pd.testing.assert_frame_equal(serial, pooled)
+    assert serial.attrs["methods"] == pooled.attrs["methods"]

@@ -118,13 +118,10 @@ def box_iou(a, b) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: int = 160, crop_factor: float = 2.0,
-              hog_upsample: int = 1, cnn_upsample: int = 0, seed: int = 0, min_box_iou: float = 0.3,
-              mediapipe_dir: str | None = None, progress: bool = False) -> pd.DataFrame:
-    """Raw sweep rows: one per method × mode × target L* × recolouring. `sweep.attrs['methods']` says
-    which methods ran (and why MediaPipe did not, when it did not)."""
+def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: str | None = None
+                 ) -> tuple[dict, object, dict[str, str]]:
+    """(detectors by name, face mesh or None, status by method: what ran and why MediaPipe did not)."""
     from biasaudit.faces.detect import DlibDetector
-    from biasaudit.provenance import derive_seed
 
     detectors = {"dlib-hog": DlibDetector("hog", hog_upsample), "dlib-cnn": DlibDetector("cnn", cnn_upsample)}
     status = {"dlib-hog": f"ran (upsample {hog_upsample})", "dlib-cnn": f"ran (upsample {cnn_upsample})",
@@ -143,31 +140,77 @@ def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: in
             mesh = mp.FaceMesh(paths)
             status["mediapipe-blazeface"] = f"ran (LiteRT; {mp.model_revision(paths)})"
             status["mediapipe-facemesh"] = "ran on the true face box (LiteRT)"
-    rows = []
-    for mode in modes:
-        for L in levels:
-            for k in range(recolourings):
-                s = derive_seed(seed, "instruments", k)  # the same photo, crop and hue at every L*: paired
-                rgb, truth = sweep_image(s, L, mode, size, crop_factor)
-                base = {"mode": mode, "target_L": float(L), "recolouring": k, "source_photo": truth.source_photo}
-                for name, det in detectors.items():
-                    faces = det.detect(rgb)
-                    # a detection counts when it overlaps the true face (a badge or flag is not the face)
-                    hit = next((f for f in faces if box_iou(f.bbox, truth.box) >= min_box_iou), None)
-                    row = base | {"method": name, "detected": hit is not None, "n_faces": len(faces),
-                                  "score": hit.score if hit else np.nan}
-                    rows.append(row | (_measure(rgb, hit.bbox, truth) if hit else NO_MEASURE))
-                rows.append(base | {"method": "landmarks68", "detected": np.nan, "n_faces": np.nan, "score": np.nan}
-                            | _measure(rgb, truth.box, truth))
-                if mesh is not None:
-                    from biasaudit.faces.mediapipe_lite import mesh_skin_mask
+    return detectors, mesh, status
 
-                    pts, flag = mesh.landmarks(rgb, truth.box)
-                    rows.append(base | {"method": "mediapipe-facemesh", "detected": np.nan, "n_faces": np.nan,
-                                        "score": flag} | _mask_measures(rgb, mesh_skin_mask(rgb.shape[:2], pts), truth))
+
+def level_rows(detectors: dict, mesh, mode: str, L: float, recolourings: int, size: int, crop_factor: float,
+               seed: int, min_box_iou: float) -> list[dict]:
+    """The sweep rows of one mode × target L*: every method on every recolouring."""
+    from biasaudit.provenance import derive_seed
+
+    rows = []
+    for k in range(recolourings):
+        s = derive_seed(seed, "instruments", k)  # the same photo, crop and hue at every L*: paired
+        rgb, truth = sweep_image(s, L, mode, size, crop_factor)
+        base = {"mode": mode, "target_L": float(L), "recolouring": k, "source_photo": truth.source_photo}
+        for name, det in detectors.items():
+            faces = det.detect(rgb)
+            # a detection counts when it overlaps the true face (a badge or flag is not the face)
+            hit = next((f for f in faces if box_iou(f.bbox, truth.box) >= min_box_iou), None)
+            row = base | {"method": name, "detected": hit is not None, "n_faces": len(faces),
+                          "score": hit.score if hit else np.nan}
+            rows.append(row | (_measure(rgb, hit.bbox, truth) if hit else NO_MEASURE))
+        rows.append(base | {"method": "landmarks68", "detected": np.nan, "n_faces": np.nan, "score": np.nan}
+                    | _measure(rgb, truth.box, truth))
+        if mesh is not None:
+            from biasaudit.faces.mediapipe_lite import mesh_skin_mask
+
+            pts, flag = mesh.landmarks(rgb, truth.box)
+            rows.append(base | {"method": "mediapipe-facemesh", "detected": np.nan, "n_faces": np.nan,
+                                "score": flag} | _mask_measures(rgb, mesh_skin_mask(rgb.shape[:2], pts), truth))
+    return rows
+
+
+def make_levels_fn(settings: dict):
+    """A batch function for the local process pool: items {order, mode, L} → {order, rows}."""
+    detectors, mesh, _ = load_methods(settings["hog_upsample"], settings["cnn_upsample"], settings["mediapipe_dir"])
+
+    def fn(items: list[dict]) -> list[dict]:
+        return [{"order": it["order"], "rows": level_rows(detectors, mesh, it["mode"], it["L"], settings["recolourings"],
+                                                          settings["size"], settings["crop_factor"], settings["seed"],
+                                                          settings["min_box_iou"])} for it in items]
+
+    return fn
+
+
+def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: int = 160, crop_factor: float = 2.0,
+              hog_upsample: int = 1, cnn_upsample: int = 0, seed: int = 0, min_box_iou: float = 0.3,
+              mediapipe_dir: str | None = None, progress: bool = False, workers: int = 1) -> pd.DataFrame:
+    """Raw sweep rows: one per method × mode × target L* × recolouring, in that order whatever `workers`
+    (the mode × L* cells go to the local process pool, scale.pool, when workers > 1).
+    `sweep.attrs['methods']` says which methods ran (and why MediaPipe did not, when it did not)."""
+    from functools import partial
+
+    settings = {"hog_upsample": hog_upsample, "cnn_upsample": cnn_upsample, "mediapipe_dir": mediapipe_dir,
+                "recolourings": recolourings, "size": size, "crop_factor": crop_factor, "seed": seed,
+                "min_box_iou": min_box_iou}
+    items = [{"order": i, "mode": mode, "L": float(L)} for i, (mode, L) in
+             enumerate((m, L) for m in modes for L in levels)]
+    done: list[dict] = []
+    if workers > 1 and len(items) > 1:
+        from biasaudit.scale.pool import run_pool
+
+        status = load_methods(hog_upsample, cnn_upsample, mediapipe_dir)[2]  # the workers load their own
+        run_pool([[it] for it in items], partial(make_levels_fn, settings), done.extend, workers,
+                 preload=("biasaudit.faces.instruments", "biasaudit.faces.detect"))
+    else:
+        detectors, mesh, status = load_methods(hog_upsample, cnn_upsample, mediapipe_dir)
+        for it in items:
+            done.append({"order": it["order"], "rows": level_rows(detectors, mesh, it["mode"], it["L"], recolourings,
+                                                                  size, crop_factor, seed, min_box_iou)})
             if progress:
-                print(f"{mode} L*={L:g} done", flush=True)
-    sweep = pd.DataFrame(rows)
+                print(f"{it['mode']} L*={it['L']:g} done", flush=True)
+    sweep = pd.DataFrame([row for rec in sorted(done, key=lambda r: r["order"]) for row in rec["rows"]])
     sweep.attrs["methods"] = status
     return sweep
 

@@ -799,12 +799,11 @@ def corrected_tvd(inputs: Inputs, boot: Boot, method: str | None = None) -> Resu
     per["correction_method"] = method
     rows, dev_rows = [], []
     for model, cat, sub in _by_category(pp):
-        raw, corr, info = classifier_corrected_tvd(
-            sub[[f"n_{g}" for g in GROUPS]].to_numpy(float), sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float),
-            E, GROUPS, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
-            seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
         counts = sub[[f"n_{g}" for g in GROUPS]].to_numpy(float)
         bench = sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        raw, corr, info = classifier_corrected_tvd(
+            counts, bench, E, GROUPS, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
+            seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
         deb, dinfo = debiased_tvd(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                   seed=derive_seed(boot.seed, "debiased", model, cat))
         for g, d in zip(GROUPS, corrected_deviation(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000),
