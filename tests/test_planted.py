@@ -5,6 +5,7 @@ CIELAB of the mean sRGB colour), and frequencies are checked against them with b
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -173,3 +174,26 @@ def test_cross_detector_measures_faces_the_main_detector_lost():
     assert found["cross_n_faces"] == 1 and np.isnan(found["cross_L"])  # measured by the main detector already
     measurer.cross = None
     assert measurer.cross_check(rgb, {"n_faces": 0}) == {}
+
+
+def test_planted_images_on_the_process_pool_are_the_serial_ones(planted_run):
+    """generate@planted is CPU-bound (execution.local_workers > 1 renders on the local process pool):
+    the same images, byte for byte, and the same manifest rows as one process."""
+    import hashlib
+
+    from biasaudit.t2i.generate import run_generate
+
+    cfg, pooled, _ = planted_run
+    assert cfg.execution.local_workers == 2
+    raw = cfg.model_dump()
+    raw["execution"]["local_workers"] = 1
+    raw["generate"]["images_dir"] = "serial"
+    serial = run_generate("pl", validate(raw), progress=False).manifest
+
+    def digest(m):
+        return m.set_index("image_id")["path"].map(lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest())
+
+    pd.testing.assert_series_equal(digest(pooled.manifest).sort_index(), digest(serial).sort_index())
+    cols = ["image_id", "prompt_id", "status", "planted_label", "planted_L", "seed"]
+    pd.testing.assert_frame_equal(pooled.manifest[cols].sort_values("image_id").reset_index(drop=True),
+                                  serial[cols].sort_values("image_id").reset_index(drop=True))

@@ -292,7 +292,8 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
         make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, gp.black_threshold,
                           tuple(prompts["prompt_id"].astype(str)))
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
-                  batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged)
+                  batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged,
+                  cpu_bound=spec.backend == "planted")  # numpy rendering: the local process pool helps
     run = run_stage(stage, ex, progress)
     for fn_made in run.made:
         if fn_made.ctx.generator is not None and generator is None:
