@@ -111,3 +111,9 @@ def test_corrected_deviation_interval_covers_at_its_level():
         hits.append([iv.low <= t <= iv.high for iv, t in zip(ivs, truth)])
     rate = np.mean(hits, axis=0)
     assert (rate >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 400)).all(), rate
+
+
+def test_no_labelled_prompt_gives_nan_with_reason():
+    iv, _ = debiased_tvd(np.zeros((2, 5)), BENCH[:2], None, GROUPS, n_boot=20, M=M)
+    assert np.isnan(iv.estimate) and iv.reason == "no prompt with a label"
+    assert all(np.isnan(d.estimate) for d in corrected_deviation(np.zeros((1, 5)), BENCH[:1], None, GROUPS, M=M))

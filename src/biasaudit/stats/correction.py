@@ -244,7 +244,7 @@ def _linear_draws(counts: np.ndarray, E: np.ndarray | None, k: int, n_boot: int,
     n = counts.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         pi = counts / n[:, None]
-    if not ok:
+    if not ok or not len(counts):
         return pi, n, None, None, None, info
     W = np.linalg.inv(M.T)
     rng = np.random.default_rng(seed)
