@@ -166,9 +166,9 @@ def test_fetch_hub_repo_pins_the_commit_and_checks_published_sha256(repo, monkey
         weights.fetch(w)
 
 
-def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_first(tmp_path, monkeypatch):
-    """The runner checks the stage's own needs (biasaudit.weights) before its start line: the first line
-    is the cause, the next names the missing weight and its fix; a stage that needs nothing still runs."""
+def _run_stage_with_params(tmp_path, monkeypatch, edit, stage: str) -> tuple[int, list[str]]:
+    """Run a never-to-run notebook as `stage` under params.yaml changed by `edit` (a function of the raw
+    mapping): (exit status, terminal lines). The notebook must not run."""
     import io
 
     import yaml
@@ -178,38 +178,35 @@ def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_firs
     from .conftest import ROOT
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["models"]["sd"] = {"backend": "diffusers", "model_id": "models/sd35-large-turbo", "width": 64, "height": 64}
+    edit(raw)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
     monkeypatch.chdir(tmp_path)
     term = io.StringIO()
     nb = tmp_path / "never.py"
     nb.write_text("raise SystemExit('the notebook must not run')\n")
-    assert execute.run(nb, "never", {}, stage="generate@sd", out_dir=tmp_path / "nb", terminal=term) == 1
-    lines = term.getvalue().splitlines()
+    status = execute.run(nb, "never", {}, stage=stage, out_dir=tmp_path / "nb", terminal=term)
+    assert not (tmp_path / "nb" / "never.ipynb").exists()
+    return status, term.getvalue().splitlines()
+
+
+def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_first(tmp_path, monkeypatch):
+    """The runner checks the stage's own needs (biasaudit.weights) before its start line: the first line
+    is the cause, the next names the missing weight and its fix; a stage that needs nothing still runs."""
+    from biasaudit.report import execute
+
+    def add_sd(raw):
+        raw["models"]["sd"] = {"backend": "diffusers", "model_id": "models/sd35-large-turbo", "width": 64, "height": 64}
+
+    status, lines = _run_stage_with_params(tmp_path, monkeypatch, add_sd, "generate@sd")
+    assert status == 1
     assert lines[0].startswith("✗ generate@sd: needs 1 thing")  # its cause first: no start line
     assert "missing weight models/sd35-large-turbo" in lines[1] and "biasaudit weights fetch" in lines[1]
-    assert not (tmp_path / "nb" / "never.ipynb").exists()
     assert execute.missing_needs("generate@planted-a") == []
 
 
 def test_an_invalid_params_file_is_the_first_line_of_the_stage(tmp_path, monkeypatch):
     """A bad value stops the stage before its start line, naming the key (ParamsError)."""
-    import io
-
-    import yaml
-
-    from biasaudit.report import execute
-
-    from .conftest import ROOT
-
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["analyze"]["ci_level"] = 1.5
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
-    monkeypatch.chdir(tmp_path)
-    term = io.StringIO()
-    nb = tmp_path / "never.py"
-    nb.write_text("raise SystemExit('the notebook must not run')\n")
-    assert execute.run(nb, "never", {}, stage="analyze", out_dir=tmp_path / "nb", terminal=term) == 1
-    first = term.getvalue().splitlines()[0]
-    assert first.startswith("✗ analyze: ParamsError") and "analyze.ci_level" in first, first
-    assert not (tmp_path / "nb" / "never.ipynb").exists()
+    status, lines = _run_stage_with_params(tmp_path, monkeypatch, lambda raw: raw["analyze"].update(ci_level=1.5),
+                                           "analyze")
+    assert status == 1
+    assert lines[0].startswith("✗ analyze: ParamsError") and "analyze.ci_level" in lines[0], lines[0]

@@ -118,28 +118,39 @@ def box_iou(a, b) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: str | None = None
-                 ) -> tuple[dict, object, dict[str, str]]:
-    """(detectors by name, face mesh or None, status by method: what ran and why MediaPipe did not)."""
-    from biasaudit.faces.detect import DlibDetector
-
-    detectors = {"dlib-hog": DlibDetector("hog", hog_upsample), "dlib-cnn": DlibDetector("cnn", cnn_upsample)}
+def methods_status(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: str | None = None
+                   ) -> tuple[dict[str, str], object]:
+    """(status by method: what runs and why MediaPipe does not, MediaPipe model paths or None), without
+    loading any model."""
     status = {"dlib-hog": f"ran (upsample {hog_upsample})", "dlib-cnn": f"ran (upsample {cnn_upsample})",
               "landmarks68": "ran on the true face box"}
-    mesh = None
     if mediapipe_dir is None:
         status["mediapipe"] = "off (instruments.mediapipe: false)"
+        return status, None
+    from biasaudit.faces import mediapipe_lite as mp
+
+    paths, reason = mp.ensure_models(mediapipe_dir)
+    if paths is None:
+        status["mediapipe"] = f"not run: {reason}"
     else:
+        status["mediapipe-blazeface"] = f"ran (LiteRT; {mp.model_revision(paths)})"
+        status["mediapipe-facemesh"] = "ran on the true face box (LiteRT)"
+    return status, paths
+
+
+def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: str | None = None
+                 ) -> tuple[dict, object, dict[str, str]]:
+    """(detectors by name, face mesh or None, status by method: methods_status)."""
+    from biasaudit.faces.detect import DlibDetector
+
+    status, paths = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)
+    detectors = {"dlib-hog": DlibDetector("hog", hog_upsample), "dlib-cnn": DlibDetector("cnn", cnn_upsample)}
+    mesh = None
+    if paths is not None:
         from biasaudit.faces import mediapipe_lite as mp
 
-        paths, reason = mp.ensure_models(mediapipe_dir)
-        if paths is None:
-            status["mediapipe"] = f"not run: {reason}"
-        else:
-            detectors["mediapipe-blazeface"] = mp.BlazeFaceDetector(paths)
-            mesh = mp.FaceMesh(paths)
-            status["mediapipe-blazeface"] = f"ran (LiteRT; {mp.model_revision(paths)})"
-            status["mediapipe-facemesh"] = "ran on the true face box (LiteRT)"
+        detectors["mediapipe-blazeface"] = mp.BlazeFaceDetector(paths)
+        mesh = mp.FaceMesh(paths)
     return detectors, mesh, status
 
 
@@ -200,7 +211,7 @@ def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: in
     if workers > 1 and len(items) > 1:
         from biasaudit.scale.pool import run_pool
 
-        status = load_methods(hog_upsample, cnn_upsample, mediapipe_dir)[2]  # the workers load their own
+        status = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)[0]  # the workers load the models
         run_pool([[it] for it in items], partial(make_levels_fn, settings), done.extend, workers,
                  preload=("biasaudit.faces.instruments", "biasaudit.faces.detect"))
     else:

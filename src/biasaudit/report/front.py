@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit.contracts import GROUPS
-from biasaudit.report.load import Loaded, Outputs, ci, col, fmt, num, pval, read_csv, read_json
+from biasaudit.report.load import Loaded, Outputs, ci, col, fmt, num, pval, read_csv, read_json, truthy
 from biasaudit.report.trail import trail
 
 ALPHA = 0.05
@@ -462,13 +462,13 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
     if est:
         show[f"estimate [{level} CI]"] = [ci(r[est], r.get("low"), r.get("high")) for _, r in df.iterrows()]
     if cov:
-        show["covered"] = df[cov].map(lambda v: "yes" if str(v).lower() in ("true", "1", "1.0", "yes") else "NO")
+        show["covered"] = df[cov].map(lambda v: "yes" if truthy(v) else "NO")
     if "note" in df:
         show["note"] = df["note"].fillna("")
     b.html = _table(show)
     if cov:
         ok = show["covered"].eq("yes")
-        is_check = df["check"].map(lambda v: str(v).lower() in ("true", "1", "1.0", "yes")) if "check" in df \
+        is_check = df["check"].map(truthy) if "check" in df \
             else pd.Series(True, index=df.index)
         if "check" in df:
             show.insert(len(show.columns) - ("note" in show), "check", is_check.map({True: "yes", False: "shown"}))

@@ -16,7 +16,7 @@ from typing import Any
 
 
 from biasaudit.io import atomic_write_json
-from biasaudit.report.load import Outputs, col, num, read_csv
+from biasaudit.report.load import Outputs, col, num, read_csv, truthy
 
 ALPHA = 0.05
 
@@ -94,7 +94,6 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
             out.setdefault("n_sig", {})[name] = out.get("n_sig", {}).get(name, 0) + n
     val = t2i.table("validation")
     if val.ok and col(val.df, "covered"):
-        truthy = lambda v: str(v).lower() in ("true", "1", "1.0", "yes")  # noqa: E731
         cov = val.df[col(val.df, "covered")].map(truthy)
         if "check" in val.df:  # rows whose interval claims to cover the planted value
             cov = cov[val.df["check"].map(truthy)]

@@ -118,6 +118,11 @@ def num(v: Any) -> float:
     return out
 
 
+def truthy(v: Any) -> bool:
+    """A boolean cell read back from CSV (True / 1 / 1.0 / yes)."""
+    return str(v).lower() in ("true", "1", "1.0", "yes")
+
+
 def fmt(v: Any, digits: int = 3) -> str:
     x = num(v)
     if math.isnan(x):

@@ -227,12 +227,17 @@ def eb_abs_deviation(d: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return folded_normal_mean(lam * d, np.sqrt(lam) * sd)
 
 
-def _linear_draws(counts: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int, max_condition: float,
-                  prior: float, M: np.ndarray | None):
-    """Shared by debiased_tvd and corrected_deviation: (π̂ P×K, n, W = M⁻ᵀ, bootstrap corrected shares
-    B×P×K, usable B, info). A replicate redraws each prompt's classified counts ~ Multinomial(n, π̂) and,
-    with annotated images E, re-estimates M from a resample of them; replicates whose M is not
-    identifiable are unusable. Returns None for the draws (with info's reason) when M is not identifiable."""
+def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int,
+                  max_condition: float, prior: float, M: np.ndarray | None):
+    """Shared by debiased_tvd and corrected_deviation: (bench, π̂ P×K, n, W = M⁻ᵀ, bootstrap corrected
+    shares B×P×K, usable B, info) over the prompts with a label. A replicate redraws each prompt's
+    classified counts ~ Multinomial(n, π̂) and, with annotated images E, re-estimates M from a resample
+    of them; replicates whose M is not identifiable are unusable. W is None (info's reason says why)
+    when M is not identifiable or no prompt has a label."""
+    counts = np.asarray(counts, dtype=np.float64)
+    bench = np.asarray(bench, dtype=np.float64)
+    keep = counts.sum(axis=1) > 0
+    counts, bench = counts[keep], bench[keep]
     have_E = E is not None and np.asarray(E).size and np.asarray(E).sum() > 0
     if not have_E and M is None:
         raise ValueError("needs the annotated images E or a confusion matrix M")
@@ -245,7 +250,7 @@ def _linear_draws(counts: np.ndarray, E: np.ndarray | None, k: int, n_boot: int,
     with np.errstate(invalid="ignore", divide="ignore"):
         pi = counts / n[:, None]
     if not ok or not len(counts):
-        return pi, n, None, None, None, info
+        return bench, pi, n, None, None, None, {**info, "reason": reason or "no prompt with a label"}
     W = np.linalg.inv(M.T)
     rng = np.random.default_rng(seed)
     draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, pi)], axis=1) / n[None, :, None]
@@ -256,7 +261,7 @@ def _linear_draws(counts: np.ndarray, E: np.ndarray | None, k: int, n_boot: int,
     else:
         usable = np.ones(n_boot, dtype=bool)
         Ws = np.broadcast_to(W, (n_boot, k, k))
-    return pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, info
+    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, info
 
 
 def _excluded(n_boot: int, usable: np.ndarray) -> str:
@@ -285,15 +290,11 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     `E` is image_confusions of the reliability sample; without it, `M` is taken as known (a SIMULATED
     classifier's declared confusion). Returns (Interval, info: plug_in, bias_bound, condition_number,
     identifiable, reason, M_source)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    bench = np.asarray(bench, dtype=np.float64)
-    keep = counts.sum(axis=1) > 0
-    counts, bench = counts[keep], bench[keep]
-    pi, n, W, draws, usable, info = _linear_draws(counts, E, len(groups), n_boot, seed, max_condition, prior, M)
+    bench, pi, n, W, draws, usable, info = _linear_draws(counts, bench, E, len(groups), n_boot, seed, max_condition,
+                                                         prior, M)
     info = {**info, "plug_in": np.nan, "bias_bound": np.nan}
-    if W is None or not len(counts):
-        why = info["reason"] or "no prompt with a label"
-        return Interval(np.nan, np.nan, np.nan, np.nan, len(counts), 0, why), {**info, "reason": why}
+    if W is None:
+        return Interval(np.nan, np.nan, np.nan, np.nan, len(n), 0, info["reason"]), info
     sd = _share_sd(pi, n, W)
     deviation = pi @ W.T - bench
     plug_in = float(0.5 * np.abs(deviation).sum(axis=1).mean())
@@ -321,14 +322,10 @@ def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | N
     """Per group, the mean over prompts of p̃_g − q_g (classifier-corrected share minus benchmark) with
     a percentile interval from the same bootstrap as debiased_tvd. Linear in the counts, so unbiased
     for the true mean deviation given M: no finite-n correction is needed."""
-    counts = np.asarray(counts, dtype=np.float64)
-    bench = np.asarray(bench, dtype=np.float64)
-    keep = counts.sum(axis=1) > 0
-    counts, bench = counts[keep], bench[keep]
-    pi, n, W, draws, usable, info = _linear_draws(counts, E, len(groups), n_boot, seed, max_condition, prior, M)
-    if W is None or not len(counts):
-        why = info["reason"] or "no prompt with a label"
-        return [Interval(np.nan, np.nan, np.nan, np.nan, len(counts), 0, why) for _ in groups]
+    bench, pi, n, W, draws, usable, info = _linear_draws(counts, bench, E, len(groups), n_boot, seed, max_condition,
+                                                         prior, M)
+    if W is None:
+        return [Interval(np.nan, np.nan, np.nan, np.nan, len(n), 0, info["reason"]) for _ in groups]
     point = (pi @ W.T - bench).mean(axis=0)
     dist = (draws - bench[None]).mean(axis=1)[usable]
     alpha = (1 - level) / 2
