@@ -244,3 +244,28 @@ def test_gemini_batch_job_of_a_killed_run_is_picked_up_not_resubmitted(images, t
         assert server.calls == 1  # no second job was paid for
         assert second.backend.stats["batch_resumed"] == 1
         assert json.loads((tmp_path / "c.batches.json").read_text()) == {}
+
+
+def test_load_pil_serves_repeats_from_memory_and_rereads_a_changed_file(tmp_path):
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    from biasaudit.backends.vlm import base
+
+    path = tmp_path / "a.png"
+    Image.fromarray(np.full((64, 96, 3), 10, np.uint8)).save(path)
+    first, _ = base.load_pil(str(path), max_side=48)
+    hits = base._cached_pil.cache_info().hits
+    second, _ = base.load_pil(str(path), max_side=48)
+    assert base._cached_pil.cache_info().hits == hits + 1
+    assert first.size == second.size == (48, 32) and first is not second  # each caller its own copy
+    second.paste((255, 0, 0), (0, 0, 8, 8))
+    assert np.asarray(base.load_pil(str(path), max_side=48)[0])[0, 0].tolist() == [10, 10, 10]
+    Image.fromarray(np.full((64, 96, 3), 200, np.uint8)).save(path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert np.asarray(base.load_pil(str(path))[0])[0, 0].tolist() == [200, 200, 200]
+    img, reason = base.load_pil(str(tmp_path / "missing.png"))
+    assert img is None and "missing file" in reason

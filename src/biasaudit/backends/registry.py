@@ -9,16 +9,21 @@
 Kinds: "generator" (called as factory(name, spec, **optional)), "vlm" and "editor" (factory(spec)).
 The params schema derives its allowed `backend` values from `names(kind)`.
 
-Discovery imports every module of biasaudit.backends.<kind package> once; backend modules import
-their heavy SDKs (torch, google-genai, openai) inside the factory, so discovery stays cheap.
+Discovery reads the `@register(kind, name)` decorators from the source of biasaudit.backends.<kind
+package> without importing it (validating params.yaml, which every stage runner does first, then costs
+milliseconds instead of the ~1 s of importing pandas, scipy and httpx); `get` imports the one module
+that declares the name. A backend registered at run time (a test, a plug-in) counts as well.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import threading
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +32,7 @@ KINDS: dict[str, str] = {"generator": "biasaudit.backends.generators", "vlm": "b
 
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {kind: {} for kind in KINDS}
 _DISCOVERED: set[str] = set()
+_DECLARED: dict[str, dict[str, str]] = {}
 _LOCK = threading.RLock()
 
 
@@ -55,7 +61,36 @@ def _qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
+def _declared_in(source: str) -> list[tuple[str, str]]:
+    """(kind, name) of every `@register("kind", "name")` decorator in a module's source."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        for deco in getattr(node, "decorator_list", ()):
+            if (isinstance(deco, ast.Call) and getattr(deco.func, "id", getattr(deco.func, "attr", "")) == "register"
+                    and len(deco.args) == 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                                    for a in deco.args)):
+                found.append((deco.args[0].value, deco.args[1].value))
+    return found
+
+
+def _declared(kind: str) -> dict[str, str]:
+    """{backend name: module} declared in the kind's package, read from source (nothing imported)."""
+    with _LOCK:
+        if kind not in _DECLARED:
+            spec = importlib.util.find_spec(KINDS[kind])  # imports the parent package only
+            declared: dict[str, str] = {}
+            for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
+                path = Path(info.module_finder.path) / f"{info.name}.py"  # type: ignore[union-attr]
+                if path.is_file():
+                    for declared_kind, name in _declared_in(path.read_text(encoding="utf-8")):
+                        if declared_kind == kind:
+                            declared[name] = f"{KINDS[kind]}.{info.name}"
+            _DECLARED[kind] = declared
+        return _DECLARED[kind]
+
+
 def _discover(kind: str) -> None:
+    """Import every module of the kind's package (where the source scan cannot tell: no .py files)."""
     with _LOCK:
         if kind in _DISCOVERED:
             return
@@ -66,16 +101,24 @@ def _discover(kind: str) -> None:
 
 
 def names(kind: str) -> tuple[str, ...]:
-    """Every registered backend name of `kind`, sorted."""
+    """Every backend name of `kind` (declared in its package or registered at run time), sorted."""
     _check_kind(kind)
-    _discover(kind)
-    return tuple(sorted(_REGISTRY[kind]))
+    declared = _declared(kind)
+    if not declared:
+        _discover(kind)
+    return tuple(sorted(set(declared) | set(_REGISTRY[kind])))
 
 
 def get(kind: str, name: str) -> Callable[..., Any]:
-    """The factory registered as `name`; a ValueError naming what is available otherwise."""
+    """The factory registered as `name` (importing the module that declares it); a ValueError naming
+    what is available otherwise."""
     _check_kind(kind)
-    _discover(kind)
+    if name not in _REGISTRY[kind]:
+        module = _declared(kind).get(name)
+        if module is not None:
+            importlib.import_module(module)
+        if name not in _REGISTRY[kind]:
+            _discover(kind)
     try:
         return _REGISTRY[kind][name]
     except KeyError:

@@ -263,6 +263,11 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     items = plan_items(manifest)
     work_dir = work_dir_of(model)
     parts_dir = work_dir / "parts"
+    pooled = ex.runner == "local" and ex.local_workers > 1 and on_cpu(params)
+    if pooled:
+        from biasaudit.scale.pool import prestart
+
+        prestart(ex.local_workers, PRELOAD)
     # the driver's measurer names the models in meta.json and draws the overlays; the serial runner uses it
     measurer = measurer or FaceMeasurer(params)
     if ex.runner == "ray" or ex.local_workers > 1:

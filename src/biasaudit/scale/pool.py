@@ -53,6 +53,16 @@ def context(preload: tuple[str, ...] = ()) -> mp.context.BaseContext:
     return ctx
 
 
+def prestart(workers: int, preload: tuple[str, ...] = ()) -> None:
+    """Start the fork server now (when a pool of `workers` > 1 will run), so that its imports and model
+    loads overlap what the driver does before the pool (its own model loads): a few seconds per stage."""
+    if workers > 1 and "forkserver" in mp.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        context(preload)
+        forkserver.ensure_running()  # returns at once; the server imports in its own process
+
+
 def run_pool(batches: list[list[Item]], make_fn: Callable[[], BatchFn], sink: Callable[[list[Item]], None],
              workers: int, bar: Any = None, preload: tuple[str, ...] = ()) -> None:
     """Map `batches` over `workers` processes; at most 2 batches in flight per worker."""

@@ -11,11 +11,13 @@ over the transport layer (backends/transport.py), and an ordered thread-pool map
 from __future__ import annotations
 
 import io
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from PIL import Image
@@ -128,6 +130,24 @@ class VLMBackend(ABC):
 # --- images -------------------------------------------------------------------------------------
 
 def load_pil(path: str, max_side: int = 0) -> tuple[Image.Image | None, str]:
+    """`path` as an sRGB PIL image, downscaled so its longer side is ≤ `max_side` (0 = keep), or
+    (None, reason). The last 64 decoded images are kept, keyed by path, size and mtime (a changed file is
+    read again): an audit asks many questions about the same few images (REFLECT: about 30 each), and
+    decoding and LANCZOS resizing were a third of a local model's time. Each call gets its own copy."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _decode_pil(str(path), max_side)
+    img, reason = _cached_pil(str(path), st.st_mtime_ns, st.st_size, max_side)
+    return (img.copy() if img is not None else None), reason
+
+
+@lru_cache(maxsize=64)
+def _cached_pil(path: str, mtime_ns: int, size: int, max_side: int) -> tuple[Image.Image | None, str]:
+    return _decode_pil(path, max_side)
+
+
+def _decode_pil(path: str, max_side: int) -> tuple[Image.Image | None, str]:
     loaded = load_rgb(path)
     if not loaded.ok:
         return None, f"image {path}: {loaded.reason}"
