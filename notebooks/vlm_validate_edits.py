@@ -41,6 +41,7 @@ from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits")
 banner(cfg)
+V.start_pool(cfg)  # the local pool's workers load their models while the controls below run
 manifest = pd.read_parquet(C.FOCUS_DIR / "manifest.parquet")
 report_dir = C.EDIT_CHECKS_REPORTS
 print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited/imported ok")

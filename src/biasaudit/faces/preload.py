@@ -1,13 +1,10 @@
-"""Imported once by the local process pool's fork server (engine `Stage.preload`): loads what every
-faces worker needs, so the forked workers share it (copy-on-write) instead of each loading it again.
-No model runs here, so no thread pool exists yet when the server forks."""
+"""Imported once by the local process pool's fork server for the faces stage (engine `Stage.preload`):
+torch and open_clip (seconds to import) and the dlib models (faces.preload_dlib), so the forked
+workers share them (copy-on-write) instead of each loading them again."""
 
 try:
-    import open_clip  # noqa: F401 - with torch: seconds to import
+    import open_clip  # noqa: F401
 
-    from biasaudit.faces.detect import _dlib_detector, shape_predictor
-
-    shape_predictor()  # the 68-landmark model: ~100 MB, the slowest load of a worker
-    _dlib_detector("hog")
+    import biasaudit.faces.preload_dlib  # noqa: F401
 except Exception:  # noqa: BLE001 - a worker then loads what it needs itself (and reports any error)
     pass

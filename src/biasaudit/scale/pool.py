@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
@@ -27,12 +28,9 @@ def _init(make_fn: Callable[[], BatchFn], threads: int) -> None:
     global _FN
     for var in THREAD_VARS:
         os.environ[var] = str(threads)
-    try:
-        import torch
-
+    torch = sys.modules.get("torch")  # a torch imported later reads OMP_NUM_THREADS; importing it here
+    if torch is not None:              # would cost a worker of a stage without torch 1.6 s
         torch.set_num_threads(threads)
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
     _FN = make_fn()
 
 

@@ -349,6 +349,19 @@ def make_validate_fn(params: Any):
         "status": "failed", "reason": reason, "passed": False, "failed_checks": "", "action": "exclude"})
 
 
+# what a pool worker needs anyway: imported (and the dlib models loaded) once, in the fork server
+PRELOAD = ("biasaudit.vlm.validate", "biasaudit.faces.segment", "biasaudit.faces.preload_dlib")
+
+
+def start_pool(cfg: Any) -> None:
+    """Start the local pool's fork server now, when run_validation will use one, so that it loads the
+    dlib models while the notebook runs the controls (a few seconds of the stage)."""
+    if cfg.execution.runner == "local":
+        from biasaudit.scale.pool import prestart
+
+        prestart(cfg.execution.local_workers, PRELOAD)
+
+
 def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool = True,
                    work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> dict[str, Any]:
     """Measure every edit against its source (resumable on the engine; `execution:` local, local pool
@@ -364,8 +377,7 @@ def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool =
     items = validation_items(manifest)
     settings = stable_hash({k: getattr(params, k) for k in MEASURE_SETTINGS})
     stage = Stage("validate edits", items, "edit_id", settings, partial(make_validate_fn, params),
-                  f"{work_dir}/records.jsonl", validation_content, batch_size=2, cpu_bound=True,
-                  preload=("biasaudit.vlm.validate", "biasaudit.faces.segment", "dlib"))
+                  f"{work_dir}/records.jsonl", validation_content, batch_size=2, cpu_bound=True, preload=PRELOAD)
     run = run_stage(stage, cfg.execution, progress)
     rows = pd.DataFrame(run.rows()).drop(columns=[SETTINGS_FIELD, INPUT_FIELD], errors="ignore")
     return {"checks": rows, "run": run, "summary": run.summary, "execution": run.execution}
