@@ -65,8 +65,9 @@ def clone(side: str, base: Path) -> Path:
 
 def run(side: str, base: Path) -> tuple[float, dict]:
     work = clone(side, base)
+    # the clone's own src first (the shared .venv's editable install points at this checkout's)
     env = {**os.environ, "PATH": f"{work / '.venv/bin'}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-           "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+           "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONPATH": str(work / "src")}
     t = time.perf_counter()
     proc = subprocess.run([str(work / ".venv/bin/dvc"), "repro", "--quiet"], cwd=work, env=env,
                           capture_output=True, text=True)
