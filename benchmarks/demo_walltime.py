@@ -14,7 +14,10 @@ the medians are compared. Both sides must write the same metrics/headline.json (
 
 Measured on the 2-core development machine, otherwise idle, 2026-12-01, `--repeats 2 --no-warmup`
 (identical headline.json on both sides every time):
-    this commit:                                  before 363.6, 364.0 s; after 283.6, 271.8 s: -24% (1.31x)
+    this commit:                                  before 399.5, 392.5 s; after 270.1, 242.1 s: -35% (1.55x)
+      (the fork server started before the driver loads its models, workers without torch's import,
+       backend names read from source, decoded VLM images kept; "before" shares the last two)
+    without those:                                before 363.6, 364.0 s; after 283.6, 271.8 s: -24% (1.31x)
     without the planted-generate pool:            before 362.0, 349.1 s; after 269.7, 281.7 s: -22% (1.29x)
     without that and the instruments pool:        before 357.3, 335.6 s; after 307.7, 276.1 s: -16% (1.19x)
 """

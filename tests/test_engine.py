@@ -126,6 +126,34 @@ def test_local_process_pool_gives_the_serial_records(tmp_path):
     assert pooled.rows() == serial.rows()
 
 
+def worker_facts(items):
+    import sys
+
+    return [it | {"pid": os.getpid(), "torch": "torch" in sys.modules, "threads": os.environ.get("OMP_NUM_THREADS")}
+            for it in items]
+
+
+def make_worker_facts():
+    return worker_facts
+
+
+def test_a_prestarted_pool_runs_every_batch_on_its_share_of_cores_without_importing_torch():
+    from multiprocessing import forkserver
+
+    from biasaudit.scale.pool import prestart, run_pool
+
+    ours = forkserver._forkserver._forkserver_pid is None  # else an earlier test's server (its own preload)
+    prestart(1)  # one worker: no pool will run, nothing is started
+    prestart(2, ("json",))  # the fork server starts now; the pool below uses it
+    got: list = []
+    run_pool([[{"id": i}] for i in range(6)], make_worker_facts, got.extend, 2)
+    assert sorted(r["id"] for r in got) == list(range(6))
+    assert {r["threads"] for r in got} == {str(max(1, (os.cpu_count() or 1) // 2))}
+    assert os.getpid() not in {r["pid"] for r in got}
+    if ours:
+        assert not any(r["torch"] for r in got)  # a stage without torch never pays its 1.6 s import
+
+
 def test_token_accounting_applies_the_batch_discount():
     price = {"input_per_mtok": 1.0, "output_per_mtok": 10.0, "batch_discount": 0.5}
     records = [{"status": "ok", "tokens_in": 1000, "tokens_out": 100, "from_cache": False, "via": "batch"},
