@@ -23,8 +23,8 @@ import importlib.util
 import inspect
 import pkgutil
 import threading
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 KINDS: dict[str, str] = {"generator": "biasaudit.backends.generators", "vlm": "biasaudit.backends.vlm",

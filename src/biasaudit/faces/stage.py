@@ -263,8 +263,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     items = plan_items(manifest)
     work_dir = work_dir_of(model)
     parts_dir = work_dir / "parts"
-    pooled = ex.runner == "local" and ex.local_workers > 1 and on_cpu(params)
-    if pooled:
+    if ex.runner == "local" and ex.local_workers > 1 and on_cpu(params):  # its imports overlap the driver's loads
         from biasaudit.scale.pool import prestart
 
         prestart(ex.local_workers, PRELOAD)
