@@ -36,12 +36,13 @@ from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_tex
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
+from biasaudit.scale.pool import prestart
 from biasaudit.t2i.outputs import to_markdown
 from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits")
 banner(cfg)
-V.start_pool(cfg)  # the local pool's workers load their models while the controls below run
+prestart(cfg.execution, V.PRELOAD)  # the local pool's fork server loads the models while the controls run
 manifest = pd.read_parquet(C.FOCUS_DIR / "manifest.parquet")
 report_dir = C.EDIT_CHECKS_REPORTS
 print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited/imported ok")

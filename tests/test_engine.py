@@ -143,8 +143,8 @@ def test_a_prestarted_pool_runs_every_batch_on_its_share_of_cores_without_import
     from biasaudit.scale.pool import prestart, run_pool
 
     ours = forkserver._forkserver._forkserver_pid is None  # else an earlier test's server (its own preload)
-    prestart(1)  # one worker: no pool will run, nothing is started
-    prestart(2, ("json",))  # the fork server starts now; the pool below uses it
+    prestart(Execution(local_workers=1))  # one worker: no pool will run, nothing is started
+    prestart(Execution(local_workers=2), ("json",))  # the fork server starts now; the pool below uses it
     got: list = []
     run_pool([[{"id": i}] for i in range(6)], make_worker_facts, got.extend, 2)
     assert sorted(r["id"] for r in got) == list(range(6))

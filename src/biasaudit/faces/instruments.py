@@ -139,11 +139,11 @@ def methods_status(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: 
 
 
 def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: str | None = None
-                 ) -> tuple[dict, object, dict[str, str]]:
-    """(detectors by name, face mesh or None, status by method: methods_status)."""
+                 ) -> tuple[dict, object]:
+    """(detectors by name, face mesh or None): the methods methods_status says run."""
     from biasaudit.faces.detect import DlibDetector
 
-    status, paths = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)
+    _, paths = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)
     detectors = {"dlib-hog": DlibDetector("hog", hog_upsample), "dlib-cnn": DlibDetector("cnn", cnn_upsample)}
     mesh = None
     if paths is not None:
@@ -151,7 +151,7 @@ def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: st
 
         detectors["mediapipe-blazeface"] = mp.BlazeFaceDetector(paths)
         mesh = mp.FaceMesh(paths)
-    return detectors, mesh, status
+    return detectors, mesh
 
 
 def level_rows(detectors: dict, mesh, mode: str, L: float, recolourings: int, size: int, crop_factor: float,
@@ -183,8 +183,9 @@ def level_rows(detectors: dict, mesh, mode: str, L: float, recolourings: int, si
 
 
 def make_levels_fn(settings: dict):
-    """A batch function for the local process pool: items {order, mode, L} → {order, rows}."""
-    detectors, mesh, _ = load_methods(settings["hog_upsample"], settings["cnn_upsample"], settings["mediapipe_dir"])
+    """The batch function (in this process, or built in each pool worker): items {order, mode, L} →
+    {order, rows}."""
+    detectors, mesh = load_methods(settings["hog_upsample"], settings["cnn_upsample"], settings["mediapipe_dir"])
 
     def fn(items: list[dict]) -> list[dict]:
         return [{"order": it["order"], "rows": level_rows(detectors, mesh, it["mode"], it["L"], settings["recolourings"],
@@ -207,18 +208,17 @@ def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: in
                 "min_box_iou": min_box_iou}
     items = [{"order": i, "mode": mode, "L": float(L)} for i, (mode, L) in
              enumerate((m, L) for m in modes for L in levels)]
+    status = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)[0]
     done: list[dict] = []
     if workers > 1 and len(items) > 1:
         from biasaudit.scale.pool import run_pool
 
-        status = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)[0]  # the workers load the models
         run_pool([[it] for it in items], partial(make_levels_fn, settings), done.extend, workers,
-                 preload=("biasaudit.faces.instruments", "biasaudit.faces.detect"))
+                 preload=("biasaudit.faces.instruments", "biasaudit.faces.preload_dlib"))
     else:
-        detectors, mesh, status = load_methods(hog_upsample, cnn_upsample, mediapipe_dir)
+        fn = make_levels_fn(settings)
         for it in items:
-            done.append({"order": it["order"], "rows": level_rows(detectors, mesh, it["mode"], it["L"], recolourings,
-                                                                  size, crop_factor, seed, min_box_iou)})
+            done += fn([it])
             if progress:
                 print(f"{it['mode']} L*={it['L']:g} done", flush=True)
     sweep = pd.DataFrame([row for rec in sorted(done, key=lambda r: r["order"]) for row in rec["rows"]])

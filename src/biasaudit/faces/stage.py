@@ -263,10 +263,11 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     items = plan_items(manifest)
     work_dir = work_dir_of(model)
     parts_dir = work_dir / "parts"
-    if ex.runner == "local" and ex.local_workers > 1 and on_cpu(params):  # its imports overlap the driver's loads
+    cpu_bound = on_cpu(params)
+    if cpu_bound:
         from biasaudit.scale.pool import prestart
 
-        prestart(ex.local_workers, PRELOAD)
+        prestart(ex, PRELOAD)
     # the driver's measurer names the models in meta.json and draws the overlays; the serial runner uses it
     measurer = measurer or FaceMeasurer(params)
     if ex.runner == "ray" or ex.local_workers > 1:
@@ -275,7 +276,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         fn = measurer.batch_fn(parts_dir)
         make_fn = lambda: fn  # noqa: E731 - called in this process only
     stage = Stage(f"faces {model}", items, "image_id", settings_hash(params), make_fn, work_dir / "records.jsonl",
-                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=on_cpu(params),
+                  item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=cpu_bound,
                   preload=PRELOAD)
     run = run_stage(stage, ex, progress)
     summary, execution = run.summary, run.execution

@@ -51,10 +51,12 @@ def context(preload: tuple[str, ...] = ()) -> mp.context.BaseContext:
     return ctx
 
 
-def prestart(workers: int, preload: tuple[str, ...] = ()) -> None:
-    """Start the fork server now (when a pool of `workers` > 1 will run), so that its imports and model
-    loads overlap what the driver does before the pool (its own model loads): a few seconds per stage."""
-    if workers > 1 and "forkserver" in mp.get_all_start_methods():
+def prestart(execution: Any, preload: tuple[str, ...] = ()) -> None:
+    """Start the fork server now, when the `execution:` section makes a CPU-bound stage use the local
+    pool (runner local, local_workers > 1), so that its imports and model loads overlap what the driver
+    does before the pool (its own model loads, a notebook's controls): a few seconds per stage."""
+    if (execution.runner == "local" and int(execution.local_workers or 1) > 1
+            and "forkserver" in mp.get_all_start_methods()):
         from multiprocessing import forkserver
 
         context(preload)

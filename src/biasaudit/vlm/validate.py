@@ -353,15 +353,6 @@ def make_validate_fn(params: Any):
 PRELOAD = ("biasaudit.vlm.validate", "biasaudit.faces.segment", "biasaudit.faces.preload_dlib")
 
 
-def start_pool(cfg: Any) -> None:
-    """Start the local pool's fork server now, when run_validation will use one, so that it loads the
-    dlib models while the notebook runs the controls (a few seconds of the stage)."""
-    if cfg.execution.runner == "local":
-        from biasaudit.scale.pool import prestart
-
-        prestart(cfg.execution.local_workers, PRELOAD)
-
-
 def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool = True,
                    work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> dict[str, Any]:
     """Measure every edit against its source (resumable on the engine; `execution:` local, local pool
