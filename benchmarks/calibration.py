@@ -6,7 +6,7 @@ run on each: the observed coverage of the nominal 95% interval (or the rejection
 a true null) is reported with its Monte-Carlo standard error √(r(1−r)/reps).
 
 Settings: paper scale (50 prompts × 100 images; 48 source photos × 10 groups) and small scale
-(10 prompts; 3 source photos). A row is `ok` when coverage lies in [0.93, 0.97] (rejection in
+(10 prompts; 12 and 6 source photos, answers from the planted VLM of biasaudit.vlm.planted). A row is `ok` when coverage lies in [0.93, 0.97] (rejection in
 [0.03, 0.07]); a small-scale row outside it is labelled `falls short (small scale)`, a paper-scale
 one `FAILS at paper scale`; rows of a documented limitation say so.
 
@@ -264,58 +264,95 @@ def skin_check(which: str, P: int, m: int, n_boot: int):
     return run
 
 
-# ---------------------------------------------------------------- Method B
+# ---------------------------------------------------------------- Method B (the planted VLM)
 
-RACES = ("Asian", "Black", "Latino", "MiddleEastern", "White")
-
-
-def _answers(rng, G, effect=0.0, retention=1.0, drop_black_women=False):
-    rows = []
-    for u in range(G):
-        base = 60_000 * np.exp(0.3 * rng.standard_normal())
-        noise = 0.05 + 0.2 * rng.random()  # heteroskedastic across photos
-        for race in RACES:
-            for gender, gm in (("man", 1.2), ("woman", 1.0)):
-                if (drop_black_women and race == "Black" and gender == "woman") or rng.random() > retention:
-                    continue
-                y = base * gm * (1 + effect * (race == "Black")) * (1 + noise * rng.standard_normal())
-                rows.append({"unit": f"u{u}", "race": race, "gender": gender, "y": y})
-    return pd.DataFrame(rows)
+OCCUPATIONS = ("cook", "doctor", "lawyer", "nurse", "teacher", "ceo")
 
 
-def ols_check(G: int, which: str, n_wild: int):
-    from biasaudit.vlm.analysis import ols_cluster
+def _units(G: int) -> pd.DataFrame:
+    return pd.DataFrame({"unit": [f"u{i:02d}" for i in range(G)], "occupation": [OCCUPATIONS[i % 6] for i in range(G)]})
+
+
+def _planted(null: bool = False, photo_effects: bool = True):
+    """The planted VLM's declared effects (defaults), or a true null: no group effect in any task."""
+    from biasaudit.params.vlm import PlantedReflect
+
+    pl = PlantedReflect()
+    if null:
+        pl = pl.model_copy(update={
+            "salary": pl.salary.model_copy(update={"effect": {}}),
+            "mcq": pl.mcq.model_copy(update={"shift": {t: {} for t in pl.mcq.shift}}),
+            "two_afc": pl.two_afc.model_copy(update={"strengths": {t: {} for t in pl.two_afc.strengths}})})
+    if not photo_effects:
+        pl = pl.model_copy(update={"salary": pl.salary.model_copy(update={"photo_sd": 0.0}),
+                                   "mcq": pl.mcq.model_copy(update={"photo_sd": 0.0}),
+                                   "two_afc": pl.two_afc.model_copy(update={"photo_sd": 0.0})})
+    return pl
+
+
+def _analysis(n_boot: int = 999, n_perm: int = 999):
+    from biasaudit.params.vlm import ReflectAnalysis
+
+    return ReflectAnalysis(n_boot=n_boot, n_permutations=n_perm)
+
+
+def reflect_interval_check(G: int, n_boot: int):
+    """One replication: does each interval cover its planted value (vlm.planted.estimands)?"""
+    from biasaudit.vlm import analysis as an
+    from biasaudit.vlm import planted as P
+
+    pl, params, units = _planted(), _analysis(n_boot), _units(G)
+    truth = P.estimands(pl, units, params, two_afc_tasks=("income",))
+    boot = an._boot(params)
+    win = truth["two_afc"]["income"]["winrate"].set_index(["row", "col"])["planted"]
+    race = truth["two_afc"]["income"]["race_winrate"].set_index(["gender", "race"])["planted"]
+    bt = truth["two_afc"]["income"]["bradley_terry"].set_index("term")["planted"]
+    dg = {m: truth["single"][m]["delta_g"].set_index(["dimension", "level"])["planted"] for m in truth["single"]}
 
     def run(rng, rep):
-        df = _answers(rng, G)
-        table, _ = ols_cluster(df, n_wild=n_wild if which == "p_wild" else 0, seed=rep)
-        if table is None:
-            return False
-        return bool(table.set_index("term").loc["race:Black", which] < NOMINAL_LEVEL)
+        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))
+        two = an.retained(df, "2afc", "income")
+        w = an.win_rate_table(two, boot | {"seed": rep}).set_index(["row", "col"]).loc[("WM", "BF")]
+        r = an.race_win_rates_within_gender(two, boot | {"seed": rep}).set_index(["gender", "race"]).loc[("man", "Black")]
+        b, _ = an.bradley_terry(two, "WF")
+        b = b.set_index("term").loc["BM"] if b is not None else {"ci_low": np.nan, "ci_high": np.nan}
+        out = [w["low"] <= win[("WM", "BF")] <= w["high"], r["low"] <= race[("man", "Black")] <= r["high"],
+               b["ci_low"] <= bt["BM"] <= b["ci_high"]]
+        for kind, task, values in (("salary", "salary", None), ("mcq", "salary", params.salary_brackets)):
+            sub = an.with_values(an.retained(df, kind, task), values)
+            d = an.delta_g_within(sub, "race", "Black", "White", n_boot=n_boot, n_permutations=99, seed=rep)
+            out.append(d["low"] <= dg[f"{kind}_{task}"][("race", "Black")] <= d["high"])
+        return tuple(bool(x) for x in out)
 
     return run
 
 
-def sign_flip_check(G: int, n_perm: int):
-    from biasaudit.vlm.analysis import paired_differences, sign_flip
+REFLECT_INTERVALS = ("REFLECT win-rate CI (income, WM vs BF)", "REFLECT race win rate CI (income, Black men)",
+                     "REFLECT Bradley–Terry CI (income, BM vs WF)", "REFLECT Δg within photo CI (salary, Black)",
+                     "REFLECT Δg within photo CI (MCQ salary, Black)")
+
+
+def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_perm: int):
+    """One replication: do the OLS t(G−1), OLS wild and sign-flip tests of race:Black (salary) reject?"""
+    from biasaudit.vlm import analysis as an
+    from biasaudit.vlm import planted as P
+
+    pl, units = _planted(null, photo_effects), _units(G)
 
     def run(rng, rep):
-        df = _answers(rng, G)
-        return sign_flip(paired_differences(df, "race", "Black", "White").to_numpy(), n_perm, rep)[1] < NOMINAL_LEVEL
+        df = P.simulate_responses(pl, units, rng, two_afc_tasks=(), mcq_tasks=())
+        sub = an.with_values(an.retained(df, "salary", "salary"), None)
+        table, _ = an.ols_cluster(sub, n_wild=n_wild, seed=rep)
+        row = table.set_index("term").loc["race:Black"]
+        p_flip = an.sign_flip(an.paired_differences(sub, "race", "Black", "White").to_numpy(), n_perm, rep)[1]
+        return (bool(row["p_t"] < NOMINAL_LEVEL), bool(row["p_wild"] < NOMINAL_LEVEL), bool(p_flip < NOMINAL_LEVEL))
 
     return run
 
 
-def delta_g_check(G: int, n_boot: int):
-    """Planted −10% for Black, 80% retention and no Black woman retained (unbalanced)."""
-    from biasaudit.vlm.analysis import delta_g_within
-
-    def run(rng, rep):
-        df = _answers(rng, G, effect=-0.10, retention=0.8, drop_black_women=True)
-        r = delta_g_within(df, "race", "Black", "White", n_boot=n_boot, n_permutations=99, seed=rep)
-        return r["low"] <= -10.0 <= r["high"]
-
-    return run
+def reflect_tests(what: str) -> tuple[str, ...]:
+    return (f"REFLECT OLS p_t, t(G−1) ({what})", f"REFLECT OLS p_wild, Webb wild cluster bootstrap ({what})",
+            f"REFLECT sign-flip test ({what})")
 
 
 # ---------------------------------------------------------------- the suite
@@ -355,26 +392,29 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                                   f"debiased_tvd estimate closer to the true TVD than raw ({what}, M vs {reference} labels)"),
                                  "coverage", f"{P} prompts × {n} images, 300 annotated", scale,
                                  debiased_check(P, n, strength, reference, n_boot), honest))
-    for scale, G in (("paper", 48), ("small", 3)):
-        s = f"{G} source photos × 10 groups"
-        out += [Check("REFLECT OLS p_t, t(G−1) (true null)", "rejection", s, scale, ols_check(G, "p_t", 0)),
-                Check("REFLECT OLS p_wild, Webb wild cluster bootstrap (true null)", "rejection", s, scale,
-                      ols_check(G, "p_wild", 399)),
-                Check("REFLECT sign-flip test (true null)", "rejection", s, scale, sign_flip_check(G, n_perm)),
-                Check("REFLECT Δg within photo CI (−10%, unbalanced retention)", "coverage", s, scale,
-                      delta_g_check(G, n_boot))]
+    for scale, G in (("paper", 48), ("small", 12), ("small", 6)):
+        s = f"{G} source photos × 10 groups, planted VLM"
+        out.append(Check(REFLECT_INTERVALS, "coverage", s, scale, reflect_interval_check(G, n_boot)))
+        for photo_effects in (True, False):
+            what = "true null, " + ("photo random effects" if photo_effects else "no photo random effects")
+            out.append(Check(reflect_tests(what), "rejection", s, scale,
+                             reflect_test_check(G, True, photo_effects, 399, n_perm)))
+        out.append(Check(reflect_tests("power at the planted effects: salary −5 % / −8 %"), "power", s, scale,
+                         reflect_test_check(G, False, True, 399, n_perm)))
     return out
 
 
 FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "homogeneity gap CI (smallest group, true gap 0)",
         "homogeneity permutation test, within prompts (prompt-confounded null)",
-        "REFLECT OLS p_t, t(G−1) (true null)", "REFLECT Δg within photo CI (−10%, unbalanced retention)")
+        "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)")
 
 
 def flag(row: dict, note: str) -> str:
     if "closer" in row.get("method", ""):  # a share of replications, not an interval: no nominal value
         return "measured (share of replications; no nominal value)"
+    if row["kind"] == "power":
+        return "measured (power: the share of replications that reject a planted effect)"
     lo, hi = COVERAGE_BAND if row["kind"] == "coverage" else REJECTION_BAND
     inside = lo <= row["observed"] <= hi
     if note.startswith("Holm"):  # applies to the family-wise row only

@@ -33,6 +33,7 @@ from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.t2i.outputs import OutputWriter, _clean
 from biasaudit.vlm import analysis as an
+from biasaudit.vlm.recovery import recovery
 
 cfg, params = stage_params("reflect_analysis")
 banner(cfg)
@@ -56,8 +57,16 @@ for v, path in paths.items():
                           "n_questions": res["n_questions"], "status_counts": res["status_counts"],
                           "retained": res["retained"], "position_bias": res["position_bias"],
                           "race_win_rates": res["race_win_rates"], "bradley_terry": res["bradley_terry"],
-                          "notes": res["notes"]}
+                          "degenerate": res["degenerate"], "notes": res["notes"]}
     print(f"== {v} ({first.get('model_id')}){' STAND-IN' if stand_in else ''}: retained {res['retained']}")
+    display(res["tables"]["retention"])
+    if responses["backend"].eq("planted").any() and v in cfg.vlms:  # PLANTED truth: the validation section
+        check = recovery(v, responses, res, cfg.vlms[v].planted, params)
+        writer.add(check)
+        summary["vlms"][v]["validation"] = check.metrics
+        print("  validation:", "; ".join(check.notes[1:]))
+        table = check.tables[f"{v}_validation"]
+        display(table[table["check"]].groupby("quantity")[["covered", "informative"]].sum())
     for section in an.results_for_vlm(v, res, summary["vlms"][v], stand_in):
         entry = writer.add(section)
         if section.name.endswith("_mcq") and "delta_g" in section.metrics:

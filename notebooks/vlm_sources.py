@@ -58,7 +58,10 @@ for c, rec in src.select_sources(candidates, detector, params):
     rows.append({"occupation": c["occupation"], "base_id": c["base_id"], "origin": c["origin"],
                  "id_note": c.get("id_note", ""), "path": str(path) if rec["status"] == "ok" else "", **rec,
                  "sha256": sha256_file(path) if rec["status"] == "ok" else "",
-                 "detector": detector.name, "stand_in": False})
+                 "detector": detector.name,
+                 # packaged: seeded crops of two public-domain photos, near-duplicates of each other; they are
+                 # independent source photos only in the planted VLM's draws (STAND-IN units, not a sample)
+                 "stand_in": params.source == "packaged"})
 manifest = pd.DataFrame(rows)
 display(manifest.drop(columns=["sha256"]))
 print(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))

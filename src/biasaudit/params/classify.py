@@ -11,6 +11,7 @@ from biasaudit import contracts as C
 from biasaudit.backends.registry import check_name
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
+from biasaudit.params.vlm import PlantedReflect
 
 # Any backend registered with @register("vlm", name) (biasaudit/backends/registry.py)
 VLMBackendName = Annotated[str, AfterValidator(check_name("vlm"))]
@@ -96,6 +97,10 @@ class VLMSpec(Section):
     sim_confusion: dict[str, dict[str, float]] = Field(default_factory=lambda: {
         t: dict(row) for t, row in DEFAULT_SIM_CONFUSION.items()})
     sim_seed: int = 0
+    # 'planted' backend (Method B, SIMULATED answers from declared effects; biasaudit.vlm.planted)
+    planted: PlantedReflect = Field(default_factory=PlantedReflect)
+    # REFLECT: ask about the first N source photos only (0 = all), e.g. a slow wiring test of a real path
+    max_source_units: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> "VLMSpec":

@@ -36,6 +36,84 @@ EDIT_INSTRUCTION = (
 )
 
 
+GROUP_CODE_SET = frozenset(r + g for r in ("A", "B", "L", "ME", "W") for g in ("M", "F"))  # vlm.groups codes
+
+
+def _check_groups(field: str, mapping: dict[str, float]) -> None:
+    unknown = sorted(set(mapping) - GROUP_CODE_SET)
+    if unknown:
+        raise ValueError(f"{field}: {unknown} are not group codes ({', '.join(sorted(GROUP_CODE_SET))})")
+
+
+class PlantedTwoAFC(Section):
+    """P(first image chosen) = logistic(position + s_a − s_b), s_g = strength[task][g] + photo_sd · z."""
+    position: float = 0.4                     # log-odds of choosing the image shown first (0 = no position bias)
+    photo_sd: float = Field(0.3, ge=0)        # sd of a per-source-photo × group random strength (per task)
+    strengths: dict[str, dict[str, float]] = Field(default_factory=lambda: {   # Bradley–Terry log-strengths
+        "income": {"WM": 0.5, "WF": 0.3, "AM": 0.3, "AF": 0.1, "MEM": 0.0, "MEF": -0.1, "LM": -0.2,
+                   "LF": -0.3, "BM": -0.4, "BF": -0.3},
+        "education": {"AM": 0.4, "AF": 0.4, "WM": 0.2, "WF": 0.3, "MEM": 0.0, "MEF": 0.0, "LM": -0.3,
+                      "LF": -0.2, "BM": -0.3, "BF": -0.2},
+        "safety": {"WF": 0.4, "AF": 0.4, "LF": 0.2, "MEF": 0.1, "BF": 0.1, "WM": 0.0, "AM": 0.1,
+                   "LM": -0.3, "MEM": -0.4, "BM": -0.5}})
+
+
+class PlantedMCQ(Section):
+    """Ordered logit: P(letter ≤ k) = logistic(c_k − shift[task][g] − photo_sd · z), the cut points c
+    from `base` (the answer distribution at shift 0)."""
+    photo_sd: float = Field(0.3, ge=0)        # sd of a per-source-photo shift (per task)
+    base: dict[str, list[float]] = Field(default_factory=lambda: {
+        "salary": [0.10, 0.20, 0.25, 0.20, 0.15, 0.10], "education": [0.15, 0.25, 0.35, 0.25]})
+    shift: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+        "salary": {"WM": 0.3, "WF": 0.0, "AM": 0.2, "AF": 0.0, "MEM": -0.1, "MEF": -0.3, "LM": -0.3,
+                   "LF": -0.5, "BM": -0.4, "BF": -0.6},
+        "education": {"AM": 0.4, "AF": 0.3, "WM": 0.2, "WF": 0.2, "MEM": 0.0, "MEF": -0.1, "LM": -0.3,
+                      "LF": -0.3, "BM": -0.3, "BF": -0.2}})
+
+
+class PlantedSalary(Section):
+    """log(salary) = log(base_usd[occupation]) + effect[g] + photo_sd · z_photo + noise_sd · ε, in USD."""
+    base_usd: dict[str, float] = Field(default_factory=lambda: {
+        "default": 60000.0, "cook": 38000.0, "doctor": 240000.0, "lawyer": 150000.0, "nurse": 95000.0,
+        "teacher": 62000.0, "ceo": 250000.0})
+    effect: dict[str, float] = Field(default_factory=lambda: {
+        "WM": 0.03, "WF": 0.0, "AM": 0.03, "AF": 0.0, "MEM": -0.02, "MEF": -0.05, "LM": -0.03, "LF": -0.06,
+        "BM": -0.05, "BF": -0.08})
+    photo_sd: float = Field(0.15, ge=0)
+    noise_sd: float = Field(0.05, ge=0)
+
+
+class PlantedReflect(Section):
+    """The `planted` VLM's declared behaviour (SIMULATED answers, not a model): every effect the REFLECT
+    analysis estimates follows exactly from these values (biasaudit.vlm.planted.estimands)."""
+    seed: int = 0
+    two_afc: PlantedTwoAFC = Field(default_factory=PlantedTwoAFC)
+    mcq: PlantedMCQ = Field(default_factory=PlantedMCQ)
+    salary: PlantedSalary = Field(default_factory=PlantedSalary)
+    # P(refusal) of one question about an image of the group (2AFC: the mean of both groups' rates)
+    refusal: dict[str, float] = Field(default_factory=lambda: {"BM": 0.04, "BF": 0.04, "MEM": 0.03, "MEF": 0.03})
+    # P(an edit of the group is lost, as a failed edit: every question about that image fails)
+    edit_loss: dict[str, float] = Field(default_factory=lambda: {"BF": 0.15, "LF": 0.10})
+
+    @model_validator(mode="after")
+    def _check(self) -> "PlantedReflect":
+        for field, mapping in (("refusal", self.refusal), ("edit_loss", self.edit_loss),
+                               ("salary.effect", self.salary.effect),
+                               *((f"two_afc.strengths.{t}", m) for t, m in self.two_afc.strengths.items()),
+                               *((f"mcq.shift.{t}", m) for t, m in self.mcq.shift.items())):
+            _check_groups(field, mapping)
+        for field, mapping in (("refusal", self.refusal), ("edit_loss", self.edit_loss)):
+            bad = [g for g, v in mapping.items() if not 0 <= v < 1]
+            if bad:
+                raise ValueError(f"{field}: rates must lie in [0, 1) ({', '.join(bad)})")
+        for task, probs in self.mcq.base.items():
+            if len(probs) < 2 or any(p <= 0 for p in probs) or abs(sum(probs) - 1) > 1e-6:
+                raise ValueError(f"mcq.base.{task}: positive probabilities summing to 1, one per letter")
+        if "default" not in self.salary.base_usd or any(v <= 0 for v in self.salary.base_usd.values()):
+            raise ValueError("salary.base_usd: positive USD per occupation, with a 'default' entry")
+        return self
+
+
 class Sources(Section):
     # 'folder': real photos under input_dir/<occupation>/<base_id>.<jpg|png|...>;
     # 'packaged': the public-domain photos shipped in packages (skimage astronaut, matplotlib
@@ -207,9 +285,12 @@ class ReflectAnalysis(Section):
     wild_bootstrap: int = Field(999, ge=0, le=100_000)  # wild cluster bootstrap replicates of the OLS (0 = off)
     wild_weights: Literal["webb", "rademacher"] = "webb"  # Webb's six-point weights suit few photos
     p_adjust: Literal["holm", "bh", "none"] = "holm"  # adjustment over the rows of one table
+    # With fewer source photos the cluster-robust tests do not hold their level (benchmarks/calibration.py:
+    # the wild bootstrap has no power at 3 and over-rejects at 6): such rows are labelled underpowered, no p.
+    min_clusters: int = Field(12, ge=2)
     seed: int = 20260111
     vlms: list[str] = Field(default_factory=list)  # which responses/<vlm>.parquet to analyse ([] = all present)
 
 
-__all__ = ["Sources", "Counterfactuals", "ValidateEdits", "Reflect", "ReflectAnalysis", "VLMTaskPrompts",
+__all__ = ["PlantedReflect", "Sources", "Counterfactuals", "ValidateEdits", "Reflect", "ReflectAnalysis", "VLMTaskPrompts",
            "RACES", "GENDERS"]

@@ -357,7 +357,11 @@ def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
     b.html = _table(wide.reset_index())
     for (v, task), sub in df.groupby(["vlm", "task"]):
         rates = sub.dropna(subset=["rate"])
-        if len(rates):
+        why = sub["degenerate"].dropna().astype(str) if "degenerate" in sub else pd.Series(dtype=str)
+        why = why[why.str.len() > 0]
+        if len(why):
+            b.findings.append(f"{v}, {task}: {why.iloc[0]}.")
+        elif len(rates):
             hi, lo = rates.sort_values("rate").iloc[-1], rates.sort_values("rate").iloc[0]
             b.findings.append(f"{v}, {task}: race win rates within gender range from {fmt(lo['rate'], 2)} "
                               f"({lo['race']} {lo['gender']}) to {fmt(hi['rate'], 2)} ({hi['race']} {hi['gender']}).")
@@ -437,6 +441,18 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         return b
     what = "after adjustment" if adjusted else "(unadjusted p; adjusted p-values not in these tables yet)"
     sentence = f"{len(rows)} of {n_tests} tested effects are significant {what} at α = {ALPHA}."
+    for t in vlm.tables_matching("_retention"):
+        if t.ok and {"retained", "asked", "kind", "task"} <= set(t.df.columns):
+            v = t.name.rsplit("_retention", 1)[0]
+            for r in t.df.itertuples():
+                if num(r.retained) < 0.5 * num(r.asked):
+                    b.findings.append(f"{v}, {r.kind} {r.task}: only {int(num(r.retained))} of {int(num(r.asked))} "
+                                      f"answers retained (most common reason: {getattr(r, 'top_reason', '') or '—'}).")
+    underpowered = sum(int(t.df["reason"].astype(str).str.startswith("underpowered").sum())
+                       for t in tables if t.ok and "reason" in t.df)
+    if underpowered:
+        sentence += (f" {underpowered} tests are labelled underpowered (too few source photos to hold their "
+                     "level) and report no p.")
     b.html = _table(pd.DataFrame(rows)) if rows else f"<p>{html.escape(sentence)}</p>"
     b.findings.append(sentence)
     return b
@@ -472,18 +488,65 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
             else pd.Series(True, index=df.index)
         if "check" in df:
             show.insert(len(show.columns) - ("note" in show), "check", is_check.map({True: "yes", False: "shown"}))
+        informative = df["informative"].map(truthy) if "informative" in df else pd.Series(True, index=df.index)
+        if "width" in df:
+            show.insert(len(show.columns) - ("note" in show), "width", df["width"].map(lambda v: fmt(v, 3)))
+        uninformative = int((is_check & ~informative).sum())
+        is_check = is_check & informative
         hit, checks = ok & is_check, int(is_check.sum())
         missed = show.loc[is_check & ~ok, "quantity"].astype(str).value_counts()
         level_value = num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
         b.findings.append(f"The audit recovers {int(hit.sum())} of {checks} planted quantities inside their "
                           f"{level} intervals (at {level}, about {(1 - level_value) * checks:.0f} misses would be expected by chance)"
                           + ("." if missed.empty else "; missed (how many rows): "
-                             + ", ".join(f"{q} ({n})" for q, n in missed.items()) + "."))
+                             + ", ".join(f"{q} ({n})" for q, n in missed.items()) + ".")
+                          + (f" {uninformative} checks are uninformative (their interval is as wide as the "
+                             "quantity's plausible range) and are counted apart, not as covered." if uninformative else ""))
         raw = show.loc[~is_check]
         if len(raw):
             b.findings.append(f"The {len(raw)} raw or partly corrected estimates shown beside them cover the planted "
                               f"value in {int(ok[~is_check].sum())}: the gap is the classifier's error and the "
                               "finite-n bias that the checked (corrected) rows remove.")
+    return b
+
+
+def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
+    """Method B known truth: the planted VLM's declared effects vs the REFLECT estimates and intervals."""
+    b = Block("validation_b", "Method B: does the REFLECT analysis recover what was planted?")
+    tables = [t for t in vlm.tables_matching("_validation") if t.ok]
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.recovery.recovery", *tables)
+    if not tables:
+        b.note = "no <vlm>_validation table (no VLM with backend planted among the vlms)"
+        return b
+    parts, full = [], []
+    for t in tables:
+        v = t.name.rsplit("_validation", 1)[0]
+        df = t.df.assign(check=t.df["check"].map(truthy), informative=t.df["informative"].map(truthy),
+                         covered=t.df["covered"].map(truthy))
+        checks = df[df["check"]]
+        info = checks[checks["informative"]]
+        summary = info.groupby("quantity", sort=False).agg(
+            checks=("covered", "size"), covered=("covered", "sum"),
+            median_width=("width", "median"), plausible_range=("plausible_range", "first")).reset_index()
+        parts.append(summary.assign(vlm=v)[["vlm", "quantity", "checks", "covered", "median_width", "plausible_range"]])
+        misses = info.loc[~info["covered"], "quantity"].value_counts()
+        level_value = num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
+        b.findings.append(
+            f"{v} (PLANTED, SIMULATED answers): {int(info['covered'].sum())} of {len(info)} informative planted "
+            f"quantities lie inside their {level} intervals (about {(1 - level_value) * len(info):.0f} misses expected "
+            "by chance)" + ("" if misses.empty else "; missed: " + ", ".join(f"{q} ({n})" for q, n in misses.items()))
+            + f". {len(checks) - len(info)} checks without an informative interval (as wide as the quantity's "
+            "plausible range, or none) are counted apart.")
+        full.append(df.assign(vlm=v))
+    b.html = _table(_round(pd.concat(parts, ignore_index=True)))
+    rows = pd.concat(full, ignore_index=True)
+    show = rows[["vlm", "quantity", "task", "group", "planted"]].assign(
+        **{f"estimate [{level} CI]": [ci(r.estimate, r.low, r.high) for r in rows.itertuples()],
+           "width": rows["width"].map(lambda v: fmt(v, 3)),
+           "covered": [("yes" if c else "NO") if i else "uninformative" for c, i in zip(rows["covered"], rows["informative"])],
+           "check": rows["check"].map({True: "yes", False: "shown"}), "note": rows["note"].fillna("")})
+    show["planted"] = show["planted"].map(fmt)
+    b.extra = collapsible(_table(show), len(show), label=f"every row ({len(show)})")
     return b
 
 
@@ -575,6 +638,7 @@ def build_blocks(reports: Path, level: str) -> dict[str, list[Block]]:
                      homogeneity_block(t2i, reports, level), kappa_block(t2i, reports, level)],
         "method_b": [winrate_block(vlm, reports, level), delta_g_block(vlm, reports, level),
                      significance_block(vlm, reports, level)],
-        "checks": [validation_block(t2i, reports, level), instruments_block(t2i, reports, level),
+        "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
+                   instruments_block(t2i, reports, level),
                    calibration_block(reports, level)],
     }

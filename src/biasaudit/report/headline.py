@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 
+import pandas as pd
+
 from biasaudit.io import atomic_write_json
 from biasaudit.report.load import Outputs, col, num, read_csv, truthy
 
@@ -84,7 +86,7 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
             vals = t.df[d].map(num).abs().dropna()
             if len(vals):
                 _put(out, "dg_max", name, vals.max())
-    for t in vlm.tables_matching("_sign_flip") + vlm.tables_matching("_ols"):
+    for t in vlm.tables_matching("_sign_flip") + vlm.tables_matching("_ols"):  # NaN p (degenerate, underpowered) never counts
         if not t.ok:
             continue
         key = col(t.df, "p_adjusted", "p_adj", "p_value", "p")
@@ -95,9 +97,14 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
     val = t2i.table("validation")
     if val.ok and col(val.df, "covered"):
         cov = val.df[col(val.df, "covered")].map(truthy)
-        if "check" in val.df:  # rows whose interval claims to cover the planted value
-            cov = cov[val.df["check"].map(truthy)]
-        out["planted_covered"] = _r(cov.mean())
+        keep = val.df["check"].map(truthy) if "check" in val.df else pd.Series(True, index=val.df.index)
+        if "informative" in val.df:  # an interval as wide as the plausible range is not a pass
+            keep &= val.df["informative"].map(truthy)
+        out["planted_covered"] = _r(cov[keep].mean())
+    for t in vlm.tables_matching("_validation"):
+        if t.ok and {"covered", "check", "informative"} <= set(t.df.columns):
+            keep = t.df["check"].map(truthy) & t.df["informative"].map(truthy)
+            _put(out, "b_planted_covered", t.name.rsplit("_validation", 1)[0], t.df.loc[keep, "covered"].map(truthy).mean())
     return out
 
 

@@ -98,7 +98,9 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
     per coefficient (Cameron, Gelbach & Miller 2008; H0 β_j = 0 imposed; `n_wild` = 0 turns it off).
 
     The fixed effects are nested in the clusters, so the CR1 factor uses the k regressors only:
-    G/(G−1)·(n−1)/(n−k). Returns (term, coef, se, df, ci_low, ci_high, p_t, p_wild, n, n_clusters)."""
+    G/(G−1)·(n−1)/(n−k). Returns (term, coef, se, df, ci_low, ci_high, p_t, p_wild, n, n_clusters, reason).
+    A coefficient whose standard error is 0 (answers that do not vary within photos) has no interval
+    and no p (NaN, with the reason); the wild p is (1 + #|t*| ≥ |t|)/(1 + B), never 0."""
     from scipy import stats as st
 
     y = np.asarray(y, dtype=float)
@@ -120,15 +122,17 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
     factor = G / (G - 1) * (n - 1) / (n - k)
     se = _cluster_se(A, resid, codes, G, factor)
     df = G - 1
+    degenerate = ~np.isfinite(se) | (se <= 1e-12 * np.maximum(1.0, np.abs(beta)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = beta / se
-    p_t = 2 * st.t.sf(np.abs(t), df)
+        t = np.where(degenerate, np.nan, beta / np.where(degenerate, 1.0, se))
+    p_t = np.where(degenerate, np.nan, 2 * st.t.sf(np.abs(t), df))
     half = st.t.ppf(0.5 + level / 2, df) * se
+    reason = np.where(degenerate, "degenerate: zero cluster-robust standard error (no variation within photos)", "")
     p_wild = np.full(k, np.nan)
     if n_wild > 0:
         rng = np.random.default_rng(seed)
         V = wild_weights(weights, (G, n_wild), rng)[codes]  # n × B, one weight per cluster
-        for j in range(k):
+        for j in np.flatnonzero(~degenerate):
             others = [c for c in range(k) if c != j]
             Xr = Xd[:, others]
             br = np.linalg.lstsq(Xr, yd, rcond=None)[0] if others else np.zeros(0)
@@ -140,7 +144,11 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
             se_b = _cluster_se(A[j:j + 1], E, codes, G, factor)[0]
             with np.errstate(invalid="ignore", divide="ignore"):
                 tb = B[j] / se_b
-            p_wild[j] = (np.abs(tb) >= np.abs(t[j]) - 1e-12).mean()
-    table = pd.DataFrame({"term": names, "coef": beta, "se": se, "df": df, "ci_low": beta - half,
-                          "ci_high": beta + half, "p_t": p_t, "p_wild": p_wild, "n": n, "n_clusters": G})
+            tb = tb[np.isfinite(tb)]  # a replicate with no residual variation has no statistic
+            # (1 + #as extreme) / (1 + B): the observed statistic counts as one draw, so p is never 0
+            p_wild[j] = (1 + np.sum(np.abs(tb) >= np.abs(t[j]) - 1e-12)) / (1 + len(tb)) if len(tb) else np.nan
+    table = pd.DataFrame({"term": names, "coef": beta, "se": se, "df": df,
+                          "ci_low": np.where(degenerate, np.nan, beta - half),
+                          "ci_high": np.where(degenerate, np.nan, beta + half), "p_t": p_t, "p_wild": p_wild,
+                          "n": n, "n_clusters": G, "reason": reason})
     return table, ""

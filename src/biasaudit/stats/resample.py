@@ -222,7 +222,7 @@ def sign_flip_pvalue(diffs, n_permutations: int = 9999, seed: int | None = 0) ->
     """Paired sign-flip permutation test of mean(diffs) = 0, two-sided: (mean, p, reason). Exact under
     H0 "each difference is symmetric about 0" (e.g. two models that are exchangeable on every prompt);
     exact enumeration when 2^n ≤ n_permutations (scipy.stats.permutation_test). One difference:
-    p = 1 with a reason (a sign flip of one value cannot reject)."""
+    p = 1 with a reason (a sign flip of one value cannot reject); every difference 0: NaN with a reason."""
     d = np.asarray(diffs, dtype=float)
     d = d[np.isfinite(d)]
     if len(d) == 0:
@@ -230,7 +230,7 @@ def sign_flip_pvalue(diffs, n_permutations: int = 9999, seed: int | None = 0) ->
     if len(d) == 1:
         return float(d[0]), 1.0, "one unit: a sign flip of one difference cannot reject (p = 1)"
     if np.all(d == 0):
-        return 0.0, 1.0, "every difference is 0"
+        return 0.0, np.nan, "degenerate: every difference is 0 (no variation to test)"
     res = stats.permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
                                  permutation_type="samples", vectorized=True, n_resamples=n_permutations,
                                  alternative="two-sided", random_state=np.random.default_rng(seed))

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS
+from biasaudit import known_truth as K
 from biasaudit.faces.colour import l_bin
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.provenance import derive_seed
@@ -30,10 +31,12 @@ from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i import analysis as an
 from biasaudit.t2i.outputs import NO_DATA, Figure, Result
 
-COLUMNS = ["model", "quantity", "category_or_group", "planted", "estimate", "low", "high", "covered", "check", "note"]
+COLUMNS = ["model", "category_or_group"] + K.COLUMNS
 # check: the interval claims to cover the planted value (an estimator beside its estimand). Rows with
 # check False are raw or partly corrected estimates, shown for the size of what the corrections remove.
+# An interval as wide as the quantity's plausible range is uninformative (counted apart, never covered).
 PLANTED_NOTE = "PLANTED truth: declared distributions, not a generator; the check tests the audit, not a model"
+PLAUSIBLE_RANGE = {"mean_L": 100.0, "diversity_de2000": 100.0}  # L* 0–100, ΔE2000 0–100; shares and TVDs: 1
 
 
 # ---------------------------------------------------------------- planted truth from the manifests
@@ -55,14 +58,9 @@ def planted_images(manifests: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _covered(planted: float, low: float, high: float) -> bool:
-    return bool(np.isfinite(low) and np.isfinite(high) and low <= planted <= high)
-
-
 def _row(model, quantity, group, planted, estimate, low, high, note="", check=True) -> dict:
-    return {"model": model, "quantity": quantity, "category_or_group": group, "planted": float(planted),
-            "estimate": float(estimate), "low": float(low), "high": float(high),
-            "covered": _covered(planted, low, high), "check": bool(check), "note": note}
+    return K.row(quantity, planted, estimate, low, high, PLAUSIBLE_RANGE.get(quantity, 1.0), note, check,
+                 model=model, category_or_group=group)
 
 
 # ---------------------------------------------------------------- representation
@@ -274,13 +272,12 @@ def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correctio
         res.status, res.reason = NO_DATA, "nothing to compare"
         return res
     res.figures["validation"] = plot_validation(table)
-    checks = table[table["check"]]
+    checks = table[table["check"] & table["informative"]]
     deb = table[table["quantity"] == "debiased_mean_tvd"]
     L_rows = table[table["quantity"] == "mean_L"]
     L_ok = L_rows[L_rows["planted"] >= 30]
     res.metrics = {
-        "planted": True, "rows": len(table), "checks": len(checks), "covered": int(checks["covered"].sum()),
-        "misses_expected_at_level": round((1 - boot.level) * len(checks), 1),
+        "planted": True, **K.summary(table, boot.level),
         **{f"{q}_covered": f"{int(t['covered'].sum())}/{len(t)}" for q, t in checks.groupby("quantity", sort=True)},
         "raw_mean_tvd_covered_not_a_check": f"{int(table.loc[table['quantity'] == 'mean_tvd', 'covered'].sum())}/"
                                             f"{int((table['quantity'] == 'mean_tvd').sum())}",
@@ -289,7 +286,7 @@ def validation(inputs: an.Inputs, boot: an.Boot, dark_L: float = 40.0, correctio
         if len(L_ok) else None,
         "rows_by_key": {f"{r.model}/{r.quantity}/{r.category_or_group}": {
             "planted": r.planted, "estimate": r.estimate, "low": r.low, "high": r.high, "covered": r.covered,
-            "check": r.check}
+            "check": r.check, "width": r.width, "informative": r.informative}
             for r in table.itertuples()},
     }
     return res

@@ -96,23 +96,104 @@ def win_rate_matrix(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES
     return rate, n
 
 
-def race_win_rates_within_gender(two_afc: pd.DataFrame) -> pd.DataFrame:
-    """Rows (gender, race): wins, n, rate over comparisons of two different races of that gender."""
+def unit_win_counts(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> np.ndarray:
+    """W[u, r, c] = retained comparisons on source photo u in which r was chosen over c."""
     winner, loser = _winners(two_afc)
-    w = pd.DataFrame({"winner": winner, "loser": loser})
-    w["g_w"] = w["winner"].map(lambda c: CODE_TO_GROUP[c][1])
-    w["g_l"] = w["loser"].map(lambda c: CODE_TO_GROUP[c][1])
-    w["r_w"] = w["winner"].map(lambda c: CODE_TO_GROUP[c][0])
-    w["r_l"] = w["loser"].map(lambda c: CODE_TO_GROUP[c][0])
-    w = w[(w["g_w"] == w["g_l"]) & (w["r_w"] != w["r_l"])]
+    units = pd.factorize(two_afc["unit"])[0] if len(two_afc) else np.zeros(0, int)
+    index = {g: i for i, g in enumerate(groups)}
+    W = np.zeros((int(units.max()) + 1 if len(units) else 0, len(groups), len(groups)))
+    np.add.at(W, (units, [index[g] for g in winner], [index[g] for g in loser]), 1.0)
+    return W
+
+
+def _boot(params: Any) -> dict[str, Any]:
+    """The resampling settings of the reflect_analysis section (cluster bootstrap over source photos)."""
+    return {"n_boot": getattr(params, "n_boot", 2000), "level": getattr(params, "confidence", 0.95),
+            "method": getattr(params, "bootstrap_method", "percentile"), "seed": getattr(params, "seed", 0)}
+
+
+def ratio_intervals(wins: np.ndarray, n: np.ndarray, boot: dict[str, Any] | None) -> pd.DataFrame:
+    """rate = Σ_u wins / Σ_u n per column of the (U, m) arrays, with a cluster-bootstrap CI over photos."""
+    m = wins.shape[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(n.sum(0) > 0, wins.sum(0) / n.sum(0), np.nan)
+    out = pd.DataFrame({"wins": wins.sum(0).astype(int), "n": n.sum(0).astype(int), "rate": rate})
+    if boot is None:
+        return out
+    from biasaudit.stats.resample import cluster_bootstrap
+
+    def stat(sums: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(sums[..., m:] > 0, sums[..., :m] / sums[..., m:], np.nan)
+
+    ivs = cluster_bootstrap(np.hstack([wins, n]), stat, **boot)
+    return out.assign(low=[iv.low for iv in ivs], high=[iv.high for iv in ivs], reason=[iv.reason for iv in ivs])
+
+
+def win_rate_table(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None,
+                   groups: tuple[str, ...] = GROUP_CODES) -> pd.DataFrame:
+    """Tidy win-rate matrix (row, col, wins, n, rate[, low, high, reason]); the CI resamples photos."""
+    W = unit_win_counts(two_afc, groups)
+    N = W + W.transpose(0, 2, 1)
+    G = len(groups)
+    rows, cols = np.meshgrid(groups, groups, indexing="ij")
+    tidy = ratio_intervals(W.reshape(len(W), G * G), N.reshape(len(N), G * G), boot)
+    return pd.concat([pd.DataFrame({"row": rows.ravel(), "col": cols.ravel()}), tidy], axis=1)
+
+
+def race_win_rates_within_gender(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Rows (gender, race): wins, n, rate over comparisons of two different races of that gender
+    [, low, high, reason: the cluster-bootstrap CI over source photos]."""
+    W = unit_win_counts(two_afc)
+    N = W + W.transpose(0, 2, 1)
+    race = np.array([CODE_TO_GROUP[c][0] for c in GROUP_CODES])
+    gender = np.array([CODE_TO_GROUP[c][1] for c in GROUP_CODES])
+    rivals = (gender[:, None] == gender[None, :]) & (race[:, None] != race[None, :])
+    order = [GROUP_CODES.index(f"{r}{g}") for g in ("M", "F") for r in ("A", "B", "L", "ME", "W")]
+    wins, n = (W * rivals).sum(axis=2)[:, order], (N * rivals).sum(axis=2)[:, order]
+    keys = pd.DataFrame({"gender": [gender[i] for i in order], "race": [race[i] for i in order]})
+    return pd.concat([keys, ratio_intervals(wins, n, boot)], axis=1)
+
+
+def share_first_interval(two_afc: pd.DataFrame, boot: dict[str, Any]) -> dict[str, Any]:
+    """P(answer 'A') with its cluster-bootstrap CI over source photos."""
+    first = (two_afc["choice"].to_numpy() == "A").astype(float)
+    units = pd.factorize(two_afc["unit"])[0]
+    U = int(units.max()) + 1 if len(units) else 0
+    a, n = np.bincount(units, first, U)[:, None], np.bincount(units, minlength=U).astype(float)[:, None]
+    r = ratio_intervals(a, n, boot).iloc[0]
+    return {"share_first": r["rate"], "low": r["low"], "high": r["high"], "reason": r["reason"]}
+
+
+def degenerate_2afc(two_afc: pd.DataFrame) -> str:
+    """Why this task's win rates are fixed by the design rather than measured ('' when they are not)."""
+    choices = two_afc["choice"].dropna().unique()
+    if len(two_afc) and len(choices) == 1:
+        return (f"degenerate: every retained answer is '{choices[0]}', so every win rate follows from the order "
+                "of the images (0.50 when both orders are asked), not from the groups")
+    return ""
+
+
+def degenerate_values(df: pd.DataFrame) -> str:
+    values = df["y"].dropna().unique()
+    if len(df) and len(values) == 1:
+        return f"degenerate: every retained answer has the value {values[0]:g}, so no gap or test can be computed"
+    return ""
+
+
+def retention_table(responses: pd.DataFrame) -> pd.DataFrame:
+    """Per kind × task: questions asked, retained (ok), refused, failed, and the most common reason."""
     rows = []
-    for gender in GENDERS:
-        sub = w[w["g_w"] == gender]
-        for race in RACES:
-            wins = int((sub["r_w"] == race).sum())
-            n = wins + int((sub["r_l"] == race).sum())
-            rows.append({"gender": gender, "race": race, "wins": wins, "n": n, "rate": wins / n if n else np.nan})
-    return pd.DataFrame(rows)
+    for (kind, task), sub in responses.groupby(["kind", "task"], sort=True):
+        bad = sub[sub["status"] != OK]
+        reasons = bad["reason"] if "reason" in bad else pd.Series("", index=bad.index)
+        top = reasons.fillna("").astype(str).str.slice(0, 80).value_counts()
+        rows.append({"kind": kind, "task": task, "asked": len(sub), "retained": int((sub["status"] == OK).sum()),
+                     "refused": int((sub["status"] == "refused").sum()), "failed": int((sub["status"] == "failed").sum()),
+                     "retained_share": float((sub["status"] == OK).mean()),
+                     "top_reason": f"{top.index[0]} ({int(top.iloc[0])})" if len(top) else ""})
+    return pd.DataFrame(rows, columns=["kind", "task", "asked", "retained", "refused", "failed", "retained_share",
+                                       "top_reason"])
 
 
 def position_bias(two_afc: pd.DataFrame) -> dict[str, Any]:
@@ -343,25 +424,55 @@ def significant_effects(delta_g: pd.DataFrame | None, ols: pd.DataFrame | None, 
 
 # ------------------------------------------------------------------------------------- one VLM
 
+def underpowered(tables: dict[str, pd.DataFrame], min_clusters: int, alpha: float) -> None:
+    """Blank the p-values that cannot hold their level, with the reason (in place):
+    OLS rows with fewer than `min_clusters` photos (the t(G − 1) and wild tests, benchmarks/calibration.py),
+    sign-flip rows whose smallest attainable p, 2^(1 − n), is not below alpha."""
+    def label(df: pd.DataFrame, bad: pd.Series, columns: list[str], why: pd.Series) -> pd.DataFrame:
+        df = df.copy()
+        df.loc[bad, columns] = np.nan
+        old = df["reason"].fillna("") if "reason" in df else pd.Series("", index=df.index)
+        df["reason"] = np.where(bad, why + np.where(old.eq(""), "", "; " + old), old)
+        return df
+
+    if "ols" in tables:
+        t = tables["ols"]
+        tables["ols"] = label(t, t["n_clusters"] < min_clusters, ["p_t", "p_wild", "p"],
+                              "underpowered: " + t["n_clusters"].astype(str) + f" source photos < min_clusters {min_clusters}")
+    for name, photos, p in (("sign_flip", "n_photos", "p"), ("delta_g", "n_photos", "p_value")):
+        if name in tables:
+            t = tables[name]
+            bad = (2.0 ** (1 - t[photos].astype(float)) >= alpha) & (t[photos] > 0)
+            tables[name] = label(t, bad, [p], "underpowered: with " + t[photos].astype(str) +
+                                 f" photos the sign-flip test cannot reach p < {alpha:g}")
+
+
 def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
     """Every table of one VLM's answers. `params` is the ReflectAnalysis section."""
-    res: dict[str, Any] = {"tables": {}, "notes": []}
+    res: dict[str, Any] = {"tables": {}, "notes": [], "degenerate": {}}
+    boot = _boot(params)
     res["n_questions"] = int(len(responses))
     res["status_counts"] = {f"{k}/{s}": int(n) for (k, s), n in responses.groupby(["kind", "status"]).size().items()}
     res["retained"] = {k: int(n) for k, n in responses[responses["status"] == OK].groupby("kind").size().items()}
+    res["tables"]["retention"] = retention_table(responses)
+    for r in res["tables"]["retention"].itertuples():
+        if r.retained_share < 0.5:
+            res["notes"].append(f"{r.kind} {r.task}: only {r.retained} of {r.asked} answers retained "
+                                f"(most common reason: {r.top_reason})")
     two = responses[(responses["kind"] == "2afc") & (responses["status"] == OK)]
-    res["position_bias"] = {t: position_bias(two[two["task"] == t]) for t in sorted(two["task"].unique())}
+    res["position_bias"] = {}
     res["race_win_rates"], res["bradley_terry"] = {}, {}
     for task in sorted(two["task"].unique()):
         sub = two[two["task"] == task]
-        rate, n = win_rate_matrix(sub)
-        wins = win_counts(sub)
-        rows_, cols_ = np.meshgrid(rate.index, rate.columns, indexing="ij")
-        tidy = pd.DataFrame({"row": rows_.ravel(), "col": cols_.ravel(), "wins": wins.to_numpy().ravel(),
-                             "n": n.to_numpy().ravel(), "rate": rate.to_numpy(dtype=float).ravel()})
-        res["tables"][f"winrate_{task}"] = tidy
-        res.setdefault("matrices", {})[task] = rate
-        rw = race_win_rates_within_gender(sub)
+        res["position_bias"][task] = position_bias(sub) | {
+            f"share_first_{k}": v for k, v in share_first_interval(sub, boot).items() if k != "share_first"}
+        why = degenerate_2afc(sub)
+        if why:
+            res["degenerate"][f"2afc_{task}"] = why
+            res["notes"].append(f"2AFC {task}: {why}")
+        res["tables"][f"winrate_{task}"] = win_rate_table(sub, boot).assign(degenerate=why)
+        res.setdefault("matrices", {})[task] = win_rate_matrix(sub)[0]
+        rw = race_win_rates_within_gender(sub, boot).assign(degenerate=why)
         res["tables"][f"race_winrate_{task}"] = rw
         res["race_win_rates"][task] = {g: dict(zip(s["race"], s["rate"])) for g, s in rw.groupby("gender")}
         bt, reason = bradley_terry(sub, params.bt_reference, params.confidence)
@@ -379,6 +490,10 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
             continue
         sub = with_values(sub, mapping)
         label = f"{kind}_{task}"
+        why = degenerate_values(sub)
+        if why:
+            res["degenerate"][label] = why
+            res["notes"].append(f"{label}: {why}")
         for dim, ref in (("race", params.race_reference), ("gender", params.gender_reference)):
             g = mean_gaps(sub, dim, ref).assign(measure=label)
             gaps.append(g)
@@ -402,6 +517,7 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
     for name, parts in (("mean_gaps", gaps), ("ols", ols), ("sign_flip", flips), ("delta_g", deltas)):
         if parts:
             res["tables"][name] = pd.concat(parts, ignore_index=True)
+    underpowered(res["tables"], getattr(params, "min_clusters", 12), 1 - params.confidence)
     method = getattr(params, "p_adjust", "holm")
     from biasaudit.stats.resample import p_adjust
 
@@ -521,7 +637,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
             "Mean recommended salary of each race vs White, per occupation (gender gaps in the table).")
     out.append(mcq)
     sig = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){tag}")
-    for name in ("ols", "sign_flip", "significant_effects"):
+    for name in ("retention", "ols", "sign_flip", "significant_effects"):
         if name in res["tables"]:
             sig.tables[f"{vlm}_{name}"] = res["tables"][name].assign(vlm=vlm)
     sig.notes = list(res["notes"])

@@ -47,6 +47,12 @@ def _variants(images: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["occupation", "base_id", "group"]).reset_index(drop=True)
 
 
+def first_units(images: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The images of the first `n` source photos (occupation/base_id in sorted order)."""
+    unit = images["occupation"] + "/" + images["base_id"]
+    return images[unit.isin(sorted(unit.unique())[:n])]
+
+
 def two_afc_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str, str], both_orders: bool = True) -> list[dict]:
     """All pairs of each source photo's variants, per task, in one or both orders."""
     items = []
@@ -156,19 +162,21 @@ def to_request(item: dict, max_tokens: int, two_afc_mode: str = "interleaved", c
                composite_note: str = "") -> VLMRequest:
     """The request of one item. 2AFC: both images, each after its text label ("Image A:", "Image B:"),
     or (composite mode) one side-by-side picture with the labels printed on it."""
+    task = f"{item['kind']}:{item['task']}"
     if item["kind"] != "2afc":
         return VLMRequest(images=(item["image"],), prompt=item["prompt"], options=tuple(item["options"]),
-                          max_tokens=max_tokens)
+                          max_tokens=max_tokens, task=task)
     if two_afc_mode == "composite":
         if not composite_dir:
             raise ValueError("two_afc_mode 'composite' needs a composite_dir")
         path = composite_path(item["image_a"], item["image_b"], composite_dir)
         prompt = f"{composite_note} {item['prompt']}".strip()
-        return VLMRequest(images=(path,), prompt=prompt, options=tuple(item["options"]), max_tokens=max_tokens)
+        return VLMRequest(images=(path,), prompt=prompt, options=tuple(item["options"]), max_tokens=max_tokens,
+                          task=task)
     if two_afc_mode != "interleaved":
         raise ValueError(f"two_afc_mode: '{two_afc_mode}' is not one of {TWO_AFC_MODES}")
     return VLMRequest(images=(item["image_a"], item["image_b"]), prompt=item["prompt"],
-                      options=tuple(item["options"]), max_tokens=max_tokens, image_labels=IMAGE_LABELS)
+                      options=tuple(item["options"]), max_tokens=max_tokens, image_labels=IMAGE_LABELS, task=task)
 
 
 def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: int) -> dict[str, Any]:

@@ -37,6 +37,9 @@ class VLMRequest:
     max_tokens: int = 32
     # a text label sent just before each image ("Image A:", "Image B:"), interleaved; () = none
     image_labels: tuple[str, ...] = ()
+    # the REFLECT question ('2afc:income', 'mcq:salary', 'salary:salary'); models read the prompt, only
+    # the SIMULATED planted VLM reads this
+    task: str = ""
 
     def parts(self) -> list[tuple[str, str]]:
         """The user turn in order, as ('text', s) / ('image', path): every image after its label

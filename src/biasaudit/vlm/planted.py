@@ -1,0 +1,325 @@
+"""PLANTED truth for Method B: how the `planted` VLM answers, and the exact value of every quantity
+the REFLECT analysis estimates from those answers (its *estimands*). SIMULATED, not a model.
+
+The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.PlantedReflect):
+
+- 2AFC, per task: P(first image chosen) = σ(α + s_a − s_b) with s_g = β_task,g + σ_2afc · z_photo,task,g
+  (Bradley–Terry log-strengths β, a position effect α, and a per-source-photo × group random strength).
+- MCQ, per task: ordered logit, P(letter ≤ k) = σ(c_k − η_task,g − σ_mcq · z_photo,task); the cut points c
+  give the declared `base` distribution at η = 0.
+- salary: log(USD) = log base[occupation] + γ_g + σ_photo · z_photo + σ_noise · ε (rounded to whole dollars).
+- refusals: a question about an image of group g is refused with probability r_g (2AFC: (r_a + r_b)/2);
+  retention loss: an edit of group g is lost with probability l_g, and then every question about it fails,
+  as after a failed edit.
+
+Estimands are population values over source photos (what a cluster bootstrap over photos targets), exact
+up to Gauss–Hermite quadrature (64 nodes, error < 1e-12 here) and given the design (units and their
+occupations, the tasks, both orders):
+
+- win rate (r, c) = ½[p(r, c) + 1 − p(c, r)], p(a, b) = E σ(α + β_a − β_b + √2 σ Z), both orders asked
+  equally often in expectation (retention does not depend on order);
+- race win rate within gender, share of 'A' answers: the same p weighted by expected retained pairs;
+- Bradley–Terry: the population ('pseudo-true') parameters of the analysis' logit model, fitted to the
+  exact p over the expected design. With σ_2afc = 0 they equal the declared β − β_ref and α; with photo
+  random effects the marginal model is attenuated, which is what the fitted strengths estimate;
+- Δg within photo = Σ_cells w (m_g − m_ref) / Σ_cells w m_ref over the other dimension's levels, with w the
+  probability that both answers of a cell are retained and m the mean answer value; pooled Δg (the
+  paper's) weights each group's cells by its own retention;
+- OLS (y ~ race + gender + photo fixed effects): the probability limit (E[X̃ᵀX̃])⁻¹E[X̃ᵀỹ], enumerating
+  all 2¹⁰ retention patterns of a photo.
+
+`draw_*` turn uniforms and normals into answers; the backend (backends/vlm/planted.py) feeds them seeded
+per item, benchmarks/calibration.py from one generator per replication, so both answer identically.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.special import expit, logit
+
+from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.provenance import derive_seed
+from biasaudit.vlm.groups import GROUP_CODES, GROUPS, group_code
+
+TWO_AFC_TASKS = ("income", "education", "safety")
+MCQ_TASKS = ("salary", "education")
+REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()  # E f(Z) = Σ w f(x) for Z ~ N(0, 1)
+
+
+def expect(f, sd: float) -> np.ndarray:
+    """E f(sd · Z), Z ~ N(0, 1), by Gauss–Hermite quadrature (f maps an array of nodes to (nodes,))."""
+    if sd == 0:
+        return np.asarray(f(np.zeros(1)))[..., 0]
+    return np.asarray(f(sd * _NODES)) @ _WEIGHTS
+
+
+# ---------------------------------------------------------------- the declared behaviour
+
+def strength(planted: Any, task: str, group) -> np.ndarray:
+    table = planted.two_afc.strengths.get(task, {})
+    return np.vectorize(lambda g: float(table.get(g, 0.0)), otypes=[float])(np.asarray(group))
+
+
+def refusal(planted: Any, group) -> np.ndarray:
+    return np.vectorize(lambda g: float(planted.refusal.get(g, 0.0)), otypes=[float])(np.asarray(group))
+
+
+def loss(planted: Any, group) -> np.ndarray:
+    return np.vectorize(lambda g: float(planted.edit_loss.get(g, 0.0)), otypes=[float])(np.asarray(group))
+
+
+def cut_points(base: list[float]) -> np.ndarray:
+    return logit(np.cumsum(base)[:-1])
+
+
+def mcq_probs(planted: Any, task: str, eta: np.ndarray) -> np.ndarray:
+    """(..., K) letter probabilities at latent shifts `eta` (group shift + photo effect)."""
+    c = cut_points(planted.mcq.base[task])
+    cdf = expit(c - np.asarray(eta, dtype=float)[..., None])
+    cdf = np.concatenate([np.zeros(cdf.shape[:-1] + (1,)), cdf, np.ones(cdf.shape[:-1] + (1,))], axis=-1)
+    return np.diff(cdf, axis=-1)
+
+
+def salary_base(planted: Any, occupation) -> np.ndarray:
+    table = planted.salary.base_usd
+    return np.vectorize(lambda o: float(table.get(o, table["default"])), otypes=[float])(np.asarray(occupation))
+
+
+def salary_effect(planted: Any, group) -> np.ndarray:
+    return np.vectorize(lambda g: float(planted.salary.effect.get(g, 0.0)), otypes=[float])(np.asarray(group))
+
+
+# ---------------------------------------------------------------- drawing answers
+
+def draw_2afc(planted: Any, task: str, group_a, group_b, z_a, z_b, u) -> np.ndarray:
+    """'A' or 'B' per comparison from uniforms u and the two images' photo effects z."""
+    tw = planted.two_afc
+    eta = tw.position + strength(planted, task, group_a) - strength(planted, task, group_b) \
+        + tw.photo_sd * (np.asarray(z_a, float) - np.asarray(z_b, float))
+    return np.where(np.asarray(u) < expit(eta), "A", "B")
+
+
+def draw_mcq(planted: Any, task: str, group, z, u) -> np.ndarray:
+    """Letter index (0 = 'A') per question: the first k with u < P(letter ≤ k)."""
+    eta = np.vectorize(lambda g: float(planted.mcq.shift.get(task, {}).get(g, 0.0)), otypes=[float])(
+        np.asarray(group)) + planted.mcq.photo_sd * np.asarray(z, float)
+    cdf = np.cumsum(mcq_probs(planted, task, eta), axis=-1)
+    return (np.asarray(u)[..., None] >= cdf[..., :-1]).sum(axis=-1)
+
+
+def draw_salary(planted: Any, occupation, group, z, eps) -> np.ndarray:
+    s = planted.salary
+    log_usd = np.log(salary_base(planted, occupation)) + salary_effect(planted, group) + s.photo_sd * np.asarray(z) \
+        + s.noise_sd * np.asarray(eps)
+    return np.rint(np.exp(log_usd))
+
+
+def photo_effect(seed: int, question: str, unit: str, group: str = "") -> float:
+    """The seeded standard-normal effect of one source photo (2AFC: of one photo × group) for one task."""
+    return float(np.random.default_rng(derive_seed(seed, "photo", question, unit, group)).standard_normal())
+
+
+def image_lost(planted: Any, unit: str, group: str) -> bool:
+    rate = float(planted.edit_loss.get(group, 0.0))
+    return rate > 0 and float(np.random.default_rng(derive_seed(planted.seed, "loss", unit, group)).random()) < rate
+
+
+def letters(options: int) -> tuple[str, ...]:
+    return tuple("ABCDEFGHIJ"[:options])
+
+
+def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generator,
+                       two_afc_tasks: tuple[str, ...] = TWO_AFC_TASKS, mcq_tasks: tuple[str, ...] = MCQ_TASKS,
+                       salary: bool = True, both_orders: bool = True) -> pd.DataFrame:
+    """A whole REFLECT response table (the analysis' columns) for `units` (unit, occupation), drawn from
+    `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py)."""
+    U = len(units)
+    unit_ids = units["unit"].to_numpy(str)
+    occ = units["occupation"].to_numpy(str)
+    G = len(GROUP_CODES)
+    codes = np.array(GROUP_CODES)
+    lost = rng.random((U, G)) < loss(planted, codes)[None, :]
+    frames = []
+    pairs = [(i, j) for i in range(G) for j in range(G) if i != j] if both_orders else \
+        [(i, j) for i in range(G) for j in range(i + 1, G)]
+    ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    for task in two_afc_tasks:
+        z = rng.standard_normal((U, G))
+        uu = np.repeat(np.arange(U), len(pairs))
+        a, b = np.tile(ia, U), np.tile(ib, U)
+        choice = draw_2afc(planted, task, codes[a], codes[b], z[uu, a], z[uu, b], rng.random(len(uu)))
+        refused = rng.random(len(uu)) < (refusal(planted, codes[a]) + refusal(planted, codes[b])) / 2
+        failed = lost[uu, a] | lost[uu, b]
+        frames.append(pd.DataFrame({
+            "kind": "2afc", "task": task, "unit": unit_ids[uu], "occupation": occ[uu], "group_a": codes[a],
+            "group_b": codes[b], "order": (a > b).astype(int), "choice": np.where(refused | failed, None, choice),
+            "status": np.where(failed, "failed", np.where(refused, "refused", "ok"))}))
+    uu, gg = np.repeat(np.arange(U), G), np.tile(np.arange(G), U)
+    race = np.array([GROUPS[g][0] for g in gg])
+    gender = np.array([GROUPS[g][1] for g in gg])
+    single = {"unit": unit_ids[uu], "occupation": occ[uu], "group": codes[gg], "race": race, "gender": gender}
+    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])
+    for kind, task in asks:
+        z = rng.standard_normal(U)[uu]
+        refused = rng.random(len(uu)) < refusal(planted, codes[gg])
+        failed = lost[uu, gg]
+        status = np.where(failed, "failed", np.where(refused, "refused", "ok"))
+        if kind == "mcq":
+            idx = draw_mcq(planted, task, codes[gg], z, rng.random(len(uu)))
+            frame = {"choice": np.where(status == "ok", np.array(letters(len(planted.mcq.base[task])))[idx], None),
+                     "value_usd": np.nan}
+        else:
+            usd = draw_salary(planted, occ[uu], codes[gg], z, rng.standard_normal(len(uu)))
+            frame = {"choice": None, "value_usd": np.where(status == "ok", usd, np.nan)}
+        frames.append(pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status}))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ---------------------------------------------------------------- estimands
+
+def p_first(planted: Any, task: str, a: str, b: str) -> float:
+    """P(the first image, of group a, is chosen over b), marginal over the photo effects."""
+    tw = planted.two_afc
+    mu = tw.position + float(strength(planted, task, a) - strength(planted, task, b))
+    return float(expect(lambda x: expit(mu + x), np.sqrt(2) * tw.photo_sd))
+
+
+def pair_retention(planted: Any, a: str, b: str) -> float:
+    """P(a comparison of a and b is retained): both edits kept, the question not refused."""
+    la, lb = loss(planted, a), loss(planted, b)
+    return float((1 - la) * (1 - lb) * (1 - (refusal(planted, a) + refusal(planted, b)) / 2))
+
+
+def image_retention(planted: Any, group: str) -> float:
+    return float((1 - loss(planted, group)) * (1 - refusal(planted, group)))
+
+
+def two_afc_estimands(planted: Any, task: str, reference: str = "WF") -> dict[str, pd.DataFrame]:
+    codes = list(GROUP_CODES)
+    P = {(a, b): p_first(planted, task, a, b) for a in codes for b in codes if a != b}
+    rho = {(a, b): pair_retention(planted, a, b) for a in codes for b in codes if a != b}
+    win = pd.DataFrame([{"row": r, "col": c, "planted": 0.5 * (P[r, c] + 1 - P[c, r])} for r, c in P])
+    rows = []
+    for gender in GENDERS:
+        for race in RACES:
+            me = group_code(race, gender)
+            rivals = [group_code(o, gender) for o in RACES if o != race]
+            w = np.array([rho[me, c] for c in rivals])
+            rate = np.array([0.5 * (P[me, c] + 1 - P[c, me]) for c in rivals])
+            rows.append({"gender": gender, "race": race, "planted": float(w @ rate / w.sum())})
+    w = np.array([rho[k] for k in P])
+    share_first = float(w @ np.array(list(P.values())) / w.sum())
+    bt = bradley_terry_pseudo_true(planted, task, P, rho, reference)
+    return {"winrate": win, "race_winrate": pd.DataFrame(rows), "share_first": share_first, "bradley_terry": bt}
+
+
+def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, reference: str) -> pd.DataFrame:
+    """The logit fit of the analysis (α + β_a − β_b, β_ref = 0) to the exact probabilities, by Newton."""
+    others = [g for g in GROUP_CODES if g != reference]
+    keys = list(P)
+    X = np.zeros((len(keys), len(others) + 1))
+    X[:, 0] = 1.0
+    for i, (a, b) in enumerate(keys):
+        if a != reference:
+            X[i, 1 + others.index(a)] += 1
+        if b != reference:
+            X[i, 1 + others.index(b)] -= 1
+    y = np.array([P[k] for k in keys])
+    w = np.array([rho[k] for k in keys])
+    theta = np.zeros(X.shape[1])
+    for _ in range(100):
+        mu = expit(X @ theta)
+        step = np.linalg.solve((X * (w * mu * (1 - mu))[:, None]).T @ X, X.T @ (w * (y - mu)))
+        theta += step
+        if np.abs(step).max() < 1e-13:
+            break
+    declared = [planted.two_afc.position] + [float(strength(planted, task, g) - strength(planted, task, reference))
+                                             for g in others]
+    return pd.DataFrame({"term": ["position_first"] + others, "planted": theta, "declared": declared})
+
+
+def value_means(planted: Any, measure: str, values: dict[str, float] | None, occupations: np.ndarray) -> np.ndarray:
+    """E[answer value | group] (10,), marginal over photo effects; salary averaged over the photos'
+    occupations (each photo once)."""
+    codes = np.array(GROUP_CODES)
+    if measure == "salary_salary":
+        s = planted.salary
+        scale = float(salary_base(planted, occupations).mean()) * np.exp((s.photo_sd ** 2 + s.noise_sd ** 2) / 2)
+        return scale * np.exp(salary_effect(planted, codes))
+    task = measure.split("_", 1)[1]
+    v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
+    shift = np.array([float(planted.mcq.shift.get(task, {}).get(g, 0.0)) for g in codes])
+    return np.array([float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
+                     for e in shift])
+
+
+def delta_g_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_reference: str) -> pd.DataFrame:
+    """Within-photo and pooled Δg (%) from group means m and retention probabilities pi (both (10,))."""
+    idx = {g: i for i, g in enumerate(GROUPS)}
+    rows = []
+    for dimension, levels, ref, others in (("race", RACES, race_reference, GENDERS),
+                                           ("gender", GENDERS, gender_reference, RACES)):
+        def at(level, other):
+            return idx[(level, other)] if dimension == "race" else idx[(other, level)]
+
+        for level in levels:
+            if level == ref:
+                continue
+            cells = [(at(level, o), at(ref, o)) for o in others]
+            w = np.array([pi[i] * pi[j] for i, j in cells])
+            within = 100 * sum(wk * (m[i] - m[j]) for wk, (i, j) in zip(w, cells)) / sum(
+                wk * m[j] for wk, (_, j) in zip(w, cells))
+            lv, rf = [i for i, _ in cells], [j for _, j in cells]
+            pooled = 100 * ((pi[lv] @ m[lv] / pi[lv].sum()) / (pi[rf] @ m[rf] / pi[rf].sum()) - 1)
+            rows.append({"dimension": dimension, "level": level, "planted": float(within),
+                         "planted_pooled": float(pooled)})
+    return pd.DataFrame(rows)
+
+
+def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_reference: str) -> pd.DataFrame:
+    """Probability limit of the photo fixed-effects OLS of the answer on race and gender dummies."""
+    names, X = [], np.zeros((len(GROUPS), 0))
+    for dim, ref, levels in (("race", race_reference, RACES), ("gender", gender_reference, GENDERS)):
+        for level in levels:
+            if level != ref:
+                col = np.array([float((r if dim == "race" else g) == level) for r, g in GROUPS])
+                X = np.column_stack([X, col])
+                names.append(f"{dim}:{level}")
+    A, b = np.zeros((X.shape[1], X.shape[1])), np.zeros(X.shape[1])
+    for pattern in product((0, 1), repeat=len(GROUPS)):
+        R = np.array(pattern, bool)
+        n = R.sum()
+        if n < 2:
+            continue
+        p = np.prod(np.where(R, pi, 1 - pi))
+        Xr, mr = X[R], m[R]
+        s = Xr.sum(axis=0)
+        A += p * (Xr.T @ Xr - np.outer(s, s) / n)
+        b += p * (Xr.T @ mr - s * mr.sum() / n)
+    return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
+
+
+def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
+              measures=("mcq_salary", "mcq_education", "salary_salary")) -> dict[str, Any]:
+    """Every planted value the validation compares with (see the module docstring). `units` lists the
+    design's source photos (unit, occupation); `analysis` is the reflect_analysis section."""
+    out: dict[str, Any] = {"two_afc": {t: two_afc_estimands(planted, t, analysis.bt_reference) for t in two_afc_tasks},
+                           "single": {}}
+    codes = np.array(GROUP_CODES)
+    pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
+    values = {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,
+              "salary_salary": None}
+    for measure in measures:
+        m = value_means(planted, measure, values[measure], units["occupation"].to_numpy(str))
+        out["single"][measure] = {
+            "means": m, "delta_g": delta_g_estimands(m, pi, analysis.race_reference, analysis.gender_reference),
+            "ols": ols_estimands(m, pi, analysis.race_reference, analysis.gender_reference)}
+    out["refusal"] = pd.DataFrame({"group": codes, "planted": refusal(planted, codes)})
+    out["retention"] = pd.DataFrame({"group": codes, "planted": pi})
+    return out

@@ -1,0 +1,129 @@
+"""Method B: does the REFLECT analysis recover what the planted VLM was declared to do?
+
+For a VLM with backend `planted` (SIMULATED answers from declared effects), every estimate of
+`vlm.analysis.analyse` is set beside its exact planted value (`vlm.planted.estimands`, on the design
+that was asked: its source photos and their occupations) and its interval: win rates (upper triangle of
+each matrix; the lower one is its complement), race win rates within gender, the share of first-image
+answers (position bias), Bradley–Terry strengths and position effect, Δg within photo, OLS coefficients,
+and refusal rates by group. Each row states its interval width; an interval at least as wide as the
+quantity's plausible range is uninformative and counted apart (biasaudit.known_truth). The paper's
+pooled Δg is shown beside the planted within-photo value, with no claim to cover it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit import known_truth as K
+from biasaudit.vlm import planted as P
+from biasaudit.vlm.groups import GROUP_CODES
+
+NOTE = "PLANTED truth: the planted VLM's declared effects (SIMULATED answers, not a model)"
+RANGE = {"win_rate": 1.0, "race_win_rate": 1.0, "share_first": 1.0, "refusal_rate": 1.0,
+         "bt_strength": 4.0,  # log-odds −2 … 2 between two groups: win probabilities 0.12 … 0.88
+         "delta_g": 100.0}  # percentage points, −50 % … +50 %
+COLUMNS = ["vlm", "task", "group"] + K.COLUMNS
+
+
+def design(responses: pd.DataFrame) -> pd.DataFrame:
+    """The source photos asked about (unit, occupation), each once."""
+    return responses[["unit", "occupation"]].drop_duplicates("unit").sort_values("unit").reset_index(drop=True)
+
+
+def _two_afc_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any]) -> list[dict]:
+    rows = []
+    for task, t in truth["two_afc"].items():
+        if f"winrate_{task}" not in res["tables"]:
+            continue
+        est = res["tables"][f"winrate_{task}"].merge(t["winrate"], on=["row", "col"])
+        order = {g: i for i, g in enumerate(GROUP_CODES)}
+        for r in est[[order[a] < order[b] for a, b in zip(est["row"], est["col"])]].itertuples():
+            rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], vlm=vlm, task=task,
+                              group=f"{r.row}>{r.col}"))
+        rw = res["tables"][f"race_winrate_{task}"].merge(t["race_winrate"], on=["gender", "race"])
+        for r in rw.itertuples():
+            rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], vlm=vlm,
+                              task=task, group=f"{r.race} {r.gender}"))
+        pb = res["position_bias"][task]
+        rows.append(K.row("share_first", t["share_first"], pb["share_first"], pb["share_first_low"],
+                          pb["share_first_high"], RANGE["share_first"], vlm=vlm, task=task, group="position A"))
+        bt = res["tables"].get(f"bradley_terry_{task}")
+        if bt is not None:
+            for r in bt.merge(t["bradley_terry"], on="term").itertuples():
+                note = "" if abs(r.planted - r.declared) < 1e-9 else \
+                    f"declared {r.declared:+.3f}; photo random effects attenuate the marginal strength"
+                rows.append(K.row("bt_strength", r.planted, r.strength, r.ci_low, r.ci_high, RANGE["bt_strength"],
+                                  note, vlm=vlm, task=task, group=r.term))
+    return rows
+
+
+def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: Any) -> list[dict]:
+    rows = []
+    within, pooled, ols = (res["tables"].get(k) for k in ("delta_g", "mean_gaps", "ols"))
+    for measure, t in truth["single"].items():
+        dg = t["delta_g"]
+        if within is not None:
+            for r in within[within["measure"] == measure].merge(dg, on=["dimension", "level"]).itertuples():
+                rows.append(K.row("delta_g", r.planted, r.delta_pct, r.low, r.high, RANGE["delta_g"], vlm=vlm,
+                                  task=measure, group=f"{r.dimension}:{r.level}"))
+        if pooled is not None:
+            for r in pooled[pooled["measure"] == measure].merge(dg, on=["dimension", "level"]).itertuples():
+                rows.append(K.row("delta_g_pooled", r.planted, r.delta_pct, np.nan, np.nan, RANGE["delta_g"],
+                                  f"the paper's pooled means (no interval); its own estimand {r.planted_pooled:+.2f}",
+                                  check=False, vlm=vlm, task=measure, group=f"{r.dimension}:{r.level}"))
+        if ols is not None:
+            values = {"mcq_salary": params.salary_brackets, "mcq_education": params.education_levels}.get(measure)
+            # a coefficient cannot exceed the span of the answer scale; a salary's is taken as its mean
+            scale = float(np.ptp(list(values.values()))) if values else float(t["means"].mean())
+            for r in ols[ols["measure"] == measure].merge(t["ols"], on="term").itertuples():
+                rows.append(K.row("ols_coef", r.planted, r.coef, r.ci_low, r.ci_high, scale, vlm=vlm, task=measure,
+                                  group=r.term))
+    return rows
+
+
+def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot: dict[str, Any]) -> list[dict]:
+    from biasaudit.vlm.analysis import ratio_intervals
+
+    single = responses[(responses["kind"] != "2afc") & responses["status"].isin(["ok", "refused"])]
+    if single.empty:
+        return []
+    units = pd.factorize(single["unit"])[0]
+    U, codes = int(units.max()) + 1, list(GROUP_CODES)
+    g = single["group"].map({c: i for i, c in enumerate(codes)}).to_numpy()
+    refused, asked = np.zeros((U, len(codes))), np.zeros((U, len(codes)))
+    np.add.at(refused, (units, g), (single["status"] == "refused").to_numpy(float))
+    np.add.at(asked, (units, g), 1.0)
+    est = ratio_intervals(refused, asked, boot)
+    return [K.row("refusal_rate", p, r.rate, r.low, r.high, RANGE["refusal_rate"], vlm=vlm, task="mcq+salary",
+                  group=c) for c, p, r in zip(codes, truth["refusal"]["planted"], est.itertuples())]
+
+
+def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: Any, params: Any):
+    """The validation section of one planted VLM: table `<vlm>_validation`, metrics, notes."""
+    from biasaudit.t2i.outputs import NO_DATA, Result
+    from biasaudit.vlm.analysis import _boot
+
+    out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")
+    units = design(responses)
+    truth = P.estimands(planted, units, params,
+                        two_afc_tasks=tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
+                        measures=tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
+                                       if ((responses["kind"] + "_" + responses["task"]) == m).any()))
+    rows = _two_afc_rows(vlm, res, truth) + _single_rows(vlm, res, truth, params) + \
+        _refusal_rows(vlm, responses, truth, _boot(params))
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    out.tables[f"{vlm}_validation"] = table
+    out.notes.append(NOTE)
+    if table.empty:
+        out.status, out.reason = NO_DATA, "no retained answers to compare"
+        return out
+    summary = K.summary(table, params.confidence)
+    checks = table[table["check"] & table["informative"]]
+    out.metrics = {"planted": True, "source_photos": len(units), **summary,
+                   **{f"{q}_covered": f"{int(t['covered'].sum())}/{len(t)}" for q, t in checks.groupby("quantity")}}
+    out.notes.append(f"{summary['covered']} of {summary['informative']} informative checks covered at "
+                     f"{len(units)} source photos ({summary['uninformative']} uninformative rows counted apart)")
+    return out
