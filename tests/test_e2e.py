@@ -83,6 +83,25 @@ def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
     assert validation["planted"] is True and validation["rows"] > 0
 
 
+def test_method_b_recovers_its_planted_effects_and_no_zero_se_row_is_significant(fresh_repo, first_run):
+    import json
+
+    import pandas as pd
+
+    metrics = json.loads((fresh_repo / "reports/vlm/metrics.json").read_text())["planted_validation"]
+    assert metrics["source_photos"] >= 12 and metrics["covered"] >= 0.9 * metrics["informative"] > 0
+    table = pd.read_csv(fresh_repo / "reports/vlm/tables/planted_validation.csv")
+    assert table.loc[table["informative"], "width"].notna().all()
+    for path in (fresh_repo / "reports").rglob("*.csv"):
+        df = pd.read_csv(path)
+        se = next((c for c in ("se", "std_err") if c in df), None)
+        if se is None:
+            continue
+        zero = pd.to_numeric(df[se], errors="coerce") == 0
+        for p in (c for c in df.columns if c in ("p", "p_t", "p_wild", "p_value", "p_adjusted")):
+            assert not (zero & (pd.to_numeric(df[p], errors="coerce") < 0.05)).any(), (path, p)
+
+
 def test_executed_analysis_notebook_holds_its_figures(fresh_repo, first_run):
     import json
 

@@ -139,7 +139,7 @@ def test_constant_answers_with_8_photos_give_nan_with_a_reason_never_significanc
     assert t["significant_effects"].empty
     assert "degenerate" in res["degenerate"]["2afc_income"] and "every retained answer is 'A'" in res["degenerate"]["2afc_income"]
     assert set(res["degenerate"]) >= {"mcq_salary", "salary_salary"}
-    assert (t["winrate_income"]["degenerate"].str.len() > 0).all()
+    assert (t["race_winrate_income"]["degenerate"].str.len() > 0).all()
 
 
 def test_wild_bootstrap_p_is_never_zero():

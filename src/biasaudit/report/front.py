@@ -323,11 +323,13 @@ def kappa_block(t2i: Outputs, reports: Path, level: str) -> Block:
 
 # ------------------------------------------------------------------------------------- Method B
 
-def _vlms(vlm: Outputs) -> list[str]:
+def _vlm_tag(vlm: Outputs, name: str) -> str:
+    """The VLM's name as findings print it, with what it is when it is not a model under audit."""
     summary = read_json(vlm.root / "summary.json")
-    if isinstance(summary, dict) and isinstance(summary.get("vlms"), dict):
-        return list(summary["vlms"])
-    return sorted({str(s.get("name", "")).rsplit("_", 1)[0] for s in vlm.sections if "_" in str(s.get("name", ""))})
+    info = (summary.get("vlms") or {}).get(name, {}) if isinstance(summary, dict) else {}
+    if info.get("backend") == "planted":
+        return f"{name} (PLANTED: SIMULATED answers from declared effects)"
+    return f"{name} (STAND-IN)" if info.get("stand_in") else name
 
 
 def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
@@ -360,10 +362,10 @@ def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
         why = sub["degenerate"].dropna().astype(str) if "degenerate" in sub else pd.Series(dtype=str)
         why = why[why.str.len() > 0]
         if len(why):
-            b.findings.append(f"{v}, {task}: {why.iloc[0]}.")
+            b.findings.append(f"{_vlm_tag(vlm, v)}, {task}: {why.iloc[0]}.")
         elif len(rates):
             hi, lo = rates.sort_values("rate").iloc[-1], rates.sort_values("rate").iloc[0]
-            b.findings.append(f"{v}, {task}: race win rates within gender range from {fmt(lo['rate'], 2)} "
+            b.findings.append(f"{_vlm_tag(vlm, v)}, {task}: race win rates within gender range from {fmt(lo['rate'], 2)} "
                               f"({lo['race']} {lo['gender']}) to {fmt(hi['rate'], 2)} ({hi['race']} {hi['gender']}).")
     return b
 
@@ -446,7 +448,7 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
             v = t.name.rsplit("_retention", 1)[0]
             for r in t.df.itertuples():
                 if num(r.retained) < 0.5 * num(r.asked):
-                    b.findings.append(f"{v}, {r.kind} {r.task}: only {int(num(r.retained))} of {int(num(r.asked))} "
+                    b.findings.append(f"{_vlm_tag(vlm, v)}, {r.kind} {r.task}: only {int(num(r.retained))} of {int(num(r.asked))} "
                                       f"answers retained (most common reason: {getattr(r, 'top_reason', '') or '—'}).")
     underpowered = sum(int(t.df["reason"].astype(str).str.startswith("underpowered").sum())
                        for t in tables if t.ok and "reason" in t.df)
@@ -500,8 +502,9 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
                           f"{level} intervals (at {level}, about {(1 - level_value) * checks:.0f} misses would be expected by chance)"
                           + ("." if missed.empty else "; missed (how many rows): "
                              + ", ".join(f"{q} ({n})" for q, n in missed.items()) + ".")
-                          + (f" {uninformative} checks are uninformative (their interval is as wide as the "
-                             "quantity's plausible range) and are counted apart, not as covered." if uninformative else ""))
+                          + (f" {uninformative} {'check is' if uninformative == 1 else 'checks are'} uninformative "
+                             "(an interval as wide as the quantity's plausible range) and counted apart, not as covered."
+                             if uninformative else ""))
         raw = show.loc[~is_check]
         if len(raw):
             b.findings.append(f"The {len(raw)} raw or partly corrected estimates shown beside them cover the planted "
@@ -532,7 +535,7 @@ def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
         misses = info.loc[~info["covered"], "quantity"].value_counts()
         level_value = num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
         b.findings.append(
-            f"{v} (PLANTED, SIMULATED answers): {int(info['covered'].sum())} of {len(info)} informative planted "
+            f"{_vlm_tag(vlm, v)}: {int(info['covered'].sum())} of {len(info)} informative planted "
             f"quantities lie inside their {level} intervals (about {(1 - level_value) * len(info):.0f} misses expected "
             "by chance)" + ("" if misses.empty else "; missed: " + ", ".join(f"{q} ({n})" for q, n in misses.items()))
             + f". {len(checks) - len(info)} checks without an informative interval (as wide as the quantity's "
