@@ -591,7 +591,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
     """Sections (t2i.outputs.Result) of one VLM: 2AFC, MCQ, salary, significance."""
     from biasaudit.t2i.outputs import Figure, Result
 
-    tag = " [STAND-IN]" if stand_in else ""
+    tag = " [PLANTED: SIMULATED answers]" if meta.get("backend") == "planted" else " [STAND-IN]" if stand_in else ""
     out = []
     two = Result(f"{vlm}_2afc", f"{vlm}: 2AFC win rates{tag}")
     two.metrics = {"position_bias": res["position_bias"], "race_win_rates": res["race_win_rates"],

@@ -23,6 +23,7 @@ import numpy as np
 from biasaudit.backends.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import derive_seed, stable_hash
+from biasaudit.vlm import planted as P
 
 SIMULATED = "SIMULATED"
 
@@ -68,8 +69,6 @@ class PlantedVLM(VLMBackend):
         return np.random.default_rng(derive_seed(self.planted.seed, *parts))
 
     def _one(self, req: VLMRequest) -> VLMResponse:
-        from biasaudit.vlm import planted as P
-
         kind, _, task = req.task.partition(":")
         if not task:
             return failed("the planted VLM needs the REFLECT task of the request (VLMRequest.task)")
