@@ -49,7 +49,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
-        n = len([x for x in weights.needs(cfg) if not args.stage or weights._stage_match(x.stage, args.stage)])
+        n = len([x for x in weights.needs(cfg) if not args.stage or x.for_stage(args.stage)])
         print(f"{args.params}: valid ({scope}); all {n} weights, keys and servers it needs are present")
         return 0
     print(f"{args.params}: valid ({scope}), but {len(gone)} things it needs are missing:")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,12 @@ class Need:
     what: str          # path, variable name or URL
     used_by: str       # the params key / stage that needs it
     fix: str           # the exact step that provides it
-    stage: str = ""    # dvc stage (generate@x, faces@x, classify@x, reflect@x, counterfactuals, ...)
+    stage: str = ""    # dvc stage instances that need it, ", "-joined (generate@x, faces@x, classify@*, ...)
     weight: Weight | None = field(default=None, repr=False)
+
+    def for_stage(self, stage: str) -> bool:
+        """Whether the stage instance `stage` (faces@flux-schnell) needs this."""
+        return any(s == stage or (s.endswith("@*") and stage.split("@")[0] == s[:-2]) for s in self.stage.split(", "))
 
 
 def _weight_for_path(path: str) -> Weight | None:
@@ -154,7 +158,6 @@ def needs(cfg: Any) -> list[Need]:
             out.append(_weight_need(f.bisenet_weights, "faces.bisenet_weights", stage))
         if f.clip_pretrained != "tiny":
             out.append(_clip_need(f.clip_model, f.clip_pretrained, "faces.clip_pretrained", stage))
-        break  # the same files for every faces@<model> stage
     out += _vlm_needs(cfg.classify.vlm, "classify.vlm", "classify@*")
     for name, spec in cfg.vlms.items():
         out += _vlm_needs(spec, f"vlms.{name}", f"reflect@{name}")
@@ -169,12 +172,14 @@ def needs(cfg: Any) -> list[Need]:
     if cfg.sources.source == "folder" and cf.backend != "folder":
         out.append(Need("weight", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
-    seen, unique = set(), []
-    for n in out:  # one line per missing thing, even when several stages share it
-        if (n.kind, n.what) not in seen:
-            seen.add((n.kind, n.what))
-            unique.append(n)
-    return unique
+    unique: dict[tuple[str, str], Need] = {}
+    for n in out:  # one line per missing thing; a thing several stages share lists every one of them
+        first = unique.get((n.kind, n.what))
+        if first is None:
+            unique[(n.kind, n.what)] = n
+        elif n.stage not in first.stage.split(", "):
+            unique[(n.kind, n.what)] = replace(first, stage=f"{first.stage}, {n.stage}")
+    return list(unique.values())
 
 
 def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
@@ -244,14 +249,8 @@ def server_up(url: str, timeout_s: float = 0.5) -> bool:
 
 def missing(cfg: Any, env: dict[str, str] | None = None, stage: str = "") -> list[Need]:
     """What `cfg` needs and this machine lacks (all of it in one pass; `stage`: only that stage's)."""
-    wanted = [n for n in needs(cfg) if not stage or _stage_match(n.stage, stage)]
+    wanted = [n for n in needs(cfg) if not stage or n.for_stage(stage)]
     return [n for n in wanted if not present(n, env)]
-
-
-def _stage_match(need_stage: str, stage: str) -> bool:
-    if need_stage.endswith("@*"):
-        return stage.split("@")[0] == need_stage[:-2]
-    return need_stage == stage
 
 
 # --- list / fetch / verify --------------------------------------------------------------------------
