@@ -100,7 +100,7 @@ show(an.calibration(inputs))
 # above `face_loss_threshold`, and the instrument sweep of the `instruments` stage.
 
 # %%
-from biasaudit.backends.vlm.simulated import confusion_array
+from biasaudit.stats.correction import confusion_array
 from biasaudit.t2i import validation as va
 
 spec = cfg.classify.vlm  # a SIMULATED classifier declares its confusion matrix: the raw TVD's exact estimand

@@ -43,6 +43,7 @@ from biasaudit.faces import instruments as ins
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
+from biasaudit.t2i.figures import plot_sweep
 
 cfg, params = stage_params("instruments")
 banner(cfg)
@@ -71,7 +72,7 @@ dark = ins.dark_rates(summary, params.dark_max)
 display(dark.round(3))
 
 # %%
-fig = ins.plot_sweep(summary)
+fig = plot_sweep(summary)
 atomic_write_table(sweep, out / "sweep.csv")
 atomic_write_table(summary, out / "summary.csv")
 atomic_write_table(dark, out / "dark_rates.csv")

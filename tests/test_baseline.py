@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from biasaudit.faces import baseline as bl
+from biasaudit.stats.homogeneity import relative_gaps
 
 
 def test_portrait_manifest_reads_group_folders_and_records_rejects(tmp_path):
@@ -33,7 +34,7 @@ def test_relative_gaps_subtract_the_baseline_per_space_and_group():
     model = pd.DataFrame({"model": ["m1", "m1", "m2"], "space": ["face", "clip", "face"],
                           "group": ["black", "black", "white"], "gap": [0.11, 0.05, 0.02], "n": [40, 40, 90]})
     base = pd.DataFrame({"space": ["face", "clip"], "group": ["black", "black"], "gap": [0.04, 0.01], "n": [30, 30]})
-    rel = bl.relative_gaps(model, base).set_index(["model", "space", "group"])
+    rel = relative_gaps(model, base).set_index(["model", "space", "group"])
     assert rel.loc[("m1", "face", "black"), "gap_minus_baseline"] == pytest.approx(0.07)
     assert rel.loc[("m1", "clip", "black"), "gap_minus_baseline"] == pytest.approx(0.04)
     assert np.isnan(rel.loc[("m2", "face", "white"), "gap_minus_baseline"])  # no baseline for that group

@@ -142,7 +142,8 @@ def test_simulated_classifier_reads_the_planted_label(planted_run):
 
 
 def test_simulated_classifier_follows_the_declared_confusion():
-    from biasaudit.backends.vlm.simulated import SimulatedClassifier, confusion_array
+    from biasaudit.backends.vlm.simulated import SimulatedClassifier
+    from biasaudit.stats.correction import confusion_array
     from biasaudit.params.classify import VLMSpec
 
     spec = VLMSpec(backend="simulated")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from biasaudit.backends import registry
+from biasaudit import registry
 
 
 def test_the_source_scan_names_what_importing_every_module_registers():

@@ -34,8 +34,7 @@ from tqdm.auto import tqdm
 from biasaudit.io import RecordLog, atomic_write_text
 from biasaudit.provenance import sha256_file, stable_hash
 
-Item = dict[str, Any]
-BatchFn = Callable[[list[Item]], list[Item]]
+from biasaudit.work import BatchFn, Item, RunSummary  # noqa: F401  (re-exported: the engine's vocabulary)
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"
@@ -85,26 +84,6 @@ def file_digest(path: str | os.PathLike | None) -> str:
 
 
 _DIGESTS: dict[tuple, str] = {}
-
-
-@dataclass
-class RunSummary:
-    total: int = 0
-    already_done: int = 0
-    other_shards: int = 0
-    processed: int = 0
-    # records redone because they were made with other settings, from other input content under the
-    # same id, or their output no longer checks out (Stage.still_valid: e.g. the image file changed)
-    stale: dict[str, int] = field(default_factory=lambda: {"settings": 0, "input": 0, "output": 0})
-    retried_failed: int = 0
-    status_counts: dict[str, int] = field(default_factory=dict)
-    accounting: dict[str, Any] | None = None
-
-    def count(self, records: list[Item]) -> None:
-        for r in records:
-            status = str(r.get("status", "ok"))
-            self.status_counts[status] = self.status_counts.get(status, 0) + 1
-        self.processed += len(records)
 
 
 @dataclass

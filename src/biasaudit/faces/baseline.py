@@ -7,7 +7,7 @@ same embedder gives real portraits of that group. The baseline is a user-supplie
     <portraits_dir>/<group>/<any name>.jpg      group ∈ white, black, asian, hispanic, other
 
 measured by the very same faces code (detector, skin, CLIP and face embeddings) as the generated images,
-and `relative_gaps` reports each model's gap minus the baseline's.
+and `stats.homogeneity.relative_gaps` reports each model's gap minus the baseline's.
 """
 
 from __future__ import annotations
@@ -80,17 +80,6 @@ def build_standin_portraits(out_dir: str | Path, per_group: int, seed: int, size
             Image.fromarray(rgb).save(tmp, format="PNG")
     (out / "STAND-IN.txt").write_text("Stand-in portraits: packaged photos dealt into group folders at random. "
                                       "Not real group membership; numbers from them describe nothing.\n")
-    return out
-
-
-def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.DataFrame:
-    """Each model's gap per (space, group) next to the baseline's, and their difference.
-
-    Both tables have columns space, group, gap, n (the homogeneity table, plus the embedding space);
-    the baseline has one row per (space, group)."""
-    base = baseline_gaps[["space", "group", "gap", "n"]].rename(columns={"gap": "baseline_gap", "n": "baseline_n"})
-    out = model_gaps.merge(base, on=["space", "group"], how="left")
-    out["gap_minus_baseline"] = out["gap"] - out["baseline_gap"]
     return out
 
 

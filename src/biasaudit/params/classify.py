@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
-from biasaudit.backends.registry import check_name
+from biasaudit.registry import check_name
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 from biasaudit.params.vlm import PlantedReflect
 
-# Any backend registered with @register("vlm", name) (biasaudit/backends/registry.py)
+# Any backend registered with @register("vlm", name) (biasaudit/registry.py)
 VLMBackendName = Annotated[str, AfterValidator(check_name("vlm"))]
 
 DEFAULT_INSTRUCTION = (

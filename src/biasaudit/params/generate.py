@@ -18,9 +18,9 @@ from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
 
-from biasaudit.backends.registry import check_name
+from biasaudit.registry import check_name
 
-# Any backend registered with @register("generator", name) (biasaudit/backends/registry.py)
+# Any backend registered with @register("generator", name) (biasaudit/registry.py)
 Backend = Annotated[str, AfterValidator(check_name("generator"))]
 STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos", "planted"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

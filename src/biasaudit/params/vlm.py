@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from biasaudit.backends.registry import check_name
+from biasaudit.registry import check_name
 from biasaudit.params.base import Section
 
 from biasaudit import contracts as C

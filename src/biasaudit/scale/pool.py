@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-from biasaudit.engine import BatchFn, Item
+from biasaudit.work import BatchFn, Item
 
 _FN: BatchFn | None = None
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.engine import BatchFn, Item
+from biasaudit.work import BatchFn, Item
 
 
 class _BatchActor:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from biasaudit import GROUPS
 from biasaudit.stats.resample import Interval, cluster_weights, intervals, replicates
 from biasaudit.stats.tvd import tvd
 
@@ -336,3 +337,9 @@ def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | N
         out.append(Interval(float(point[g]), float(lo), float(hi), float(dist[:, g].std(ddof=1)) if len(dist) > 1
                             else np.nan, len(n), n_boot - len(dist), note))
     return out
+
+
+def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...] = GROUPS) -> np.ndarray:
+    """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
+    M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
+    return M / M.sum(axis=1, keepdims=True)

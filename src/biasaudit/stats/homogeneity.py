@@ -362,3 +362,14 @@ def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None
 
 
 gap_table = homogeneity_table  # short alias
+
+
+def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.DataFrame:
+    """Each model's gap per (space, group) next to the baseline's, and their difference.
+
+    Both tables have columns space, group, gap, n (the homogeneity table, plus the embedding space);
+    the baseline has one row per (space, group)."""
+    base = baseline_gaps[["space", "group", "gap", "n"]].rename(columns={"gap": "baseline_gap", "n": "baseline_n"})
+    out = model_gaps.merge(base, on=["space", "group"], how="left")
+    out["gap_minus_baseline"] = out["gap"] - out["baseline_gap"]
+    return out

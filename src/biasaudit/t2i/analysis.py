@@ -679,7 +679,7 @@ def homogeneity(inputs: Inputs, boot: Boot, n_permutations: int = 1000, min_grou
         if baseline.empty:
             res.notes.append("no real-portrait baseline (baseline.source: none or no portraits embedded)")
         else:
-            from biasaudit.faces.baseline import relative_gaps
+            from biasaudit.stats.homogeneity import relative_gaps
 
             rel = relative_gaps(t[["model", "space", "group", "gap", "n"]], baseline)
             res.tables["homogeneity_vs_baseline"] = rel

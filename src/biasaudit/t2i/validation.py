@@ -387,7 +387,7 @@ def instruments_result(directory) -> Result:
     """The `instruments` stage's sweep (reports/t2i/instruments) as a report section."""
     from pathlib import Path
 
-    from biasaudit.faces.instruments import plot_sweep
+    from biasaudit.t2i.figures import plot_sweep
 
     res = Result("instruments", "Instrument bias by skin tone (detectors and skin masks on an L* sweep)")
     directory = Path(directory)

@@ -3,7 +3,7 @@
     editor = make_editor(cfg.counterfactuals)        # gemini | openai | diffusers | tiny
     results = editor.edit([EditRequest(source, 'Black_man', 'a Black man', instruction, seed, mask)])
 
-Editors register with `@register("editor", name)` (backends/registry.py). Backend `folder` runs no
+Editors register with `@register("editor", name)` (biasaudit/registry.py). Backend `folder` runs no
 editor: vlm/focus.py imports an existing FOCUS-layout dataset as is.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from biasaudit.backends import registry
+from biasaudit import registry
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
 from biasaudit.backends.generators.base import decode_image
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
                                           genai_http_options, openai_client, openai_errors)
 from biasaudit.backends.vlm.base import encode_image

@@ -11,7 +11,7 @@ import numpy as np
 from scipy import ndimage
 from skimage.color import lab2rgb
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.faces.colour import srgb_to_lab
 from biasaudit.images import load_rgb

@@ -4,13 +4,13 @@ diffusers (any hub id / local pipeline folder), tiny (random-weight SD3/Flux, st
 (google-genai), openai (images endpoint, also OpenAI-compatible servers), folder (import existing
 images), packaged-photos (stand-in: seeded variants of public-domain photos shipped in packages), planted
 (PLANTED truth: recoloured packaged photos with declared labels and skin tones).
-Each registers itself with `@register("generator", name)` (backends/registry.py); their heavy
+Each registers itself with `@register("generator", name)` (biasaudit/registry.py); their heavy
 SDKs are imported inside the factories so that e.g. the API backends need no torch.
 """
 
 from __future__ import annotations
 
-from biasaudit.backends import registry
+from biasaudit import registry
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.params.generate import GeneratorSpec
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.params.generate import GeneratorSpec
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.images import load_rgb
 from biasaudit.params.generate import GeneratorSpec

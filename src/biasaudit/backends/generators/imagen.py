@@ -18,7 +18,7 @@ from typing import Any
 
 
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
                                           genai_http_options)
 from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec

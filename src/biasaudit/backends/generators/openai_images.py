@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, call_with_retries,
                                           openai_client, openai_errors)
 from biasaudit.params.generate import GeneratorSpec

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.params.generate import GeneratorSpec
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from biasaudit import GROUPS
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
 from biasaudit.backends.generators.packaged_photos import SOURCES, Source, random_crop, source_rgb
 from biasaudit.params.generate import GeneratorSpec, PlantedSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from biasaudit.backends import registry
+from biasaudit import registry
 from biasaudit.backends.transport import TokenBucket
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMBackend, VLMRequest, VLMResponse, encode_image
 from biasaudit.backends.vlm.cache import Accounting, CachedVLM, Price

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 
 

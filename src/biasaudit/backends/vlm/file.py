@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import sha256_file
 

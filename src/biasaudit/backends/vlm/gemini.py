@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, genai_errors,
                                           genai_http_options)
 from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, OnResult, VLMBackend, VLMRequest, VLMResponse,

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, openai_client,
                                           openai_errors)
 from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, OnResult, VLMBackend, VLMRequest, VLMResponse,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import derive_seed, stable_hash
 from biasaudit.vlm import planted as P

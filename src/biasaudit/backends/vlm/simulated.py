@@ -18,17 +18,12 @@ from typing import Any
 import numpy as np
 
 from biasaudit import GROUPS
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import derive_seed, stable_hash
+from biasaudit.stats.correction import confusion_array
 
 SIMULATED = "SIMULATED"
-
-
-def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...] = GROUPS) -> np.ndarray:
-    """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
-    M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
-    return M / M.sum(axis=1, keepdims=True)
 
 
 @lru_cache(maxsize=64)

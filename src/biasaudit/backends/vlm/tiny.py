@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
 
 TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from biasaudit.backends.registry import register
+from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 
 def hub_offline() -> bool:
