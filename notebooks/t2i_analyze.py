@@ -34,7 +34,7 @@ from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.t2i import analysis as an
-from biasaudit.t2i.outputs import OutputWriter, Result
+from biasaudit.outputs import OutputWriter, Result
 
 cfg, params = stage_params("analyze")
 banner(cfg)

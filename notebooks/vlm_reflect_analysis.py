@@ -31,7 +31,7 @@ from biasaudit.io import atomic_write_json
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
-from biasaudit.t2i.outputs import OutputWriter, _clean
+from biasaudit.outputs import OutputWriter, json_safe
 from biasaudit.vlm import analysis as an
 from biasaudit.vlm.recovery import recovery
 
@@ -81,6 +81,6 @@ summary["edit_checks"] = json.loads(edit_summary.read_text()) if edit_summary.ex
 
 # %%
 writer.finish(profile=cfg.profile, stand_in=summary["stand_in"], method="B (FOCUS/REFLECT)")
-atomic_write_json(C.VLM_REPORTS / "summary.json", _clean(summary))
+atomic_write_json(C.VLM_REPORTS / "summary.json", json_safe(summary))
 write_run_info(C.VLM_REPORTS / "run_info.json", stage="reflect_analysis")
-print(json.dumps(_clean({k: v for k, v in summary.items() if k != "edit_checks"}), indent=1, default=str)[:3000])
+print(json.dumps(json_safe({k: v for k, v in summary.items() if k != "edit_checks"}), indent=1, default=str)[:3000])

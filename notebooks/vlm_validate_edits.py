@@ -37,7 +37,7 @@ from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.scale.pool import prestart
-from biasaudit.t2i.outputs import to_markdown
+from biasaudit.outputs import to_markdown
 from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits")

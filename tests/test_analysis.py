@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from biasaudit.t2i import analysis as an
-from biasaudit.t2i.outputs import NO_DATA, OK, OutputWriter
+from biasaudit.outputs import NO_DATA, OK, OutputWriter
 
 from .fixtures_t2i import MODELS, write_tree
 

@@ -83,3 +83,10 @@ def test_analysis_stages_reach_no_engine_runner_model_or_backend(notebook):
     banned = [p for p in reached if any(p.startswith(f"src/biasaudit/{layer}") for layer in
                                         ("engine.py", "work.py", "scale/", "tiny/", "backends/"))]
     assert not banned, banned
+
+
+def test_method_b_does_not_reach_into_method_a():
+    graph = import_graph()
+    crossing = {m: sorted(t for t in targets if t.startswith("biasaudit.t2i"))
+                for m, targets in graph.items() if m.startswith("biasaudit.vlm")}
+    assert not any(crossing.values()), crossing

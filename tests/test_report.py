@@ -23,7 +23,7 @@ from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
 from biasaudit.report.html import json_tables
 from biasaudit.t2i import analysis as an
-from biasaudit.t2i.outputs import OutputWriter, Result
+from biasaudit.outputs import OutputWriter, Result
 
 from .browser import chromium, visit
 from .fixtures_t2i import MODELS, write_tree

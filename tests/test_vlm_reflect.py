@@ -151,7 +151,7 @@ def test_ols_and_sign_flip_by_hand(responses):
 
 
 def test_full_analysis_and_report_files(responses, tmp_path):
-    from biasaudit.t2i.outputs import OutputWriter
+    from biasaudit.outputs import OutputWriter
 
     res = an.analyse(responses, ReflectAnalysis(n_permutations=99))
     assert res["retained"]["2afc"] == 360 and "winrate_income" in res["tables"]

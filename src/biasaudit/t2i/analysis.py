@@ -28,7 +28,7 @@ from biasaudit.stats.resample import Interval, Replicates, cluster_bootstrap, in
     sign_flip_pvalue, sums_statistic
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import bias_corrected_tvd, null_floor, tvd
-from biasaudit.t2i.outputs import NO_DATA, Figure, Result
+from biasaudit.outputs import NO_DATA, Figure, Result
 
 G = len(GROUPS)
 PALETTE = dict(zip(LABEL_ORDER, ("#4c72b0", "#1f3a93", "#dd8452", "#55a868", "#8172b3", "#999999")))

@@ -29,7 +29,7 @@ from biasaudit.provenance import derive_seed
 from biasaudit.stats.correction import debiased_tvd
 from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i import analysis as an
-from biasaudit.t2i.outputs import NO_DATA, Figure, Result
+from biasaudit.outputs import NO_DATA, Figure, Result
 
 COLUMNS = ["model", "category_or_group"] + K.COLUMNS
 # check: the interval claims to cover the planted value (an estimator beside its estimand). Rows with

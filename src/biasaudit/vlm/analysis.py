@@ -3,7 +3,7 @@
 Input: `data/vlm/responses/<vlm>.parquet` (one row per question; see vlm/tasks.py). Only rows with
 status 'ok' are *retained*; the others are counted per status.
 
-Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.t2i.outputs.OutputWriter):
+Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outputs.OutputWriter):
 
     reports/vlm/summary.json     {"profile", "stand_in", "vlms": {<vlm>: {"model_id", "backend", "stand_in",
                                   "n_questions", "status_counts" {"kind/status": n}, "retained" {kind: n},
@@ -588,8 +588,8 @@ def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, yl
 
 
 def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_in: bool) -> list[Any]:
-    """Sections (t2i.outputs.Result) of one VLM: 2AFC, MCQ, salary, significance."""
-    from biasaudit.t2i.outputs import Figure, Result
+    """Sections (biasaudit.outputs.Result) of one VLM: 2AFC, MCQ, salary, significance."""
+    from biasaudit.outputs import Figure, Result
 
     tag = " [PLANTED: SIMULATED answers]" if meta.get("backend") == "planted" else " [STAND-IN]" if stand_in else ""
     out = []

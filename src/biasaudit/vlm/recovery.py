@@ -103,7 +103,7 @@ def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot
 
 def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: Any, params: Any):
     """The validation section of one planted VLM: table `<vlm>_validation`, metrics, notes."""
-    from biasaudit.t2i.outputs import NO_DATA, Result
+    from biasaudit.outputs import NO_DATA, Result
     from biasaudit.vlm.analysis import _boot
 
     out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")

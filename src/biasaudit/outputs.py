@@ -1,5 +1,6 @@
-"""Writing analysis results: figures (PNG + SVG), tables (CSV + Markdown), plot CSVs, metrics.json,
-and a manifest (`reports/t2i/manifest.json`) the HTML report reads to lay out every section."""
+"""Writing analysis results, for both methods: figures (PNG + SVG), tables (CSV + Markdown), plot CSVs,
+metrics.json, and a manifest (`reports/t2i/manifest.json`, `reports/vlm/manifest.json`) the HTML report
+reads to lay out every section."""
 
 from __future__ import annotations
 
@@ -42,12 +43,12 @@ class Result:
         return cls(name, title, status, reason)
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe: NaN/inf → None, numpy scalars → Python."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -105,7 +106,7 @@ class OutputWriter:
             if not path.exists():
                 atomic_write_table(pd.DataFrame(columns=columns), path)
         figures = [f for s in self.sections for f in s["figures"]]
-        atomic_write_text(self.out / "figures" / "index.json", json.dumps(_clean(figures), indent=2) + "\n")
-        atomic_write_json(self.out / "metrics.json", _clean({**header, **self.metrics}))
+        atomic_write_text(self.out / "figures" / "index.json", json.dumps(json_safe(figures), indent=2) + "\n")
+        atomic_write_json(self.out / "metrics.json", json_safe({**header, **self.metrics}))
         manifest = {**header, "sections": self.sections}
-        atomic_write_text(self.out / "manifest.json", json.dumps(_clean(manifest), indent=2) + "\n")
+        atomic_write_text(self.out / "manifest.json", json.dumps(json_safe(manifest), indent=2) + "\n")
