@@ -12,7 +12,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup demo test test-fast bench lock paper offline clean-outputs
+.PHONY: setup demo test test-fast lint bench lock paper offline clean-outputs
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check .    # rules and their reasons: [tool.ruff] in pyproject.toml
 
 bench: setup
 	$(BIN)/python -m pip install --quiet --no-deps skin-tone-classifier==1.2.6

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import baseline_homogeneity_v0 as base  # noqa: E402
+import baseline_homogeneity_v0 as base
 
-from biasaudit.stats import homogeneity as ours  # noqa: E402
+from biasaudit.stats import homogeneity as ours
 
 GROUPS = np.array(["white", "black", "asian", "hispanic", "other"])
 

@@ -66,7 +66,7 @@ class Report:
         t0 = time.perf_counter()
         try:
             out = {"status": "ok", **fn()}
-        except Exception as exc:  # noqa: BLE001 - recorded; the other steps still run
+        except Exception as exc:
             out = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500],
                    "traceback": traceback.format_exc()[-2000:]}
         out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -104,8 +104,13 @@ def generator_step(model: str, dry: bool):
     import torch
 
     from biasaudit.backends.generators.base import GenRequest
-    from biasaudit.backends.generators.diffusers_backend import (DiffusersGenerator, activation_bytes,
-                                                                 choose_offload, component_bytes, place_pipeline)
+    from biasaudit.backends.generators.diffusers_backend import (
+        DiffusersGenerator,
+        activation_bytes,
+        choose_offload,
+        component_bytes,
+        place_pipeline,
+    )
     from biasaudit.params.generate import GeneratorSpec
     from biasaudit.provenance import derive_seed
 
@@ -135,7 +140,7 @@ def generator_step(model: str, dry: bool):
             torch.cuda.reset_peak_memory_stats()
         statuses: list[str] = []
 
-        def run():
+        def run(bs=bs, statuses=statuses):
             for s in range(0, n, bs):
                 statuses.extend(r.status + (f": {r.reason}" if r.reason else "") for r in gen.generate(reqs[s:s + bs]))
 

@@ -48,9 +48,14 @@ def shrink(cfg: dict, smoke: bool, **small) -> dict:
 
 
 def build(model: str, device: str, dtype, smoke: bool):
-    import torch
-    from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel,
-                           SD3Transformer2DModel, StableDiffusion3Pipeline)
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        FluxPipeline,
+        FluxTransformer2DModel,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     from biasaudit.tiny.diffusion import _clip_tokenizer, _t5_tokenizer

@@ -32,9 +32,9 @@ from IPython.display import Markdown, display
 
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
+from biasaudit.outputs import OutputWriter, Result
 from biasaudit.provenance import run_info
 from biasaudit.t2i import analysis as an
-from biasaudit.outputs import OutputWriter, Result
 
 cfg, params = stage_params("analyze")
 banner(cfg)

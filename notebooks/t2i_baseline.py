@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
+from biasaudit import contracts as C
 from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
 from biasaudit.io import atomic_write_json, atomic_write_table
-from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table

@@ -30,8 +30,8 @@
 # %%
 from IPython.display import display
 
-from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import benchmarks as bm
 

@@ -33,7 +33,6 @@
 
 # %%
 import json
-from pathlib import Path
 
 import numpy as np
 from IPython.display import display

@@ -25,8 +25,8 @@
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.io import atomic_write_table
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import prompts as pr
 

@@ -32,8 +32,8 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import GROUPS
-from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.t2i import reliability as rel

@@ -27,13 +27,12 @@
 vlm: str = "tiny"  # key of the `vlms:` table in params.yaml
 
 # %%
-from pathlib import Path
 
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import write_run_info
 from biasaudit.vlm import tasks

@@ -24,14 +24,15 @@
 
 # %%
 import json
+
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.io import atomic_write_json
 from biasaudit import contracts as C
+from biasaudit.io import atomic_write_json
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import write_run_info
 from biasaudit.outputs import OutputWriter, json_safe
+from biasaudit.provenance import write_run_info
 from biasaudit.vlm import analysis as an
 from biasaudit.vlm.recovery import recovery
 

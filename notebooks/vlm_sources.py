@@ -28,9 +28,9 @@ import pandas as pd
 from IPython.display import display
 from PIL import Image
 
+from biasaudit import contracts as C
 from biasaudit.faces.detect import make_detector
 from biasaudit.io import atomic_path, atomic_write_table
-from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import sha256_file, write_run_info
 from biasaudit.vlm import sources as src

@@ -28,16 +28,17 @@
 
 # %%
 import json
+
 import pandas as pd
 from IPython.display import display
 
+from biasaudit import contracts as C
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
-from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
+from biasaudit.outputs import to_markdown
 from biasaudit.provenance import write_run_info
 from biasaudit.scale.pool import prestart
-from biasaudit.outputs import to_markdown
 from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from skimage.color import lab2rgb
 
 from biasaudit import contracts as C
@@ -52,7 +51,7 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
     (root / C.T2I / "SYNTHETIC.txt").write_text("synthetic test fixture (tests/fixtures_t2i.py)\n")
     for m, model in enumerate(MODELS):
         man, lab, fac = [], [], []
-        for pid, cat, inst, sel, shares, earn in PROMPTS:
+        for pid, cat, inst, _sel, shares, earn in PROMPTS:
             skew = np.array(shares) ** (1.5 if m == 0 else 0.7)
             draws = rng.choice(len(GROUPS), size=IMAGES_PER_PROMPT, p=skew / skew.sum())
             for i, g in enumerate(draws):

@@ -19,7 +19,7 @@ from email.policy import default as default_policy
 import numpy as np
 from PIL import Image
 
-from .servers_images import LocalAPIServer, Reply, Request, google_error, openai_error, png_bytes  # noqa: F401
+from .servers_images import LocalAPIServer, Reply, Request, google_error, openai_error, png_bytes
 
 
 def darken_centre(png: bytes) -> np.ndarray:

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit.t2i import analysis as an
 from biasaudit.outputs import NO_DATA, OK, OutputWriter
+from biasaudit.t2i import analysis as an
 
 from .fixtures_t2i import MODELS, write_tree
 
@@ -78,7 +78,7 @@ def test_dark_share_and_earnings_regression():
     prompts = pd.DataFrame({"prompt_id": [f"o{i}" for i in range(6)], "category": "occupation",
                             "instance": list("abcdef"), "median_weekly_earnings_usd": np.linspace(600, 1600, 6)})
     rows = []
-    for i, p in prompts.iterrows():
+    for _, p in prompts.iterrows():
         for j in range(5):
             rows.append({"image_id": f"m-{p.prompt_id}-{j}", "model": "m", "prompt_id": p.prompt_id, "status": "ok",
                          "L": 30 + 0.5 * (p.median_weekly_earnings_usd / 100) + rng.normal(0, 0.5),

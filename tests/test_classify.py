@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from biasaudit.backends.vlm import CachedVLM, VLMResponse, make_vlm_backend
+from biasaudit.engine import run_local
 from biasaudit.io import RecordLog
 from biasaudit.params.classify import VLMSpec
-from biasaudit.engine import run_local
 from biasaudit.t2i import classify as cl
 
 from .servers_vlm import LABELS, VLMServer, grey_image
@@ -23,9 +23,9 @@ from .servers_vlm import LABELS, VLMServer, grey_image
 LEVELS = [10, 70, 120, 170, 230, 20, 80]  # → white black asian hispanic other white black
 
 
-def make_manifest(tmp_path, n=len(LEVELS)):
+def make_manifest(tmp_path, n=None):
     rows = []
-    for i, level in enumerate(LEVELS[:n]):
+    for i, level in enumerate(LEVELS[:n or len(LEVELS)]):
         p = tmp_path / f"m-p{i % 3}-{i:03d}.png"
         grey_image(p, level)
         rows.append({"image_id": p.stem, "model": "m", "prompt_id": f"p{i % 3}", "path": str(p), "status": "ok",

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from biasaudit import GROUPS
-from biasaudit.stats.correction import (corrected_deviation, debiased_tvd, eb_abs_deviation, folded_normal_mean,
-                                        image_confusions, reference_labels)
+from biasaudit.stats.correction import (
+    corrected_deviation,
+    debiased_tvd,
+    eb_abs_deviation,
+    folded_normal_mean,
+    image_confusions,
+    reference_labels,
+)
 from biasaudit.stats.tvd import tvd
 
 # the paper's error pattern: Hispanic faces often called White or Asian

@@ -9,8 +9,15 @@ from functools import partial
 
 import pytest
 
-from biasaudit.engine import (INPUT_FIELD, SETTINGS_FIELD, Stage, file_digest, run_stage, shard_log_path,
-                              token_accounting)
+from biasaudit.engine import (
+    INPUT_FIELD,
+    SETTINGS_FIELD,
+    Stage,
+    file_digest,
+    run_stage,
+    shard_log_path,
+    token_accounting,
+)
 from biasaudit.io import RecordLog
 from biasaudit.params.execution import Execution
 

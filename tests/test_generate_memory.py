@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 from biasaudit.backends.generators.base import GenRequest
-from biasaudit.backends.generators.diffusers_backend import (GIB, DiffusersGenerator, activation_bytes,
-                                                             choose_offload, numerical_fault, retry_seed)
+from biasaudit.backends.generators.diffusers_backend import (
+    GIB,
+    DiffusersGenerator,
+    activation_bytes,
+    choose_offload,
+    numerical_fault,
+    retry_seed,
+)
 from biasaudit.params.generate import GeneratorSpec
 
 # bf16 weights from the published parameter counts (2 bytes each): SD 3.5 Large = 8.1 B transformer,

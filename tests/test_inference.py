@@ -12,8 +12,13 @@ import pandas as pd
 import pytest
 
 from biasaudit.stats import homogeneity as H
-from biasaudit.stats.correction import classifier_corrected_tvd, corrected_per_prompt, identifiability, \
-    image_confusions, matrix_from_counts
+from biasaudit.stats.correction import (
+    classifier_corrected_tvd,
+    corrected_per_prompt,
+    identifiability,
+    image_confusions,
+    matrix_from_counts,
+)
 from biasaudit.stats.tvd import bias_corrected_tvd, expected_tvd, null_floor, tvd
 
 

@@ -8,9 +8,9 @@ import sys
 import pandas as pd
 import pytest
 
+from biasaudit.engine import pending_items, run_local, shard_of
 from biasaudit.io import Cache, RecordLog, atomic_write_table
 from biasaudit.provenance import derive_seed, stable_hash
-from biasaudit.engine import pending_items, run_local, shard_of
 
 
 def test_record_log_sets_a_torn_last_line_aside_and_keeps_the_last_record(tmp_path):

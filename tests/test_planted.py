@@ -13,9 +13,14 @@ import pytest
 from PIL import Image
 
 from biasaudit import GROUPS
-from biasaudit.backends.generators.planted import (draw_truth, planted_distribution, recolour_skin, render,
-                                                   source_regions)
 from biasaudit.backends.generators.packaged_photos import source_rgb
+from biasaudit.backends.generators.planted import (
+    draw_truth,
+    planted_distribution,
+    recolour_skin,
+    render,
+    source_regions,
+)
 from biasaudit.config import ParamsError, validate
 from biasaudit.faces.colour import describe_rgb
 from biasaudit.params.generate import GeneratorSpec, PlantedSpec
@@ -143,8 +148,8 @@ def test_simulated_classifier_reads_the_planted_label(planted_run):
 
 def test_simulated_classifier_follows_the_declared_confusion():
     from biasaudit.backends.vlm.simulated import SimulatedClassifier
-    from biasaudit.stats.correction import confusion_array
     from biasaudit.params.classify import VLMSpec
+    from biasaudit.stats.correction import confusion_array
 
     spec = VLMSpec(backend="simulated")
     clf = SimulatedClassifier(spec)

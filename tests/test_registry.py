@@ -34,7 +34,7 @@ def test_get_imports_the_declaring_module_and_unknown_names_list_the_choices():
 
 def test_a_backend_registered_at_run_time_counts():
     @registry.register("vlm", "runtime-test")
-    def factory(spec):  # noqa: ANN001
+    def factory(spec):
         return spec
 
     try:

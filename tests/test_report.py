@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from biasaudit.outputs import OutputWriter, Result
 from biasaudit.params import Params
 from biasaudit.report import build_index
 from biasaudit.report.execute import first_line, parse_parameters
@@ -23,7 +24,6 @@ from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
 from biasaudit.report.html import json_tables
 from biasaudit.t2i import analysis as an
-from biasaudit.outputs import OutputWriter, Result
 
 from .browser import chromium, visit
 from .fixtures_t2i import MODELS, write_tree
@@ -104,7 +104,7 @@ def _images(root: Path) -> None:
     src.parent.mkdir(parents=True)
     Image.fromarray(rng.integers(0, 255, (80, 60, 3), dtype=np.uint8)).save(src)
     rows = []
-    for i, race in enumerate(("Asian", "Black", "Latino", "MiddleEastern", "White")):
+    for race in ("Asian", "Black", "Latino", "MiddleEastern", "White"):
         for gender in ("man", "woman"):
             path = root / f"data/vlm/focus/doctor/p0/{race}_{gender}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from biasaudit.io import RecordLog
 from biasaudit.engine import merge_logs, pending_items, run_local, shard_log_path
+from biasaudit.io import RecordLog
 
 
 def square_batch(items):
@@ -68,5 +68,7 @@ def test_ray_runner_matches_local(tmp_path):
     finally:
         ray.shutdown()
     assert summary.processed == 23 and again.processed == 0 and again.already_done == 23
-    key = lambda df: df.sort_values("id").reset_index(drop=True)
+    def key(df):
+        return df.sort_values("id").reset_index(drop=True)
+
     pd.testing.assert_frame_equal(key(local_log.to_frame()), key(RecordLog(tmp_path / "ray.jsonl", "id").to_frame()))

@@ -7,9 +7,18 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, backoff_delay,
-                                          call_with_retries, genai_errors, openai_errors, parse_retry_after,
-                                          retry_after_from_headers, unsupported_parameter)
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    api_failure_reason,
+    backoff_delay,
+    call_with_retries,
+    genai_errors,
+    openai_errors,
+    parse_retry_after,
+    retry_after_from_headers,
+    unsupported_parameter,
+)
 
 NOW = datetime(2026, 1, 11, 12, 0, 0, tzinfo=timezone.utc)
 

@@ -118,7 +118,8 @@ def test_openai_constrains_to_labels_and_downscales(images, tmp_path, monkeypatc
         body = server.requests[0]
         assert body["temperature"] == 0.0
         assert body["response_format"]["json_schema"]["schema"]["properties"]["answer"]["enum"] == list(LABELS)
-        import base64, io
+        import base64
+        import io
         data = body["messages"][0]["content"][0]["image_url"]["url"].split(",", 1)[1]
         assert max(Image.open(io.BytesIO(base64.b64decode(data))).size) == 128
 

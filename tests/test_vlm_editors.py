@@ -163,7 +163,7 @@ def build_tiny_sd_inpaint(path):
     """A tiny random-weight Stable Diffusion *inpainting* pipeline (UNet with 9 input channels), built
     from diffusers' test-suite sized configs and saved with save_pretrained."""
     import torch
-    from diffusers import (AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel)
+    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel
 
     from biasaudit.tiny.diffusion import _clip_config, _clip_tokenizer

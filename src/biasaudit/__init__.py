@@ -3,4 +3,4 @@
 __version__ = "0.1.0"
 
 # The label sets live in biasaudit.contracts (with paths, columns and L* bins); re-exported here.
-from biasaudit.contracts import GROUPS, STAND_IN, UNKNOWN  # noqa: E402,F401
+from biasaudit.contracts import GROUPS, STAND_IN, UNKNOWN  # noqa: F401

@@ -75,7 +75,7 @@ def _selected(args: argparse.Namespace) -> list[Any]:
         if w is not None and w not in chosen:
             chosen.append(w)
     if args.profile == "paper" or (cfg.profile == "paper" and not args.profile):
-        for name, spec in cfg.vlms.items():  # models served by a local server (listed, not fetched)
+        for spec in cfg.vlms.values():  # models served by a local server (listed, not fetched)
             if "llama" in spec.model_id.lower() and weights.BY_NAME["llama-3.2-90b-vision"] not in chosen:
                 chosen.append(weights.BY_NAME["llama-3.2-90b-vision"])
     return chosen
@@ -112,7 +112,7 @@ def cmd_weights(args: argparse.Namespace) -> int:
         try:
             entry = weights.fetch(w, token=token)
             print(f"  done: {len(entry.get('files', {}))} files, commit {entry.get('commit', '-')}")
-        except Exception as exc:  # noqa: BLE001 - report every weight, then fail
+        except Exception as exc:
             failures += 1
             hint = f" ({w.gate})" if w.gate else ""
             print(f"  FAILED {w.name}: {type(exc).__name__}: {str(exc)[:300]}{hint}", file=sys.stderr)

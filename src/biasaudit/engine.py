@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,7 @@ from tqdm.auto import tqdm
 
 from biasaudit.io import RecordLog, atomic_write_text
 from biasaudit.provenance import sha256_file, stable_hash
-
-from biasaudit.work import BatchFn, Item, RunSummary  # noqa: F401  (re-exported: the engine's vocabulary)
+from biasaudit.work import BatchFn, Item, RunSummary
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"
@@ -52,7 +51,7 @@ def per_item(one: Callable[[Item], Item], on_error: Callable[[Item, str], Item])
         for item in items:
             try:
                 out.append(one(item))
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the stage
+            except Exception as exc:
                 out.append(on_error(item, f"{type(exc).__name__}: {exc}"[:500]))
         return out
 

@@ -189,7 +189,7 @@ def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
         import open_clip
 
         hub = (open_clip.get_pretrained_cfg(model, pretrained) or {}).get("hf_hub", "").strip("/")
-    except Exception:  # noqa: BLE001
+    except Exception:
         hub = ""
     w = BY_NAME["clip-vit-h-14"]
     return Need("weight", f"hf-cache:{hub or pretrained}", used_by,
@@ -229,7 +229,7 @@ def _in_hf_cache(repo: str) -> bool:
         from huggingface_hub import scan_cache_dir
 
         return any(r.repo_id == repo for r in scan_cache_dir().repos)
-    except Exception:  # noqa: BLE001 - no cache at all
+    except Exception:
         return False
 
 
@@ -332,7 +332,7 @@ def fetch(weight: Weight, token: str | None = None, lock_path: Path = LOCK_FILE)
 
         dest.mkdir(parents=True, exist_ok=True)
         archive = dest.parent / Path(weight.source).name
-        urllib.request.urlretrieve(weight.source, archive)  # noqa: S310 - a fixed https URL
+        urllib.request.urlretrieve(weight.source, archive)
         entry["archive_sha256"] = sha256_path(archive)
         with zipfile.ZipFile(archive) as zf:
             for member in zf.namelist():

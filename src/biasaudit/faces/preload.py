@@ -6,5 +6,5 @@ try:
     import open_clip  # noqa: F401
 
     import biasaudit.faces.preload_dlib  # noqa: F401
-except Exception:  # noqa: BLE001 - a worker then loads what it needs itself (and reports any error)
+except Exception:
     pass

@@ -9,5 +9,5 @@ try:
 
     shape_predictor()
     _dlib_detector("hog")
-except Exception:  # noqa: BLE001 - a worker then loads what it needs itself (and reports any error)
+except Exception:
     pass

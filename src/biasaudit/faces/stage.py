@@ -19,8 +19,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.faces.colour import achromatic_reason, describe_rgb, mean_skin_rgb
 from biasaudit.faces.detect import landmarks68, make_detector
-from biasaudit.faces.segment import (bisenet_masks, landmark_skin_from_landmarks, outline_overlay,
-                                     remove_extremes)
+from biasaudit.faces.segment import bisenet_masks, landmark_skin_from_landmarks, outline_overlay, remove_extremes
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path
 from biasaudit.provenance import stable_hash
@@ -153,7 +152,7 @@ class FaceMeasurer:
                 try:
                     fields, emb, _, _ = self.measure(loaded.rgb)
                     fields |= self.cross_check(loaded.rgb, fields)
-                except Exception as exc:  # noqa: BLE001 - one bad image never stops the stage
+                except Exception as exc:
                     records.append(rec | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
                     continue
                 rec |= fields

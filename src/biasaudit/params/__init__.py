@@ -6,13 +6,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from biasaudit.params.base import Section
-from biasaudit.params.t2i import Benchmarks, Prompts
 from biasaudit.params.analysis import Analyze, Report
+from biasaudit.params.base import Section
 from biasaudit.params.classify import Classify, Reliability, VLMSpec
 from biasaudit.params.execution import Execution
 from biasaudit.params.faces import Baseline, Faces, Instruments
-from biasaudit.params.generate import Generate, GeneratorSpec, Models
+from biasaudit.params.generate import Generate, Models
+from biasaudit.params.t2i import Benchmarks, Prompts
 from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits
 
 

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
-from biasaudit.registry import check_name
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 from biasaudit.params.vlm import PlantedReflect
+from biasaudit.registry import check_name
 
 # Any backend registered with @register("vlm", name) (biasaudit/registry.py)
 VLMBackendName = Annotated[str, AfterValidator(check_name("vlm"))]

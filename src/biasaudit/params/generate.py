@@ -17,7 +17,6 @@ from pydantic import AfterValidator, Field, model_validator
 from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
-
 from biasaudit.registry import check_name
 
 # Any backend registered with @register("generator", name) (biasaudit/registry.py)

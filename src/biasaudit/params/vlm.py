@@ -11,11 +11,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from biasaudit.registry import check_name
-from biasaudit.params.base import Section
-
 from biasaudit import contracts as C
-from biasaudit.contracts import GENDERS, RACES  # noqa: E402,F401  (Race/Gender below must match)
+from biasaudit.contracts import GENDERS, RACES
+from biasaudit.params.base import Section
+from biasaudit.registry import check_name
+
 Race = Literal["Asian", "Black", "Latino", "MiddleEastern", "White"]
 Gender = Literal["man", "woman"]
 

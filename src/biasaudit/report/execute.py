@@ -18,7 +18,6 @@ stays in the executed notebook. The kernel:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -219,7 +218,7 @@ def _client(nb: Any, log: TextIO, echo: BarEcho | None):
     from nbclient import NotebookClient
 
     class Client(NotebookClient):
-        def output(self, outs, msg, display_id, cell_index):  # noqa: ANN001 - nbclient's signature
+        def output(self, outs, msg, display_id, cell_index):
             if echo is not None and msg.get("msg_type") == "stream" and msg["content"].get("name") == "stderr":
                 echo.write(msg["content"].get("text", ""))
             return super().output(outs, msg, display_id, cell_index)

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-
 import pandas as pd
 
 from biasaudit.io import atomic_write_json

@@ -135,7 +135,9 @@ def stages(root: Path, reports: Path) -> list[StageInfo]:
         keys = _foreach_keys(spec, params) if "foreach" in spec else [""]
         body = spec.get("do", spec)
         for key in keys:
-            fill = (lambda s, k=key: str(s).replace("${key}", k))
+            def fill(s, k=key):
+                return str(s).replace("${key}", k)
+
             stage = f"{name}@{key}" if key else name
             outs = [fill(next(iter(o)) if isinstance(o, dict) else o) for o in body.get("outs", []) or []]
             outs += [fill(next(iter(o)) if isinstance(o, dict) else o) for o in body.get("metrics", []) or []]

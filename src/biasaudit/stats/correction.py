@@ -20,7 +20,6 @@ together, so rater agreement on an image is kept), re-estimating M in every repl
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from scipy.optimize import nnls
 
 from biasaudit import GROUPS

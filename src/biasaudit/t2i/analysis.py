@@ -18,17 +18,31 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS, L_BIN_LABELS, LABEL_ORDER, UNKNOWN, l_bin
+from biasaudit.outputs import NO_DATA, Figure, Result
 from biasaudit.params.analysis import Analyze
 from biasaudit.provenance import derive_seed
-from biasaudit.stats.correction import classifier_corrected_tvd, corrected_deviation, corrected_per_prompt, \
-    debiased_tvd, image_confusions, matrix_from_counts, reference_labels
+from biasaudit.stats.correction import (
+    classifier_corrected_tvd,
+    corrected_deviation,
+    corrected_per_prompt,
+    debiased_tvd,
+    image_confusions,
+    matrix_from_counts,
+    reference_labels,
+)
 from biasaudit.stats.homogeneity import add_p_adjusted, homogeneity_table
 from biasaudit.stats.regression import ols_cluster
-from biasaudit.stats.resample import Interval, Replicates, cluster_bootstrap, intervals, p_adjust, replicates, \
-    sign_flip_pvalue, sums_statistic
+from biasaudit.stats.resample import (
+    Interval,
+    Replicates,
+    cluster_bootstrap,
+    p_adjust,
+    replicates,
+    sign_flip_pvalue,
+    sums_statistic,
+)
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import bias_corrected_tvd, null_floor, tvd
-from biasaudit.outputs import NO_DATA, Figure, Result
 
 G = len(GROUPS)
 PALETTE = dict(zip(LABEL_ORDER, ("#4c72b0", "#1f3a93", "#dd8452", "#55a868", "#8172b3", "#999999")))
@@ -86,7 +100,7 @@ def _read_parquets(paths: list[Path], what: str, notes: dict[str, str]) -> pd.Da
     for path in sorted(paths):
         try:
             frames.append(pd.read_parquet(path))
-        except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, not fatal
+        except Exception as exc:
             bad.append(f"{path.name}: {type(exc).__name__}")
     if bad:
         notes[what] = "unreadable: " + "; ".join(bad)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.config import ParamsError
 from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
@@ -176,7 +176,7 @@ def make_batch_fn(ctx: BatchContext):
                                it["height"]) for it in items]
         try:
             results = gen.generate(requests)
-        except Exception as exc:  # noqa: BLE001 - a backend bug must not lose the run
+        except Exception as exc:
             results = [GenResult.failed(f"{type(exc).__name__}: {exc}"[:500]) for _ in requests]
         settings = json.dumps(gen.settings(), sort_keys=True, default=str)
         records = []

@@ -171,7 +171,8 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] 
         kind = "human-classifier" if CLASSIFIER in (a, b) else "human-human"
         i, j = col[a], col[b]
         k = cohen_kappa(arr[:, i], arr[:, j], categories)
-        lo, hi = _item_interval(lambda idx: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot, seed, ci)
+        lo, hi = _item_interval(lambda idx, i=i, j=j: cohen_kappa(arr[idx, i], arr[idx, j], categories), n, n_boot,
+                                seed, ci)
         agree = float((arr[:, i] == arr[:, j]).mean()) if n else float("nan")
         pairs.append({"rater_a": a, "rater_b": b, "kind": kind, "n": n, "agreement": agree, "cohen_kappa": k,
                       "ci_low": lo, "ci_high": hi})
@@ -289,8 +290,13 @@ def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str
     The corrected TVD itself is computed once, by the analysis stage (t2i.analysis.corrected_tvd),
     with this same `correction_method` and `reference` (stats.correction.reference_labels), both
     recorded here for it."""
-    from biasaudit.stats.correction import (MAX_CONDITION, identifiability, image_confusions, matrix_from_counts,
-                                            reference_labels)
+    from biasaudit.stats.correction import (
+        MAX_CONDITION,
+        identifiability,
+        image_confusions,
+        matrix_from_counts,
+        reference_labels,
+    )
 
     humans = [h for h in humans if h in ratings]
     sub = ratings[ratings[CLASSIFIER].isin(GROUPS)] if CLASSIFIER in ratings else ratings.iloc[:0]

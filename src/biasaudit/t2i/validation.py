@@ -24,12 +24,12 @@ import pandas as pd
 from biasaudit import GROUPS
 from biasaudit import known_truth as K
 from biasaudit.faces.colour import l_bin
-from biasaudit.stats.skin_summary import skin_summary
+from biasaudit.outputs import NO_DATA, Figure, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.correction import debiased_tvd
+from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i import analysis as an
-from biasaudit.outputs import NO_DATA, Figure, Result
 
 COLUMNS = ["model", "category_or_group"] + K.COLUMNS
 # check: the interval claims to cover the planted value (an estimator beside its estimand). Rows with

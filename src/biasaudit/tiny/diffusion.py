@@ -69,8 +69,13 @@ def _vae():
 def make_tiny_pipeline(arch: Arch, seed: int = 0):
     """Build (in memory) a random-weight pipeline of the real class for `arch`."""
     import torch
-    from diffusers import (FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel,
-                           SD3Transformer2DModel, StableDiffusion3Pipeline)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        FluxPipeline,
+        FluxTransformer2DModel,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     torch.manual_seed(seed)

@@ -265,7 +265,7 @@ def delta_g_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender
     rows = []
     for dimension, levels, ref, others in (("race", RACES, race_reference, GENDERS),
                                            ("gender", GENDERS, gender_reference, RACES)):
-        def at(level, other):
+        def at(level, other, dimension=dimension):
             return idx[(level, other)] if dimension == "race" else idx[(other, level)]
 
         for level in levels:

@@ -25,6 +25,7 @@ import json
 from itertools import combinations
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResponse

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from biasaudit.registry import register
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.images import load_rgb
+from biasaudit.registry import register
 
 
 def _device(name: str) -> str:
@@ -88,6 +88,6 @@ class DiffusersInpaintEditor(ImageEditor):
         for req in requests:
             try:
                 out.append(self._one(req))
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+            except Exception as exc:
                 out.append(EditResult.failed(f"{type(exc).__name__}: {exc}"))
         return out

@@ -13,13 +13,19 @@ import base64
 import os
 from typing import Any
 
-
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
 from biasaudit.backends.generators.base import decode_image
-from biasaudit.registry import register
-from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
-                                          genai_http_options, openai_client, openai_errors)
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    call_with_retries,
+    genai_errors,
+    genai_http_options,
+    openai_client,
+    openai_errors,
+)
 from biasaudit.backends.vlm.base import encode_image
+from biasaudit.registry import register
 
 POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
 GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLIST", "SPII", "RECITATION",
@@ -58,7 +64,7 @@ class _Hosted(ImageEditor):
                 out.append(self._one(req))
             except RetryableError as exc:
                 out.append(EditResult.failed(f"gave up after {getattr(exc, 'retries', 0)} retries: {exc}"))
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+            except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}"
                 if any(w in text.lower() for w in POLICY_WORDS):
                     out.append(EditResult.refused(f"content policy: {text}"))

@@ -11,10 +11,10 @@ import numpy as np
 from scipy import ndimage
 from skimage.color import lab2rgb
 
-from biasaudit.registry import register
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.faces.colour import srgb_to_lab
 from biasaudit.images import load_rgb
+from biasaudit.registry import register
 
 # Stand-in target skin tones (CIELAB L*, a*, b*) per race: spread from dark to light so the skin-tone
 # checks have something to measure. Not a claim about any group.
@@ -79,6 +79,6 @@ class TinyEditor(ImageEditor):
                     results.append(EditResult.failed(f"source: {loaded.reason}"))
                     continue
                 results.append(EditResult(self.edit_array(loaded.rgb, req.mask, req.target, req.seed), "ok"))
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+            except Exception as exc:
                 results.append(EditResult.failed(f"{type(exc).__name__}: {exc}"))
         return results

@@ -10,8 +10,7 @@ SDKs are imported inside the factories so that e.g. the API backends need no tor
 
 from __future__ import annotations
 
-from biasaudit import registry
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.params.generate import GeneratorSpec
 
 

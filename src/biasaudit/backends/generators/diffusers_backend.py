@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
-from biasaudit.registry import register
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.params.generate import GeneratorSpec
+from biasaudit.registry import register
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 GIB = 1024 ** 3
@@ -152,8 +152,8 @@ def call_kwargs(spec: GeneratorSpec) -> dict[str, Any]:
 
 def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int | None = None):
     """Load the pipeline, place it (offload as configured or chosen) and return (pipe, memory record)."""
-    import torch
     import diffusers
+    import torch
 
     cls = {"auto": diffusers.DiffusionPipeline, "sd3": diffusers.StableDiffusion3Pipeline,
            "flux": diffusers.FluxPipeline}[spec.pipeline]
@@ -303,7 +303,7 @@ class DiffusersGenerator(Generator):
             return []
         try:
             results = self._results(requests)
-        except Exception as exc:  # noqa: BLE001 - one bad batch must not end the stage
+        except Exception as exc:
             if len(requests) == 1:
                 return [GenResult.failed(f"{type(exc).__name__}: {exc}"[:500])]
             return [r for req in requests for r in self.generate([req])]  # isolate the bad item

@@ -14,11 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.registry import register
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.images import load_rgb
 from biasaudit.params.generate import GeneratorSpec
 from biasaudit.provenance import sha256_file
+from biasaudit.registry import register
 
 
 def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: set[str] | None = None

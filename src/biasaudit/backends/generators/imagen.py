@@ -16,12 +16,16 @@ import os
 import warnings
 from typing import Any
 
-
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
-from biasaudit.registry import register
-from biasaudit.backends.transport import (RetryableError, TokenBucket, call_with_retries, genai_errors,
-                                          genai_http_options)
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, decode_image
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    call_with_retries,
+    genai_errors,
+    genai_http_options,
+)
 from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec
+from biasaudit.registry import register
 
 POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
 
@@ -102,7 +106,7 @@ class ImagenGenerator(Generator):
             if any(w in (exc.message or "").lower() for w in POLICY_WORDS):
                 return GenResult.refused(f"content policy: {text}"[:500], **extra)
             return GenResult.failed(text[:500], **extra)
-        except Exception as exc:  # noqa: BLE001 - an item's error is its result
+        except Exception as exc:
             return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500], **extra)
         images = list(response.generated_images or [])
         if not images:

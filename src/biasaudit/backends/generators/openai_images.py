@@ -14,11 +14,17 @@ from typing import Any
 
 import httpx
 
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator, decode_image
-from biasaudit.registry import register
-from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, call_with_retries,
-                                          openai_client, openai_errors)
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, decode_image
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    api_failure_reason,
+    call_with_retries,
+    openai_client,
+    openai_errors,
+)
 from biasaudit.params.generate import GeneratorSpec
+from biasaudit.registry import register
 
 REFUSAL_CODES = {"content_policy_violation", "moderation_blocked", "safety_violation"}
 
@@ -91,7 +97,7 @@ class OpenAIImagesGenerator(Generator):
             if code in REFUSAL_CODES or "safety system" in str(message).lower():
                 return GenResult.refused(f"content policy: {text}"[:500])
             return GenResult.failed(api_failure_reason(exc)[:500])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500])
         data = list(getattr(response, "data", None) or [])
         if not data:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.registry import register
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.params.generate import GeneratorSpec
+from biasaudit.registry import register
 
 L_RANGE = (25.0, 75.0)
 PATCH = 7  # half-size of each square cheek patch (pixels in the source photo)
@@ -166,6 +166,6 @@ class PackagedPhotosGenerator(Generator):
             try:
                 rgb, info = make_variant(req.seed, req.width, req.height)
                 out.append(GenResult(rgb, extra=info))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 out.append(GenResult.failed(f"{type(exc).__name__}: {exc}"))
         return out

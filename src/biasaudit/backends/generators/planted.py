@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from biasaudit import GROUPS
-from biasaudit.registry import register
-from biasaudit.backends.generators.base import GenRequest, GenResult, Generator
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.backends.generators.packaged_photos import SOURCES, Source, random_crop, source_rgb
 from biasaudit.params.generate import GeneratorSpec, PlantedSpec
+from biasaudit.registry import register
 
 PLANTED = "PLANTED"
 VERSION = "planted v1"
@@ -236,6 +236,6 @@ class PlantedGenerator(Generator):
         for req in requests:
             try:
                 out.append(self.one(req))
-            except Exception as exc:  # noqa: BLE001 - one bad item is that item's result
+            except Exception as exc:
                 out.append(GenResult.failed(f"{type(exc).__name__}: {exc}"[:500]))
         return out

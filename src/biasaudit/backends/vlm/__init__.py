@@ -16,6 +16,7 @@ from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMBackend, VLMRequ
 from biasaudit.backends.vlm.cache import Accounting, CachedVLM, Price
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 
+
 def backend_names() -> tuple[str, ...]:
     return registry.names("vlm")
 

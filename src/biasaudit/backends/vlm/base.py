@@ -117,7 +117,7 @@ class VLMBackend(ABC):
             i, req = item
             try:
                 response = one(req)
-            except Exception as exc:  # noqa: BLE001 - one bad item never stops the batch
+            except Exception as exc:
                 response = failed(f"{type(exc).__name__}: {exc}"[:500])
             if on_result is not None:
                 on_result(i, response)

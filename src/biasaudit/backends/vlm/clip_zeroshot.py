@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
+from biasaudit.registry import register
 
 
 @register("vlm", "clip")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import sha256_file
+from biasaudit.registry import register
 
 
 @register("vlm", "file")

@@ -26,11 +26,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    api_failure_reason,
+    genai_errors,
+    genai_http_options,
+)
+from biasaudit.backends.vlm.base import (
+    FAILED,
+    OK,
+    REFUSED,
+    OnResult,
+    VLMBackend,
+    VLMRequest,
+    VLMResponse,
+    encode_image,
+    failed,
+    retried,
+)
 from biasaudit.registry import register
-from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, genai_errors,
-                                          genai_http_options)
-from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, OnResult, VLMBackend, VLMRequest, VLMResponse,
-                                         encode_image, failed, retried)
 
 BLOCK_FINISH_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
                         "IMAGE_PROHIBITED_CONTENT"}
@@ -181,7 +196,7 @@ class GeminiVLM(VLMBackend):
             raise
         except errors.APIError as exc:
             return failed(api_failure_reason(exc))
-        except Exception as exc:  # noqa: BLE001 - undecodable bodies
+        except Exception as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
         return self.read_response(resp)
 
@@ -252,7 +267,7 @@ class GeminiVLM(VLMBackend):
                     for k in pending:
                         try:
                             self.client.batches.cancel(name=jobs[k].name)
-                        except Exception:  # noqa: BLE001 - cancelling is best effort
+                        except Exception:
                             pass
                         states[k] = "STALLED"
                         jobs[k] = None
@@ -263,7 +278,7 @@ class GeminiVLM(VLMBackend):
                 def get(k: str):
                     try:
                         return k, self.client.batches.get(name=jobs[k].name)
-                    except Exception:  # noqa: BLE001 - a failed poll is retried next round
+                    except Exception:
                         return k, None
 
                 for k, job in pool.map(get, pending):
@@ -296,7 +311,7 @@ class GeminiVLM(VLMBackend):
             try:
                 jobs[key] = self._submit(key, [built[i] for i in group])
                 members[key] = group
-            except Exception as exc:  # noqa: BLE001 - these items go online
+            except Exception as exc:
                 self._count("batch_fallbacks")
                 self.batch_note = f"batch create failed: {type(exc).__name__}: {exc}"[:300]
         jobs = self._poll_all(jobs)
@@ -346,7 +361,7 @@ class GeminiVLM(VLMBackend):
             return None
         try:
             job = self.client.batches.get(name=name)
-        except Exception:  # noqa: BLE001 - gone or unreachable: submit a new one
+        except Exception:
             self._journal(key, None)
             return None
         if _enum_name(job.state) in DEAD_STATES:

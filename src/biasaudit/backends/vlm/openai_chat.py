@@ -22,11 +22,20 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from biasaudit.backends.transport import RetryableError, TokenBucket, api_failure_reason, openai_client, openai_errors
+from biasaudit.backends.vlm.base import (
+    FAILED,
+    OK,
+    REFUSED,
+    OnResult,
+    VLMBackend,
+    VLMRequest,
+    VLMResponse,
+    encode_image,
+    failed,
+    retried,
+)
 from biasaudit.registry import register
-from biasaudit.backends.transport import (RetryableError, TokenBucket, api_failure_reason, openai_client,
-                                          openai_errors)
-from biasaudit.backends.vlm.base import (FAILED, OK, REFUSED, OnResult, VLMBackend, VLMRequest, VLMResponse,
-                                         encode_image, failed, retried)
 
 # Output tokens reserved for reasoning per effort (reasoning tokens count against max_completion_tokens).
 REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768}

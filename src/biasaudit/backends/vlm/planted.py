@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import derive_seed, stable_hash
+from biasaudit.registry import register
 from biasaudit.vlm import planted as P
 
 SIMULATED = "SIMULATED"

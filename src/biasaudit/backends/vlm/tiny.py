@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from biasaudit.registry import register
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
+from biasaudit.registry import register
 
 TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")
 TINY_DIR_ENV = "BIASAUDIT_TINY_DIR"  # where tiny weights are built (default: models/tiny)

@@ -28,8 +28,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from biasaudit.registry import register
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
+from biasaudit.registry import register
+
 
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it (1/ON/YES/TRUE), read now rather than at import."""
@@ -253,7 +254,7 @@ class TransformersVLM(VLMBackend):
                         response = self._run([(req, images, None)], False)[0]
                         response.option_probs = probs
                         report(i, response)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     report(i, failed(f"{type(exc).__name__}: {exc}"[:500]))
                 continue
             prepared[i] = (req, images, option_ids)
@@ -266,11 +267,11 @@ class TransformersVLM(VLMBackend):
                 try:
                     for i, response in zip(chunk, self._run([prepared[i] for i in chunk], constrained)):
                         report(i, response)
-                except Exception:  # noqa: BLE001 - retry one by one so only the bad item fails
+                except Exception:
                     for i in chunk:
                         try:
                             report(i, self._run([prepared[i]], constrained)[0])
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:
                             report(i, failed(f"{type(exc).__name__}: {exc}"[:500]))
         return [r if r is not None else failed("no response") for r in out]
 
