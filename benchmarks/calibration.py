@@ -93,10 +93,11 @@ def _population_tvd(strength, n, samples=400_000):
 
 
 def tvd_check(which: str, P: int, n: int, strength: float, n_boot: int):
-    from biasaudit.t2i.analysis import Boot, deviation_summary, tvd_summary
+    from biasaudit.t2i.analysis.inputs import Boot
+    from biasaudit.t2i.analysis.representation import deviation_summary, tvd_summary
 
     def run(rng, rep):
-        boot = Boot(n_boot=n_boot, seed=rep)
+        boot = Boot(n_boot, 0.95, "percentile", rep, "holm", "within")
         q, p = _prompts(rng, P, strength)
         pp = _per_prompt(q, p, n, rng)
         expected_obs, true_tvd, dev_black = _population_tvd(strength, n)
@@ -156,7 +157,8 @@ def debiased_check(P: int, n: int, strength: float, reference: str, n_boot: int)
 
 def paired_check(which: str, P: int, n: int, n_boot: int):
     """Two models on the same prompts: a skewed 0.5, b skewed 0.3 (coverage) or 0.5 too (null)."""
-    from biasaudit.t2i.analysis import Boot, tvd_paired
+    from biasaudit.t2i.analysis.inputs import Boot
+    from biasaudit.t2i.analysis.representation import tvd_paired
 
     sb = 0.5 if which == "test" else 0.3
 
@@ -164,7 +166,7 @@ def paired_check(which: str, P: int, n: int, n_boot: int):
         q = rng.dirichlet(5 * BASE, size=P)
         pa, pb = 0.5 * q + 0.5 * SKEW, (1 - sb) * q + sb * SKEW
         pp = pd.concat([_per_prompt(q, pa, n, rng, "a"), _per_prompt(q, pb, n, rng, "b")], ignore_index=True)
-        r = tvd_paired(pp, Boot(n_boot=n_boot, seed=rep)).query("category == 'c'").iloc[0]
+        r = tvd_paired(pp, Boot(n_boot, 0.95, "percentile", rep, "holm", "within")).query("category == 'c'").iloc[0]
         if which == "test":
             return r["p_value"] < NOMINAL_LEVEL
         truth = _population_tvd(0.5, n)[0] - _population_tvd(sb, n)[0]

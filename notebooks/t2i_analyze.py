@@ -28,33 +28,29 @@
 # so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-from IPython.display import Markdown, display
-
 from biasaudit import contracts as C
-from biasaudit.notebook import banner, stage_params
-from biasaudit.outputs import OutputWriter, Result
+from biasaudit.notebook import banner, show, stage_params
+from biasaudit.outputs import OutputWriter
 from biasaudit.provenance import run_info
-from biasaudit.t2i import analysis as an
+from biasaudit.t2i.analysis import (
+    calibration,
+    corrected,
+    face_loss,
+    homogeneity,
+    inputs,
+    instruments,
+    provenance,
+    reliability,
+    representation,
+    skin,
+    validation,
+)
 
 cfg, params = stage_params("analyze")
 banner(cfg)
-boot = an.Boot(params.n_boot, params.ci_level, params.bootstrap_method, cfg.seed, params.p_adjust,
-               params.permutation_design)
-inputs = an.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir)
+data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir)
 writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
 
-
-def show(result: Result) -> None:
-    """Display a section in the notebook and write its files."""
-    display(Markdown(f"### {result.title} — *{result.status}*" + (f": {result.reason}" if result.reason else "")))
-    for note in result.notes:
-        print("note:", note)
-    for name, table in result.tables.items():
-        print(name)
-        display(table.head(30).round(3))
-    for fig in result.figures.values():
-        display(fig.fig)
-    writer.add(result)
 
 
 # %% [markdown]
@@ -62,9 +58,7 @@ def show(result: Result) -> None:
 # Counts per stage and model (status, abstentions, missing faces) and the models' ids and revisions.
 
 # %%
-print({k: v for k, v in inputs.notes.items()} or "all inputs present")
-show(Result("provenance", "Provenance", tables={"provenance_stage_counts": an.stage_counts(inputs),
-                                                "provenance_models": an.model_provenance(inputs.manifests)}))
+show(provenance.compute(data, cfg), writer)
 
 # %% [markdown]
 # ## Representation
@@ -74,24 +68,30 @@ show(Result("provenance", "Provenance", tables={"provenance_stage_counts": an.st
 # points below the diagonal are under-representation.
 
 # %%
-show(an.representation(inputs, boot, params.threshold_group, params.threshold_share))
+show(representation.compute(data, cfg), writer)
 
 # %% [markdown]
 # ## Skin tone
-# L* distributions by label, L* against C*, the share of very dark faces (L* < threshold) classified
-# Black, and L* against the occupation's median weekly earnings (OLS, errors clustered by prompt).
+# L* distributions by label, L* against C*, the share of very dark faces classified as the dark group,
+# and L* against the occupation's median weekly earnings (OLS, errors clustered by prompt).
 
 # %%
-show(an.skin_tone(inputs, boot, params.dark_L_threshold, params.earnings_group, params.earnings_unit_usd))
+show(skin.compute(data, cfg), writer)
 
 # %% [markdown]
-# ## Homogeneity, reliability, corrected TVD
+# ## Homogeneity, reliability, corrected TVD, calibration
 
 # %%
-show(an.homogeneity(inputs, boot, params.n_permutations, params.min_group_size))
-show(an.reliability(inputs))
-show(an.corrected_tvd(inputs, boot))
-show(an.calibration(inputs))
+show(homogeneity.compute(data, cfg), writer)
+
+# %%
+show(reliability.compute(data, cfg), writer)
+
+# %%
+show(corrected.compute(data, cfg), writer)
+
+# %%
+show(calibration.compute(data, cfg), writer)
 
 # %% [markdown]
 # ## Does the audit recover what was planted? And what do its instruments lose?
@@ -100,20 +100,19 @@ show(an.calibration(inputs))
 # above `face_loss_threshold`, and the instrument sweep of the `instruments` stage.
 
 # %%
-from biasaudit.stats.correction import confusion_array
-from biasaudit.t2i import validation as va
+show(validation.compute(data, cfg), writer)
 
-spec = cfg.classify.vlm  # a SIMULATED classifier declares its confusion matrix: the raw TVD's exact estimand
-confusion = confusion_array(spec.sim_confusion) if spec.backend == "simulated" else None
-show(va.validation(inputs, boot, params.dark_L_threshold, cfg.reliability.correction_method, confusion=confusion))
-show(va.face_loss(inputs, boot, params.face_loss_threshold))
-show(va.instruments_result(C.INSTRUMENTS_DIR))
+# %%
+show(face_loss.compute(data, cfg), writer)
+
+# %%
+show(instruments.compute(data, cfg), writer)
 
 # %%
 stand_in = cfg.profile == "offline" or any(
-    bool(f["stand_in"].astype(bool).any()) for f in (inputs.manifests, inputs.labels, inputs.faces)
+    bool(f["stand_in"].astype(bool).any()) for f in (data.manifests, data.labels, data.faces)
     if "stand_in" in f)
 info = run_info(params.model_dump())
-writer.finish(an.PLOTS, profile=cfg.profile, stand_in=stand_in, n_boot=params.n_boot, ci_level=params.ci_level,
+writer.finish(inputs.PLOTS, profile=cfg.profile, stand_in=stand_in, n_boot=params.n_boot, ci_level=params.ci_level,
               git_commit=info["git_commit"], created_at=info["created_at"], params_hash=info["params_hash"])
 print("wrote", sorted(str(p) for p in C.T2I_REPORTS.glob("*.json")))

@@ -111,3 +111,18 @@ def write_tree(root: str | Path, seed: int = 7, faces: bool = True, labels: bool
         cm = pd.DataFrame(np.eye(5, dtype=int) * 4, index=GROUPS, columns=GROUPS).rename_axis("human").reset_index()
         cm.to_csv(rel / "confusion_matrix.csv", index=False)
     return root
+
+
+def analysis_config(seed: int = 1, classifier: dict | None = None, **analyze):
+    """params.yaml validated with `analyze` overrides, the run seed and (optionally) classify.vlm fields:
+    the config an analysis section reads its parameters from."""
+    from biasaudit.config import read_yaml, validate
+
+    from .conftest import ROOT
+
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["analyze"] = {**raw["analyze"], **analyze}
+    raw["seed"] = seed
+    if classifier is not None:
+        raw["classify"] = {**raw["classify"], "vlm": {**raw["classify"]["vlm"], **classifier}}
+    return validate(raw)

@@ -6,12 +6,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from biasaudit.contracts import L_BIN_LABELS
 from biasaudit.outputs import NO_DATA, OK, OutputWriter
-from biasaudit.t2i import analysis as an
+from biasaudit.t2i.analysis import calibration, corrected, homogeneity, reliability, representation, skin
+from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
+from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
+from biasaudit.t2i.analysis.skin import dark_share, earnings_regression, labels_by_L_bin, skin_table
 
-from .fixtures_t2i import MODELS, write_tree
+from .fixtures_t2i import MODELS, analysis_config, write_tree
 
-BOOT = an.Boot(n_boot=100, seed=1)
+CFG = analysis_config(n_boot=100)
+BOOT = Boot.of(CFG)
 
 
 def _prompts():
@@ -38,7 +43,7 @@ LABELS = _labels({"p1": ["white"] * 4, "p2": ["white", "black", "black", "unknow
 
 
 def test_per_prompt_tvd_by_hand():
-    pp = an.per_prompt_table(LABELS, _prompts()).set_index("prompt_id")
+    pp = per_prompt_table(LABELS, _prompts()).set_index("prompt_id")
     # p1: model (1,0,0,0,0) vs (.6,.2,.1,.1,0) → ½(.4+.2+.1+.1) = 0.4
     assert pp.loc["p1", "tvd"] == pytest.approx(0.4)
     # p2: unknown excluded → (1/3, 2/3, 0, 0, 0) vs (.2,.6,0,.2,0) → ½(2/15 + 1/15 + .2) = 0.2
@@ -49,7 +54,7 @@ def test_per_prompt_tvd_by_hand():
 
 
 def test_tvd_summary_mean_and_pooled_by_hand():
-    s = an.tvd_summary(an.per_prompt_table(LABELS, _prompts()), BOOT).set_index("category")
+    s = tvd_summary(per_prompt_table(LABELS, _prompts()), BOOT).set_index("category")
     occ = s.loc["occupation"]
     assert occ["mean_tvd"] == pytest.approx(0.3)
     # pooled: counts (5,2,0,0,0)/7 vs (4·p1 + 3·p2)/7 = (3.0, 2.6, .4, 1.0, 0)/7 → ½(2+.6+.4+1)/7 = 2/7
@@ -62,12 +67,12 @@ def test_tvd_summary_mean_and_pooled_by_hand():
 
 
 def test_deviation_and_threshold_by_hand():
-    pp = an.per_prompt_table(LABELS, _prompts())
-    dev = an.deviation_summary(pp, BOOT).set_index(["category", "race"])
+    pp = per_prompt_table(LABELS, _prompts())
+    dev = deviation_summary(pp, BOOT).set_index(["category", "race"])
     black = dev.loc[("occupation", "black")]
     assert black["share_below"] == pytest.approx(0.5)  # p1: 0 < .2 ; p2: 2/3 > .6
     assert black["mean_deviation"] == pytest.approx(((0 - 0.2) + (2 / 3 - 0.6)) / 2)
-    summary, detail = an.threshold_analysis(pp, "black", 0.05)
+    summary, detail = threshold_analysis(pp, "black", 0.05)
     row = summary.set_index("category").loc["occupation"]
     assert (row["n_prompts_above"], row["n_reaching"]) == (2, 1)
     assert set(detail.loc[detail["reaches"], "prompt_id"]) == {"p2"}
@@ -85,19 +90,19 @@ def test_dark_share_and_earnings_regression():
                          "a": 10.0, "b": 15.0})
     faces = pd.DataFrame(rows)
     labels = faces[["image_id"]].assign(label=["black"] * 25 + ["white"] * 5)
-    skin = an.skin_table(faces, labels, prompts)
-    assert skin["C"].iloc[0] == pytest.approx(np.hypot(10, 15))
-    fit = an.earnings_regression(skin, "black", 100.0).iloc[0]
+    measured = skin_table(faces, labels, prompts)
+    assert measured["C"].iloc[0] == pytest.approx(np.hypot(10, 15))
+    fit = earnings_regression(measured, "black", 100.0, 0.95).iloc[0]
     assert fit["slope"] == pytest.approx(0.5, abs=0.1) and fit["p_value"] < 0.01 and fit["n_clusters"] == 5
-    dark = an.dark_share(skin, BOOT, threshold=36.0).iloc[0]
-    expect = ((skin["L"] < 36) & (skin["label"] == "black")).sum() / (skin["L"] < 36).sum()
+    dark = dark_share(measured, BOOT, analysis_config(dark_L_threshold=36.0).analyze).iloc[0]
+    expect = ((measured["L"] < 36) & (measured["label"] == "black")).sum() / (measured["L"] < 36).sum()
     assert dark["share"] == pytest.approx(expect)
 
 
 def test_empty_inputs_say_no_data(tmp_path):
-    inputs = an.load_inputs(tmp_path)
-    for result in (an.representation(inputs, BOOT), an.skin_tone(inputs, BOOT), an.homogeneity(inputs, BOOT),
-                   an.reliability(inputs), an.corrected_tvd(inputs, BOOT)):
+    inputs = load_inputs(tmp_path)
+    for result in (representation.compute(inputs, CFG), skin.compute(inputs, CFG), homogeneity.compute(inputs, CFG),
+                   reliability.compute(inputs, CFG), corrected.compute(inputs, CFG)):
         assert result.status == NO_DATA and result.reason, result.name
 
 
@@ -107,23 +112,23 @@ def test_faces_without_any_face_say_no_data_with_reasons(tmp_path):
         f = tmp_path / f"data/t2i/faces/{model}.parquet"
         df = pd.read_parquet(f).assign(status="skipped", reason="no face", L=np.nan, n_faces=0)
         df.to_parquet(f)
-    res = an.skin_tone(an.load_inputs(tmp_path), BOOT)
+    res = skin.compute(load_inputs(tmp_path), CFG)
     assert res.status == NO_DATA and "no face" in res.reason
 
 
 @pytest.mark.slow
 def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
     write_tree(tmp_path)
-    inputs = an.load_inputs(tmp_path)
+    inputs = load_inputs(tmp_path)
     assert inputs.models == list(MODELS)
     writer = OutputWriter(tmp_path / "reports/t2i", dpi=60)
-    results = [an.representation(inputs, BOOT), an.skin_tone(inputs, BOOT),
-               an.homogeneity(inputs, BOOT, n_permutations=50, min_group_size=5),
-               an.reliability(inputs), an.corrected_tvd(inputs, BOOT)]
+    results = [representation.compute(inputs, CFG), skin.compute(inputs, CFG),
+               homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=50, min_group_size=5)),
+               reliability.compute(inputs, CFG), corrected.compute(inputs, CFG)]
     for r in results:
         assert r.status == OK, (r.name, r.reason)
         writer.add(r)
-    writer.finish(an.PLOTS, profile="offline", stand_in=True)
+    writer.finish(PLOTS, profile="offline", stand_in=True)
     out = tmp_path / "reports/t2i"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stand_in"] is True and set(metrics["sections"]) == {r.name for r in results}
@@ -133,7 +138,7 @@ def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 1000
     for name in ("tvd_summary", "tvd_per_prompt", "deviation_by_race", "homogeneity_by_race", "tvd_corrected_summary"):
         assert len(pd.read_csv(out / "tables" / f"{name}.csv")) and (out / "tables" / f"{name}.md").exists()
-    for name, cols in an.PLOTS.items():
+    for name, cols in PLOTS.items():
         assert list(pd.read_csv(out / "plots" / f"{name}.csv").columns) == cols
     hom = pd.read_csv(out / "tables/homogeneity_by_race.csv")
     assert {"gap_lo", "gap_hi", "p_perm", "small"} <= set(hom.columns) and set(hom["space"]) == {"clip", "face"}
@@ -141,7 +146,7 @@ def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
 
 def test_stage_counts_report_failures_abstentions_and_missing_faces(tmp_path):
     write_tree(tmp_path)
-    counts = an.stage_counts(an.load_inputs(tmp_path)).set_index(["stage", "model"])
+    counts = stage_counts(load_inputs(tmp_path)).set_index(["stage", "model"])
     assert counts.loc[("generate", "synth-a"), "status_failed"] == 1
     assert counts.loc[("classify", "synth-a"), "abstentions"] == 1
     assert counts.loc[("faces", "synth-a"), "no_face"] == 7
@@ -157,16 +162,16 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
     so the middle bins of the figure were NaN. The fixture's faces rows come from the producer
     (faces.colour.describe_rgb); every bin with ≥ 2 embedded images must have a finite similarity."""
     write_tree(tmp_path)
-    inputs = an.load_inputs(tmp_path)
+    inputs = load_inputs(tmp_path)
     measured = inputs.faces.dropna(subset=["L"])
     assert (measured["L_bin"] == measured["L"].map(_bin_of)).all()
     assert set(measured["L_bin"]) == {"<40", "[40,55)", "[55,70)", "≥70"}  # the fixture spans all four
-    res = an.homogeneity(inputs, BOOT, n_permutations=0, min_group_size=2)
+    res = homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=0, min_group_size=2))
     table = res.tables["homogeneity_by_L_bin"]
     for (model, space), t in table.groupby(["model", "space"]):
         counts = measured[measured["model"] == model]["L_bin"].value_counts()
         expected = {b for b, n in counts.items() if n >= 2}
-        got = t.set_index("group").reindex(list(an.L_BINS))["intra"]
+        got = t.set_index("group").reindex(list(L_BIN_LABELS))["intra"]
         assert np.isfinite(got[list(expected)]).all(), (model, space, got.to_dict())
 
 
@@ -198,22 +203,42 @@ def test_real_faces_measurements_fill_every_L_bin_of_the_analysis(monkeypatch, t
             vectors.append(emb)
     faces = pd.DataFrame(rows)
     assert list(faces["L_bin"]) == [_bin_of(L) for L in faces["L"]]
-    assert set(faces["L_bin"]) == set(an.L_BINS)
+    assert set(faces["L_bin"]) == set(L_BIN_LABELS)
     t = homogeneity_table(np.asarray(vectors, np.float32), faces, by="L_bin", n_boot=0, n_perm=0, small_group=2)
-    intra = t.set_index("group").reindex(list(an.L_BINS))["intra"]
+    intra = t.set_index("group").reindex(list(L_BIN_LABELS))["intra"]
     assert np.isfinite(intra).all(), intra.to_dict()
-    counts = an.labels_by_L_bin(faces)
-    assert sorted(counts["L_bin"]) == sorted(an.L_BINS) and (counts["n_white"] == 2).all()
+    counts = labels_by_L_bin(faces)
+    assert sorted(counts["L_bin"]) == sorted(L_BIN_LABELS) and (counts["n_white"] == 2).all()
 
 
 def test_calibration_section_reads_the_committed_table(tmp_path):
-    from biasaudit.t2i import analysis as an
 
-    inputs = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path)
-    assert an.calibration(inputs).status == "no data"
+    inputs = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path)
+    assert calibration.compute(inputs, CFG).status == "no data"
     (tmp_path / "benchmarks/results").mkdir(parents=True)
     pd.DataFrame([{"method": "mean_tvd CI", "kind": "coverage", "setting": "50 prompts", "scale": "paper",
                    "nominal": 0.95, "observed": 0.948, "replications": 500, "mc_se": 0.01, "flag": "ok"}]).to_csv(
         tmp_path / "benchmarks/results/calibration.csv", index=False)
-    res = an.calibration(inputs)
+    res = calibration.compute(inputs, CFG)
     assert res.status != "no data" and res.tables["calibration"].iloc[0]["observed"] == 0.948
+
+
+def test_the_very_dark_group_is_the_parameter_not_a_literal():
+    faces = pd.DataFrame({"image_id": [f"i{k}" for k in range(6)], "model": "m", "prompt_id": ["p1", "p1", "p2", "p2", "p3", "p3"],
+                          "status": "ok", "L": [20.0, 30.0, 35.0, 60.0, 25.0, 70.0], "a": 10.0, "b": 15.0})
+    labels = faces[["image_id"]].assign(label=["white", "black", "white", "white", "asian", "black"])
+    measured = skin_table(faces, labels, _prompts())
+    for group, expect in (("white", 2 / 4), ("black", 1 / 4), ("asian", 1 / 4), ("other", 0.0)):
+        d = dark_share(measured, BOOT, analysis_config(dark_group=group).analyze).iloc[0]
+        assert d["group"] == group and d["share"] == pytest.approx(expect), group  # 4 faces below L* 40
+
+
+def test_an_analysis_parameter_is_stated_in_the_schema_params_yaml_and_the_section_only():
+    from .conftest import ROOT
+
+    for key in ("dark_L_threshold", "dark_group"):
+        places = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*.py") if key in p.read_text())
+        assert places == ["src/biasaudit/params/analysis.py", "src/biasaudit/t2i/analysis/skin.py"], (key, places)
+        assert (ROOT / "params.yaml").read_text().count(f"{key}:") == 1
+        assert not any(key in p.read_text() for p in (ROOT / "notebooks").glob("*.py")), key
+    assert not any("_DEFAULTS" in p.read_text() for p in (ROOT / "src").rglob("*.py"))

@@ -56,7 +56,8 @@ def test_bias_correction_is_twice_minus_the_bootstrap_mean():
 
 
 def test_tvd_summary_reports_floor_corrected_and_paired():
-    from biasaudit.t2i.analysis import Boot, tvd_paired, tvd_summary
+    from biasaudit.t2i.analysis.inputs import Boot
+    from biasaudit.t2i.analysis.representation import tvd_paired, tvd_summary
 
     rng = np.random.default_rng(0)
     rows = []
@@ -75,7 +76,7 @@ def test_tvd_summary_reports_floor_corrected_and_paired():
     pp["tvd"] = tvd(pp[[f"share_{g}" for g in groups]].to_numpy(), q)
     pp["null_floor"] = null_floor(pp["n"].to_numpy(), q)
     pp["tvd_bias_corrected"] = bias_corrected_tvd(pp[[f"n_{g}" for g in groups]].to_numpy(), q)
-    boot = Boot(n_boot=300)
+    boot = Boot(n_boot=300, level=0.95, method="percentile", seed=0, p_adjust="holm", permutation_design="within")
     s = tvd_summary(pp, boot).set_index(["model", "category"])
     assert s.loc[("a", "surname"), "null_floor"] == pytest.approx(pp[pp.model == "a"]["null_floor"].mean())
     assert s.loc[("a", "surname"), "tvd_bias_corrected"] < s.loc[("a", "surname"), "mean_tvd"]

@@ -16,17 +16,18 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from biasaudit.outputs import OutputWriter, Result
+from biasaudit.outputs import Figure, OutputWriter, Result
 from biasaudit.params import Params
 from biasaudit.report import build_index
 from biasaudit.report.execute import first_line, parse_parameters
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
 from biasaudit.report.html import json_tables
-from biasaudit.t2i import analysis as an
+from biasaudit.t2i.analysis import homogeneity, provenance, reliability, representation, skin
+from biasaudit.t2i.analysis.inputs import PLOTS, load_inputs
 
 from .browser import chromium, visit
-from .fixtures_t2i import MODELS, write_tree
+from .fixtures_t2i import MODELS, analysis_config, write_tree
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,15 +40,14 @@ TVD = {  # model → (mean_tvd, low, high, null_floor, corrected, corrected_low,
 
 
 def _analysis(root: Path) -> None:
-    boot = an.Boot(n_boot=100, seed=1)
-    inputs = an.load_inputs(root)
+    cfg = analysis_config(n_boot=100)
+    inputs = load_inputs(root)
     writer = OutputWriter(root / "reports/t2i", dpi=50)
-    writer.add(an.representation(inputs, boot))
-    writer.add(an.skin_tone(inputs, boot))
-    writer.add(an.homogeneity(inputs, boot, n_permutations=20, min_group_size=5))
-    writer.add(an.reliability(inputs))
-    writer.add(an.Result("provenance", "Provenance", tables={"provenance_stage_counts": an.stage_counts(inputs),
-                                                             "provenance_models": an.model_provenance(inputs.manifests)}))
+    writer.add(representation.compute(inputs, cfg))
+    writer.add(skin.compute(inputs, cfg))
+    writer.add(homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=20, min_group_size=5)))
+    writer.add(reliability.compute(inputs, cfg))
+    writer.add(provenance.compute(inputs, cfg))
     # the later analyses (other stages' column specs), written through the same writer
     tvd = pd.read_csv(root / "reports/t2i/tables/tvd_summary.csv")
     for model, (est, lo, hi, floor, cor, clo, chi) in TVD.items():
@@ -65,7 +65,7 @@ def _analysis(root: Path) -> None:
     writer.add(Result("representation_more", "More", tables={"tvd_summary": tvd, "tvd_paired": paired}))
     writer.add(Result("validation", "Validation", tables={"validation": validation}))
     writer.add(Result("face_loss", "Face loss", tables={"face_loss": face_loss}))
-    writer.finish(an.PLOTS, profile="offline", stand_in=True)
+    writer.finish(PLOTS, profile="offline", stand_in=True)
     cal = root / "reports/calibration"
     cal.mkdir(parents=True)
     pd.DataFrame({"method": ["cluster bootstrap", "sign-flip"], "setting": ["n=20", "n=8"], "nominal": [0.95, 0.95],
@@ -85,7 +85,7 @@ def _vlm(reports: Path) -> None:
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.bar(["a", "b"], [1, 2])
     res = Result("synthvlm_mcq", "synthvlm: MCQ", tables={"synthvlm_mean_gaps": gaps, "synthvlm_race_winrate_income": rates})
-    res.figures["synthvlm_gaps"] = an.Figure(fig, "Δg by group", "synthetic")
+    res.figures["synthvlm_gaps"] = Figure(fig, "Δg by group", "synthetic")
     out.add(res)
     out.finish()
     (reports / "vlm/summary.json").write_text(json.dumps({"synthetic": True, "vlms": {"synthvlm": {
@@ -120,13 +120,13 @@ def _images(root: Path) -> None:
 
 
 def _notebook(reports: Path) -> None:
-    """An executed notebook whose cell calls an.representation (the trail's anchor target)."""
+    """An executed notebook whose cell calls representation.compute (the trail's anchor target)."""
     import nbformat
 
     from biasaudit.report.trail import export_all
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# analysis"), nbformat.v4.new_code_cell("show(an.representation(inputs, boot))")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# analysis"), nbformat.v4.new_code_cell("show(representation.compute(data, cfg), writer)")]
     nb.metadata["biasaudit"] = {"stage": "analyze", "wall_s": 12.5, "status": "ok", "reason": ""}
     (reports / "notebooks").mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, reports / "notebooks/t2i_analyze.ipynb")
@@ -166,7 +166,7 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     assert "Face loss is highest for black (0.300) and lowest for white (0.100)" in page
     assert "1 of 2 interval settings cover within 2 Monte Carlo SE" in page
     # the trail: function names and a link to the cell that called them
-    assert "biasaudit.t2i.analysis.representation" in page and 'href="html/t2i_analyze.html#cell-id=' in page
+    assert "biasaudit.t2i.analysis.representation.compute" in page and 'href="html/t2i_analyze.html#cell-id=' in page
     assert "12.5 s" in page  # the stage's wall time from the notebook's metadata
     assert "tvd_summary.csv" in page and " download>" in page
     assert "http://" not in page and "https://" not in page

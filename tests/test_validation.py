@@ -10,10 +10,19 @@ import pytest
 from biasaudit import GROUPS
 from biasaudit.backends.generators.planted import planted_distribution
 from biasaudit.stats.tvd import tvd
-from biasaudit.t2i import analysis as an
-from biasaudit.t2i import validation as va
+from biasaudit.t2i.analysis import face_loss
+from biasaudit.t2i.analysis import validation as va
+from biasaudit.t2i.analysis.inputs import Inputs
 
-BOOT = an.Boot(n_boot=200, level=0.95, seed=1)
+from .fixtures_t2i import analysis_config
+
+# a classifier without a declared confusion matrix (the real case); the SIMULATED one is set where it matters
+CFG = analysis_config(n_boot=200, ci_level=0.95, classifier={"backend": "tiny", "model_id": "tiny-open-clip"})
+
+
+def confusion_mapping(M: np.ndarray) -> dict[str, dict[str, float]]:
+    """A G×G array as the nested `classify.vlm.sim_confusion` mapping."""
+    return {t: {c: float(M[i, j]) for j, c in enumerate(GROUPS)} for i, t in enumerate(GROUPS)}
 
 
 def write_ratings(root: Path, labels: pd.DataFrame, n: int = 300, seed: int = 0) -> None:
@@ -59,12 +68,12 @@ def synthetic(n_per_prompt=400, seed=0, lose_dark=False, root: Path | None = Non
     labels = pd.DataFrame(lab)
     if root is not None:
         write_ratings(root, labels)
-    return an.Inputs(prompts, pd.DataFrame(man), labels, pd.DataFrame(faces), root=root or Path("/nonexistent")), P, bench
+    return Inputs(prompts, pd.DataFrame(man), labels, pd.DataFrame(faces), root=root or Path("/nonexistent")), P, bench
 
 
 def test_validation_recovers_planted_values_with_a_perfect_instrument(tmp_path):
     inputs, P, bench = synthetic(root=tmp_path)
-    res = va.validation(inputs, BOOT)
+    res = va.compute(inputs, CFG)
     t = res.tables["validation"].set_index(["quantity", "category_or_group"])
     assert list(res.tables["validation"].columns) == va.COLUMNS
     # planted values from the definition (brute force over the declared shares)
@@ -92,14 +101,14 @@ def test_validation_recovers_planted_values_with_a_perfect_instrument(tmp_path):
 
 def test_validation_shows_the_lean_when_dark_faces_are_lost():
     inputs, _, _ = synthetic(n_per_prompt=60, lose_dark=True)
-    t = va.validation(inputs, BOOT).tables["validation"].set_index(["quantity", "category_or_group"])
+    t = va.compute(inputs, CFG).tables["validation"].set_index(["quantity", "category_or_group"])
     black = t.loc[("mean_L", "black")]
     assert black["estimate"] > black["planted"] + 3 and "OUTSIDE" in black["note"]
 
 
 def test_face_loss_flags_lost_dark_faces_by_bin_and_label():
     inputs, _, _ = synthetic(n_per_prompt=60, lose_dark=True)
-    res = va.face_loss(inputs, BOOT, threshold=0.10)
+    res = face_loss.compute(inputs, analysis_config(n_boot=200, face_loss_threshold=0.10))
     loss = res.tables["face_loss"].set_index(["by", "group"])
     f = inputs.faces.merge(inputs.manifests[["image_id", "planted_L", "planted_label"]], on="image_id")
     dark = f[f["planted_L"] < 40]
@@ -116,9 +125,9 @@ def test_face_loss_flags_lost_dark_faces_by_bin_and_label():
 def test_sections_without_planted_images_say_so():
     inputs, _, _ = synthetic(n_per_prompt=5)
     inputs.manifests = inputs.manifests.drop(columns=["planted_label"])
-    assert va.validation(inputs, BOOT).status == "no data"
-    empty = an.Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."))
-    assert va.face_loss(empty, BOOT).status == "no data"
+    assert va.compute(inputs, CFG).status == "no data"
+    empty = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."))
+    assert face_loss.compute(empty, CFG).status == "no data"
 
 
 def test_expected_raw_tvd_row_is_the_brute_force_mean_through_the_declared_confusion():
@@ -129,7 +138,8 @@ def test_expected_raw_tvd_row_is_the_brute_force_mean_through_the_declared_confu
     M = np.full((5, 5), 0.05) + np.diag([0.75] * 5)
     M[3] = [0.3, 0.0, 0.2, 0.5, 0.0]  # hispanic confused with white and asian, as in the paper
     M = M / M.sum(axis=1, keepdims=True)
-    table = va.validation(inputs, BOOT, confusion=M).tables["validation"]
+    table = va.compute(inputs, analysis_config(n_boot=200, classifier={"backend": "simulated",
+                                                                        "sim_confusion": confusion_mapping(M)})).tables["validation"]
     rows = table[table["quantity"] == "mean_tvd_expected_at_n"].set_index("category_or_group")
     reps = 20000
     for cat, idx in (("occupation", [0, 1, 2]), ("surname", [3, 4, 5])):
@@ -142,4 +152,4 @@ def test_expected_raw_tvd_row_is_the_brute_force_mean_through_the_declared_confu
         mc = np.mean(tv, axis=0)
         assert rows.loc[cat, "planted"] == pytest.approx(mc.mean(), abs=4 * mc.std() / np.sqrt(reps))
     # without a declared confusion (a real classifier) the row is absent
-    assert "mean_tvd_expected_at_n" not in set(va.validation(inputs, BOOT).tables["validation"]["quantity"])
+    assert "mean_tvd_expected_at_n" not in set(va.compute(inputs, CFG).tables["validation"]["quantity"])

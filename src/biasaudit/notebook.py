@@ -38,3 +38,19 @@ def banner(cfg: Params) -> None:
                      "values; they describe no real model.</div>"))
     else:
         display(HTML(f"<div style='padding:6px;border:1px solid #555'>Profile: <b>{cfg.profile}</b></div>"))
+
+
+def show(result: Any, writer: Any, rows: int = 30) -> None:
+    """Display an analysis section (biasaudit.outputs.Result) in the notebook, then write its files with
+    `writer` (an OutputWriter): its title and status, notes, the head of each table, each figure."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"### {result.title} — *{result.status}*" + (f": {result.reason}" if result.reason else "")))
+    for note in result.notes:
+        print("note:", note)
+    for name, table in result.tables.items():
+        print(name)
+        display(table.head(rows).round(3))
+    for fig in result.figures.values():
+        display(fig.fig)
+    writer.add(result)

@@ -8,6 +8,8 @@ from pydantic import Field
 
 from biasaudit.params.base import Section
 
+Group = Literal["white", "black", "asian", "hispanic", "other"]  # Method A's groups (biasaudit.contracts.GROUPS)
+
 
 class Analyze(Section):
     # Cluster bootstrap: resample prompts (clusters) with replacement; percentile intervals.
@@ -15,11 +17,12 @@ class Analyze(Section):
     ci_level: float = Field(0.95, gt=0.5, lt=1.0)
     bootstrap_method: Literal["percentile", "basic", "BCa"] = "percentile"
     # Threshold analysis (the paper: Imagen never reaches the Census share where Black > 5%).
-    threshold_group: Literal["white", "black", "asian", "hispanic", "other"] = "black"
+    threshold_group: Group = "black"
     threshold_share: float = Field(0.05, ge=0.0, le=1.0)
     # Skin tone: "very dark" cut-off on L* and the label whose share among them is reported.
     dark_L_threshold: float = Field(40.0, ge=0.0, le=100.0)
-    earnings_group: Literal["white", "black", "asian", "hispanic", "other"] = "black"
+    dark_group: Group = "black"
+    earnings_group: Group = "black"
     earnings_unit_usd: float = Field(100.0, gt=0.0)  # slope reported per this many USD of weekly earnings
     # Groups with fewer members than this are flagged as small (the paper's L* < 40 result: 40 images).
     min_group_size: int = Field(30, ge=2)

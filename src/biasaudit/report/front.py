@@ -70,7 +70,7 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """TVD per model × category with CI, the null floor and the bias-corrected value."""
     b = Block("tvd", "Distance from the benchmark (mean per-prompt TVD; 0 = identical, 1 = no overlap)")
     tvd = t2i.table("tvd_summary")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation", tvd)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", tvd)
     if not tvd.ok:
         return _missing(b, tvd)
     df = tvd.df
@@ -148,7 +148,7 @@ def paired_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Paired differences in TVD between models (same prompts), with adjusted p-values."""
     b = Block("paired", "Paired differences between models (TVD of A − TVD of B, same prompts)")
     t = t2i.table("tvd_paired", "paired_tvd", "tvd_pairs")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation", t)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", t)
     if not t.ok:
         return _missing(b, t)
     df = t.df
@@ -182,7 +182,7 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Mean L* by classified race per model (with CI), and skin-tone diversity (ΔE2000)."""
     b = Block("skin", "Skin lightness L* by classified race, and skin-tone diversity")
     s = t2i.table("skin_summary_by_label")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.skin_tone", s)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.skin.compute", s)
     if not s.ok:
         return _missing(b, s)
     df = s.df
@@ -233,7 +233,7 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Homogeneity gap per model × group (CLIP and face embeddings), with (adjusted) p-values."""
     b = Block("homogeneity", "Homogeneity gap (intra- minus inter-group cosine similarity; + = more alike)")
     h = t2i.table("homogeneity_by_race")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.homogeneity", h)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.homogeneity.compute", h)
     if not h.ok:
         return _missing(b, h)
     df = h.df
@@ -466,7 +466,7 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Planted effects (known truth) vs what the audit estimates: is each inside its interval?"""
     b = Block("validation", "Does the audit recover what was planted?")
     t = t2i.table("validation")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.validation.validation", t)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.validation.compute", t)
     if not t.ok:
         return _missing(b, t)
     df = t.df
@@ -570,7 +570,7 @@ def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
     else:
         summary.path = None
     png = t2i.root / "instruments/instruments.png"
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.validation.instruments_result", *loaded)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.instruments.compute", *loaded)
     if png.exists():
         b.extra = f'<details><summary>Figure</summary><img src="{_rel(reports, png)}" alt="instrument bias"></details>'
     if not parts:
@@ -599,7 +599,7 @@ def calibration_block(reports: Path, level: str) -> Block:
     df = read_csv(path) if path is not None else None
     t = Loaded("calibration", df, path, "" if df is not None else
                "no calibration table (reports/t2i/tables/calibration.csv: run benchmarks/calibration.py)")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.calibration (benchmarks/calibration.py)", t)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.calibration.compute", t)
     if not t.ok:
         return _missing(b, t)
     nom, obs, se = col(df, "nominal"), col(df, "observed"), col(df, "mc_se")

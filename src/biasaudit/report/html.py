@@ -210,7 +210,7 @@ def key_figures(sections: list[dict[str, Any]], reports: Path) -> list[dict[str,
     for s in sections:
         for f in s["figures"]:
             if f["src"] and any(Path(f["src"]).stem == k for k in KEY_FIGURES):
-                t = trail(reports, "t2i_analyze", f"biasaudit.t2i.analysis.{s['name']}")
+                t = trail(reports, "t2i_analyze", f"biasaudit.t2i.analysis.{s['name']}.compute")
                 out.append({**f, "function": t.function, "href": t.href})
     return out
 

@@ -67,14 +67,16 @@ def cell_anchor(ipynb: Path, *needles: str) -> str:
 class Trail:
     """Where a headline table or figure comes from: the src/ function and the notebook cell."""
 
-    function: str  # dotted path, e.g. biasaudit.t2i.analysis.representation
+    function: str  # dotted path, e.g. biasaudit.t2i.analysis.representation.compute
     notebook: str  # e.g. t2i_analyze
     href: str = ""  # relative link from reports/index.html, with the cell anchor
     cell: str = ""
 
 
 def trail(reports: Path, notebook: str, function: str, html_dir: str = "html") -> Trail:
-    short = function.rsplit(".", 1)[-1]
+    # the call as the notebook spells it: `representation.compute(` for a section, else the function's name
+    parts = function.split(".")
+    short = ".".join(parts[-2:]) if parts[-1] == "compute" else parts[-1]
     ipynb = reports / "notebooks" / f"{notebook}.ipynb"
     anchor = cell_anchor(ipynb, f"{short}(") if ipynb.exists() else ""
     html = reports / html_dir / f"{notebook}.html"

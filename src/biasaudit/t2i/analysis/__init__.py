@@ -1,0 +1,17 @@
+"""Method A analysis as sections. Each section module has one `compute(inputs, cfg) -> Result`: it reads the
+stage outputs (`inputs.load_inputs`, formats in biasaudit.contracts) and its own parameters from the validated
+config (`cfg.analyze`, and `cfg.reliability` / `cfg.classify` where it needs them), and returns tables,
+figures (drawn by biasaudit.t2i.figures) and headline metrics. An empty input gives status 'no data' with
+the reason. The `analyze` notebook runs them in this order:
+
+    provenance      counts per stage and model, model ids and revisions
+    representation  TVD per prompt, mean and pooled, null floor, bias-corrected, paired; deviations; thresholds
+    skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity
+    homogeneity     the homogeneity gap by race and L* bin, CLIP and face embeddings
+    reliability     classifier vs raters (κ tables of the reliability stage)
+    corrected       TVD and deviations corrected for classifier error (stats.correction)
+    calibration     the committed calibration table (benchmarks/calibration.py)
+    validation      PLANTED truth beside every headline estimate (offline profile)
+    face_loss       faces lost by the detector, by label and L* bin
+    instruments     the instruments stage's L* sweep
+"""

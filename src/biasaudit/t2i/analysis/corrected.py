@@ -1,0 +1,150 @@
+"""Section `corrected`: TVD and per-race deviations corrected for classifier error (stats.correction)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS
+from biasaudit.outputs import NO_DATA, Result
+from biasaudit.provenance import derive_seed
+from biasaudit.stats.correction import (
+    classifier_corrected_tvd,
+    corrected_deviation,
+    corrected_per_prompt,
+    debiased_tvd,
+    image_confusions,
+    matrix_from_counts,
+    reference_labels,
+)
+from biasaudit.t2i.analysis.inputs import Boot, G, Inputs
+from biasaudit.t2i.analysis.representation import _by_category, per_prompt_table
+
+CONFUSION_FILES = ("confusion_matrix.csv", "confusion.csv")
+
+
+def confusion_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(human, classifier) label pairs from a confusion-matrix CSV (rows human, columns classifier,
+    first column the human label): each cell's count becomes that many pairs."""
+    cm = pd.read_csv(path)
+    cm = cm.set_index(cm.columns[0])
+    true, pred = [], []
+    for t, row in cm.iterrows():
+        for c, k in row.items():
+            if str(t) in GROUPS and str(c) in GROUPS and int(k) > 0:
+                true += [str(t)] * int(k)
+                pred += [str(c)] * int(k)
+    return np.array(true, dtype=str), np.array(pred, dtype=str)
+
+
+def annotated_images(rel: Path, reference: str = "consensus") -> tuple[np.ndarray, str, str]:
+    """(per-image confusion counts E (images × K·K), source file, note) from the reliability stage:
+    ratings.csv (one row per annotated image: every rater and the classifier; the human labels M is
+    estimated against by `reference`, stats.correction.reference_labels) — or, from an older run, a
+    confusion-matrix CSV whose pairs then stand in for images."""
+    path = rel / "ratings.csv"
+    if path.exists():
+        r = pd.read_csv(path, dtype=str, keep_default_na=False)
+        raters = [c for c in r.columns if c not in ("image_id", "classifier", "raters_source", "")]
+        humans = reference_labels([[v for v in row if v in GROUPS] for row in r[raters].to_numpy(object)], reference)
+        used = sum(1 for h in humans if h)
+        return image_confusions(humans, list(r.get("classifier", [])), GROUPS), path.name, \
+            (f"bootstrap resamples the {len(r)} annotated images (all their labels together); M against "
+             f"{reference} labels ({used} of {len(r)} images)")
+    path = next((rel / n for n in CONFUSION_FILES if (rel / n).exists()), None)
+    if path is None:
+        return np.zeros((0, G * G)), "", ""
+    true, pred = confusion_pairs(path)
+    return image_confusions([[t] for t in true], list(pred), GROUPS), path.name, (
+        "no ratings.csv: each (human, classifier) pair of the confusion matrix is resampled as if it were an image")
+
+
+def compute(inputs: Inputs, cfg: Any) -> Result:
+    """Mean TVD raw and corrected for classifier error (biasaudit.stats.correction), per model ×
+    category, with one bootstrap over prompts and annotated images. This is the only place the
+    correction is computed, with `reliability.correction_method`.
+    `tvd_debiased*` is corrected for classifier error and finite n together, with the honest interval
+    (stats.correction.debiased_tvd): the estimate to compare with the true TVD at small n."""
+    res = Result("corrected_tvd", "TVD corrected for classifier error")
+    rel = inputs.root / C.RELIABILITY_DIR
+    recorded = {}
+    summary_path = rel / "summary.json"
+    if summary_path.exists():
+        try:
+            recorded = json.loads(summary_path.read_text()).get("correction") or {}
+        except json.JSONDecodeError:
+            recorded = {}
+    E, source, note = annotated_images(rel, recorded.get("confusion_reference") or "consensus")
+    if not source:
+        res.status, res.reason = NO_DATA, ("no ratings.csv or confusion matrix in reports/t2i/reliability/ "
+                                           f"({' or '.join(CONFUSION_FILES)})")
+        return res
+    if inputs.labels.empty or inputs.prompts.empty:
+        res.status, res.reason = NO_DATA, "no labels"
+        return res
+    if E.sum() == 0:
+        res.status, res.reason = NO_DATA, f"{source} has no (human, classifier) labels of the five groups"
+        return res
+    recorded = recorded.get("correction_method")
+    boot, method = Boot.of(cfg), cfg.reliability.correction_method
+    pp = per_prompt_table(inputs.labels, inputs.prompts)
+    pp = pp[pp["n"] > 0]
+    M = matrix_from_counts(E.sum(axis=0), G)
+    counts_all = pp[[f"n_{g}" for g in GROUPS]].to_numpy(float)
+    bench_all = pp[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+    shares, tvd_corr, why = corrected_per_prompt(counts_all, bench_all, M, method)
+    per = pp[["model", "category", "prompt_id", "n", "tvd"]].rename(columns={"tvd": "tvd_raw"}).assign(
+        tvd_classifier_corrected=tvd_corr)
+    for j, g in enumerate(GROUPS):
+        per[f"raw_{g}"] = pp[f"share_{g}"].to_numpy()
+        per[f"corrected_{g}"] = shares[:, j]
+    per["correction_method"] = method
+    rows, dev_rows = [], []
+    for model, cat, sub in _by_category(pp):
+        counts = sub[[f"n_{g}" for g in GROUPS]].to_numpy(float)
+        bench = sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        raw, corr, info = classifier_corrected_tvd(
+            counts, bench, E, GROUPS, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
+            seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
+        deb, dinfo = debiased_tvd(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
+                                  seed=derive_seed(boot.seed, "debiased", model, cat))
+        for g, d in zip(GROUPS, corrected_deviation(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000),
+                                                     level=boot.level, seed=derive_seed(boot.seed, "dev", model, cat))):
+            dev_rows.append({"model": model, "category": cat, "race": g, "mean_deviation_corrected": d.estimate,
+                             "mean_deviation_corrected_low": d.low, "mean_deviation_corrected_high": d.high,
+                             "reason": d.reason})
+        n_p = counts.sum(axis=1, keepdims=True)
+        pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
+                                 E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
+                                 seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
+        rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
+                     "mean_tvd_raw_low": raw.low, "mean_tvd_raw_high": raw.high,
+                     "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
+                     "tvd_classifier_corrected_high": corr.high, "correction_method": method,
+                     "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
+                     "tvd_linear_plug_in": dinfo["plug_in"], "bias_bound": dinfo["bias_bound"],
+                     "pooled_tvd_debiased": pooled.estimate, "pooled_tvd_debiased_low": pooled.low,
+                     "pooled_tvd_debiased_high": pooled.high,
+                     "condition_number": info["condition_number"], "identifiable": info["identifiable"],
+                     "n_annotated_images": info["n_annotated_images"],
+                     "reason": "; ".join(dict.fromkeys(r for r in (corr.reason, deb.reason) if r))})
+    summary = pd.DataFrame(rows)
+    res.tables = {"tvd_corrected_summary": summary, "tvd_corrected_per_prompt": per,
+                  "deviation_corrected": pd.DataFrame(dev_rows)}
+    res.notes.append(f"{source}: {note}; correction_method {method}"
+                     + (" (recorded by the reliability stage)" if recorded == method else ""))
+    if why:
+        res.notes.append(why)
+    res.metrics = {f"{r.model}/{r.category}": {"raw": r.mean_tvd_raw, "classifier_corrected": r.tvd_classifier_corrected,
+                                               "low": r.tvd_classifier_corrected_low,
+                                               "high": r.tvd_classifier_corrected_high,
+                                               "debiased": r.tvd_debiased, "debiased_low": r.tvd_debiased_low,
+                                               "debiased_high": r.tvd_debiased_high,
+                                               "identifiable": bool(r.identifiable)}
+                   for r in summary.itertuples()}
+    return res

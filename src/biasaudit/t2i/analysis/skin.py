@@ -1,0 +1,111 @@
+"""Section `skin`: skin tone (CIELAB) by classified label."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.contracts import GROUPS, LABEL_ORDER, UNKNOWN, l_bin
+from biasaudit.outputs import NO_DATA, Result
+from biasaudit.provenance import derive_seed
+from biasaudit.stats.regression import ols_cluster
+from biasaudit.stats.skin_summary import skin_summary
+from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs
+from biasaudit.t2i.figures import plot_diversity, plot_earnings, plot_L_by_label, plot_L_vs_C
+
+
+def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
+    """Measured faces (status ok, L* present) joined with the race label and the prompt."""
+    if faces.empty or "L" not in faces:
+        return pd.DataFrame()
+    ok = faces[(faces.get("status", "ok") == "ok") & faces["L"].notna()].copy()
+    if labels.empty:
+        ok["label"] = UNKNOWN
+    else:
+        ok = ok.merge(labels[["image_id", "label"]].drop_duplicates("image_id"), on="image_id", how="left")
+        ok["label"] = ok["label"].where(ok["label"].isin(GROUPS), UNKNOWN)
+    if not prompts.empty:
+        cols = [c for c in ("prompt_id", "category", "instance", "median_weekly_earnings_usd") if c in prompts]
+        ok = ok.merge(prompts[cols], on="prompt_id", how="left")
+    if "C" not in ok and {"a", "b"} <= set(ok.columns):
+        ok["C"] = np.hypot(ok["a"], ok["b"])
+    return ok.reset_index(drop=True)
+
+
+def dark_share(skin: pd.DataFrame, boot: Boot, analyze: Any) -> pd.DataFrame:
+    """Per model: among measured faces with L* below `analyze.dark_L_threshold` ("very dark"), the share
+    classified `analyze.dark_group` (CI over prompts)."""
+    threshold, group = analyze.dark_L_threshold, analyze.dark_group
+    rows = []
+    for model, sub in skin.groupby("model", sort=True):
+        sub = sub.assign(dark=sub["L"] < threshold, hit=(sub["L"] < threshold) & (sub["label"] == group))
+        per = sub.groupby("prompt_id")[["dark", "hit"]].sum().to_numpy(float)
+        iv = boot.run(per, lambda s: np.where(s[..., 0] > 0, s[..., 1] / np.maximum(s[..., 0], 1), np.nan),
+                      "dark", model)[0]
+        rows.append({"model": model, "L_threshold": threshold, "group": group, "n_measured": len(sub),
+                     "n_dark": int(sub["dark"].sum()), f"n_dark_{group}": int(sub["hit"].sum()),
+                     "share": iv.estimate, "share_low": iv.low, "share_high": iv.high,
+                     "n_prompts": iv.n_clusters, "note": iv.reason or ("" if sub["dark"].any() else
+                                                                      f"no face with L* < {threshold:g}")})
+    return pd.DataFrame(rows)
+
+
+def labels_by_L_bin(skin: pd.DataFrame) -> pd.DataFrame:
+    """Counts and row shares of each label within each L* bin, per model."""
+    if "L_bin" not in skin:
+        skin = skin.assign(L_bin=l_bin(skin["L"].to_numpy(float)))
+    counts = pd.crosstab([skin["model"], skin["L_bin"].astype(str)], skin["label"]).reindex(
+        columns=list(LABEL_ORDER), fill_value=0)
+    shares = counts.div(counts.sum(axis=1), axis=0).add_prefix("share_")
+    return pd.concat([counts.add_prefix("n_"), shares], axis=1).reset_index()
+
+
+def earnings_regression(skin: pd.DataFrame, group: str, unit_usd: float, level: float) -> pd.DataFrame:
+    """Per model: L* ~ median weekly earnings for `group`-classified occupational images, clustered by prompt."""
+    rows = []
+    for model, sub in skin.groupby("model", sort=True):
+        s = sub[(sub["label"] == group) & (sub.get("category") == "occupation")]
+        if "median_weekly_earnings_usd" in s:
+            s = s[s["median_weekly_earnings_usd"].notna()]
+        x = s["median_weekly_earnings_usd"] / unit_usd if len(s) else pd.Series(dtype=float)
+        fit = ols_cluster(s["L"], x, s["prompt_id"], level=level) if len(s) else ols_cluster([], [], [])
+        rows.append({"model": model, "group": group, "slope_unit_usd": unit_usd, **fit.as_dict()})
+    return pd.DataFrame(rows)
+
+
+def compute(inputs: Inputs, cfg: Any) -> Result:
+    """Skin tone by classified label: the very-dark share, labels by L* bin, L* against earnings, mean L*
+    and ΔE2000 diversity per label."""
+    boot, a = Boot.of(cfg), cfg.analyze
+    res = Result("skin", "Skin tone (CIELAB)")
+    skin = skin_table(inputs.faces, inputs.labels, inputs.prompts)
+    if skin.empty:
+        n_faces = len(inputs.faces)
+        res.status = NO_DATA
+        res.reason = inputs.notes.get("faces") or f"no measured face among {n_faces} face rows" + (
+            "" if inputs.faces.empty or "reason" not in inputs.faces else
+            " (reasons: " + "; ".join(f"{r} ×{c}" for r, c in inputs.faces["reason"].value_counts().head(4).items()) + ")")
+        return res
+    dark = dark_share(skin, boot, a)
+    fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
+    res.tables = {"skin_dark_share": dark, "skin_labels_by_L_bin": labels_by_L_bin(skin),
+                  "skin_earnings_ols": fits}
+    res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
+    res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark), "skin_L_vs_C": plot_L_vs_C(skin),
+                   "skin_L_vs_earnings": plot_earnings(skin, fits)}
+    summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
+                           seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
+    res.tables["skin_summary_by_label"] = summary
+    res.figures["skin_diversity"] = plot_diversity(summary)
+    res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
+                                                  "n_dark": r.n_dark} for r in dark.itertuples()},
+                   "earnings_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
+                                                "p": r.p_value} for r in fits.itertuples()}}
+    if summary is not None and len(summary):
+        res.metrics["by_label"] = {f"{r['model']}/{r['label']}": {
+            k: r.get(k) for k in ("n", "L_mean", "L_mean_lo", "L_mean_hi", "diversity_de2000",
+                                  "diversity_de2000_lo", "diversity_de2000_hi") if k in r}
+            for r in summary.to_dict("records")}
+    return res
