@@ -234,3 +234,47 @@ def test_the_backend_answers_from_the_manifest_through_the_real_reflect_stage(tm
     # the SIMULATED answers follow the declared position effect
     two = ok[ok["kind"] == "2afc"]
     assert 0.4 < (two["choice"] == "A").mean() < 0.8  # position effect 0.4 → about 0.6
+
+
+def test_estimands_follow_the_design_when_only_one_order_is_asked():
+    """With both_orders False the first image is always the earlier group code (as vlm.tasks asks), so
+    win rates carry the position effect: the estimands must follow, checked on a large population."""
+    pl, params = PlantedReflect(), ReflectAnalysis()
+    u = units(3000)
+    df = P.simulate_responses(pl, u, np.random.default_rng(4), two_afc_tasks=("income",), mcq_tasks=(),
+                              salary=False, both_orders=False)
+    two = an.retained(df, "2afc", "income")
+    assert (two["order"] == 0).all() and (two["group_a"] < two["group_b"]).all()
+    one = P.estimands(pl, u, params, two_afc_tasks=("income",), measures=(), both_orders=False)["two_afc"]["income"]
+    both = P.estimands(pl, u, params, two_afc_tasks=("income",), measures=())["two_afc"]["income"]
+    rate = an.win_rate_table(two).set_index(["row", "col"])["rate"]
+    planted = one["winrate"].set_index(["row", "col"])["planted"]
+    assert (rate - planted).abs().max() < 0.035  # ≈ 4 SE of one cell at 3000 photos
+    assert (both["winrate"].set_index(["row", "col"])["planted"] - planted).abs().max() > 0.05  # the design matters
+    assert an.position_bias(two)["share_first"] == pytest.approx(one["share_first"], abs=0.01)
+
+
+def test_an_exact_fit_gives_no_p_even_where_rounding_leaves_a_tiny_se():
+    """A deterministic VLM: every answer 'C', every Black image 'B'. The photo fixed-effects model fits
+    exactly; rounding leaves SEs of ~1e-11 that must not become t statistics (they did: p ≈ 0.007 on
+    coefficients of −3e-11), and the zero-width Δg interval must not come with a p either."""
+    rows = [{"kind": "mcq", "task": "salary", "unit": f"doctor/p{u}", "occupation": "doctor", "race": r,
+             "gender": g, "group": GROUP_CODES[k], "choice": "B" if r == "Black" else "C", "status": "ok"}
+            for u in range(12) for k, (r, g) in enumerate(GROUPS)]
+    res = an.analyse(pd.DataFrame(rows), ReflectAnalysis(n_boot=300, n_permutations=999, wild_bootstrap=199))
+    ols, dg = res["tables"]["ols"], res["tables"]["delta_g"]
+    assert ols["p"].isna().all() and ols["reason"].str.contains("fits every retained answer exactly").all()
+    black = dg.set_index(["dimension", "level"]).loc[("race", "Black")]
+    assert black["delta_pct"] < 0 and np.isnan(black["low"]) and np.isnan(black["p_value"])
+    assert res["tables"]["significant_effects"].empty
+
+
+def test_photos_that_identify_nothing_do_not_count_as_clusters():
+    """8 of 12 photos keep a single salary answer: 4 photos identify the effects, so the OLS reports
+    4 clusters (t with 3 df) and is labelled underpowered."""
+    df = P.simulate_responses(PlantedReflect(), units(12), np.random.default_rng(0), two_afc_tasks=(), mcq_tasks=())
+    keep = df["unit"].isin(units(12)["unit"][:4]) | (df["group"] == "WM")
+    res = an.analyse(df[keep], ReflectAnalysis(n_boot=200, n_permutations=99, wild_bootstrap=99))
+    ols = res["tables"]["ols"]
+    assert (ols["n_clusters"] == 4).all() and (ols["df"] == 3).all() and ols["p"].isna().all()
+    assert ols["reason"].str.startswith("underpowered: 4 source photos").all()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 COLUMNS = ["quantity", "planted", "estimate", "low", "high", "width", "plausible_range", "covered", "informative",
-           "check", "note"]
+           "excludes_null", "check", "note"]
 
 
 def covered(planted: float, low: float, high: float) -> bool:
@@ -23,14 +23,18 @@ def covered(planted: float, low: float, high: float) -> bool:
 
 
 def row(quantity: str, planted: float, estimate: float, low: float, high: float, plausible_range: float,
-        note: str = "", check: bool = True, **keys: Any) -> dict[str, Any]:
-    """One validation row; `keys` are the table's identifying columns (model, task, group, …)."""
+        note: str = "", check: bool = True, null: float | None = None, **keys: Any) -> dict[str, Any]:
+    """One validation row; `keys` are the table's identifying columns (model, task, group, …). `null` is
+    the quantity's no-effect value (0.5 for a win rate, 0 for a gap): `excludes_null` says whether the
+    interval rules it out, so a table also shows how often its intervals could tell an effect from none."""
     low, high = float(low), float(high)
     width = high - low if np.isfinite(low) and np.isfinite(high) else np.nan
     return {**keys, "quantity": quantity, "planted": float(planted), "estimate": float(estimate), "low": low,
             "high": high, "width": width, "plausible_range": float(plausible_range),
             "covered": covered(planted, low, high),
-            "informative": bool(np.isfinite(width) and width < plausible_range), "check": bool(check), "note": note}
+            "informative": bool(np.isfinite(width) and width < plausible_range),
+            "excludes_null": None if null is None or not np.isfinite(width) else not (low <= null <= high),
+            "check": bool(check), "note": note}
 
 
 def summary(table: pd.DataFrame, level: float) -> dict[str, Any]:
@@ -40,6 +44,9 @@ def summary(table: pd.DataFrame, level: float) -> dict[str, Any]:
     return {"rows": len(table), "checks": len(checks), "informative": len(info),
             "uninformative": int(len(checks) - len(info)), "covered": int(info["covered"].sum()),
             "covered_share": float(info["covered"].mean()) if len(info) else None,
+            # of the informative checks with a no-effect value, how many intervals exclude it (power)
+            "with_null": int(info["excludes_null"].notna().sum()),
+            "excludes_null": int(info["excludes_null"].fillna(False).astype(bool).sum()),
             "misses_expected_at_level": round((1 - level) * len(info), 1),
             "median_width_over_range": float((info["width"] / info["plausible_range"]).median()) if len(info) else None}
 

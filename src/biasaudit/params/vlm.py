@@ -48,7 +48,8 @@ def _check_groups(field: str, mapping: dict[str, float]) -> None:
 class PlantedTwoAFC(Section):
     """P(first image chosen) = logistic(position + s_a − s_b), s_g = strength[task][g] + photo_sd · z."""
     position: float = 0.4                     # log-odds of choosing the image shown first (0 = no position bias)
-    photo_sd: float = Field(0.3, ge=0)        # sd of a per-source-photo × group random strength (per task)
+    # sd of a per-source-photo × group random strength (per task); ≤ 2 keeps the estimands' quadrature exact
+    photo_sd: float = Field(0.3, ge=0, le=2)
     strengths: dict[str, dict[str, float]] = Field(default_factory=lambda: {   # Bradley–Terry log-strengths
         "income": {"WM": 0.5, "WF": 0.3, "AM": 0.3, "AF": 0.1, "MEM": 0.0, "MEF": -0.1, "LM": -0.2,
                    "LF": -0.3, "BM": -0.4, "BF": -0.3},
@@ -61,7 +62,7 @@ class PlantedTwoAFC(Section):
 class PlantedMCQ(Section):
     """Ordered logit: P(letter ≤ k) = logistic(c_k − shift[task][g] − photo_sd · z), the cut points c
     from `base` (the answer distribution at shift 0)."""
-    photo_sd: float = Field(0.3, ge=0)        # sd of a per-source-photo shift (per task)
+    photo_sd: float = Field(0.3, ge=0, le=2)  # sd of a per-source-photo shift (per task)
     base: dict[str, list[float]] = Field(default_factory=lambda: {
         "salary": [0.10, 0.20, 0.25, 0.20, 0.15, 0.10], "education": [0.15, 0.25, 0.35, 0.25]})
     shift: dict[str, dict[str, float]] = Field(default_factory=lambda: {
@@ -79,8 +80,8 @@ class PlantedSalary(Section):
     effect: dict[str, float] = Field(default_factory=lambda: {
         "WM": 0.03, "WF": 0.0, "AM": 0.03, "AF": 0.0, "MEM": -0.02, "MEF": -0.05, "LM": -0.03, "LF": -0.06,
         "BM": -0.05, "BF": -0.08})
-    photo_sd: float = Field(0.15, ge=0)
-    noise_sd: float = Field(0.05, ge=0)
+    photo_sd: float = Field(0.15, ge=0, le=1)
+    noise_sd: float = Field(0.05, ge=0, le=1)
 
 
 class PlantedReflect(Section):
@@ -109,8 +110,9 @@ class PlantedReflect(Section):
         for task, probs in self.mcq.base.items():
             if len(probs) < 2 or any(p <= 0 for p in probs) or abs(sum(probs) - 1) > 1e-6:
                 raise ValueError(f"mcq.base.{task}: positive probabilities summing to 1, one per letter")
-        if "default" not in self.salary.base_usd or any(v <= 0 for v in self.salary.base_usd.values()):
-            raise ValueError("salary.base_usd: positive USD per occupation, with a 'default' entry")
+        if "default" not in self.salary.base_usd or any(v < 1000 for v in self.salary.base_usd.values()):
+            # at ≥ 1000 USD, rounding answers to whole dollars moves a mean by < 0.05 %
+            raise ValueError("salary.base_usd: at least 1000 USD per occupation, with a 'default' entry")
         return self
 
 

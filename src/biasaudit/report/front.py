@@ -513,6 +513,16 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
+def _power(info: pd.DataFrame) -> str:
+    """How many informative intervals exclude their quantity's no-effect value (column excludes_null)."""
+    if "excludes_null" not in info:
+        return ""
+    known = info["excludes_null"].dropna()
+    known = known[known.astype(str) != ""]
+    return (f" Power at this size: {int(known.map(truthy).sum())} of {len(known)} intervals exclude the no-effect "
+            "value (0.5 for a win rate, 0 for a gap or coefficient)." if len(known) else "")
+
+
 def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Method B known truth: the planted VLM's declared effects vs the REFLECT estimates and intervals."""
     b = Block("validation_b", "Method B: does the REFLECT analysis recover what was planted?")
@@ -539,7 +549,7 @@ def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
             f"quantities lie inside their {level} intervals (about {(1 - level_value) * len(info):.0f} misses expected "
             "by chance)" + ("" if misses.empty else "; missed: " + ", ".join(f"{q} ({n})" for q, n in misses.items()))
             + f". {len(checks) - len(info)} checks without an informative interval (as wide as the quantity's "
-            "plausible range, or none) are counted apart.")
+            "plausible range, or none) are counted apart." + _power(info))
         full.append(df.assign(vlm=v))
     b.html = _table(_round(pd.concat(parts, ignore_index=True)))
     rows = pd.concat(full, ignore_index=True)

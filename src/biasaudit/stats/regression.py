@@ -98,23 +98,39 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
     per coefficient (Cameron, Gelbach & Miller 2008; H0 β_j = 0 imposed; `n_wild` = 0 turns it off).
 
     The fixed effects are nested in the clusters, so the CR1 factor uses the k regressors only:
-    G/(G−1)·(n−1)/(n−k). Returns (term, coef, se, df, ci_low, ci_high, p_t, p_wild, n, n_clusters, reason).
-    A coefficient whose standard error is 0 (answers that do not vary within photos) has no interval
-    and no p (NaN, with the reason); the wild p is (1 + #|t*| ≥ |t|)/(1 + B), never 0."""
+    G/(G−1)·(n−1)/(n−k), G counting only the photos in which an effect varies. Returns (term, coef, se,
+    df, ci_low, ci_high, p_t, p_wild, n, n_clusters, reason). A coefficient without a standard error (an
+    exact fit, or an SE at rounding level) has no interval and no p (NaN, with the reason); an effect that
+    varies within no photo gets a row with its reason and the others are still fitted; the wild p is
+    (1 + #|t*| ≥ |t|)/(1 + B), never 0."""
     from scipy import stats as st
 
     y = np.asarray(y, dtype=float)
     X = np.asarray(X, dtype=float)
+    names = list(names)
+    if not np.isfinite(y).all():
+        return None, f"{int((~np.isfinite(y)).sum())} non-finite answer values"
     codes, uniq = pd.factorize(pd.Series(np.asarray(clusters)))
-    G, (n, k) = len(uniq), X.shape
+    if len(uniq) < 2:
+        return None, f"one source photo: no cluster-robust inference ({len(y)} rows)"
+    Xd_all = _demean(X, codes, len(uniq))
+    varies = np.abs(Xd_all).sum(axis=0) > 1e-12
+    if not varies.any():
+        return None, "no effect varies within any source photo: " + ", ".join(names)
+    # Only photos in which some effect varies identify the effects (a photo with one retained answer, or
+    # answers of one group only, adds nothing to X'X nor to the scores): they are the clusters that count.
+    contributing = np.bincount(codes, weights=np.abs(Xd_all[:, varies]).sum(axis=1), minlength=len(uniq)) > 1e-12
+    G = int(contributing.sum())
     if G < 2:
-        return None, f"one source photo: no cluster-robust inference ({n} rows)"
+        return None, f"only {G} source photo has answers that vary in the effects: no cluster-robust inference"
+    rows = contributing[codes]
+    codes = pd.factorize(codes[rows])[0]
+    y, X = y[rows], X[rows][:, varies]
+    kept = [nm for nm, v in zip(names, varies) if v]
+    n, k = X.shape
     if n <= k + G:
         return None, f"too few observations ({n}) for {k} effects and {G} photo fixed effects"
     yd, Xd = _demean(y, codes, G), _demean(X, codes, G)
-    keep = np.abs(Xd).sum(axis=0) > 1e-12
-    if not keep.all():
-        return None, "an effect does not vary within any source photo: " + ", ".join(np.array(names)[~keep])
     XtX_inv = np.linalg.pinv(Xd.T @ Xd)
     A = XtX_inv @ Xd.T
     beta = A @ yd
@@ -122,12 +138,20 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
     factor = G / (G - 1) * (n - 1) / (n - k)
     se = _cluster_se(A, resid, codes, G, factor)
     df = G - 1
-    degenerate = ~np.isfinite(se) | (se <= 1e-12 * np.maximum(1.0, np.abs(beta)))
+    # No residual variation (the model fits every answer exactly, e.g. a deterministic VLM), or an SE at
+    # rounding level on the data's own scale: no standard error, so no interval and no p.
+    y_norm = float(np.linalg.norm(yd))
+    exact_fit = float(np.linalg.norm(resid)) <= 1e-9 * max(y_norm, 1e-300)
+    scale = y_norm / np.maximum(np.linalg.norm(Xd, axis=0), 1e-300)
+    degenerate = exact_fit | ~np.isfinite(se) | (se <= 1e-10 * (scale + np.abs(beta)))
+    why = ("degenerate: the photo fixed-effects model fits every retained answer exactly (no residual "
+           "variation), so there is no standard error" if exact_fit else
+           "degenerate: zero cluster-robust standard error")
+    reason = np.where(degenerate, why, "")
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(degenerate, np.nan, beta / np.where(degenerate, 1.0, se))
     p_t = np.where(degenerate, np.nan, 2 * st.t.sf(np.abs(t), df))
     half = st.t.ppf(0.5 + level / 2, df) * se
-    reason = np.where(degenerate, "degenerate: zero cluster-robust standard error (no variation within photos)", "")
     p_wild = np.full(k, np.nan)
     if n_wild > 0:
         rng = np.random.default_rng(seed)
@@ -147,8 +171,16 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
             tb = tb[np.isfinite(tb)]  # a replicate with no residual variation has no statistic
             # (1 + #as extreme) / (1 + B): the observed statistic counts as one draw, so p is never 0
             p_wild[j] = (1 + np.sum(np.abs(tb) >= np.abs(t[j]) - 1e-12)) / (1 + len(tb)) if len(tb) else np.nan
-    table = pd.DataFrame({"term": names, "coef": beta, "se": se, "df": df,
+    table = pd.DataFrame({"term": kept, "coef": beta, "se": se, "df": df,
                           "ci_low": np.where(degenerate, np.nan, beta - half),
                           "ci_high": np.where(degenerate, np.nan, beta + half), "p_t": p_t, "p_wild": p_wild,
                           "n": n, "n_clusters": G, "reason": reason})
+    if G < len(uniq):
+        table["reason"] = [r or f"{G} of {len(uniq)} source photos vary in the effects (the clusters that count)"
+                           for r in table["reason"]]
+    dropped = [nm for nm, v in zip(names, varies) if not v]
+    if dropped:  # reported, not fitted: the other effects keep their estimates
+        table = pd.concat([table, pd.DataFrame({"term": dropped, "n": n, "n_clusters": G, "df": df,
+                                                "reason": "does not vary within any source photo"})],
+                          ignore_index=True)
     return table, ""

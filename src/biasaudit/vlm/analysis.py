@@ -268,13 +268,31 @@ def bradley_terry(two_afc: pd.DataFrame, reference: str = "WF", confidence: floa
     return table, ""
 
 
+def bt_tests(bt: pd.DataFrame, min_clusters: int, method: str) -> pd.DataFrame:
+    """The strengths' p-values adjusted over the table (Holm/BH; the position effect apart), and blanked
+    with a reason below `min_clusters` photos, where the cluster-robust logit does not hold its level."""
+    from biasaudit.stats.resample import p_adjust
+
+    bt = bt.copy()
+    bt["reason"] = ""
+    strengths = bt["term"] != "position_first"
+    if int(bt["n_clusters"].iloc[0]) < min_clusters:
+        bt.loc[bt["p"].notna(), "reason"] = (f"underpowered: {int(bt['n_clusters'].iloc[0])} source photos < "
+                                            f"min_clusters {min_clusters}")
+        bt["p"] = np.nan
+    bt["p_adjusted"] = np.nan
+    bt.loc[strengths, "p_adjusted"] = p_adjust(bt.loc[strengths, "p"].to_numpy(float), method)
+    bt.loc[~strengths, "p_adjusted"] = bt.loc[~strengths, "p"]
+    return bt.assign(p_adjust_method=method)
+
+
 # ------------------------------------------------------------------------------ single-image tasks
 
 def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFrame:
     """Add a numeric `y`: the bracket value of the chosen letter (MCQ) or the salary (value_usd)."""
     out = df.copy()
     out["y"] = out["choice"].map(mapping).astype(float) if mapping is not None else out["value_usd"].astype(float)
-    return out.dropna(subset=["y"])
+    return out[np.isfinite(out["y"])]
 
 
 def mean_gaps(df: pd.DataFrame, dimension: str, reference: str, by: list[str] | None = None) -> pd.DataFrame:
@@ -395,6 +413,8 @@ def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str,
     iv = cluster_bootstrap(per[["d", "ref"]].to_numpy(float), stat, n_boot=n_boot, level=confidence, seed=seed,
                            method=method)[0]
     _, p, why = sign_flip((per["d"] / per["cells"]).to_numpy(), n_permutations, seed)
+    if not (np.isfinite(iv.low) and np.isfinite(iv.high)):  # no interval (e.g. zero width): no p either
+        p, why = np.nan, why or "no interval, so no p"
     return row | {"delta_pct": iv.estimate, "low": iv.low, "high": iv.high, "p_value": p,
                   "reason": "; ".join(r for r in (iv.reason, why) if r)}
 
@@ -485,6 +505,8 @@ def analyse(responses: pd.DataFrame, params: Any) -> dict[str, Any]:
         res["tables"][f"race_winrate_{task}"] = rw
         res["race_win_rates"][task] = {g: dict(zip(s["race"], s["rate"])) for g, s in rw.groupby("gender")}
         bt, reason = bradley_terry(sub, params.bt_reference, params.confidence)
+        if bt is not None:
+            bt = bt_tests(bt, getattr(params, "min_clusters", 12), getattr(params, "p_adjust", "holm"))
         if bt is None:
             res["bradley_terry"][task] = reason
         else:

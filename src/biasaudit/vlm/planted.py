@@ -13,7 +13,9 @@ The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.Plan
   as after a failed edit.
 
 Estimands are population values over source photos (what a cluster bootstrap over photos targets), exact
-up to Gauss–Hermite quadrature (64 nodes, error < 1e-12 here) and given the design (units and their
+up to Gauss–Hermite quadrature (200 nodes; error < 1e-13 against adaptive quadrature within the schema's
+photo_sd ≤ 2; salaries are rounded to whole dollars, which the estimands ignore: < 0.05 % at the schema's
+≥ 1000 USD) and given the design (units and their
 occupations, the tasks, both orders):
 
 - win rate (r, c) = ½[p(r, c) + 1 − p(c, r)], p(a, b) = E σ(α + β_a − β_b + √2 σ Z), both orders asked
@@ -48,7 +50,7 @@ from biasaudit.vlm.groups import GROUP_CODES, GROUPS, group_code
 TWO_AFC_TASKS = ("income", "education", "safety")
 MCQ_TASKS = ("salary", "education")
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
-_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()  # E f(Z) = Σ w f(x) for Z ~ N(0, 1)
 
 
@@ -146,8 +148,7 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
     codes = np.array(GROUP_CODES)
     lost = rng.random((U, G)) < loss(planted, codes)[None, :]
     frames = []
-    pairs = [(i, j) for i in range(G) for j in range(G) if i != j] if both_orders else \
-        [(i, j) for i in range(G) for j in range(i + 1, G)]
+    pairs = [(i, j) for i in range(G) for j in range(G) if i != j and (both_orders or shown_first(codes[i], codes[j]))]
     ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
     for task in two_afc_tasks:
         z = rng.standard_normal((U, G))
@@ -158,7 +159,8 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
         failed = lost[uu, a] | lost[uu, b]
         frames.append(pd.DataFrame({
             "kind": "2afc", "task": task, "unit": unit_ids[uu], "occupation": occ[uu], "group_a": codes[a],
-            "group_b": codes[b], "order": (a > b).astype(int), "choice": np.where(refused | failed, None, choice),
+            "group_b": codes[b], "order": (codes[a] > codes[b]).astype(int),  # 0: vlm.tasks' first order
+            "choice": np.where(refused | failed, None, choice),
             "status": np.where(failed, "failed", np.where(refused, "refused", "ok"))}))
     uu, gg = np.repeat(np.arange(U), G), np.tile(np.arange(G), U)
     race = np.array([GROUPS[g][0] for g in gg])
@@ -200,18 +202,33 @@ def image_retention(planted: Any, group: str) -> float:
     return float((1 - loss(planted, group)) * (1 - refusal(planted, group)))
 
 
-def two_afc_estimands(planted: Any, task: str, reference: str = "WF") -> dict[str, pd.DataFrame]:
+def shown_first(a: str, b: str) -> bool:
+    """With one order asked, whether a is image A against b: vlm.tasks pairs a photo's variants in the
+    order of their group codes (AF, AM, BF, …), so the earlier code is shown first."""
+    return a < b
+
+
+def two_afc_estimands(planted: Any, task: str, reference: str = "WF", both_orders: bool = True
+                      ) -> dict[str, pd.DataFrame]:
     codes = list(GROUP_CODES)
-    P = {(a, b): p_first(planted, task, a, b) for a in codes for b in codes if a != b}
-    rho = {(a, b): pair_retention(planted, a, b) for a in codes for b in codes if a != b}
-    win = pd.DataFrame([{"row": r, "col": c, "planted": 0.5 * (P[r, c] + 1 - P[c, r])} for r, c in P])
+    asked = [(a, b) for a in codes for b in codes if a != b and (both_orders or shown_first(a, b))]
+    P = {(a, b): p_first(planted, task, a, b) for a, b in asked}
+    rho = {(a, b): pair_retention(planted, a, b) for a, b in asked}
+
+    def win_of(r: str, c: str) -> float:
+        """Expected share of r's wins over c among retained comparisons (each asked order equally often)."""
+        rates = [P[r, c]] if (r, c) in P else []
+        rates += [1 - P[c, r]] if (c, r) in P else []
+        return float(np.mean(rates))
+
+    win = pd.DataFrame([{"row": r, "col": c, "planted": win_of(r, c)} for r in codes for c in codes if r != c])
     rows = []
     for gender in GENDERS:
         for race in RACES:
             me = group_code(race, gender)
             rivals = [group_code(o, gender) for o in RACES if o != race]
-            w = np.array([rho[me, c] for c in rivals])
-            rate = np.array([0.5 * (P[me, c] + 1 - P[c, me]) for c in rivals])
+            w = np.array([pair_retention(planted, me, c) for c in rivals])
+            rate = np.array([win_of(me, c) for c in rivals])
             rows.append({"gender": gender, "race": race, "planted": float(w @ rate / w.sum())})
     w = np.array([rho[k] for k in P])
     share_first = float(w @ np.array(list(P.values())) / w.sum())
@@ -306,11 +323,12 @@ def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_ref
 
 
 def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
-              measures=("mcq_salary", "mcq_education", "salary_salary")) -> dict[str, Any]:
+              measures=("mcq_salary", "mcq_education", "salary_salary"), both_orders: bool = True) -> dict[str, Any]:
     """Every planted value the validation compares with (see the module docstring). `units` lists the
-    design's source photos (unit, occupation); `analysis` is the reflect_analysis section."""
-    out: dict[str, Any] = {"two_afc": {t: two_afc_estimands(planted, t, analysis.bt_reference) for t in two_afc_tasks},
-                           "single": {}}
+    design's source photos (unit, occupation); `analysis` is the reflect_analysis section; `both_orders`
+    whether each 2AFC pair was asked in both orders (reflect.both_orders)."""
+    out: dict[str, Any] = {"two_afc": {t: two_afc_estimands(planted, t, analysis.bt_reference, both_orders)
+                                       for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
     pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
     values = {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,

@@ -41,22 +41,23 @@ def _two_afc_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any]) -> list[
         est = res["tables"][f"winrate_{task}"].merge(t["winrate"], on=["row", "col"])
         order = {g: i for i, g in enumerate(GROUP_CODES)}
         for r in est[[order[a] < order[b] for a, b in zip(est["row"], est["col"])]].itertuples():
-            rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], vlm=vlm, task=task,
+            rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], null=0.5, vlm=vlm, task=task,
                               group=f"{r.row}>{r.col}"))
         rw = res["tables"][f"race_winrate_{task}"].merge(t["race_winrate"], on=["gender", "race"])
         for r in rw.itertuples():
-            rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], vlm=vlm,
+            rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], null=0.5, vlm=vlm,
                               task=task, group=f"{r.race} {r.gender}"))
         pb = res["position_bias"][task]
         rows.append(K.row("share_first", t["share_first"], pb["share_first"], pb["share_first_low"],
-                          pb["share_first_high"], RANGE["share_first"], vlm=vlm, task=task, group="position A"))
+                          pb["share_first_high"], RANGE["share_first"], null=0.5, vlm=vlm, task=task,
+                          group="position A"))
         bt = res["tables"].get(f"bradley_terry_{task}")
         if bt is not None:
             for r in bt.merge(t["bradley_terry"], on="term").itertuples():
                 note = "" if abs(r.planted - r.declared) < 1e-9 else \
                     f"declared {r.declared:+.3f}; photo random effects attenuate the marginal strength"
                 rows.append(K.row("bt_strength", r.planted, r.strength, r.ci_low, r.ci_high, RANGE["bt_strength"],
-                                  note, vlm=vlm, task=task, group=r.term))
+                                  note, null=0.0, vlm=vlm, task=task, group=r.term))
     return rows
 
 
@@ -67,7 +68,7 @@ def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: A
         dg = t["delta_g"]
         if within is not None:
             for r in within[within["measure"] == measure].merge(dg, on=["dimension", "level"]).itertuples():
-                rows.append(K.row("delta_g", r.planted, r.delta_pct, r.low, r.high, RANGE["delta_g"], vlm=vlm,
+                rows.append(K.row("delta_g", r.planted, r.delta_pct, r.low, r.high, RANGE["delta_g"], null=0.0, vlm=vlm,
                                   task=measure, group=f"{r.dimension}:{r.level}"))
         if pooled is not None:
             for r in pooled[pooled["measure"] == measure].merge(dg, on=["dimension", "level"]).itertuples():
@@ -79,7 +80,7 @@ def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: A
             # a coefficient cannot exceed the span of the answer scale; a salary's is taken as its mean
             scale = float(np.ptp(list(values.values()))) if values else float(t["means"].mean())
             for r in ols[ols["measure"] == measure].merge(t["ols"], on="term").itertuples():
-                rows.append(K.row("ols_coef", r.planted, r.coef, r.ci_low, r.ci_high, scale, vlm=vlm, task=measure,
+                rows.append(K.row("ols_coef", r.planted, r.coef, r.ci_low, r.ci_high, scale, null=0.0, vlm=vlm, task=measure,
                                   group=r.term))
     return rows
 
@@ -111,7 +112,8 @@ def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: An
     truth = P.estimands(planted, units, params,
                         two_afc_tasks=tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
                         measures=tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
-                                       if ((responses["kind"] + "_" + responses["task"]) == m).any()))
+                                       if ((responses["kind"] + "_" + responses["task"]) == m).any()),
+                        both_orders=bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any()))
     rows = _two_afc_rows(vlm, res, truth) + _single_rows(vlm, res, truth, params) + \
         _refusal_rows(vlm, responses, truth, _boot(params))
     table = pd.DataFrame(rows, columns=COLUMNS)
@@ -125,5 +127,6 @@ def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: An
     out.metrics = {"planted": True, "source_photos": len(units), **summary,
                    **{f"{q}_covered": f"{int(t['covered'].sum())}/{len(t)}" for q, t in checks.groupby("quantity")}}
     out.notes.append(f"{summary['covered']} of {summary['informative']} informative checks covered at "
-                     f"{len(units)} source photos ({summary['uninformative']} uninformative rows counted apart)")
+                     f"{len(units)} source photos ({summary['uninformative']} uninformative rows counted apart); "
+                     f"{summary['excludes_null']} of {summary['with_null']} intervals exclude the no-effect value")
     return out
