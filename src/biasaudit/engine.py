@@ -31,7 +31,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from biasaudit.io import RecordLog, atomic_write_text
+from biasaudit.closure import code_fingerprint
+from biasaudit.io import DriverLock, RecordLog, atomic_write_text
 from biasaudit.provenance import sha256_file, stable_hash
 from biasaudit.work import BatchFn, Item, RunSummary
 
@@ -41,6 +42,13 @@ INPUT_FIELD = "input_hash"
 # a failed record is the one to replace (it is retried); other statuses are final outcomes (no_face, unparsed …)
 STATUS_RANK = {"ok": 0, "refused": 1, "skipped": 2, "failed": 3}
 OTHER_RANK = 2
+
+
+def _module_of(make_fn: Any) -> tuple[str, ...]:
+    """The module defining a batch-function factory (a functools.partial's function's)."""
+    fn = getattr(make_fn, "func", make_fn)
+    name = getattr(fn, "__module__", "") or ""
+    return (name,) if name.startswith("biasaudit") else ()
 
 
 def per_item(one: Callable[[Item], Item], on_error: Callable[[Item, str], Item]) -> BatchFn:
@@ -103,9 +111,20 @@ class Stage:
     price: dict[str, float] | None = None  # token prices (input/output per Mtok, batch_discount)
     still_valid: Callable[[Item, Item], bool] | None = None  # extra check of a record (e.g. its file exists)
     retryable: Callable[[Item], bool] | None = None  # which records retry_failed redoes (default: status failed)
+    # modules whose code computes a record besides the batch function's own module (e.g. the backend a
+    # registry name resolves to); None: the code is not part of a record's identity (work that costs
+    # money or GPU hours and is cached by its own request content, e.g. a hosted generator's images)
+    code: tuple[str, ...] | None = ()
 
     def __post_init__(self) -> None:
         self.key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        modules = () if self.code is None else (*_module_of(self.make_fn), *self.code)
+        self.code_hash = code_fingerprint(*modules) if modules else ""
+
+    @property
+    def record_settings(self) -> str:
+        """What a current record must carry in SETTINGS_FIELD: the settings and the code that computed it."""
+        return stable_hash([self.settings_hash, self.code_hash], 16) if self.code_hash else self.settings_hash
 
     def key_of(self, d: dict[str, Any]) -> tuple:
         return tuple(d[k] for k in self.key)
@@ -211,7 +230,7 @@ def fingerprints(stage: Stage) -> dict[tuple, tuple[str, str]]:
         k = stage.key_of(item)
         if k in out:
             raise ValueError(f"{stage.name}: two items share the key {k}")
-        out[k] = (stage.settings_hash, stable_hash(stage.content(item)) if stage.content else "")
+        out[k] = (stage.record_settings, stable_hash(stage.content(item)) if stage.content else "")
     return out
 
 
@@ -274,10 +293,13 @@ def open_log(stage: Stage, execution: Any, fps: dict[tuple, tuple[str, str]]) ->
 
 
 def run_stage(stage: Stage, execution: Any, progress: bool = True) -> StageRun:
-    """Run the pending items of `stage` as `execution` (a params.execution.Execution) says."""
+    """Run the pending items of `stage` as `execution` (a params.execution.Execution) says; one driver
+    per log at a time (io.DriverLock: a second one stops at once, naming the first)."""
     fps = fingerprints(stage)
-    log, adopted = open_log(stage, execution, fps)
-    return execute(stage, log, execution, progress, fps, adopted)
+    path = shard_log_path(stage.log_path, execution.shard_index, execution.shard_count)
+    with DriverLock(path, f"stage '{stage.name}'"):
+        log, adopted = open_log(stage, execution, fps)
+        return execute(stage, log, execution, progress, fps, adopted)
 
 
 def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,

@@ -7,12 +7,14 @@ Final tables are rebuilt from the log and written atomically (temporary file, fs
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -76,13 +78,64 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> int:
     return removed
 
 
+@contextmanager
+def file_lock(path: str | os.PathLike, exclusive: bool = True) -> Iterator[None]:
+    """An advisory lock (flock) on `path` across processes, held for the block; none where the folder
+    is read-only (a reader of someone else's log)."""
+    try:
+        fh = open(path, "a")
+    except OSError:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+class DriverLock:
+    """One driver per stage instance: an exclusive, non-blocking flock on `<log>.driver`, held for the
+    run, with the holder's pid written in it. A second driver (a notebook run by hand while `dvc repro`
+    runs) stops at once with a message naming the first; the lock goes with its process however it ends."""
+
+    def __init__(self, log_path: str | os.PathLike, what: str):
+        self.path = Path(str(log_path) + ".driver")
+        self.what = what
+        self.fh: Any = None
+
+    def __enter__(self) -> "DriverLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "a+")
+        try:
+            fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.seek(0)
+            holder = self.fh.read().strip() or "another process"
+            self.fh.close()
+            raise RuntimeError(f"{self.what} is already running ({holder}); wait for it to end or stop it, "
+                               f"then run again (lock: {self.path})") from None
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self.fh.flush()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self.fh.fileno(), fcntl.LOCK_UN)
+        self.fh.close()
+
+
 class RecordLog:
     """Append-only JSON-lines log of finished items, safe against SIGKILL.
 
     Each `append` writes whole lines and fsyncs before returning; the last record per key wins. A
     torn last line (a writer killed mid-line) is set aside, with a warning, into `<log>.torn` and cut
     from the log before it is read or appended to, so its item is redone and the next append starts
-    on a fresh line. A corrupt line elsewhere is skipped with a warning.
+    on a fresh line. A corrupt line elsewhere is skipped with a warning. Appends and repairs hold an
+    exclusive lock on `<log>.lock` and reads a shared one, so processes appending to one log lose
+    nothing and a reader never cuts a line another process is still writing.
     """
 
     def __init__(self, path: str | os.PathLike, key: str | tuple[str, ...]):
@@ -98,6 +151,10 @@ class RecordLog:
     @property
     def torn_path(self) -> Path:
         return self.path.with_name(self.path.name + ".torn")
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
 
     def repair(self) -> bytes:
         """Cut a torn last line off the log (kept in `torn_path`); returns it (b'' when none)."""
@@ -142,7 +199,7 @@ class RecordLog:
         lines = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
         if not lines:
             return
-        with self._lock:
+        with self._lock, file_lock(self.lock_path):
             self.repair()
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(lines)
@@ -151,12 +208,12 @@ class RecordLog:
 
     def records(self) -> dict[tuple, dict[str, Any]]:
         out: dict[tuple, dict[str, Any]] = {}
-        with self._lock:
+        with self._lock, file_lock(self.lock_path):
             self.repair()
         if not self.path.exists():
             return out
         bad = 0
-        with open(self.path, encoding="utf-8", errors="replace") as fh:
+        with file_lock(self.lock_path, exclusive=False), open(self.path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
                     record = json.loads(line)

@@ -125,6 +125,25 @@ def get(kind: str, name: str) -> Callable[..., Any]:
         raise ValueError(f"unknown {kind} backend '{name}'; available: {', '.join(names(kind))}") from None
 
 
+def module_of(kind: str, name: str) -> str:
+    """The module that declares backend `name` (read from source; imports nothing), or the registered
+    factory's module for one registered at run time."""
+    _check_kind(kind)
+    declared = _declared(kind).get(name)
+    if declared:
+        return declared
+    return getattr(get(kind, name), "__module__", "")
+
+
+def recomputes_cheaply(kind: str, name: str) -> bool:
+    """Whether the backend's work is cheap local computation that may be redone after a code change (a
+    stand-in: `stand_in = True` on its class) rather than paid or GPU work cached by request content."""
+    try:
+        return bool(getattr(get(kind, name), "stand_in", False))
+    except ValueError:  # not a registered backend (e.g. the `folder` import of an existing FOCUS set)
+        return False
+
+
 def build(kind: str, name: str, *args: Any, **optional: Any) -> Any:
     """Call the factory with `args` and those `optional` keywords its signature accepts (so a new
     backend needs no boiler-plate for arguments it does not use)."""
@@ -141,12 +160,15 @@ def build(kind: str, name: str, *args: Any, **optional: Any) -> Any:
 def check_name(kind: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     """A pydantic AfterValidator: the value must be a registered `kind` backend (or one of `extra`)."""
     def validate(value: str) -> str:
+        from biasaudit.params.base import embeds_secret
+
         allowed = names(kind) + tuple(extra)
         if value not in allowed:
-            raise ValueError(f"unknown {kind} backend '{value}'; available: {', '.join(sorted(allowed))}")
+            shown = "(a value that looks like a key, not shown)" if embeds_secret(value) else f"'{value}'"
+            raise ValueError(f"unknown {kind} backend {shown}; available: {', '.join(sorted(allowed))}")
         return value
 
     return validate
 
 
-__all__ = ["KINDS", "build", "check_name", "get", "names", "register"]
+__all__ = ["KINDS", "build", "check_name", "get", "module_of", "names", "recomputes_cheaply", "register"]

@@ -48,6 +48,38 @@ def redact(text: str) -> str:
     return _PREFIXED_TOKEN.sub("<redacted>", text)
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_URL_SECRET = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s]+:[^/@\s]*@|[?&](key|api_key|apikey|access_token|token|"
+                         r"secret|sig|signature|password|auth)=", re.IGNORECASE)
+
+
+def embeds_secret(value: str) -> bool:
+    """True for a string that carries a key inside ordinary text (a model id, a URL, a prompt): a known
+    provider prefix at the start of a token, a long token mixing upper case, lower case and digits (a
+    lowercase hex digest such as a git revision is not one), or a URL with credentials or a `key=` query."""
+    if _URL_SECRET.search(value):
+        return True
+    for match in re.finditer(r"[A-Za-z0-9_\-\.]+", value):
+        word = match.group(0)
+        if _KEY_PREFIX.match(word) and len(word) >= 20:
+            return True
+        for token in _TOKEN.findall(word):
+            if len(token) >= 24 and re.search(r"\d", token) and re.search(r"[a-z]", token) and re.search(r"[A-Z]", token):
+                return True
+    return False
+
+
+def secret_fields(data: Any, prefix: str = "") -> list[str]:
+    """The dotted names of every string (in nested dicts and lists) that embeds a secret."""
+    if isinstance(data, str):
+        return [prefix] if embeds_secret(data) else []
+    if isinstance(data, dict):
+        return [f for k, v in data.items() for f in secret_fields(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(data, (list, tuple)):
+        return [f for i, v in enumerate(data) for f in secret_fields(v, f"{prefix}[{i}]")]
+    return []
+
+
 def env_name_problem(field: str, value: Any) -> str | None:
     """Why `value` is not a valid environment-variable name for `field` (never quoting it), or None."""
     if value is None or value == "":
@@ -75,3 +107,23 @@ class Section(BaseModel):
             if problems:
                 raise ValueError("; ".join(problems))
         return data
+
+    @model_validator(mode="after")
+    def _no_key_in_any_string(self) -> Any:
+        """Every other string of this section (model ids, URLs, prompts, instructions; nested sections
+        check their own): a key must not ride along. Runs after the type checks, so they are reported too."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, Section):
+                return None
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            return value
+
+        found = [f for name, value in self if not name.endswith("_env") for f in secret_fields(plain(value), name)]
+        if found:
+            raise ValueError("; ".join(f"{f}: this looks like it contains an API key or credentials (the value is "
+                                       "not shown); keys belong in an environment variable named by an *_env field"
+                                       for f in found))
+        return self

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit import UNKNOWN
+from biasaudit import UNKNOWN, registry
 from biasaudit import contracts as C
 from biasaudit.backends.vlm import CachedVLM, VLMRequest, VLMResponse, parse_choice
 from biasaudit.backends.vlm.parse import is_refusal
@@ -170,7 +170,8 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     stage = Stage(f"classify {model}", items, "image_id",
                   settings_hash(vlm, params.instruction, labels, params.vlm.max_tokens), make_fn,
                   C.CLASSIFY_LOGS / f"{model}.jsonl", item_content, batch_size=params.batch_size,
-                  limit=params.limit, retry_failed=params.retry_failed, counts_tokens=True, price=price_d)
+                  limit=params.limit, retry_failed=params.retry_failed, counts_tokens=True, price=price_d,
+                  code=(registry.module_of("vlm", params.vlm.backend),))  # answers come from the cache
     run = run_stage(stage, ex, progress)
     summary = run.summary
     accounting = summary.accounting | ({"backend_stats": backend.stats} if ex.runner == "local" else {})

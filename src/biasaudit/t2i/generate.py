@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import registry
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.config import ParamsError
 from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
@@ -293,7 +294,10 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
                           tuple(prompts["prompt_id"].astype(str)))
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
                   batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged,
-                  cpu_bound=spec.backend == "planted")  # numpy rendering: the local process pool helps
+                  cpu_bound=spec.backend == "planted",  # numpy rendering: the local process pool helps
+                  # a stand-in renderer's images follow its code; a model's are kept (GPU hours, API cost)
+                  code=(registry.module_of("generator", spec.backend),)
+                  if registry.recomputes_cheaply("generator", spec.backend) else None)
     run = run_stage(stage, ex, progress)
     for fn_made in run.made:
         if fn_made.ctx.generator is not None and generator is None:

@@ -22,6 +22,7 @@ import pandas as pd
 from PIL import Image
 
 from biasaudit import contracts as C
+from biasaudit import registry
 from biasaudit.engine import per_item
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
@@ -220,8 +221,10 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
     else:
         make_fn = partial(make_edit_fn, params, checks, Path(out_root).as_posix(), params.mask_detector)
     settings = stable_hash([params.model_dump(), checks.model_dump()], 16)
+    cheap = editor is None and registry.recomputes_cheaply("editor", params.backend)  # a stand-in editor
     stage = Stage("edits", items, "edit_id", settings, make_fn, Path(out_root) / ".work" / "edits.jsonl",
-                  edit_content, still_valid=edit_file_unchanged, cpu_bound=params.backend == "tiny")
+                  edit_content, still_valid=edit_file_unchanged, cpu_bound=params.backend == "tiny",
+                  code=(registry.module_of("editor", params.backend),) if cheap else None)
     run = run_stage(stage, cfg.execution, progress)
     if run.made:
         described = run.made[0].editor.describe()

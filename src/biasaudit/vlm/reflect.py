@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit import contracts as C
+from biasaudit import registry
 from biasaudit.engine import Stage, StageRun, file_digest, run_stage
 from biasaudit.provenance import stable_hash
 from biasaudit.vlm import tasks
@@ -65,6 +66,7 @@ def run_reflect(vlm: str, cfg: Any, images: pd.DataFrame, params: Any = None, pr
     stage = Stage(f"reflect {vlm}", items, "item_id", settings_hash(spec, params), make_fn, log or log_path(vlm),
                   item_content, batch_size=params.batch_size, limit=params.limit,
                   retry_failed=params.retry_failed, retryable=api_failed, counts_tokens=True,
+                  code=(registry.module_of("vlm", spec.backend),),  # a code change re-parses cached answers
                   price=price.model_dump(exclude={"per_image"}) if price else None)
     run: StageRun = run_stage(stage, cfg.execution, progress)
     # describe the backend without loading a model when none was built here (nothing pending, or Ray)
