@@ -126,3 +126,33 @@ def test_analysis_parameter_reruns_only_analysis_and_report(fresh_repo, first_ru
         rt.dump(doc, fh)
     out = run(["dvc", "repro"], fresh_repo)
     assert stages_run(out) == {"analyze", "report"}, out
+
+
+def test_a_code_change_redoes_what_it_changes_and_a_comment_nothing(fresh_repo, first_run):
+    """An L* + 10 edit of faces.colour.describe_rgb recomputes every L*; a comment-only edit recomputes
+    nothing; a behaviour change in vlm/tasks.py re-parses the model's cached answers with 0 requests."""
+    import json
+
+    import pandas as pd
+
+    log = fresh_repo / "data/t2i/.work/faces/planted-a/records.jsonl"
+    faces = fresh_repo / "data/t2i/faces/planted-a.parquet"
+    colour = fresh_repo / "src/biasaudit/faces/colour.py"
+    original, L_before = colour.read_text(), pd.read_parquet(faces).set_index("image_id")["L"]
+    lines = len(log.read_text().splitlines())
+    colour.write_text(original + "\n# a comment only: the same code\n")
+    run(["dvc", "repro", "-s", "faces@planted-a"], fresh_repo)
+    assert len(log.read_text().splitlines()) == lines  # nothing recomputed
+    colour.write_text(original.replace('"L": float(lab[0]),', '"L": float(lab[0]) + 10.0,'))
+    run(["dvc", "repro", "-s", "faces@planted-a"], fresh_repo)
+    L_after = pd.read_parquet(faces).set_index("image_id")["L"]
+    measured = L_before.dropna().index
+    assert len(measured) > 100 and ((L_after[measured] - L_before[measured] - 10).abs() < 1e-6).all()
+    colour.write_text(original)
+    tasks = fresh_repo / "src/biasaudit/vlm/tasks.py"
+    source = tasks.read_text()
+    tasks.write_text(source.replace('    out: dict[str, Any] = {"choice": None,', '    out: dict[str, Any] = {"choice": None, "reparsed": True,'))
+    run(["dvc", "repro", "-s", "reflect@tiny"], fresh_repo)  # the real transformers path, behind its cache
+    accounting = json.loads((fresh_repo / "data/vlm/responses/tiny.run.json").read_text())["accounting"]
+    assert accounting["requests"] > 500 and accounting["calls"] == 0  # every answer from the cache
+    tasks.write_text(source)
