@@ -42,7 +42,8 @@ out_dir = C.SOURCES_DIR
 # %%
 if params.source == "packaged":
     # a few spare seeded crops per occupation, tried in order if one is rejected
-    candidates = src.packaged_candidates(params.occupations, 3 * params.photos_per_occupation, params.seed)
+    candidates = src.packaged_candidates(params.occupations, 3 * params.photos_per_occupation, params.seed,
+                                         params.packaged_max_side)
 else:
     candidates = src.folder_candidates(params.input_dir, params.occupations)
     if not candidates:

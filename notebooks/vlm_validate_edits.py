@@ -76,11 +76,16 @@ print(result["summary"], "| execution:", result["execution"])
 # %%
 if params.check_target:
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
+    from biasaudit.vlm import tasks
 
     if params.classifier not in cfg.vlms:
         raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
-    vlm = CachedVLM(make_vlm_backend(cfg.vlms[params.classifier]), C.vlm_cache_path(params.classifier))
+    spec = cfg.vlms[params.classifier]
+    vlm = CachedVLM(make_vlm_backend(spec), C.vlm_cache_path(params.classifier))
     todo = checks[checks["status"] == "ok"]
+    if spec.max_source_units:  # a wiring test (the tiny stand-in) asks about its first photos only
+        todo = tasks.first_units(todo, spec.max_source_units)
+        print(f"{params.classifier}: max_source_units {spec.max_source_units}, {len(todo)} edits asked")
     att = V.target_attainment(vlm, list(todo["path"]), list(zip(todo["race"], todo["gender"])), params)
     for col in att[0] if att else []:
         checks.loc[todo.index, col] = [a[col] for a in att]

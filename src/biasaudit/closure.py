@@ -11,6 +11,7 @@ comment-only edit redoes nothing.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 from functools import lru_cache
 from pathlib import Path
@@ -43,6 +44,17 @@ def imports_of(tree: ast.AST, package: str) -> set[str]:
     return {n for n in names if n == "biasaudit" or n.startswith("biasaudit.")}
 
 
+@lru_cache(maxsize=512)
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def parsed(path: Path) -> ast.Module:
+    """The module's AST, parsed once per process while the file is unchanged (size and mtime)."""
+    st = path.stat()
+    return _parsed(path, st.st_mtime_ns, st.st_size)
+
+
 def closure_of_names(names: set[str]) -> dict[str, Path]:
     """module name → file, for every biasaudit module reachable from `names`."""
     todo = sorted(names)
@@ -60,7 +72,7 @@ def closure_of_names(names: set[str]) -> dict[str, Path]:
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
         files[name] = path
         pkg = name if path.name == "__init__.py" else ".".join(parts[:-1])
-        todo += sorted(imports_of(ast.parse(path.read_text(encoding="utf-8")), pkg))
+        todo += sorted(imports_of(parsed(path), pkg))
     return files
 
 
@@ -71,7 +83,7 @@ def closure_of_source(source: str, package: str = "") -> set[Path]:
 
 def _normalised(path: Path) -> str:
     """The module's AST without docstrings: the same for any comment, docstring or layout edit."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = copy.deepcopy(parsed(path))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \

@@ -99,7 +99,8 @@ class VLMSpec(Section):
     sim_seed: int = 0
     # 'planted' backend (Method B, SIMULATED answers from declared effects; biasaudit.vlm.planted)
     planted: PlantedReflect = Field(default_factory=PlantedReflect)
-    # REFLECT: ask about the first N source photos only (0 = all), e.g. a slow wiring test of a real path
+    # REFLECT and validate_edits' target check: ask about the first N source photos only (0 = all), e.g. a
+    # slow wiring test of a real path
     max_source_units: int = Field(0, ge=0)
 
     @model_validator(mode="after")

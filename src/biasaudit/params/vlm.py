@@ -130,6 +130,9 @@ class Sources(Section):
     dominance_ratio: float = Field(4.0, ge=1.0)
     detector_upsample: int = Field(1, ge=0, le=3)  # dlib HOG upsampling (finds faces down to ~40 px at 1)
     seed: int = 20260111                          # seeded crops of the packaged photos
+    # packaged (STAND-IN) photos and crops are downscaled to at most this side (0 = as shipped): the
+    # offline demo edits and validates 12 units × 10 groups in its time budget
+    packaged_max_side: int = Field(0, ge=0)
 
 
 class Counterfactuals(Section):

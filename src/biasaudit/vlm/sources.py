@@ -54,8 +54,21 @@ def seeded_crop(rgb: np.ndarray, seed: int, keep: float = 0.9) -> np.ndarray:
     return np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
 
 
-def packaged_candidates(occupations: list[str], per_occupation: int, seed: int) -> list[dict[str, Any]]:
-    """Offline sources: photo k of occupation i = packaged photo (i + k) mod n, seeded-cropped for k > 0."""
+def downscaled(rgb: np.ndarray, max_side: int) -> np.ndarray:
+    """`rgb` with its longer side at most `max_side` (LANCZOS; 0 or a smaller image: unchanged)."""
+    h, w = rgb.shape[:2]
+    if not max_side or max(h, w) <= max_side:
+        return rgb
+    from PIL import Image
+
+    k = max_side / max(h, w)
+    return np.asarray(Image.fromarray(rgb).resize((round(w * k), round(h * k)), Image.Resampling.LANCZOS))
+
+
+def packaged_candidates(occupations: list[str], per_occupation: int, seed: int, max_side: int = 0
+                        ) -> list[dict[str, Any]]:
+    """Offline sources: photo k of occupation i = packaged photo (i + k) mod n, seeded-cropped for k > 0,
+    then downscaled to `max_side` (sources.packaged_max_side)."""
     photos = packaged_photos()
     names = sorted(photos)
     out = []
@@ -63,7 +76,7 @@ def packaged_candidates(occupations: list[str], per_occupation: int, seed: int) 
         for k in range(per_occupation):
             name = names[(i + k) % len(names)]
             rgb = photos[name] if k == 0 else seeded_crop(photos[name], derive_seed(seed, occ, k))
-            out.append({"occupation": occ, "base_id": f"{name.replace('_', '-')}-{k}", "rgb": rgb,
+            out.append({"occupation": occ, "base_id": f"{name.replace('_', '-')}-{k}", "rgb": downscaled(rgb, max_side),
                         "origin": f"packaged:{name}" + (f" crop seed={derive_seed(seed, occ, k)}" if k else ""),
                         "reason": ""})
     return out

@@ -10,42 +10,20 @@ SDKs are imported inside the factories so that e.g. the API backends need no tor
 
 from __future__ import annotations
 
+from biasaudit import registry
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.params.generate import GeneratorSpec
 
 
 def make_generator(name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | None = None,
                    tiny_root: str | None = None) -> Generator:
-    """Instantiate the backend of `spec` (loads weights / opens clients)."""
-    if spec.backend == "diffusers":
-        from biasaudit.backends.generators.diffusers_backend import DiffusersGenerator
-
-        return DiffusersGenerator(name, spec)
-    if spec.backend == "tiny":
-        from biasaudit.backends.generators.diffusers_backend import make_tiny
-
-        return make_tiny(name, spec, tiny_root)
-    if spec.backend == "imagen":
-        from biasaudit.backends.generators.imagen import ImagenGenerator
-
-        return ImagenGenerator(name, spec)
-    if spec.backend == "openai":
-        from biasaudit.backends.generators.openai_images import OpenAIImagesGenerator
-
-        return OpenAIImagesGenerator(name, spec)
-    if spec.backend == "folder":
-        from biasaudit.backends.generators.folder import FolderGenerator
-
-        return FolderGenerator(name, spec, known_prompt_ids)
-    if spec.backend == "packaged-photos":
-        from biasaudit.backends.generators.packaged_photos import PackagedPhotosGenerator
-
-        return PackagedPhotosGenerator(name, spec)
-    if spec.backend == "planted":
-        from biasaudit.backends.generators.planted import PlantedGenerator
-
-        return PlantedGenerator(name, spec)
-    raise ValueError(f"backend: unknown generator backend '{spec.backend}'")
+    """Instantiate the backend of `spec` (loads weights / opens clients): the factory registered under its
+    name, given the optional arguments its signature takes (`known_prompt_ids`: folder; `tiny_root`: tiny)."""
+    if spec.backend not in registry.names("generator"):
+        raise ValueError(f"backend: unknown generator backend '{spec.backend}'; available: "
+                         f"{', '.join(registry.names('generator'))}")
+    return registry.build("generator", spec.backend, name, spec, known_prompt_ids=known_prompt_ids,
+                          tiny_root=tiny_root)
 
 
 __all__ = ["GenRequest", "GenResult", "Generator", "GeneratorSpec", "make_generator"]
