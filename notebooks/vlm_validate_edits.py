@@ -33,7 +33,6 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.images import load_rgb
 from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
 from biasaudit.notebook import banner, stage_params
 from biasaudit.outputs import to_markdown
@@ -52,14 +51,7 @@ print(f"{len(manifest)} images, {int((manifest['status'] == 'ok').sum())} edited
 # ## Controls: the checks catch bad edits
 
 # %%
-def sources_with_face():
-    for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
-        loaded = load_rgb(path)
-        if loaded.ok:
-            yield V.prepare_source(loaded.rgb, params.mask_detector, params.check_identity)
-
-
-first = next((s for s in sources_with_face() if s.face is not None), None)
+first = V.first_source_with_face(manifest, params)
 controls = pd.DataFrame(V.run_controls(first, params)) if first is not None else pd.DataFrame()
 display(controls)
 controls_ok = bool(len(controls)) and bool(controls["as_expected"].all())

@@ -278,6 +278,19 @@ def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tup
             ("face unchanged", rgb.copy(), "no_face_change")]
 
 
+def first_source_with_face(manifest: Any, params: Any) -> SourceInfo | None:
+    """The first source photo of the FOCUS manifest (by path) whose face is found: what the controls edit."""
+    from biasaudit.images import load_rgb
+
+    for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
+        loaded = load_rgb(path)
+        if loaded.ok:
+            source = prepare_source(loaded.rgb, params.mask_detector, params.check_identity)
+            if source.face is not None:
+                return source
+    return None
+
+
 def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
     rows = []
     for name, img, expect in control_edits(source, params.border_px):
