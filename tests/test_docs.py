@@ -13,8 +13,8 @@ def cited_paths(text: str) -> set[str]:
     out = set()
     for a, b in PATH.findall(text):
         p = a or b
-        if "<" in p or p.startswith(("http", ".")):
-            continue  # a pattern (notebooks/<name>.py) or a relative notion, not a file
+        if "<" in p or p.startswith(("http", ".", "reports/", "data/")):
+            continue  # a pattern (notebooks/<name>.py), a relative notion or a stage's output, not code
         out.add(p)
     return out
 
