@@ -151,8 +151,12 @@ def test_a_code_change_redoes_what_it_changes_and_a_comment_nothing(fresh_repo, 
     colour.write_text(original)
     tasks = fresh_repo / "src/biasaudit/vlm/tasks.py"
     source = tasks.read_text()
+    run_json = fresh_repo / "data/vlm/responses/tiny.run.json"
+    uncached = json.loads(run_json.read_text())["accounting"]["failed"]  # answers the cache keeps not (empty …)
     tasks.write_text(source.replace('    out: dict[str, Any] = {"choice": None,', '    out: dict[str, Any] = {"choice": None, "reparsed": True,'))
     run(["dvc", "repro", "-s", "reflect@tiny"], fresh_repo)  # the real transformers path, behind its cache
-    accounting = json.loads((fresh_repo / "data/vlm/responses/tiny.run.json").read_text())["accounting"]
-    assert accounting["requests"] > 500 and accounting["calls"] == 0  # every answer from the cache
+    accounting = json.loads(run_json.read_text())["accounting"]
+    # every kept answer from the cache: only those the cache refuses (an empty or cut-off answer) are asked again
+    assert accounting["requests"] > 500 and accounting["calls"] == uncached
+    assert accounting["cache_hits"] == accounting["requests"] - uncached
     tasks.write_text(source)

@@ -48,7 +48,8 @@ def _module_of(make_fn: Any) -> tuple[str, ...]:
     """The module defining a batch-function factory (a functools.partial's function's)."""
     fn = getattr(make_fn, "func", make_fn)
     name = getattr(fn, "__module__", "") or ""
-    return (name,) if name.startswith("biasaudit") else ()
+    # the engine's own wrappers (run_local, pending_items) name the batch function's module themselves
+    return (name,) if name.startswith("biasaudit") and name != __name__ else ()
 
 
 def per_item(one: Callable[[Item], Item], on_error: Callable[[Item, str], Item]) -> BatchFn:
@@ -391,7 +392,7 @@ def run_local(items: list[Item], fn: BatchFn, log: RecordLog, batch_size: int = 
     from biasaudit.params.execution import Execution
 
     stage = Stage(desc, items, log.key, settings_hash, lambda: fn, log.path, content, batch_size=batch_size,
-                  limit=limit, retry_failed=retry_failed)
+                  limit=limit, retry_failed=retry_failed, code=_module_of(fn))
     return execute(stage, log, Execution(shard_index=shard_index, shard_count=shard_count), progress).summary
 
 
