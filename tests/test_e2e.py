@@ -152,7 +152,8 @@ def test_a_code_change_redoes_what_it_changes_and_a_comment_nothing(fresh_repo, 
     tasks = fresh_repo / "src/biasaudit/vlm/tasks.py"
     source = tasks.read_text()
     run_json = fresh_repo / "data/vlm/responses/tiny.run.json"
-    uncached = json.loads(run_json.read_text())["accounting"]["failed"]  # answers the cache keeps not (empty …)
+    answers = pd.read_parquet(fresh_repo / "data/vlm/responses/tiny.parquet")
+    uncached = int((answers["text"].fillna("") == "").sum())  # empty answers: the cache does not keep them
     tasks.write_text(source.replace('    out: dict[str, Any] = {"choice": None,', '    out: dict[str, Any] = {"choice": None, "reparsed": True,'))
     run(["dvc", "repro", "-s", "reflect@tiny"], fresh_repo)  # the real transformers path, behind its cache
     accounting = json.loads(run_json.read_text())["accounting"]
