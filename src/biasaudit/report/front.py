@@ -394,7 +394,7 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
     vcol = "vlm" if "vlm" in df else None
     wide = df.pivot_table(index=[c for c in (vcol, "group") if c], columns=task, values="cell", aggfunc="first")
     wide.columns.name = None
-    b.html = _table(wide.reset_index())
+    b.html = collapsible(_table(wide.reset_index()), len(wide), label=f"Δg of every group and task ({len(wide)} rows)")
     if not lo:
         b.note = "no CI columns in the gap tables yet (delta_low/delta_high)"
     if padj:
@@ -483,7 +483,6 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
         show["covered"] = df[cov].map(lambda v: "yes" if truthy(v) else "NO")
     if "note" in df:
         show["note"] = df["note"].fillna("")
-    b.html = _table(show)
     if cov:
         ok = show["covered"].eq("yes")
         is_check = df["check"].map(truthy) if "check" in df \
@@ -510,6 +509,8 @@ def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
             b.findings.append(f"The {len(raw)} raw or partly corrected estimates shown beside them cover the planted "
                               f"value in {int(ok[~is_check].sum())}: the gap is the classifier's error and the "
                               "finite-n bias that the checked (corrected) rows remove.")
+    # the findings say how many are covered; the table itself stays one click away (the front page is short)
+    b.html = collapsible(_table(show), len(show), label=f"every row ({len(show)}): planted, estimate, interval, width")
     return b
 
 
@@ -576,7 +577,8 @@ def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
             parts.append(f"<h4>{title}</h4>" + collapsible(_table(_round(t.df)), len(t.df)))
     if summary.df is not None and len(summary.df):
         loaded.append(summary)
-        parts.insert(0, "<h4>Summary</h4>" + _table(_round(summary.df)))
+        parts.insert(0, "<h4>Summary</h4>" + collapsible(_table(_round(summary.df)), len(summary.df),
+                                                         label=f"the L* sweep, every method and level ({len(summary.df)} rows)"))
     else:
         summary.path = None
     png = t2i.root / "instruments/instruments.png"
@@ -613,7 +615,7 @@ def calibration_block(reports: Path, level: str) -> Block:
     if not t.ok:
         return _missing(b, t)
     nom, obs, se = col(df, "nominal"), col(df, "observed"), col(df, "mc_se")
-    b.html = _table(_round(df))
+    b.html = collapsible(_table(_round(df)), len(df), label=f"every calibration row ({len(df)})")
     if nom and obs:
         dev = (df[obs].map(num) - df[nom].map(num)).abs()
         tol = 2 * df[se].map(num) if se else pd.Series(0.01, index=df.index)
