@@ -45,15 +45,8 @@ sources = pd.read_parquet(sources_manifest) if sources_manifest.exists() else No
 # ## Edit (or import)
 
 # %%
-if params.backend == "folder":
-    manifest = focus.import_focus_folder(params.folder_dir, out_root, C.SOURCES_DIR)
-    editor_info = {"backend": "folder", "model_id": params.folder_dir, "stand_in": False}
-else:
-    if sources is None or not (sources["status"] == "ok").any():
-        raise RuntimeError(f"no accepted source photos: run the `sources` stage first ({sources_manifest})")
-    result = focus.run_edits(cfg, sources, params, out_root)  # resumable; `execution:` local, pool or Ray
-    manifest, editor_info = result["manifest"], result["editor"]
-    print(result["summary"], "| execution:", result["execution"])
+manifest, editor_info, summary = focus.counterfactuals(cfg, sources, params, out_root)  # import, or edit (resumable)
+print(summary)
 print(editor_info)
 display(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))
 
@@ -61,7 +54,7 @@ display(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))
 # ## Attempts and pixel checks per target group (regenerations show where the editor struggles)
 
 # %%
-if "attempts" in manifest and params.backend != "folder":
+if "attempts" in manifest and manifest["attempts"].notna().any():  # edits made here (an import has none)
     cols = [c for c in ("attempts", "px_ssim_outside", "px_psnr_outside", "px_delta_e_outside", "px_delta_e_inside")
             if c in manifest]
     display(manifest.groupby("group")[cols].mean().round(3))

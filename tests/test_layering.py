@@ -90,3 +90,50 @@ def test_method_b_does_not_reach_into_method_a():
     crossing = {m: sorted(t for t in targets if t.startswith("biasaudit.t2i"))
                 for m, targets in graph.items() if m.startswith("biasaudit.vlm")}
     assert not any(crossing.values()), crossing
+
+
+def _backend_names() -> set[str]:
+    from biasaudit import registry
+
+    return {n for kind in registry.KINDS for n in registry.names(kind)}
+
+
+def _names_backend(node: ast.AST) -> bool:
+    """Whether an expression reads a backend name: `x.backend`, `backend`, `x.get("backend")`, `x["backend"]`."""
+    text = ast.unparse(node)
+    return "backend" in text
+
+
+def test_no_backend_name_is_compared_outside_its_own_module_and_the_registry():
+    """A backend describes itself (registry traits): no code outside backends/ and registry.py branches on a
+    backend's name, so adding a backend edits no if-chain anywhere."""
+    names = _backend_names()
+    files = [p for p in sorted((SRC / "biasaudit").rglob("*.py"))
+             if "backends" not in p.relative_to(SRC).parts and p.name != "registry.py"]
+    files += sorted((ROOT / "notebooks").glob("*.py"))
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            literals = {c.value for s in sides for c in ast.walk(s)
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in names}
+            if literals and any(_names_backend(s) for s in sides):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+
+
+def test_every_backend_declares_only_known_traits():
+    """Traits are read from source; a misspelt one would be silently ignored."""
+    from biasaudit import registry
+
+    known = {"needs", "inputs", "requires_all", "requires_any", "reads", "stand_in", "recomputes_cheaply", "batches",
+             "cpu_bound", "side_multiple", "sizes_by", "sizes", "no_response_format", "imports_existing",
+             "answers_from_confusion", "planted",
+             "backend", "name", "uses_mask", "prompt_field", "answers_by_identity"}  # class attributes read at run time
+    for kind in registry.KINDS:
+        for name in registry.names(kind):
+            module = registry.module_of(kind, name)
+            declared = registry._literal_traits(registry._SOURCES[module].read_text(encoding="utf-8"), kind, name)
+            assert set(declared) <= known, (kind, name, set(declared) - known)

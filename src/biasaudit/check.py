@@ -23,25 +23,31 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit import contracts as C
+from biasaudit import registry
 from biasaudit.params import Params
 
 HASH_CACHE_NAME = ".check-hashes.json"  # beside the check folder: (path, size, mtime) → sha256, so big folders are not re-read
+
+
+def declared_inputs(kind: str, spec: object) -> list[str]:
+    """The input paths a backend declares it reads (registry trait `inputs`: spec field names)."""
+    return [p for f in registry.trait(kind, spec.backend, "inputs", ()) if (p := getattr(spec, f))]  # type: ignore[attr-defined]
 
 
 def external_inputs(cfg: Params) -> dict[str, list[str]]:
     """Stage instance (dvc.yaml address with '@' → '_') → the external paths it reads, per params."""
     out: dict[str, list[str]] = {}
     for name, spec in cfg.models.items():
-        out[f"generate_{name}"] = [p for p in (spec.folder, spec.mapping_csv) if p] if spec.backend == "folder" else []
-    out["classify"] = [cfg.classify.vlm.model_id] if cfg.classify.vlm.backend == "file" else []
+        out[f"generate_{name}"] = declared_inputs("generator", spec)
+    out["classify"] = declared_inputs("vlm", cfg.classify.vlm)
     rel = cfg.reliability
     out["reliability"] = [] if rel.simulate else [(Path(rel.sheets_dir) / f"{r}.csv").as_posix() for r in rel.raters]
     out["sources"] = [cfg.sources.input_dir] if cfg.sources.source == "folder" else []
     out["baseline"] = [cfg.baseline.portraits_dir] if cfg.baseline.source == "folder" else []
     out["faces"] = [cfg.faces.bisenet_weights] if cfg.faces.skin_method == "bisenet" else []
-    out["counterfactuals"] = [cfg.counterfactuals.folder_dir] if cfg.counterfactuals.backend == "folder" else []
+    out["counterfactuals"] = declared_inputs("editor", cfg.counterfactuals)
     for name, spec in cfg.vlms.items():
-        out[f"reflect_{name}"] = [spec.model_id] if spec.backend == "file" else []
+        out[f"reflect_{name}"] = declared_inputs("vlm", spec)
     return out
 
 

@@ -34,7 +34,7 @@ def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FIL
 
 
 def describe_need(n: Any) -> str:
-    label = {"weight": "missing weight", "key": "missing key", "server": "server not reachable"}[n.kind]
+    label = {"weight": "missing weight", "key": "missing key", "server": "server not reachable", "input": "missing input"}[n.kind]
     return f"{label} {n.what} ({n.used_by}; {n.stage}): {n.fix}"
 
 

@@ -9,6 +9,12 @@
 Kinds: "generator" (called as factory(name, spec, **optional)), "vlm" and "editor" (factory(spec)).
 The params schema derives its allowed `backend` values from `names(kind)`.
 
+A backend describes itself with class attributes holding literals (`trait`): what it needs that is not in
+the repository (`needs`), the input files the check stage fingerprints (`inputs`), the spec fields it
+requires (`requires_all`, `requires_any`) and reads (`reads`), whether it is a stand-in (`stand_in`),
+batches (`batches`) or is CPU-bound (`cpu_bound`). They are read from the source like the decorators,
+so validating params and listing needs import no backend.
+
 Discovery reads the `@register(kind, name)` decorators from the source of biasaudit.backends.<kind
 package> without importing it (validating params.yaml, which every stage runner does first, then costs
 milliseconds instead of the ~1 s of importing pandas, scipy and httpx); `get` imports the one module
@@ -33,6 +39,9 @@ KINDS: dict[str, str] = {"generator": "biasaudit.backends.generators", "vlm": "b
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {kind: {} for kind in KINDS}
 _DISCOVERED: set[str] = set()
 _DECLARED: dict[str, dict[str, str]] = {}
+_TRAITS: dict[tuple[str, str], dict[str, Any]] = {}
+_RUNTIME_TRAITS: dict[tuple[str, str], dict[str, Any]] = {}
+_SOURCES: dict[str, Path] = {}  # declaring module → its source file (read for traits, not imported)
 _LOCK = threading.RLock()
 
 
@@ -41,9 +50,12 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown backend kind '{kind}'; kinds: {', '.join(KINDS)}")
 
 
-def register(kind: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: make `factory` the backend `name` of `kind` (a second, different one is an error)."""
+def register(kind: str, name: str, **traits: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: make `factory` the backend `name` of `kind` (a second, different one is an error).
+    `traits` (literals) describe a function factory the way class attributes describe a class."""
     _check_kind(kind)
+    if traits:
+        _RUNTIME_TRAITS[(kind, name)] = traits
 
     def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
         with _LOCK:
@@ -73,6 +85,42 @@ def _declared_in(source: str) -> list[tuple[str, str]]:
     return found
 
 
+def _literal_traits(source: str, kind: str, name: str) -> dict[str, Any]:
+    """The literal traits of the factory decorated `@register(kind, name, **traits)`: the decorator's
+    keywords over a class's body assignments `attr = <literal>` over those of its bases defined in the
+    same module."""
+    tree = ast.parse(source)
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+
+    def own(node: ast.ClassDef) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for stmt in node.body:
+            target = (stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                      else stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None)
+            if isinstance(target, ast.Name):
+                try:
+                    found[target.id] = ast.literal_eval(stmt.value)  # type: ignore[arg-type]
+                except ValueError:
+                    pass  # not a literal: not a trait
+        return found
+
+    def merged(node: ast.ClassDef, seen: frozenset[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for base in reversed(node.bases):
+            base_name = getattr(base, "id", "")
+            if base_name in classes and base_name not in seen:
+                out.update(merged(classes[base_name], seen | {base_name}))
+        return out | own(node)
+
+    for node in ast.walk(tree):
+        for deco in getattr(node, "decorator_list", ()):
+            if (isinstance(deco, ast.Call) and len(deco.args) == 2
+                    and [getattr(a, "value", None) for a in deco.args] == [kind, name]):
+                body = merged(node, frozenset({node.name})) if isinstance(node, ast.ClassDef) else {}
+                return body | {k.arg: ast.literal_eval(k.value) for k in deco.keywords if k.arg}
+    return {}
+
+
 def _declared(kind: str) -> dict[str, str]:
     """{backend name: module} declared in the kind's package, read from source (nothing imported)."""
     with _LOCK:
@@ -85,6 +133,7 @@ def _declared(kind: str) -> dict[str, str]:
                     for declared_kind, name in _declared_in(path.read_text(encoding="utf-8")):
                         if declared_kind == kind:
                             declared[name] = f"{KINDS[kind]}.{info.name}"
+                            _SOURCES[declared[name]] = path
             _DECLARED[kind] = declared
         return _DECLARED[kind]
 
@@ -135,13 +184,43 @@ def module_of(kind: str, name: str) -> str:
     return getattr(get(kind, name), "__module__", "")
 
 
+def trait(kind: str, name: str, attr: str, default: Any = None) -> Any:
+    """A backend's literal class attribute `attr` (see the module docstring), read from its source
+    without importing it; a backend registered at run time answers with getattr."""
+    _check_kind(kind)
+    module = _declared(kind).get(name)
+    if module is None:  # registered at run time (a test, a plug-in), or no backend of that name
+        if name not in _REGISTRY[kind]:
+            return default
+        return _RUNTIME_TRAITS.get((kind, name), {}).get(attr, getattr(_REGISTRY[kind][name], attr, default))
+    with _LOCK:
+        if (kind, name) not in _TRAITS:
+            _TRAITS[(kind, name)] = _literal_traits(_SOURCES[module].read_text(encoding="utf-8"), kind, name)
+        return _TRAITS[(kind, name)].get(attr, default)
+
+
+def check_backend_requirements(kind: str, spec: Any) -> None:
+    """The spec fields its backend declares it requires (registry traits `requires_all`, `requires_any`):
+    a ValueError naming them when unset."""
+    required = trait(kind, spec.backend, "requires_all", ())
+    missing = [f for f in required if not getattr(spec, f)]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: required for backend '{spec.backend}'")
+    one_of = trait(kind, spec.backend, "requires_any", ())
+    if one_of and not any(getattr(spec, f) for f in one_of):
+        raise ValueError(f"{one_of[0]}: required for backend '{spec.backend}' (or {', '.join(one_of[1:])})")
+
+
+def backend_reads(kind: str, backend: str, field: str) -> bool:
+    """Whether the backend declares that it reads `field` (registry trait `reads`): a field is checked
+    only for the backends that use it."""
+    return field in trait(kind, backend, "reads", ())
+
+
 def recomputes_cheaply(kind: str, name: str) -> bool:
     """Whether the backend's work is cheap local computation that may be redone after a code change (a
     stand-in: `stand_in = True` on its class) rather than paid or GPU work cached by request content."""
-    try:
-        return bool(getattr(get(kind, name), "stand_in", False))
-    except ValueError:  # not a registered backend (e.g. the `folder` import of an existing FOCUS set)
-        return False
+    return bool(trait(kind, name, "stand_in", False))
 
 
 def build(kind: str, name: str, *args: Any, **optional: Any) -> Any:
@@ -171,4 +250,5 @@ def check_name(kind: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     return validate
 
 
-__all__ = ["KINDS", "build", "check_name", "get", "module_of", "names", "recomputes_cheaply", "register"]
+__all__ = ["KINDS", "backend_reads", "build", "check_backend_requirements", "check_name", "get", "module_of", "names",
+           "recomputes_cheaply", "register", "trait"]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from biasaudit import registry
+
 MODELS_DIR = Path("models")
 LOCK_FILE = MODELS_DIR / "weights.lock.json"
 
@@ -83,7 +85,7 @@ BY_NAME = {w.name: w for w in WEIGHTS}
 @dataclass
 class Need:
     """One thing a stage needs: a weight (file/folder), an API key, or a running server."""
-    kind: str          # weight | key | server
+    kind: str          # weight | key | server | input (data the user provides: photos, a label CSV)
     what: str          # path, variable name or URL
     used_by: str       # the params key / stage that needs it
     fix: str           # the exact step that provides it
@@ -124,13 +126,41 @@ def _hosted_needs(spec: Any, used_by: str, stage: str, backend_kind: str) -> lis
     base_url = getattr(spec, "base_url", "") or ""
     key = getattr(spec, "api_key_env", "") or ""
     if base_url and _is_local_url(base_url):
-        out.append(Need("server", base_url, used_by, f"start the server {base_url} (e.g. `vllm serve "
+        out.append(Need("server", base_url, f"{used_by}.base_url", f"start the server {base_url} (e.g. `vllm serve "
                         f"{spec.model_id} --port {base_url.rsplit(':', 1)[-1].split('/')[0]}`)", stage))
     elif key:
         from urllib.parse import urlparse
 
         provider = urlparse(base_url).hostname if base_url else backend_kind
-        out.append(Need("key", key, used_by, f"export {key}=<your API key for {provider}>", stage))
+        out.append(Need("key", key, f"{used_by}.api_key_env", f"export {key}=<your API key for {provider}>", stage))
+    return out
+
+
+def declared_needs(kind: str, spec: Any, used_by: str, stage: str) -> list[Need]:
+    """What one backend needs, from the `needs` it declares (registry.trait; nothing imported):
+    ("weight", field, marker): a weight at spec.<field> (a folder holding `marker`);
+    ("hosted",): an API key in spec.api_key_env (none with vertex_project), or the local server at base_url;
+    ("clip", model_field, pretrained_field): an open_clip checkpoint, when pretrained is set;
+    ("input", field, fix): data the user provides at spec.<field> (a label CSV, a FOCUS folder)."""
+    out: list[Need] = []
+    for declared in registry.trait(kind, spec.backend, "needs", ()):
+        what, *args = declared
+        if what == "weight":
+            field_name, marker = args
+            out.append(_weight_need(getattr(spec, field_name), f"{used_by}.{field_name}", stage, marker))
+        elif what == "hosted":
+            if not getattr(spec, "vertex_project", ""):  # Vertex AI: application default credentials
+                out += _hosted_needs(spec, used_by, stage, spec.backend)
+        elif what == "clip":
+            model_field, pretrained_field = args
+            pretrained = getattr(spec, pretrained_field)
+            if pretrained and pretrained != "tiny":
+                out.append(_clip_need(getattr(spec, model_field), pretrained, f"{used_by}.{pretrained_field}", stage))
+        elif what == "input":
+            field_name, fix = args
+            out.append(Need("input", getattr(spec, field_name), f"{used_by}.{field_name}", fix, stage))
+        else:
+            raise ValueError(f"{kind} backend '{spec.backend}' declares an unknown need {declared!r}")
     return out
 
 
@@ -138,15 +168,7 @@ def needs(cfg: Any) -> list[Need]:
     """Everything the parameters `cfg` need that is not in this repository: weights, keys, servers."""
     out: list[Need] = []
     for name, spec in cfg.models.items():
-        stage = f"generate@{name}"
-        if spec.backend == "diffusers":
-            out.append(_weight_need(spec.model_id, f"models.{name}.model_id", stage, "model_index.json"))
-        elif spec.backend in ("imagen", "openai"):
-            if spec.backend == "imagen" and spec.vertex_project:
-                continue  # application default credentials
-            if spec.api_key_env:
-                out.append(Need("key", spec.api_key_env, f"models.{name}.api_key_env",
-                                f"export {spec.api_key_env}=<your {spec.backend} API key>", stage))
+        out += declared_needs("generator", spec, f"models.{name}", f"generate@{name}")
     f = cfg.faces
     for model in cfg.models:
         stage = f"faces@{model}"
@@ -158,19 +180,13 @@ def needs(cfg: Any) -> list[Need]:
             out.append(_weight_need(f.bisenet_weights, "faces.bisenet_weights", stage))
         if f.clip_pretrained != "tiny":
             out.append(_clip_need(f.clip_model, f.clip_pretrained, "faces.clip_pretrained", stage))
-    out += _vlm_needs(cfg.classify.vlm, "classify.vlm", "classify@*")
+    out += declared_needs("vlm", cfg.classify.vlm, "classify.vlm", "classify@*")
     for name, spec in cfg.vlms.items():
-        out += _vlm_needs(spec, f"vlms.{name}", f"reflect@{name}")
+        out += declared_needs("vlm", spec, f"vlms.{name}", f"reflect@{name}")
     cf = cfg.counterfactuals
-    if cf.backend in ("gemini", "openai"):
-        out += _hosted_needs(cf, "counterfactuals", "counterfactuals", cf.backend)
-    elif cf.backend == "diffusers":
-        out.append(_weight_need(cf.model_id, "counterfactuals.model_id", "counterfactuals", "model_index.json"))
-    elif cf.backend == "folder":
-        out.append(Need("weight", cf.folder_dir, "counterfactuals.folder_dir",
-                        "put the FOCUS-layout images there", "counterfactuals"))
-    if cfg.sources.source == "folder" and cf.backend != "folder":
-        out.append(Need("weight", cfg.sources.input_dir, "sources.input_dir",
+    out += declared_needs("editor", cf, "counterfactuals", "counterfactuals")
+    if cfg.sources.source == "folder" and not registry.trait("editor", cf.backend, "imports_existing", False):
+        out.append(Need("input", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
     unique: dict[tuple[str, str], Need] = {}
     for n in out:  # one line per missing thing; a thing several stages share lists every one of them
@@ -194,18 +210,6 @@ def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
     w = BY_NAME["clip-vit-h-14"]
     return Need("weight", f"hf-cache:{hub or pretrained}", used_by,
                 f"biasaudit weights fetch --only {w.name}, and set {used_by}: {w.local_path}", stage, None)
-
-
-def _vlm_needs(spec: Any, used_by: str, stage: str) -> list[Need]:
-    if spec.backend in ("gemini", "openai"):
-        return _hosted_needs(spec, used_by, stage, spec.backend)
-    if spec.backend == "transformers":
-        return [_weight_need(spec.model_id, f"{used_by}.model_id", stage, "config.json")]
-    if spec.backend == "clip" and spec.clip_pretrained:
-        return [_clip_need(spec.model_id, spec.clip_pretrained, f"{used_by}.clip_pretrained", stage)]
-    if spec.backend == "file":
-        return [Need("weight", spec.model_id, f"{used_by}.model_id", "write the label CSV there", stage)]
-    return []
 
 
 # --- checking (offline) ---------------------------------------------------------------------------

@@ -127,3 +127,4 @@ class Section(BaseModel):
                                        "not shown); keys belong in an environment variable named by an *_env field"
                                        for f in found))
         return self
+

@@ -11,7 +11,7 @@ from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 from biasaudit.params.vlm import PlantedReflect
-from biasaudit.registry import check_name
+from biasaudit.registry import backend_reads, check_backend_requirements, check_name
 
 # Any backend registered with @register("vlm", name) (biasaudit/registry.py)
 VLMBackendName = Annotated[str, AfterValidator(check_name("vlm"))]
@@ -105,15 +105,14 @@ class VLMSpec(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "VLMSpec":
-        if self.backend in ("gemini", "openai") and not self.api_key_env and not self.base_url:
-            raise ValueError(f"api_key_env: required for backend '{self.backend}' (name of an environment variable)")
-        if self.backend == "simulated":
+        check_backend_requirements("vlm", self)
+        if backend_reads("vlm", self.backend, "sim_confusion"):
             rows = self.sim_confusion
             if set(rows) != set(GROUPS) or any(set(r) - set(GROUPS) for r in rows.values()):
                 raise ValueError(f"sim_confusion: rows and columns must be the groups {list(GROUPS)}")
             if any(v < 0 for r in rows.values() for v in r.values()) or any(sum(r.values()) <= 0 for r in rows.values()):
                 raise ValueError("sim_confusion: entries must be ≥ 0 with a positive sum per row")
-        if self.backend == "clip":
+        if backend_reads("vlm", self.backend, "clip_templates"):
             for t in self.clip_templates:
                 if "{}" not in t:
                     raise ValueError(f"clip_templates: '{t}' must contain '{{}}'")

@@ -15,27 +15,15 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
+from biasaudit import registry
 from biasaudit.contracts import GROUPS
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
-from biasaudit.registry import check_name
+from biasaudit.registry import backend_reads, check_backend_requirements, check_name
 
 # Any backend registered with @register("generator", name) (biasaudit/registry.py)
 Backend = Annotated[str, AfterValidator(check_name("generator"))]
-STAND_IN_BACKENDS = frozenset({"tiny", "packaged-photos", "planted"})
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
-# Output sizes (width, height) of Imagen 4 per aspect ratio at the default 1K image size.
-IMAGEN_SIZES: dict[tuple[int, int], str] = {
-    (1024, 1024): "1:1", (896, 1280): "3:4", (1280, 896): "4:3", (768, 1408): "9:16", (1408, 768): "16:9",
-}
-IMAGEN_2K_SIZES: dict[tuple[int, int], str] = {(2 * w, 2 * h): r for (w, h), r in IMAGEN_SIZES.items()}
-# Sizes the official OpenAI image models accept; other (OpenAI-compatible) model names accept any size.
-OPENAI_SIZES: dict[str, set[tuple[int, int]]] = {
-    "gpt-image-1": {(1024, 1024), (1536, 1024), (1024, 1536)},
-    "gpt-image-1-mini": {(1024, 1024), (1536, 1024), (1024, 1536)},
-    "dall-e-3": {(1024, 1024), (1792, 1024), (1024, 1792)},
-    "dall-e-2": {(256, 256), (512, 512), (1024, 1024)},
-}
 MAX_SIDE = 4096
 
 
@@ -134,37 +122,20 @@ class GeneratorSpec(Section):
     @model_validator(mode="after")
     def _check_backend(self) -> "GeneratorSpec":
         b, size = self.backend, (self.width, self.height)
-        if b in ("diffusers", "tiny"):
-            for key, side in (("width", self.width), ("height", self.height)):
-                if side % 16:
-                    raise ValueError(f"{key}: {side} is not a multiple of 16 (VAE factor 8 × patch size 2)")
-        if b == "diffusers" and not self.model_id:
-            raise ValueError("model_id: required for the diffusers backend (hub id or local directory)")
-        if b == "tiny" and self.architecture is None:
-            raise ValueError("architecture: required for the tiny backend (sd3 | flux)")
-        if b == "imagen":
-            if not self.model_id:
-                raise ValueError("model_id: required for the imagen backend (e.g. imagen-4.0-fast-generate-001)")
-            table = IMAGEN_SIZES if self.image_size == "1K" else IMAGEN_2K_SIZES
-            if size not in table:
-                allowed = ", ".join(f"{w}x{h}" for w, h in table)
-                raise ValueError(f"width/height: Imagen ({self.image_size}) makes only {allowed}; got {size[0]}x{size[1]}")
-            if not self.api_key_env and not self.vertex_project:
-                raise ValueError("api_key_env: required for imagen (or set vertex_project to use application default credentials)")
-        if b == "openai":
-            if not self.model_id:
-                raise ValueError("model_id: required for the openai backend (e.g. gpt-image-1)")
-            allowed_sizes = OPENAI_SIZES.get(self.model_id)
-            if allowed_sizes is not None and size not in allowed_sizes:
-                allowed = ", ".join(f"{w}x{h}" for w, h in sorted(allowed_sizes))
-                raise ValueError(f"width/height: {self.model_id} makes only {allowed}; got {size[0]}x{size[1]}")
-            if not self.api_key_env:
-                raise ValueError("api_key_env: required for the openai backend (e.g. OPENAI_API_KEY)")
-        if b == "planted" and self.planted is None:
+        check_backend_requirements("generator", self)
+        multiple = registry.trait("generator", b, "side_multiple", 0)
+        for key, side in (("width", self.width), ("height", self.height)) if multiple else ():
+            if side % multiple:
+                raise ValueError(f"{key}: {side} is not a multiple of {multiple} (VAE factor 8 × patch size 2)")
+        by = registry.trait("generator", b, "sizes_by", "")  # an API's own size table, keyed by one spec field
+        allowed_sizes = registry.trait("generator", b, "sizes", {}).get(getattr(self, by)) if by else None
+        if allowed_sizes is not None and size not in allowed_sizes:
+            allowed = ", ".join(f"{w}x{h}" for w, h in sorted(allowed_sizes))
+            raise ValueError(f"width/height: {b} ({by} {getattr(self, by)}) makes only {allowed}; got {size[0]}x{size[1]}")
+        if self.planted is None and backend_reads("generator", b, "planted"):
             object.__setattr__(self, "planted", PlantedSpec())
-        if b == "folder" and (not self.folder or not self.mapping_csv):
-            raise ValueError("folder, mapping_csv: both required for the folder backend")
-        if b == "openai" and self.model_id.startswith("gpt-image") and self.response_format in ("b64_json", "url"):
+        if self.response_format in ("b64_json", "url") and any(
+                self.model_id.startswith(p) for p in registry.trait("generator", b, "no_response_format", ())):
             raise ValueError(f"response_format: {self.model_id} does not accept response_format (it always "
                              "returns base64); use 'auto' or 'omit'")
         if self.drop_t5 and (self.pipeline == "flux" or self.architecture == "flux"):
@@ -175,7 +146,7 @@ class GeneratorSpec(Section):
 
     @property
     def stand_in(self) -> bool:
-        return self.backend in STAND_IN_BACKENDS
+        return bool(registry.trait("generator", self.backend, "stand_in", False))
 
     def output_settings(self) -> dict:
         """The keys that change what an image looks like (not how fast or how robustly it is made):

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, model_validator
 from biasaudit import contracts as C
 from biasaudit.contracts import GENDERS, RACES
 from biasaudit.params.base import Section
-from biasaudit.registry import check_name
+from biasaudit.registry import check_backend_requirements, check_name
 
 Race = Literal["Asian", "Black", "Latino", "MiddleEastern", "White"]
 Gender = Literal["man", "woman"]
@@ -137,7 +137,7 @@ class Sources(Section):
 
 class Counterfactuals(Section):
     # any backend registered with @register("editor", name), or 'folder' (import an existing FOCUS set)
-    backend: Annotated[str, AfterValidator(check_name("editor", extra=("folder",)))] = "tiny"
+    backend: Annotated[str, AfterValidator(check_name("editor"))] = "tiny"
     model_id: str = "tiny-face-recolour"
     revision: str = ""                       # model revision / snapshot, recorded per row
     base_url: str = ""                       # API endpoint override ('' = the provider's default)
@@ -177,8 +177,7 @@ class Counterfactuals(Section):
                    if f"{r}_{g}" not in self.target_descriptions]
         if missing:
             raise ValueError(f"target_descriptions: missing {', '.join(missing)}")
-        if self.backend == "folder" and not self.folder_dir:
-            raise ValueError("folder_dir: required when backend is 'folder'")
+        check_backend_requirements("editor", self)
         return self
 
 

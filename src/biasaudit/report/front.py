@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import registry
 from biasaudit.contracts import GROUPS
 from biasaudit.report.load import Loaded, Outputs, ci, col, fmt, num, pval, read_csv, read_json, truthy
 from biasaudit.report.trail import trail
@@ -327,7 +328,7 @@ def _vlm_tag(vlm: Outputs, name: str) -> str:
     """The VLM's name as findings print it, with what it is when it is not a model under audit."""
     summary = read_json(vlm.root / "summary.json")
     info = (summary.get("vlms") or {}).get(name, {}) if isinstance(summary, dict) else {}
-    if info.get("backend") == "planted":
+    if registry.trait("vlm", info.get("backend", ""), "planted", False):
         return f"{name} (PLANTED: SIMULATED answers from declared effects)"
     return f"{name} (STAND-IN)" if info.get("stand_in") else name
 

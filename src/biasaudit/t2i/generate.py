@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -83,47 +82,10 @@ def preflight(model: str, cfg: Params, prompts: pd.DataFrame | None = None) -> s
             problems.append(f"generate.prompts_file: missing column(s) {sorted(missing)}")
         elif prompts["prompt_id"].duplicated().any():
             problems.append("generate.prompts_file: duplicate prompt_id values")
-    if spec.backend == "diffusers":
-        from biasaudit.backends.generators.diffusers_backend import resolve_revision
-
-        try:
-            revision = resolve_revision(spec.model_id, spec.revision)[1]
-        except FileNotFoundError as exc:
-            problems.append(f"{key}.model_id: {exc}")
-        if spec.device == "cuda" or spec.cpu_offload != "none":
-            import torch
-
-            if not torch.cuda.is_available():
-                problems.append(f"{key}.device: CUDA requested (device/cpu_offload) but no CUDA device is available")
-    elif spec.backend == "tiny":
-        from biasaudit.tiny.diffusion import ensure_tiny_pipeline
-
-        revision = ensure_tiny_pipeline(spec.architecture)[1]  # type: ignore[arg-type]
-    elif spec.backend in ("imagen", "openai"):
-        if spec.api_key_env and not spec.vertex_project and not os.environ.get(spec.api_key_env):
-            problems.append(f"{key}.api_key_env: environment variable {spec.api_key_env} is not set")
-        revision = spec.revision or spec.model_id
-    elif spec.backend == "folder":
-        from biasaudit.backends.generators.folder import read_mapping
-
-        ids = set(prompts["prompt_id"].astype(str)) if prompts is not None and "prompt_id" in prompts else None
-        _, folder_problems = read_mapping(spec.folder, spec.mapping_csv, ids)  # type: ignore[arg-type]
-        problems += [f"{key}.{p}" for p in folder_problems]
-        if not folder_problems:
-            revision = "sha256:" + sha256_file(spec.mapping_csv)  # type: ignore[arg-type]
-    elif spec.backend == "packaged-photos":
-        import matplotlib
-        import skimage
-
-        revision = f"scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}; variants v1"
-    elif spec.backend == "planted":  # the benchmark file's hash: changed benchmarks → new planted truth
-        from biasaudit.backends.generators.planted import VERSION
-
-        path = spec.planted.prompts_file  # type: ignore[union-attr]
-        if not Path(path).is_file():
-            problems.append(f"{key}.planted.prompts_file: '{path}' does not exist (run the prompts stage)")
-        else:
-            revision = f"{VERSION}; benchmarks sha256:{sha256_file(path)[:16]}"
+    backend_preflight = getattr(registry.get("generator", spec.backend), "preflight", None)  # the backend's own checks
+    if backend_preflight is not None:
+        revision, backend_problems = backend_preflight(spec, key, prompts)
+        problems += backend_problems
     if problems:
         raise ParamsError(f"generate@{model}: invalid parameters:\n  - " + "\n  - ".join(problems))
     return revision
@@ -281,7 +243,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     items = plan_items(prompts, model, gp.images_per_prompt, spec)
     ex = cfg.execution
     chash = config_hash(spec, revision)
-    batch_size = spec.batch_size if spec.backend in ("diffusers", "tiny") else 1
+    batch_size = spec.batch_size if registry.trait("generator", spec.backend, "batches", False) else 1
     if generator is not None:  # an injected generator (tests): the local runner only
         if ex.runner != "local":
             raise ParamsError("execution.runner: an injected generator runs with the local runner only")
@@ -294,7 +256,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
                           tuple(prompts["prompt_id"].astype(str)))
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
                   batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged,
-                  cpu_bound=spec.backend == "planted",  # numpy rendering: the local process pool helps
+                  cpu_bound=bool(registry.trait("generator", spec.backend, "cpu_bound", False)),
                   # a stand-in renderer's images follow its code; a model's are kept (GPU hours, API cost)
                   code=(registry.module_of("generator", spec.backend),)
                   if registry.recomputes_cheaply("generator", spec.backend) else None)

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import registry
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
 
@@ -613,7 +614,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
     """Sections (biasaudit.outputs.Result) of one VLM: 2AFC, MCQ, salary, significance."""
     from biasaudit.outputs import Figure, Result
 
-    tag = " [PLANTED: SIMULATED answers]" if meta.get("backend") == "planted" else " [STAND-IN]" if stand_in else ""
+    tag = " [PLANTED: SIMULATED answers]" if registry.trait("vlm", meta.get("backend", ""), "planted", False) else " [STAND-IN]" if stand_in else ""
     out = []
     two = Result(f"{vlm}_2afc", f"{vlm}: 2AFC win rates{tag}")
     two.metrics = {"position_bias": res["position_bias"], "race_win_rates": res["race_win_rates"],

@@ -140,7 +140,7 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
                                   "seed": None, "sha256": "", "created_at": utc_now()}
         target = f"{item['race']}_{item['gender']}"
         description = params.target_descriptions[target]
-        text = (params.inpaint_prompt if editor.name == "diffusers" else params.instruction).format(target=description)
+        text = getattr(params, getattr(editor, "prompt_field", "instruction")).format(target=description)
         history, last = [], None
         for attempt in range(1, params.max_attempts + 1):
             seed = derive_seed(params.seed, item["edit_id"], attempt)
@@ -202,6 +202,22 @@ def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
     return record.get("status") != "ok" or file_digest(record.get("path")) == record.get("sha256")
 
 
+def counterfactuals(cfg: Any, sources: pd.DataFrame | None, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
+                    sources_dir: str | Path = C.SOURCES_DIR) -> tuple[pd.DataFrame, dict[str, Any], str]:
+    """The counterfactuals stage: import an existing FOCUS set (a backend with `imports_existing`) or
+    edit every accepted source photo (run_edits). Returns the manifest, the editor's description and a
+    one-line summary."""
+    params = params or cfg.counterfactuals
+    if registry.trait("editor", params.backend, "imports_existing", False):
+        manifest = import_focus_folder(params.folder_dir, out_root, sources_dir)
+        return manifest, {"backend": params.backend, "model_id": params.folder_dir, "stand_in": False}, \
+            f"imported {len(manifest)} images from {params.folder_dir}"
+    if sources is None or not (sources["status"] == "ok").any():
+        raise RuntimeError(f"no accepted source photos: run the `sources` stage first ({Path(sources_dir) / 'manifest.parquet'})")
+    result = run_edits(cfg, sources, params, out_root)  # resumable; `execution:` local, pool or Ray
+    return result["manifest"], result["editor"], f"{result['summary']} | execution: {result['execution']}"
+
+
 def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
               progress: bool = True, editor: Any = None) -> dict[str, Any]:
     """Edit every accepted source photo into every target group (resumable, `execution:` local, local
@@ -223,7 +239,7 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
     settings = stable_hash([params.model_dump(), checks.model_dump()], 16)
     cheap = editor is None and registry.recomputes_cheaply("editor", params.backend)  # a stand-in editor
     stage = Stage("edits", items, "edit_id", settings, make_fn, Path(out_root) / ".work" / "edits.jsonl",
-                  edit_content, still_valid=edit_file_unchanged, cpu_bound=params.backend == "tiny",
+                  edit_content, still_valid=edit_file_unchanged, cpu_bound=bool(registry.trait("editor", params.backend, "cpu_bound", False)),
                   code=(registry.module_of("editor", params.backend),) if cheap else None)
     run = run_stage(stage, cfg.execution, progress)
     if run.made:

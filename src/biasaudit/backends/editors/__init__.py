@@ -21,11 +21,9 @@ def editor_names() -> tuple[str, ...]:
 
 def make_editor(spec: Any) -> ImageEditor:
     """Build the editor a `Counterfactuals` section names (imports only what it needs)."""
-    if spec.backend == "folder":
-        raise ValueError("backend 'folder' imports an existing FOCUS dataset; it has no editor (see vlm/focus.py)")
     if spec.backend not in registry.names("editor"):
         raise ValueError(f"counterfactuals.backend: unknown editor '{spec.backend}'; available: "
-                         f"{', '.join(registry.names('editor'))}, folder")
+                         f"{', '.join(registry.names('editor'))}")
     return registry.build("editor", spec.backend, spec)
 
 

@@ -55,6 +55,7 @@ class ImageEditor(ABC):
     revision: str = ""
     stand_in: bool = False
     uses_mask: bool = False       # whether requests need the face mask
+    prompt_field: str = "instruction"  # the counterfactuals key whose text it is given
 
     @abstractmethod
     def edit(self, requests: list[EditRequest]) -> list[EditResult]:

@@ -30,7 +30,9 @@ def _device(name: str) -> str:
 @register("editor", "diffusers")
 class DiffusersInpaintEditor(ImageEditor):
     name = "diffusers"
+    needs = (("weight", "model_id", "model_index.json"),)
     uses_mask = True
+    prompt_field = "inpaint_prompt"  # an inpainting prompt, not an edit instruction
 
     def __init__(self, spec: Any, stand_in: bool = False, pipeline: Any = None):
         import torch

@@ -79,6 +79,7 @@ class _Hosted(ImageEditor):
 @register("editor", "gemini")
 class GeminiEditor(_Hosted):
     name = "gemini"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
 
     def __init__(self, spec: Any, sleep=None):
         from google import genai
@@ -126,6 +127,7 @@ class GeminiEditor(_Hosted):
 @register("editor", "openai")
 class OpenAIEditor(_Hosted):
     name = "openai"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
 
     def __init__(self, spec: Any, sleep=None):
         import openai

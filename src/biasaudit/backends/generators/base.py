@@ -68,6 +68,21 @@ class Generator(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release memory / connections."""
 
+    @classmethod
+    def preflight(cls, spec: Any, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        """What the schema cannot check (files, environment, local caches), before any work: the model
+        revision and the problems found, each naming its params key (`key` is models.<name>)."""
+        return spec.revision or spec.model_id, []
+
+
+def api_key_problems(spec: Any, key: str) -> list[str]:
+    """A hosted backend's key variable must be set (unless Vertex AI's default credentials serve)."""
+    import os
+
+    if spec.api_key_env and not getattr(spec, "vertex_project", "") and not os.environ.get(spec.api_key_env):
+        return [f"{key}.api_key_env: environment variable {spec.api_key_env} is not set"]
+    return []
+
 
 def decode_image(data: bytes) -> np.ndarray:
     """Encoded image bytes → H×W×3 uint8 (raises ValueError on anything unreadable)."""

@@ -243,7 +243,25 @@ def quiet_truncation(enabled: bool):
 @register("generator", "diffusers")
 class DiffusersGenerator(Generator):
     backend = "diffusers"
+    needs = (("weight", "model_id", "model_index.json"),)
+    batches = True  # spec.batch_size prompts per forward pass
+    requires_all = ("model_id",)
+    side_multiple = 16  # VAE factor 8 × transformer patch size 2
 
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        problems, revision = [], ""
+        try:
+            revision = resolve_revision(spec.model_id, spec.revision)[1]
+        except FileNotFoundError as exc:
+            problems.append(f"{key}.model_id: {exc}")
+        if spec.device == "cuda" or spec.cpu_offload != "none":
+            import torch
+
+            if not torch.cuda.is_available():
+                problems.append(f"{key}.device: CUDA requested (device/cpu_offload) but no CUDA device is available")
+        return revision, problems
     def __init__(self, name: str, spec: GeneratorSpec, source: str | None = None, revision: str | None = None,
                  model_id: str | None = None, free_bytes: int | None = None):
         source_, revision_ = (source, revision) if source is not None else resolve_revision(spec.model_id, spec.revision)
@@ -321,9 +339,20 @@ class DiffusersGenerator(Generator):
             pass
 
 
-@register("generator", "tiny")
+# random-weight pipelines run the real diffusers code: stand-in outputs, kept like a model's images
+@register("generator", "tiny", stand_in=True, recomputes_cheaply=False, batches=True, side_multiple=16,
+          requires_all=("architecture",))
 def make_tiny_generator(name: str, spec: GeneratorSpec, tiny_root: str | os.PathLike | None = None) -> DiffusersGenerator:
     return make_tiny(name, spec, tiny_root)
+
+
+def preflight_tiny(spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+    from biasaudit.tiny.diffusion import ensure_tiny_pipeline
+
+    return ensure_tiny_pipeline(spec.architecture)[1], []  # type: ignore[arg-type]
+
+
+make_tiny_generator.preflight = preflight_tiny  # type: ignore[attr-defined]
 
 
 def make_tiny(name: str, spec: GeneratorSpec, root: str | os.PathLike | None = None) -> DiffusersGenerator:

@@ -61,7 +61,16 @@ def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: 
 @register("generator", "folder")
 class FolderGenerator(Generator):
     backend = "folder"
+    requires_all = ("folder", "mapping_csv")
+    inputs = ("folder", "mapping_csv")  # fingerprinted by the check stage
 
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        ids = set(prompts["prompt_id"].astype(str)) if prompts is not None and "prompt_id" in prompts else None
+        _, problems = read_mapping(spec.folder, spec.mapping_csv, ids)  # type: ignore[arg-type]
+        revision = "" if problems else "sha256:" + sha256_file(spec.mapping_csv)  # type: ignore[arg-type]
+        return revision, [f"{key}.{p}" for p in problems]
     def __init__(self, name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | None = None):
         assert spec.folder and spec.mapping_csv
         table, problems = read_mapping(spec.folder, spec.mapping_csv, known_prompt_ids)

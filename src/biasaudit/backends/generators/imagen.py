@@ -16,7 +16,7 @@ import os
 import warnings
 from typing import Any
 
-from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, decode_image
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, api_key_problems, decode_image
 from biasaudit.backends.transport import (
     RetryableError,
     TokenBucket,
@@ -24,7 +24,7 @@ from biasaudit.backends.transport import (
     genai_errors,
     genai_http_options,
 )
-from biasaudit.params.generate import IMAGEN_2K_SIZES, IMAGEN_SIZES, GeneratorSpec
+from biasaudit.params.generate import GeneratorSpec
 from biasaudit.registry import register
 
 POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
@@ -38,6 +38,19 @@ def imagen_seed(seed: int) -> int:
 @register("generator", "imagen")
 class ImagenGenerator(Generator):
     backend = "imagen"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
+    requires_all = ("model_id",)
+    requires_any = ("api_key_env", "vertex_project")  # a key, or Vertex AI's application default credentials
+    # Imagen 4's output sizes (width, height) → aspect ratio, per image_size (2K doubles each side)
+    sizes_by = "image_size"
+    sizes = {"1K": {(1024, 1024): "1:1", (896, 1280): "3:4", (1280, 896): "4:3", (768, 1408): "9:16", (1408, 768): "16:9"},
+             "2K": {(2048, 2048): "1:1", (1792, 2560): "3:4", (2560, 1792): "4:3", (1536, 2816): "9:16",
+                    (2816, 1536): "16:9"}}
+
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        return spec.revision or spec.model_id, api_key_problems(spec, key)
 
     def __init__(self, name: str, spec: GeneratorSpec, sleep=None):
         from google import genai
@@ -54,8 +67,7 @@ class ImagenGenerator(Generator):
             if not api_key:
                 raise RuntimeError(f"environment variable {spec.api_key_env} is not set")
             self.client = genai.Client(vertexai=True, api_key=api_key, http_options=http)
-        table = IMAGEN_SIZES if spec.image_size == "1K" else IMAGEN_2K_SIZES
-        self.aspect_ratio = table[(spec.width, spec.height)]
+        self.aspect_ratio = self.sizes[spec.image_size][(spec.width, spec.height)]
         self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
 

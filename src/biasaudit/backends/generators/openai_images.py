@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, decode_image
+from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, api_key_problems, decode_image
 from biasaudit.backends.transport import (
     RetryableError,
     TokenBucket,
@@ -44,6 +44,20 @@ def is_gpt_image(model_id: str) -> bool:
 @register("generator", "openai")
 class OpenAIImagesGenerator(Generator):
     backend = "openai"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
+    requires_all = ("model_id", "api_key_env")
+    # sizes the official models accept (other, OpenAI-compatible model names accept any size)
+    sizes_by = "model_id"
+    sizes = {"gpt-image-1": ((1024, 1024), (1536, 1024), (1024, 1536)),
+             "gpt-image-1-mini": ((1024, 1024), (1536, 1024), (1024, 1536)),
+             "dall-e-3": ((1024, 1024), (1792, 1024), (1024, 1792)),
+             "dall-e-2": ((256, 256), (512, 512), (1024, 1024))}
+    no_response_format = ("gpt-image",)  # model-id prefixes that reject response_format (always base64)
+
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        return spec.revision or spec.model_id, api_key_problems(spec, key)
 
     def __init__(self, name: str, spec: GeneratorSpec, sleep=None):
         import openai

@@ -148,6 +148,13 @@ class PackagedPhotosGenerator(Generator):
     backend = "packaged-photos"
     stand_in = True
 
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        import matplotlib
+        import skimage
+
+        return f"scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}; variants v1", []
     def __init__(self, name: str, spec: GeneratorSpec):
         import matplotlib
         import skimage

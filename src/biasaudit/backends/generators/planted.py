@@ -204,7 +204,19 @@ def render(seed: int, width: int, height: int, target_L: float, target_hue: floa
 class PlantedGenerator(Generator):
     backend = "planted"
     stand_in = True
+    cpu_bound = True  # numpy rendering: the local process pool helps
+    reads = ("planted",)
 
+
+    @classmethod
+    def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
+        """The revision carries the benchmark file's hash: changed benchmarks → a new planted truth."""
+        from biasaudit.provenance import sha256_file
+
+        path = spec.planted.prompts_file  # type: ignore[union-attr]
+        if not Path(path).is_file():
+            return "", [f"{key}.planted.prompts_file: '{path}' does not exist (run the prompts stage)"]
+        return f"{VERSION}; benchmarks sha256:{sha256_file(path)[:16]}", []
     def __init__(self, name: str, spec: GeneratorSpec):
         import matplotlib
         import skimage

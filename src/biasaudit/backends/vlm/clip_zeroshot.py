@@ -20,6 +20,8 @@ from biasaudit.registry import register
 @register("vlm", "clip")
 class ClipZeroShot(VLMBackend):
     name = "clip"
+    needs = (("clip", "model_id", "clip_pretrained"),)
+    reads = ("clip_templates", "clip_class_names")
 
     def __init__(self, spec: Any, model_name: str | None = None, pretrained: str | None = None,
                  stand_in: bool = False):

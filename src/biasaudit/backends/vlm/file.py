@@ -20,6 +20,8 @@ from biasaudit.registry import register
 @register("vlm", "file")
 class FileLabels(VLMBackend):
     name = "file"
+    needs = (("input", "model_id", "write the label CSV there"),)
+    inputs = ("model_id",)  # fingerprinted by the check stage
 
     def __init__(self, spec: Any):
         super().__init__()

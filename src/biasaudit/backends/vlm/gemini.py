@@ -97,6 +97,8 @@ def output_budget(answer_tokens: int, thinking_budget: int) -> int:
 @register("vlm", "gemini")
 class GeminiVLM(VLMBackend):
     name = "gemini"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
+    requires_any = ("api_key_env", "base_url")
 
     def __init__(self, spec: Any, sleep=time.sleep, clock=time.monotonic):
         super().__init__()

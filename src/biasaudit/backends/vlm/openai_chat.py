@@ -65,6 +65,8 @@ def capabilities(model_id: str, effort: str = "") -> Capabilities:
 @register("vlm", "openai")
 class OpenAIChatVLM(VLMBackend):
     name = "openai"
+    needs = (("hosted",),)  # an API key, or the local server at base_url
+    requires_any = ("api_key_env", "base_url")
 
     def __init__(self, spec: Any):
         super().__init__()

@@ -53,6 +53,7 @@ def edit_of(path: str) -> tuple[dict[str, str] | None, str]:
 class PlantedVLM(VLMBackend):
     name = "planted"
     stand_in = True
+    planted = True  # answers from declared effects whose consequences are computed exactly
     answers_by_identity = True  # the cache keys its answers by image path and task (CachedVLM.key)
 
     def __init__(self, spec: Any):

@@ -52,6 +52,8 @@ def planted_label(path: str) -> tuple[str | None, str]:
 class SimulatedClassifier(VLMBackend):
     name = "simulated"
     stand_in = True
+    reads = ("sim_confusion",)
+    answers_from_confusion = True  # its answers follow sim_confusion: the raw TVD has an exact estimand
 
     def __init__(self, spec: Any):
         super().__init__()

@@ -90,6 +90,7 @@ def resolve_device_dtype(device: str, dtype: str) -> tuple[str, str]:
 @register("vlm", "transformers")
 class TransformersVLM(VLMBackend):
     name = "transformers"
+    needs = (("weight", "model_id", "config.json"),)
 
     def __init__(self, spec: Any, stand_in: bool = False, path: str | os.PathLike | None = None,
                  revision: str | None = None):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS
+from biasaudit import GROUPS, registry
 from biasaudit import known_truth as K
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
@@ -228,7 +228,8 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     SIMULATED classifier its declared confusion matrix gives the raw TVD's exact estimand."""
     boot = Boot.of(cfg)
     spec = cfg.classify.vlm
-    confusion = confusion_array(spec.sim_confusion) if spec.backend == "simulated" else None
+    confusion = (confusion_array(spec.sim_confusion)
+                 if registry.trait("vlm", spec.backend, "answers_from_confusion", False) else None)
     res = Result("validation", "Does the audit recover what was planted?")
     truth = planted_images(inputs.manifests)
     if truth.empty:
