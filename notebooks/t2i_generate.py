@@ -79,16 +79,6 @@ if len(manifest):
 # ## A look at the first images (one per prompt)
 
 # %%
-import matplotlib.pyplot as plt
-from PIL import Image
-
-ok = manifest[(manifest["status"] == "ok") & (manifest["index"] == 0)].head(15) if len(manifest) else manifest
-if len(ok):
-    fig, axes = plt.subplots(1, len(ok), figsize=(1.6 * len(ok), 2.0), squeeze=False)
-    for ax, row in zip(axes[0], ok.itertuples()):
-        ax.imshow(Image.open(row.path))
-        ax.set_title(row.prompt_id.split("_")[0], fontsize=7)
-        ax.axis("off")
-    if spec.stand_in:
-        fig.suptitle(f"{model}: STAND-IN outputs", color="#b00")
-    plt.show()
+fig = gen.first_images_figure(manifest, f"{model}: STAND-IN outputs" if spec.stand_in else "")
+if fig is not None:
+    display(fig)

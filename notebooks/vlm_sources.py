@@ -24,15 +24,12 @@
 # so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-import pandas as pd
 from IPython.display import display
-from PIL import Image
 
 from biasaudit import contracts as C
-from biasaudit.faces.detect import make_detector
-from biasaudit.io import atomic_path, atomic_write_table
+from biasaudit.io import atomic_write_table
 from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import sha256_file, write_run_info
+from biasaudit.provenance import write_run_info
 from biasaudit.vlm import sources as src
 
 cfg, params = stage_params("sources")
@@ -40,30 +37,7 @@ banner(cfg)
 out_dir = C.SOURCES_DIR
 
 # %%
-if params.source == "packaged":
-    # a few spare seeded crops per occupation, tried in order if one is rejected
-    candidates = src.packaged_candidates(params.occupations, 3 * params.photos_per_occupation, params.seed,
-                                         params.packaged_max_side)
-else:
-    candidates = src.folder_candidates(params.input_dir, params.occupations)
-    if not candidates:
-        raise FileNotFoundError(f"sources.input_dir: no photos under {params.input_dir}/<occupation>/ "
-                                f"for occupations {params.occupations}")
-detector = make_detector("dlib", dlib_upsample=params.detector_upsample)
-rows = []
-for c, rec in src.select_sources(candidates, detector, params):
-    path = out_dir / c["occupation"] / f"{c['base_id']}.png"
-    if rec["status"] == "ok":
-        with atomic_path(path) as tmp:
-            Image.fromarray(c["rgb"]).save(tmp, format="PNG")
-    rows.append({"occupation": c["occupation"], "base_id": c["base_id"], "origin": c["origin"],
-                 "id_note": c.get("id_note", ""), "path": str(path) if rec["status"] == "ok" else "", **rec,
-                 "sha256": sha256_file(path) if rec["status"] == "ok" else "",
-                 "detector": detector.name,
-                 # packaged: seeded crops of two public-domain photos, near-duplicates of each other; they are
-                 # independent source photos only in the planted VLM's draws (STAND-IN units, not a sample)
-                 "stand_in": params.source == "packaged"})
-manifest = pd.DataFrame(rows)
+manifest = src.build_sources(params, out_dir)  # every candidate checked; rejects keep their reason
 display(manifest.drop(columns=["sha256"]))
 print(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))
 

@@ -66,26 +66,11 @@ checks = result["checks"]
 print(result["summary"], "| execution:", result["execution"])
 
 # %%
-if params.check_target:
-    from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
-    from biasaudit.vlm import tasks
+if params.check_target:  # the classifier's race and gender of each edit (resumable on the engine, answers cached)
+    checks, target_run = V.run_target_check(cfg, checks, params)
+    print(target_run.summary)
 
-    if params.classifier not in cfg.vlms:
-        raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
-    spec = cfg.vlms[params.classifier]
-    vlm = CachedVLM(make_vlm_backend(spec), C.vlm_cache_path(params.classifier))
-    todo = checks[checks["status"] == "ok"]
-    if spec.max_source_units:  # a wiring test (the tiny stand-in) asks about its first photos only
-        todo = tasks.first_units(todo, spec.max_source_units)
-        print(f"{params.classifier}: max_source_units {spec.max_source_units}, {len(todo)} edits asked")
-    att = V.target_attainment(vlm, list(todo["path"]), list(zip(todo["race"], todo["gender"])), params)
-    for col in att[0] if att else []:
-        checks.loc[todo.index, col] = [a[col] for a in att]
-    checks["classifier"] = params.classifier
-    checks["classifier_stand_in"] = bool(vlm.backend.stand_in)
-
-checks = pd.DataFrame([V.judge(r, params, r.get("race")) if r["status"] == "ok" else r
-                       for r in checks.to_dict("records")])
+checks = V.judge_all(checks, params)  # thresholds judge the measurements: failed checks and the action
 cols = ["edit_id", "action", "failed_checks", "ssim_outside", "psnr_outside", "delta_e_outside", "delta_e_inside",
         "identity_distance", "skin_L_shift"]
 display(checks[[c for c in cols if c in checks]].round(3))
@@ -94,14 +79,8 @@ display(checks[[c for c in cols if c in checks]].round(3))
 # ## Per target group: failures, and the skin L* shift (skin-lightening shows here)
 
 # %%
-ok = checks[checks["status"] == "ok"].copy()
-for name in ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change", "identity", "target_race",
-             "target_gender", "skin_lightening"):
-    ok[f"fail_{name}"] = ok["failed_checks"].fillna("").str.split(",").map(lambda xs, n=name: n in xs)
-agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
-       "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
-agg |= {c: (c, "sum") for c in ok.columns if c.startswith("fail_")}
-by_group = ok.groupby(["race", "gender"]).agg(**agg).reset_index() if len(ok) else pd.DataFrame()
+ok = checks[checks["status"] == "ok"]
+by_group = V.by_group_table(checks)
 display(by_group.round(3))
 
 # %%

@@ -137,3 +137,22 @@ def test_every_backend_declares_only_known_traits():
             module = registry.module_of(kind, name)
             declared = registry._literal_traits(registry._SOURCES[module].read_text(encoding="utf-8"), kind, name)
             assert set(declared) <= known, (kind, name, set(declared) - known)
+
+
+PER_ITEM_ITERATION = ("iterrows", "itertuples", "to_dict", "select_sources", "records")
+
+
+def test_notebooks_hold_no_logic():
+    """Notebooks are narratives: no function or class definitions, no lambdas, and no loop over items
+    (rows, records, candidates); per-item work runs on the engine inside src/."""
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                found.append(f"{where}: {type(node).__name__}")
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                iterated = ast.unparse(node.iter)
+                if any(word in iterated for word in PER_ITEM_ITERATION):
+                    found.append(f"{where}: loop over {iterated}")
+    assert found == []

@@ -128,3 +128,64 @@ def test_target_attainment_with_scripted_classifier(params):
     assert out[2]["target_race_ok"] is True and out[2]["target_gender_ok"] is False
     rec = V.failed_checks({"ssim_outside": 1, "psnr_outside": 99, "delta_e_outside": 0, "delta_e_inside": 9} | out[2], params)
     assert rec == ["target_gender"]
+
+
+def test_target_check_runs_on_the_engine_resumes_and_asks_nothing_twice(tmp_path, monkeypatch):
+    """validate_edits' classifier questions are a resumable engine stage: a second run asks 0 questions,
+    a new edit is asked about alone, and an unknown classifier key stops the run naming the key."""
+    import pandas as pd
+    from PIL import Image
+
+    from biasaudit import registry
+    from biasaudit.backends.vlm.base import VLMBackend, VLMResponse
+    from biasaudit.config import load_params
+    from tests.conftest import ROOT
+
+    asked: list[str] = []
+
+    @registry.register("vlm", "scripted-attainment-test")
+    class Scripted(VLMBackend):
+        name, model_id, revision = "scripted-attainment-test", "scripted", "v1"
+
+        def __init__(self, spec):
+            super().__init__()
+
+        def decoding_params(self):
+            return {}
+
+        def generate(self, requests, on_result=None):
+            out = []
+            for i, r in enumerate(requests):
+                asked.append(r.prompt[:10])
+                out.append(VLMResponse("B" if r.options[0] == "A" else "woman", "ok"))
+                if on_result:
+                    on_result(i, out[-1])
+            return out
+
+    cfg = load_params(ROOT / "params.yaml")
+    spec = cfg.vlms["tiny"].model_copy(update={"backend": "scripted-attainment-test", "max_source_units": 0})
+    cfg = cfg.model_copy(update={"vlms": {"scripted": spec}})
+    params = cfg.validate_edits.model_copy(update={"classifier": "scripted"})
+    monkeypatch.chdir(tmp_path)
+    rows = []
+    for i, (race, gender) in enumerate([("Black", "woman"), ("White", "man")]):
+        path = tmp_path / f"e{i}.png"
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(path)
+        rows.append({"edit_id": f"e{i}", "path": str(path), "race": race, "gender": gender, "status": "ok",
+                     "base_id": f"b{i}", "occupation": "x"})
+    checks = pd.DataFrame(rows + [{"edit_id": "e9", "path": "", "race": "Asian", "gender": "man", "status": "failed"}])
+    out, _ = V.run_target_check(cfg, checks, params, progress=False, work_dir=tmp_path / "work")
+    assert len(asked) == 4  # race + gender for the 2 measured edits; none for the failed one
+    race_ok = out.set_index("edit_id")["target_race_ok"]
+    assert race_ok[["e0", "e1"]].tolist() == [True, False] and pd.isna(race_ok["e9"])  # not asked: not measured
+    assert list(out["target_gender_ok"][:2]) == [True, False] and out["classifier"].eq("scripted").all()
+    again, _ = V.run_target_check(cfg, checks, params, progress=False, work_dir=tmp_path / "work")
+    assert len(asked) == 4 and again["target_race_ok"][:2].tolist() == [True, False]
+    path = tmp_path / "e2.png"
+    Image.fromarray(np.full((8, 8, 3), 200, np.uint8)).save(path)
+    more = pd.concat([checks, pd.DataFrame([{"edit_id": "e2", "path": str(path), "race": "Black", "gender": "man",
+                                             "status": "ok", "base_id": "b2", "occupation": "x"}])], ignore_index=True)
+    V.run_target_check(cfg, more, params, progress=False, work_dir=tmp_path / "work")
+    assert len(asked) == 6  # only the new edit
+    with pytest.raises(KeyError, match="validate_edits.classifier"):
+        V.run_target_check(cfg, checks, params.model_copy(update={"classifier": "nosuch"}), progress=False)

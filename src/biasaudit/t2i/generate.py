@@ -91,6 +91,27 @@ def preflight(model: str, cfg: Params, prompts: pd.DataFrame | None = None) -> s
     return revision
 
 
+def first_images_figure(manifest: pd.DataFrame, title: str = "", n: int = 15):
+    """The first image of up to `n` prompts in a row (the notebook's look at the outputs); None when
+    there is no image. A pyplot-free Figure: displayed once, where the notebook displays it."""
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    ok = manifest[(manifest["status"] == "ok") & (manifest["index"] == 0)].head(n) if len(manifest) else manifest
+    if not len(ok):
+        return None
+    fig = Figure(figsize=(1.6 * len(ok), 2.0))
+    axes = fig.subplots(1, len(ok), squeeze=False)
+    for ax, row in zip(axes[0], ok.itertuples()):
+        with Image.open(row.path) as im:
+            ax.imshow(im)
+        ax.set_title(row.prompt_id.split("_")[0], fontsize=7)
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, color="#b00")
+    return fig
+
+
 def config_hash(spec: GeneratorSpec, revision: str) -> str:
     return stable_hash({"settings": spec.output_settings(), "revision": revision})
 

@@ -138,6 +138,46 @@ def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Any)
         yield c, rec
 
 
+def candidates_for(params: Any) -> list[dict[str, Any]]:
+    """The candidate photos `sources:` names: packaged (a few spare seeded crops per occupation, tried in
+    order when one is rejected) or a folder (a FileNotFoundError naming the key when it has none)."""
+    if params.source == "packaged":
+        return packaged_candidates(params.occupations, 3 * params.photos_per_occupation, params.seed,
+                                   params.packaged_max_side)
+    found = folder_candidates(params.input_dir, params.occupations)
+    if not found:
+        raise FileNotFoundError(f"sources.input_dir: no photos under {params.input_dir}/<occupation>/ "
+                                f"for occupations {params.occupations}")
+    return found
+
+
+def build_sources(params: Any, out_dir: str | Path, detector: Any = None):
+    """The sources stage: check every candidate, copy the accepted ones as 8-bit sRGB PNG to
+    `out_dir/<occupation>/<base_id>.png` (atomically) and return the manifest, rejects with their reason."""
+    import pandas as pd
+    from PIL import Image
+
+    from biasaudit.faces.detect import make_detector
+    from biasaudit.io import atomic_path
+    from biasaudit.provenance import sha256_file
+
+    detector = detector or make_detector("dlib", dlib_upsample=params.detector_upsample)
+    rows = []
+    for c, rec in select_sources(candidates_for(params), detector, params):
+        path = Path(out_dir) / c["occupation"] / f"{c['base_id']}.png"
+        ok = rec["status"] == "ok"
+        if ok:
+            with atomic_path(path) as tmp:
+                Image.fromarray(c["rgb"]).save(tmp, format="PNG")
+        rows.append({"occupation": c["occupation"], "base_id": c["base_id"], "origin": c["origin"],
+                     "id_note": c.get("id_note", ""), "path": str(path) if ok else "", **rec,
+                     "sha256": sha256_file(path) if ok else "", "detector": detector.name,
+                     # packaged: seeded crops of two public-domain photos, near-duplicates of each other; they
+                     # are independent source photos only in the planted VLM's draws (STAND-IN units, not a sample)
+                     "stand_in": params.source == "packaged"})
+    return pd.DataFrame(rows)
+
+
 def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     x0, y0, x1, y1 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
     inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)

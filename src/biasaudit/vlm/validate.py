@@ -198,6 +198,14 @@ def judge(rec: dict[str, Any], params: Any, target_race: str | None) -> dict[str
     return rec | {"failed_checks": ",".join(bad), "passed": not bad, "action": action}
 
 
+def judge_all(checks: Any, params: Any) -> Any:
+    """Every measured edit judged against the thresholds (its failed checks and action); unmeasured rows as they are."""
+    import pandas as pd
+
+    return pd.DataFrame([judge(r, params, r.get("race")) if r["status"] == "ok" else r
+                         for r in checks.to_dict("records")])
+
+
 def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: Any) -> tuple[bool, list[str], dict]:
     """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration)."""
     edit, _ = match_size(edit, src.shape[:2])
@@ -249,8 +257,97 @@ def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]]
         rec["target_race_ok"] = None if r_choice is None else rec["race_pred"] == race
         rec["target_gender_ok"] = None if g_choice is None else g_choice == gender
         rec["attainment_reason"] = "; ".join(filter(None, [r_why and f"race: {r_why}", g_why and f"gender: {g_why}"]))
+        lost = [a.reason for a in (ra, ga) if a.status == "failed"]
+        if lost:
+            rec["_api_failed"] = "; ".join(lost)
         out.append(rec)
     return out
+
+
+ATTAINMENT_FIELDS = ("race_answer", "gender_answer", "race_pred", "gender_pred", "target_race_ok", "target_gender_ok",
+                     "attainment_reason")
+
+
+def make_attainment_fn(spec: Any, cache_path: str, params: Any):
+    """The batch function of the target check (built where it runs, with its own backend and cache
+    connection; a module-level factory, so a functools.partial pickles). An answer lost to the API makes
+    the item `failed` (asked again); a refusal or an unparseable answer is a measured None with its reason."""
+    from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
+
+    cached = CachedVLM(make_vlm_backend(spec), cache_path)
+
+    def fn(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        att = target_attainment(cached, [b["path"] for b in batch], [(b["race"], b["gender"]) for b in batch], params)
+        out = []
+        for item, rec in zip(batch, att):
+            lost = rec.pop("_api_failed", "")
+            out.append(item | rec | {"stand_in": bool(cached.backend.stand_in)}
+                       | ({"status": "failed", "reason": lost} if lost else {"status": "ok", "reason": ""}))
+        return out
+
+    fn.vlm = cached  # type: ignore[attr-defined]
+    return fn
+
+
+def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool = True,
+                     work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> Any:
+    """Ask `validate_edits.classifier` the race and gender of every measured edit, on the engine
+    (resumable, answers cached by request content). Returns `checks` with the ATTAINMENT_FIELDS and the
+    classifier's name and stand-in flag."""
+    from functools import partial
+
+    import pandas as pd
+
+    from biasaudit import registry
+    from biasaudit.engine import Stage, file_digest, run_stage
+    from biasaudit.provenance import stable_hash
+    from biasaudit.vlm import tasks
+
+    params = params or cfg.validate_edits
+    if params.classifier not in cfg.vlms:
+        raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
+    spec = cfg.vlms[params.classifier]
+    todo = checks[checks["status"] == "ok"]
+    if spec.max_source_units:  # a wiring test (the tiny stand-in) asks about its first photos only
+        todo = tasks.first_units(todo, spec.max_source_units)
+    items = [{"edit_id": r["edit_id"], "path": r["path"], "race": r["race"], "gender": r["gender"],
+              "base_id": r.get("base_id"), "occupation": r.get("occupation")} for r in todo.to_dict("records")]
+    settings = stable_hash([spec.model_dump(), params.race_prompt, params.gender_prompt], 16)
+    stage = Stage(f"target check {params.classifier}", items, "edit_id", settings,
+                  partial(make_attainment_fn, spec, C.vlm_cache_path(params.classifier).as_posix(), params),
+                  f"{work_dir}/target_{params.classifier}.jsonl", lambda item: {"image": file_digest(item["path"])},
+                  batch_size=8, code=(registry.module_of("vlm", spec.backend),))  # cached answers are re-parsed
+    run = run_stage(stage, cfg.execution, progress)
+    answers = pd.DataFrame(run.rows())
+    out = checks.copy()
+    if len(answers):
+        answers = answers.set_index("edit_id")
+        for col in ATTAINMENT_FIELDS:
+            out[col] = out["edit_id"].map(answers[col]) if col in answers else None
+    out["classifier"] = params.classifier
+    out["classifier_stand_in"] = bool(len(answers) and answers["stand_in"].astype(bool).any())
+    return out, run
+
+
+FAILURE_NAMES = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change", "identity", "target_race",
+                 "target_gender", "skin_lightening")
+
+
+def by_group_table(checks: Any) -> Any:
+    """Per target race × gender: edits measured, passed, the mean skin L* shift (skin-lightening shows
+    here), outside ΔE mean, the lowest outside SSIM, and how often each check failed."""
+    import pandas as pd
+
+    ok = checks[checks["status"] == "ok"].copy()
+    if not len(ok):
+        return pd.DataFrame()
+    failed = ok["failed_checks"].fillna("").str.split(",")
+    for name in FAILURE_NAMES:
+        ok[f"fail_{name}"] = failed.map(set).map(lambda xs, n=name: n in xs)
+    agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
+           "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
+    agg |= {f"fail_{n}": (f"fail_{n}", "sum") for n in FAILURE_NAMES}
+    return ok.groupby(["race", "gender"]).agg(**agg).reset_index()
 
 
 # ----------------------------------------------------------------- controls: do the checks catch bad edits?
