@@ -61,7 +61,7 @@ print(provenance["note"])
 display(ratings.head())
 
 # %%
-tables = rel.agreement(ratings, list(params.raters), GROUPS, params.n_bootstrap, params.ci_level, cfg.seed)
+tables = rel.agreement(ratings, list(params.raters), GROUPS, params.n_boot, params.ci_level, cfg.seed)
 for name in ("pairwise_kappa", "mean_kappa", "fleiss_kappa", "confusion", "disagreements"):
     print(name + (" (SIMULATED raters)" if params.simulate else ""))
     display(tables[name].round(3))

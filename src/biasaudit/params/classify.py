@@ -148,7 +148,7 @@ class Reliability(Section):
     simulate: bool = False
     sim_accuracy: float = Field(0.85, ge=0, le=1)  # P(rater says the classifier label's group)
     sim_group_accuracy: dict[str, float] = Field(default_factory=lambda: {"hispanic": 0.6})
-    n_bootstrap: int = Field(1000, ge=0)
+    n_boot: int = Field(1000, ge=0)
     ci_level: float = Field(0.95, gt=0, lt=1)
     correction_method: Literal["lsq", "em"] = "lsq"  # classifier-error correction of group shares
     confusion_reference: Literal["consensus", "every_label"] = "consensus"  # human labels M is estimated against
