@@ -10,10 +10,15 @@ TVD over its prompts:
 - linear plug-in: mean ½Σ|M̂⁻ᵀπ̂ − q| (classifier error corrected, finite-n bias left);
 - bootstrap bias-corrected: mean ½Σ(2|d| − E|N(d, sd²)|), the infinite-B bootstrap correction per cell;
 - EB, prior at 0: each |d| shrunk under δ ~ N(0, τ²) (stats.correction.eb_abs_deviation, the previous estimate);
-- EB, prior at the pooled deviation: stats.correction.eb_tvd, the estimate debiased_tvd reports.
+- EB, prior at the pooled deviation: stats.correction.eb_tvd, the estimate debiased_tvd reports;
+- read by the report: point_rule's choice (the EB estimate from MIN_PROMPTS_POINT prompts, else raw).
+
+A replication whose M̂ is not identifiable has no corrected estimate (counted as `undefined`, not closer;
+the report then reads raw).
 
 Per scale and estimator: the share of replications closer to the truth than raw, the mean absolute
-error, the mean error, and (for debiased_tvd) the honest interval's coverage and mean width.
+error (over the defined ones), the mean error, the lowest closer share over the grid's points, and (for
+debiased_tvd) the honest interval's coverage and mean width.
 
     python benchmarks/tvd_grid.py [--reps 600] [--write]
 
@@ -37,7 +42,8 @@ from biasaudit import GROUPS
 
 OUT = Path(__file__).resolve().parent / "results" / "tvd_grid.csv"
 SCALES = (("paper", 50, 100), ("demo, all prompts", 15, 12), ("demo, per category", 5, 12))
-ESTIMATORS = ("raw", "linear plug-in", "bootstrap bias-corrected", "EB, prior at 0", "EB, prior at the pooled deviation")
+ESTIMATORS = ("raw", "linear plug-in", "bootstrap bias-corrected", "EB, prior at 0", "EB, prior at the pooled deviation",
+              "read by the report (point_rule)")
 
 
 def write_grid(path: Path = cal.GRID_FILE) -> None:
@@ -58,6 +64,7 @@ def estimates(counts: np.ndarray, q: np.ndarray, E: np.ndarray | None, M: np.nda
         eb_tvd,
         folded_normal_mean,
         matrix_from_counts,
+        point_rule,
     )
     from biasaudit.stats.tvd import tvd
 
@@ -71,7 +78,11 @@ def estimates(counts: np.ndarray, q: np.ndarray, E: np.ndarray | None, M: np.nda
            "EB, prior at 0": float(0.5 * eb_abs_deviation(d, sd).sum(axis=1).mean()),
            "EB, prior at the pooled deviation": eb_tvd(d, sd)}
     iv, _ = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=seed, M=None if E is not None else M)
-    assert abs(iv.estimate - out["EB, prior at the pooled deviation"]) < 1e-12
+    if not np.isfinite(iv.estimate):  # M̂ not identifiable (NaN with its reason): every candidate is undefined
+        out = dict.fromkeys(out, np.nan) | {"raw": out["raw"]}
+    else:
+        assert abs(iv.estimate - out["EB, prior at the pooled deviation"]) < 1e-12
+    out["read by the report (point_rule)"] = point_rule(len(counts), iv.estimate, out["raw"])[0]
     return out, iv
 
 
@@ -92,12 +103,13 @@ def evaluate(P: int, n: int, points: list[dict], reps: int, n_boot: int, seed: i
     for k in ESTIMATORS:
         e = np.array(err[k])
         row = {"estimator": k, "closer_than_raw": float(np.mean(np.abs(e) < raw)) if k != "raw" else np.nan,
-               "mae": float(np.abs(e).mean()), "mean_error": float(e.mean()), "raw_mae": float(raw.mean())}
+               "mae": float(np.nanmean(np.abs(e))), "mean_error": float(np.nanmean(e)), "raw_mae": float(raw.mean()),
+               "undefined": int(np.isnan(e).sum())}
         if k.startswith("EB, prior at the pooled"):
             row |= {"interval_coverage": float(np.mean(covered)), "interval_mean_width": float(np.mean(width))}
         per = {name: float(np.mean(np.abs(e[[w == name for w in where]]) < raw[[w == name for w in where]]))
                for name in dict.fromkeys(where)}
-        row["closer_min_over_points"] = min(per.values()) if k != "raw" else np.nan
+        row["closer_min_over_points"] = min(per.values()) if k != "raw" else np.nan  # undefined: not closer
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -120,7 +132,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         grid=fail[0]["name"], scale="paper", setting="50 prompts × 100 images"))
     table = pd.concat(tables, ignore_index=True)
     table = table[["grid", "scale", "setting", "estimator", "closer_than_raw", "closer_min_over_points", "mae",
-                   "raw_mae", "mean_error", "interval_coverage", "interval_mean_width"]]
+                   "raw_mae", "mean_error", "undefined", "interval_coverage", "interval_mean_width"]]
     table.insert(4, "replications", [args.reps // 2 if g == fail[0]["name"] else args.reps for g in table["grid"]])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.round(4).to_csv(args.out, index=False)
