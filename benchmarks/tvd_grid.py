@@ -20,7 +20,7 @@ Per scale and estimator: the share of replications closer to the truth than raw,
 error (over the defined ones), the mean error, the lowest closer share over the grid's points, and (for
 debiased_tvd) the honest interval's coverage and mean width.
 
-    python benchmarks/tvd_grid.py [--reps 600] [--write]
+    python benchmarks/tvd_grid.py [--reps 600] [--n-boot 199] [--write]
 
 writes benchmarks/results/tvd_grid.csv and prints it.
 """
@@ -41,7 +41,10 @@ import calibration as cal  # the grid's definition and data-generating process
 from biasaudit import GROUPS
 
 OUT = Path(__file__).resolve().parent / "results" / "tvd_grid.csv"
-SCALES = (("paper", 50, 100), ("demo, all prompts", 15, 12), ("demo, per category", 5, 12))
+# (scale, prompts, images per prompt, replications × --reps): more at the small scales, which are cheap
+# and where the point rule's threshold is decided (0.60 must be told apart from the measured share)
+SCALES = (("paper", 50, 100, 1), ("demo, all prompts", 15, 12, 1), ("below the rule", 8, 12, 2),
+          ("demo, per category", 5, 12, 4), ("below the rule", 3, 12, 2))
 ESTIMATORS = ("raw", "linear plug-in", "bootstrap bias-corrected", "EB, prior at 0", "EB, prior at the pooled deviation",
               "read by the report (point_rule)")
 
@@ -125,15 +128,17 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         write_grid()
     points, fail = cal.load_grid(), [cal.failing_case()]
     tables = []
-    for scale, P, n in SCALES:
-        tables.append(evaluate(P, n, points, args.reps, args.n_boot).assign(
-            grid=f"random grid of {len(points)}", scale=scale, setting=f"{P} prompts × {n} images"))
-    tables.append(evaluate(50, 100, fail, args.reps // 2, args.n_boot).assign(
-        grid=fail[0]["name"], scale="paper", setting="50 prompts × 100 images"))
+    for scale, P, n, times in SCALES:
+        tables.append(evaluate(P, n, points, times * args.reps, args.n_boot).assign(
+            grid=f"random grid of {len(points)}", scale=scale, setting=f"{P} prompts × {n} images",
+            replications=times * args.reps))
+    tables.append(evaluate(50, 100, fail, args.reps, args.n_boot).assign(
+        grid=fail[0]["name"], scale="paper", setting="50 prompts × 100 images", replications=args.reps))
     table = pd.concat(tables, ignore_index=True)
-    table = table[["grid", "scale", "setting", "estimator", "closer_than_raw", "closer_min_over_points", "mae",
-                   "raw_mae", "mean_error", "undefined", "interval_coverage", "interval_mean_width"]]
-    table.insert(4, "replications", [args.reps // 2 if g == fail[0]["name"] else args.reps for g in table["grid"]])
+    table["closer_mc_se"] = np.sqrt(table["closer_than_raw"] * (1 - table["closer_than_raw"]) / table["replications"])
+    table = table[["grid", "scale", "setting", "replications", "estimator", "closer_than_raw", "closer_mc_se",
+                   "closer_min_over_points", "mae", "raw_mae", "mean_error", "undefined", "interval_coverage",
+                   "interval_mean_width"]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.round(4).to_csv(args.out, index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
