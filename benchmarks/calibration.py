@@ -8,7 +8,10 @@ a true null) is reported with its Monte-Carlo standard error √(r(1−r)/reps).
 Settings: paper scale (50 prompts × 100 images; 48 source photos × 10 groups) and small scale
 (10 prompts; 12 and 6 source photos, answers from the planted VLM of biasaudit.vlm.planted). A row is `ok` when coverage lies in [0.93, 0.97] (rejection in
 [0.03, 0.07]); a small-scale row outside it is labelled `falls short (small scale)`, a paper-scale
-one `FAILS at paper scale`; rows of a documented limitation say so.
+one `FAILS at paper scale`; rows of a documented limitation say so (e.g. "n < 50, skewed: under-covers").
+Beyond the scenarios the estimators were built with, it draws the corrected TVD's audits from a random
+grid of distortions and confusion matrices (GRID_FILE; the share of audits where its estimate is closer
+to the truth than raw must reach BEATS_RAW) and checks the bootstrap on a skewed mean at small n.
 
     python benchmarks/calibration.py [--reps 500] [--n-boot 999] [--only NAME ...] [--fast]
 

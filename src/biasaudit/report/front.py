@@ -107,7 +107,7 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
                     d = d.iloc[0]
                     point, source = d.get("tvd_point", d["tvd_debiased"]), str(d.get("tvd_point_source", "corrected"))
                     extra.append("+ classifier error " + ci(point, d.get("tvd_debiased_low"), d.get("tvd_debiased_high"))
-                                 + ("" if source == "corrected" else f" (point: {source})"))
+                                 + ("" if source == "corrected" else f" (point {source.split(',')[0]})"))
             row[cat] = cell + (f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
         rows.append(row)
     b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c} [{level} CI]" for c in cats}), escape=False)
