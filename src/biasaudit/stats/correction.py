@@ -270,9 +270,10 @@ def eb_tvd(d: np.ndarray, sd: np.ndarray) -> float:
 
 # Below this many prompts the corrected point estimate is not read: the prior's centre and spread
 # cannot be estimated from so few. On the random grid at 12 images per prompt it is closer to the truth
-# than raw in 0.49 ± 0.014 of replications at 3 prompts, 0.571 ± 0.010 at 5 (the demo's per-category
-# rows; no candidate reaches 0.60 there) and 0.66 ± 0.014 at 8 (benchmarks/results/tvd_grid.csv). The
-# report then reads the raw TVD, beside the honest interval (which holds at every scale).
+# than raw in 0.46 ± 0.014 of replications at 3 prompts, 0.597 ± 0.010 at 5 (the demo's per-category
+# rows; no candidate is shown to reach 0.60 there) and 0.67 ± 0.014 at 8, 0.745 at 15
+# (benchmarks/results/tvd_grid.csv). The report then reads the raw TVD, beside the honest interval
+# (which holds at every scale).
 MIN_PROMPTS_POINT = 10
 
 
