@@ -8,7 +8,10 @@ a true null) is reported with its Monte-Carlo standard error √(r(1−r)/reps).
 Settings: paper scale (50 prompts × 100 images; 48 source photos × 10 groups) and small scale
 (10 prompts; 12 and 6 source photos, answers from the planted VLM of biasaudit.vlm.planted). A row is `ok` when coverage lies in [0.93, 0.97] (rejection in
 [0.03, 0.07]); a small-scale row outside it is labelled `falls short (small scale)`, a paper-scale
-one `FAILS at paper scale`; rows of a documented limitation say so.
+one `FAILS at paper scale`; rows of a documented limitation say so (e.g. "n < 50, skewed: under-covers").
+Beyond the scenarios the estimators were built with, it draws the corrected TVD's audits from a random
+grid of distortions and confusion matrices (GRID_FILE; the share of audits where its estimate is closer
+to the truth than raw must reach BEATS_RAW) and checks the bootstrap on a skewed mean at small n.
 
     python benchmarks/calibration.py [--reps 500] [--n-boot 999] [--only NAME ...] [--fast]
 
@@ -32,6 +35,7 @@ from biasaudit import GROUPS
 
 NOMINAL_COVERAGE, NOMINAL_LEVEL = 0.95, 0.05
 COVERAGE_BAND, REJECTION_BAND = (0.93, 0.97), (0.03, 0.07)
+BEATS_RAW = 0.60  # a corrected estimate earns its place when closer to the truth than raw this often
 OUT = Path("reports/calibration/calibration.csv")
 
 
@@ -153,6 +157,112 @@ def debiased_check(P: int, n: int, strength: float, reference: str, n_boot: int)
         return iv.low <= truth <= iv.high, abs(iv.estimate - truth) < abs(raw - truth)
 
     return run
+
+
+# The random distortion grid (drawn once, committed: benchmarks/data/tvd_grid.json, `python
+# benchmarks/tvd_grid.py --write` redraws it from GRID_SEED). Per point: factors s_g = 5·w_g with
+# w ~ Dirichlet(3, …, 3) (mean 1 per group: the model multiplies each benchmark share by s_g and
+# renormalises) and a confusion matrix whose row t ~ Dirichlet(50 · row t of the default SIMULATED
+# confusion): random distortions and classifiers around the benchmark's.
+GRID_FILE = Path(__file__).resolve().parent / "data" / "tvd_grid.json"
+GRID_SEED, GRID_POINTS, DISTORTION_CONCENTRATION, CONFUSION_CONCENTRATION = 2026, 12, 3.0, 50.0
+# the case an independent simulation found: Asian × 2, White × 0.6, 25% of Hispanic faces called White
+FAILING_CASE = {"name": "Asian ×2, White ×0.6, 25% Hispanic→White", "scale": [0.6, 1.0, 2.0, 1.0, 1.0],
+                "hispanic_row": [0.25, 0.02, 0.10, 0.60, 0.03]}
+
+
+def default_confusion() -> np.ndarray:
+    from biasaudit.params.classify import DEFAULT_SIM_CONFUSION
+
+    M = np.array([[DEFAULT_SIM_CONFUSION[t][c] for c in GROUPS] for t in GROUPS])
+    return M / M.sum(axis=1, keepdims=True)
+
+
+def draw_grid(seed: int = GRID_SEED, points: int = GRID_POINTS) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    M0, k = default_confusion(), len(GROUPS)
+    out = []
+    for i in range(points):
+        s = k * rng.dirichlet(np.full(k, DISTORTION_CONCENTRATION))
+        M = np.stack([rng.dirichlet(CONFUSION_CONCENTRATION * row) for row in M0])
+        out.append({"name": f"grid{i:02d}", "scale": [round(float(v), 6) for v in s],
+                    "confusion": [[round(float(v), 6) for v in row] for row in M]})
+    return out
+
+
+def failing_case() -> dict:
+    M = default_confusion()
+    M[GROUPS.index("hispanic")] = FAILING_CASE["hispanic_row"]
+    return {"name": FAILING_CASE["name"], "scale": FAILING_CASE["scale"], "confusion": M.tolist()}
+
+
+def load_grid(path: Path = GRID_FILE) -> list[dict]:
+    import json
+
+    return json.loads(path.read_text())["points"]
+
+
+def distortion_audit(rng, P: int, n: int, point: dict, declared: bool):
+    """One simulated audit at a grid point: benchmarks q ~ Dirichlet(5·BASE) per prompt, true shares
+    p ∝ q·s, classified counts ~ Multinomial(n, Mᵀp), and (unless M is declared) a reliability sample
+    of 300 images (2 raters, 95% right, 90% on Hispanic faces) M is estimated from against consensus.
+    Returns (counts, q, E or None, M, the true mean TVD over these prompts)."""
+    from biasaudit.stats.correction import image_confusions, reference_labels
+    from biasaudit.stats.tvd import tvd
+
+    s, M = np.asarray(point["scale"], dtype=float), np.asarray(point["confusion"], dtype=float)
+    q = rng.dirichlet(5 * BASE, size=P)
+    p = q * s
+    p /= p.sum(axis=1, keepdims=True)
+    counts = np.stack([rng.multinomial(n, row @ M) for row in p]).astype(float)
+    E = None
+    if not declared:
+        humans, classifier = _annotated_sample(rng, p, M, group_accuracy={"hispanic": 0.9})
+        E = image_confusions(reference_labels(humans, "consensus"), classifier, GROUPS)
+    return counts, q, E, M, float(tvd(p, q).mean())
+
+
+def grid_check(P: int, n: int, points: list[dict] | None, n_boot: int, declared: bool = False):
+    """debiased_tvd over the random grid (replication r at point r mod len), or at one point: (honest
+    interval covers the true mean TVD, point estimate closer to it than the raw TVD)."""
+    from biasaudit.stats.correction import debiased_tvd
+    from biasaudit.stats.tvd import tvd
+
+    def run(rng, rep):
+        grid = points if points is not None else load_grid()
+        counts, q, E, M, truth = distortion_audit(rng, P, n, grid[rep % len(grid)], declared)
+        iv, _ = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=rep, M=M if declared else None)
+        raw = float(tvd(counts / n, q).mean())
+        return iv.low <= truth <= iv.high, abs(iv.estimate - truth) < abs(raw - truth)
+
+    return run
+
+
+# ---------------------------------------------------------------- skewed statistics at small n
+
+SKEW_SIGMA = 1.0  # log-normal(0, 1): skewness ≈ 6.2; its mean is exp(σ²/2)
+
+
+def skewed_mean_check(n: int, n_boot: int):
+    """The mean of n i.i.d. log-normal(0, 1) values by the resampling engine (stats.resample, each value
+    a cluster): do the percentile, basic and BCa intervals cover the true mean exp(½)?"""
+    from biasaudit.stats.resample import intervals, replicates
+
+    truth = float(np.exp(SKEW_SIGMA ** 2 / 2))
+
+    def run(rng, rep):
+        x = rng.lognormal(0.0, SKEW_SIGMA, size=n)
+        out = []
+        for method in ("percentile", "basic", "BCa"):
+            rep_ = replicates(lambda w: (w @ x) / w.sum(axis=1), n, n_boot=n_boot, seed=rep, method=method)
+            iv = intervals(rep_, 0.95, method)[0]
+            out.append(iv.low <= truth <= iv.high)
+        return tuple(out)
+
+    return run
+
+
+SKEWED = tuple(f"{m} CI of a skewed mean (log-normal σ = 1)" for m in ("percentile", "basic", "BCa"))
 
 
 def paired_check(which: str, P: int, n: int, n_boot: int):
@@ -394,6 +504,24 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                                   f"debiased_tvd estimate closer to the true TVD than raw ({what}, M vs {reference} labels)"),
                                  "coverage", f"{P} prompts × {n} images, 300 annotated", scale,
                                  debiased_check(P, n, strength, reference, n_boot), honest))
+    grid = f"random grid of {GRID_POINTS}"
+    for scale, P, n, where in (("paper", 50, 100, ""), ("small", 15, 12, ", the demo's all-prompts row"),
+                               ("small", 5, 12, ", the demo's per-category rows")):
+        out.append(Check((f"debiased_tvd honest interval (true TVD, {grid}, M vs consensus labels)",
+                          f"debiased_tvd estimate closer to the true TVD than raw ({grid}, M vs consensus labels)"),
+                         "coverage", f"{P} prompts × {n} images, 300 annotated{where}", scale,
+                         grid_check(P, n, None, n_boot), honest))
+    for declared, how in ((False, "M vs consensus labels"), (True, "M declared")):
+        out.append(Check((f"debiased_tvd honest interval (true TVD, {FAILING_CASE['name']}, {how})",
+                          f"debiased_tvd estimate closer to the true TVD than raw ({FAILING_CASE['name']}, {how})"),
+                         "coverage", "50 prompts × 100 images" + ("" if declared else ", 300 annotated"), "paper",
+                         grid_check(50, 100, [failing_case()], n_boot, declared), honest))
+    for n in (30, 200):
+        out.append(Check(SKEWED, "coverage", f"n = {n} i.i.d. values", "small" if n < 50 else "paper",
+                         skewed_mean_check(n, n_boot),
+                         "n < 50, skewed: under-covers (the bootstrap's limit for a skewed mean at this n)" if n < 50
+                         else "skewed, heavy-tailed: under-covers still at n = 200 (the bootstrap's limit for a "
+                              "log-normal mean; the audit's own statistics are bounded shares and similarities)"))
     for scale, G in (("paper", 48), ("small", 12), ("small", 6)):
         s = f"{G} source photos × 10 groups, planted VLM"
         out.append(Check(REFLECT_INTERVALS, "coverage", s, scale, reflect_interval_check(G, n_boot)))
@@ -414,7 +542,8 @@ FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
 
 def flag(row: dict, note: str) -> str:
     if "closer" in row.get("method", ""):  # a share of replications, not an interval: no nominal value
-        return "measured (share of replications; no nominal value)"
+        return ("measured: beats raw (closer in ≥ 60% of replications)" if row["observed"] >= BEATS_RAW
+                else "measured: does not beat raw (closer in < 60%)")
     if row["kind"] == "power":
         return "measured (power: the share of replications that reject a planted effect)"
     lo, hi = COVERAGE_BAND if row["kind"] == "coverage" else REJECTION_BAND

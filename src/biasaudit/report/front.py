@@ -106,15 +106,18 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
                 d = deb[(deb["model"].astype(str) == model) & (deb["category"] == cat)]
                 if len(d):
                     d = d.iloc[0]
-                    extra.append("+ classifier error " + ci(d["tvd_debiased"], d.get("tvd_debiased_low"),
-                                                            d.get("tvd_debiased_high")))
+                    point, source = d.get("tvd_point", d["tvd_debiased"]), str(d.get("tvd_point_source", "corrected"))
+                    extra.append("+ classifier error " + ci(point, d.get("tvd_debiased_low"), d.get("tvd_debiased_high"))
+                                 + ("" if source == "corrected" else f" (point {source.split(',')[0]})"))
             row[cat] = cell + (f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
         rows.append(row)
     b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c} [{level} CI]" for c in cats}), escape=False)
     if deb is not None:
         b.html += ("<p><small>corrected: finite-n bias removed; + classifier error: also corrected for the "
                    "classifier's confusion matrix (reliability sample), empirical-Bayes estimate with an honest "
-                   "interval that allows for the remaining bias (stats.correction.debiased_tvd).</small></p>")
+                   "interval that allows for the remaining bias (stats.correction.debiased_tvd); with too few prompts "
+                   "for it to beat the raw TVD in simulation, the point shown is the raw TVD (marked), beside the "
+                   "same interval.</small></p>")
     if not floor or not cor:
         b.note = ("null floor / bias-corrected TVD: no data (tvd_summary has no "
                   + " or ".join(n for n, c in (("null_floor", floor), ("tvd_corrected", cor)) if not c) + " column)")

@@ -20,6 +20,7 @@ from biasaudit.stats.correction import (
     debiased_tvd,
     image_confusions,
     matrix_from_counts,
+    point_rule,
     reference_labels,
 )
 from biasaudit.t2i.analysis.inputs import Boot, G, Inputs
@@ -69,7 +70,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     category, with one bootstrap over prompts and annotated images. This is the only place the
     correction is computed, with `reliability.correction_method`.
     `tvd_debiased*` is corrected for classifier error and finite n together, with the honest interval
-    (stats.correction.debiased_tvd): the estimate to compare with the true TVD at small n."""
+    (stats.correction.debiased_tvd) and its width. `tvd_point` is the point estimate the report reads:
+    tvd_debiased with at least stats.correction.MIN_PROMPTS_POINT prompts, else the raw TVD
+    (`tvd_point_source` says which and why; stats.correction.point_rule)."""
     res = Result("corrected_tvd", "TVD corrected for classifier error")
     rel = inputs.root / C.RELIABILITY_DIR
     recorded = {}
@@ -122,11 +125,13 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
                                  E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                  seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
+        point, point_source = point_rule(len(sub), deb.estimate, raw.estimate)
         rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
                      "mean_tvd_raw_low": raw.low, "mean_tvd_raw_high": raw.high,
                      "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
                      "tvd_classifier_corrected_high": corr.high, "correction_method": method,
                      "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
+                     "tvd_debiased_width": deb.high - deb.low, "tvd_point": point, "tvd_point_source": point_source,
                      "tvd_linear_plug_in": dinfo["plug_in"], "bias_bound": dinfo["bias_bound"],
                      "pooled_tvd_debiased": pooled.estimate, "pooled_tvd_debiased_low": pooled.low,
                      "pooled_tvd_debiased_high": pooled.high,
@@ -145,6 +150,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                                                "high": r.tvd_classifier_corrected_high,
                                                "debiased": r.tvd_debiased, "debiased_low": r.tvd_debiased_low,
                                                "debiased_high": r.tvd_debiased_high,
+                                               "point": r.tvd_point, "point_source": r.tvd_point_source,
                                                "identifiable": bool(r.identifiable)}
                    for r in summary.itertuples()}
     return res
