@@ -75,9 +75,10 @@ def _selected(args: argparse.Namespace) -> list[Any]:
         if w is not None and w not in chosen:
             chosen.append(w)
     if args.profile == "paper" or (cfg.profile == "paper" and not args.profile):
-        for spec in cfg.vlms.values():  # models served by a local server (listed, not fetched)
-            if "llama" in spec.model_id.lower() and weights.BY_NAME["llama-3.2-90b-vision"] not in chosen:
-                chosen.append(weights.BY_NAME["llama-3.2-90b-vision"])
+        for spec in cfg.vlms.values():  # served (vLLM) or hosted VLMs: listed, not fetched
+            w = weights.for_vlm(spec)
+            if w is not None and w not in chosen:
+                chosen.append(w)
     return chosen
 
 

@@ -131,7 +131,7 @@ class GeminiVLM(VLMBackend):
             if kind == "text":
                 parts.append(self.types.Part.from_text(text=value))
                 continue
-            data, mime, reason = encode_image(value, self.spec.image_max_side, self.spec.image_format)
+            data, mime, reason = encode_image(value, req.max_side(self.spec.image_max_side), self.spec.image_format)
             if data is None:
                 return None, reason
             parts.append(self.types.Part.from_bytes(data=data, mime_type=mime))
