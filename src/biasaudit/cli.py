@@ -39,13 +39,15 @@ def describe_need(n: Any) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from biasaudit import weights
+    from biasaudit import gpu_extra, weights
 
     try:
         cfg = profile_params(args.profile, args.params)
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if warning := gpu_extra.onnxruntime_warning():  # InsightFace on the CPU
+        print(warning, file=sys.stderr)
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
