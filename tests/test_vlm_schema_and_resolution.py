@@ -149,4 +149,5 @@ def test_every_vlm_sees_each_face_at_the_same_resolution(paper, tmp_path, monkey
             assert [im.shape for im in two_afc] == [(face, face)] * 2, name
         assert mcq[0].shape == (face, face), name
         assert [r["face_px"] for r in records] == [face, face], name
+        assert all(r["answer_mode"] in ("json_schema", "response_schema (enum)") for r in records), name
     assert modes["llama-3.2-90b-vision"] == "composite" and list(modes.values()).count("interleaved") == 4

@@ -198,7 +198,13 @@ class GeminiVLM(VLMBackend):
             return failed(api_failure_reason(exc))
         except Exception as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
-        return self.read_response(resp)
+        response = self.read_response(resp)
+        response.meta["answer_mode"] = self.answer_mode(req)
+        return response
+
+    def answer_mode(self, req: VLMRequest) -> str:
+        """Which output mode the request asked for (recorded per row): an enum schema, or plain text."""
+        return "response_schema (enum)" if self.spec.constrain and req.options else "plain"
 
     def _ask(self, req: VLMRequest, contents: list[Any], factor: int) -> VLMResponse:
         return retried(lambda: self._once(req, contents, factor), self.spec, self.bucket,
@@ -332,7 +338,7 @@ class GeminiVLM(VLMBackend):
                 response = self.read_response(item.response)
                 if response.status == FAILED:
                     continue  # empty / cut-off / malformed: online, with the budget retry
-                response.meta.update(via="batch", batch_job=job.name)
+                response.meta.update(via="batch", batch_job=job.name, answer_mode=self.answer_mode(requests[i]))
                 out[i] = response
                 if on_result is not None:
                     on_result(i, response)
