@@ -151,3 +151,13 @@ def test_every_vlm_sees_each_face_at_the_same_resolution(paper, tmp_path, monkey
         assert [r["face_px"] for r in records] == [face, face], name
         assert all(r["answer_mode"] in ("json_schema", "response_schema (enum)") for r in records), name
     assert modes["llama-3.2-90b-vision"] == "composite" and list(modes.values()).count("interleaved") == 4
+
+
+def test_face_px_without_face_side_is_what_the_backend_downscaling_leaves(tmp_path):
+    """face_side 0 (each VLM its own image_max_side): the legacy 512-px composite tiles, then the whole
+    1040 × 560 composite shrunk to 512 px → 512 × 512 / 1040 = 252 px per face; a single image: 512."""
+    pair = _pair(tmp_path, 1024)
+    item = {"kind": "2afc", "image_a": pair.path[0], "image_b": pair.path[1]}
+    assert tasks.face_px(item, 0, "composite", 512) == 252
+    assert tasks.face_px(item, 0, "interleaved", 512) == 512 and tasks.face_px(item, 0, "interleaved", 0) == 1024
+    assert tasks.face_px(item, 512, "composite", 512) == 512  # face_side: each face keeps its 512 px

@@ -105,7 +105,10 @@ IMAGE_LABELS: tuple[str, str] = ("Image A:", "Image B:")
 TWO_AFC_MODES = ("interleaved", "composite")
 
 
-def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int = 48) -> "np.ndarray":
+COMPOSITE_GAP, COMPOSITE_STRIP = 16, 48  # px between the two tiles; px of the label strip above them
+
+
+def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int = COMPOSITE_STRIP) -> "np.ndarray":
     """Two RGB images side by side at the same height, 'Image A' printed above the left one and
     'Image B' above the right one (black on white), for models that take a single image."""
     import numpy as np
@@ -116,7 +119,7 @@ def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int
         img = Image.fromarray(np.asarray(rgb, dtype=np.uint8))
         width = max(1, round(img.width * height / img.height))
         tiles.append(img.resize((width, height), Image.Resampling.LANCZOS))
-    gap = 16
+    gap = COMPOSITE_GAP
     canvas = Image.new("RGB", (tiles[0].width + gap + tiles[1].width, height + strip), "white")
     draw = ImageDraw.Draw(canvas)
     x = 0
@@ -158,9 +161,10 @@ def composite_height(size_a: tuple[int, int], size_b: tuple[int, int], face_side
     return min(max(1, round(s[1] * sent_side(s, face_side))) for s in (size_a, size_b))
 
 
-def face_px(item: dict, face_side: int, two_afc_mode: str) -> int | None:
+def face_px(item: dict, face_side: int, two_afc_mode: str, backend_max_side: int = 0) -> int | None:
     """The effective resolution of one question: the longer side, in pixels, of the smallest face image
-    the VLM receives (after our downscaling; composite tiles included). None if an image is unreadable."""
+    the VLM receives (after our downscaling; composite tiles included). `face_side` 0: the backend's own
+    `image_max_side` applies (to the whole composite). None if an image is unreadable."""
     try:
         sizes = [image_size(p) for p in ((item["image_a"], item["image_b"]) if item["kind"] == "2afc"
                                           else (item["image"],))]
@@ -168,8 +172,11 @@ def face_px(item: dict, face_side: int, two_afc_mode: str) -> int | None:
         return None
     if item["kind"] == "2afc" and two_afc_mode == "composite":
         height = composite_height(sizes[0], sizes[1], face_side)
-        return min(max(round(w * height / h), height) for w, h in sizes)
-    return min(round(max(s) * sent_side(s, face_side)) for s in sizes)
+        tiles = [(round(w * height / h), height) for w, h in sizes]
+        scale = 1.0 if face_side else sent_side((sum(t[0] for t in tiles) + COMPOSITE_GAP, height + COMPOSITE_STRIP),
+                                                 backend_max_side)
+        return min(round(max(t) * scale) for t in tiles)
+    return min(round(max(s) * sent_side(s, face_side or backend_max_side)) for s in sizes)
 
 
 def composite_path(image_a: str, image_b: str, out_dir: str, face_side: int = 0) -> str:
@@ -307,7 +314,8 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
                 "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
                 "from_cache": response.from_cache, "answer_status": response.status,
                 "via": response.meta.get("via", ""), "created_at": utc_now(),
-                "face_px": face_px(item, getattr(params, "face_side", 0), mode),
+                "face_px": face_px(item, getattr(params, "face_side", 0), mode,
+                                   getattr(getattr(backend, "spec", None), "image_max_side", 0)),
                 "answer_mode": response.meta.get("answer_mode", "")}
             records.append(record)
         return records
