@@ -12,7 +12,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup demo test test-fast lint bench lock paper offline clean-outputs
+.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,20 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# A CUDA machine: the same venv with onnxruntime-gpu (same version) in place of onnxruntime, so that
+# InsightFace runs on the GPU (requirements-gpu.lock; `biasaudit check` warns when a GPU has the CPU build)
+setup-gpu: $(VENV)/.installed
+	$(BIN)/python -m pip uninstall --quiet --yes onnxruntime
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-gpu.lock
+
+# The wheels benchmarks/gpu_check.sh installs on a GPU machine without network (Python 3.12 manylinux,
+# pinned with sha256 in benchmarks/gpu_wheels.txt, < 60 MiB) into .gpu-wheels/ (git-ignored)
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --require-hashes -r benchmarks/gpu_wheels.txt -d .gpu-wheels
+	$(PYTHON) benchmarks/gpu_wheels.py check
 
 demo: setup
 	$(BIN)/python -m biasaudit check

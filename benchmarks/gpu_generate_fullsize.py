@@ -22,7 +22,14 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# Published architecture configs (config.json of each hub repo's subfolders).
+# Published architecture configs (config.json of each hub repo's subfolders), committed here: the numbers
+# of each come from the file named in SOURCES.
+SOURCES = {
+    "sd35-large-turbo": "stabilityai/stable-diffusion-3.5-large-turbo: transformer/config.json, vae/config.json, "
+                        "text_encoder{,_2,_3}/config.json (CLIP-L, OpenCLIP bigG, T5-XXL v1.1 encoder)",
+    "flux-schnell": "black-forest-labs/FLUX.1-schnell: transformer/config.json, vae/config.json, "
+                    "text_encoder/config.json (CLIP-L), text_encoder_2/config.json (T5-XXL v1.1 encoder)",
+}
 SD35_LARGE = {
     "transformer": dict(sample_size=128, patch_size=2, in_channels=16, num_layers=38, attention_head_dim=64,
                         num_attention_heads=38, joint_attention_dim=4096, caption_projection_dim=2432,

@@ -42,8 +42,11 @@ def grey_image(path, level: int, size: int = 64) -> None:
 class VLMServer:
     def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed",
                  thinking_tokens: int = 0, reasoning_tokens: int = 0, polls_to_finish: int = 0,
-                 batch_item_errors: frozenset[int] = frozenset()):
+                 batch_item_errors: frozenset[int] = frozenset(), reject_schema: bool = False):
         self.script = list(script or [])
+        # a server without JSON-schema mode (DashScope for some qwen-plus models): a json_schema
+        # response_format gets a 400 invalid_parameter_error
+        self.reject_schema = reject_schema
         self.delay_s = delay_s
         self.batch_state = batch_state  # 'succeed' | 'stall' | 'poll' (done after `polls_to_finish` gets)
         # Gemini thinking models: tokens of thought per answer, counted against maxOutputTokens (as the
@@ -161,6 +164,11 @@ class VLMServer:
         key, label = self._image_of(url.split(",", 1)[1])
         if behaviour == "hang":
             return self._hang()
+        if self.reject_schema and (body.get("response_format") or {}).get("type") == "json_schema":
+            return h._json(400, {"error": {
+                "message": "<400> InternalError.Algo.InvalidParameter: The value of response_format.type "
+                           "json_schema is not supported by this model",
+                "type": "invalid_request_error", "param": None, "code": "invalid_parameter_error"}})
         if body["model"].startswith(("gpt-5", "o1", "o3", "o4")) and not body["model"].startswith("gpt-5-chat"):
             if "max_tokens" in body:  # the API's own error body for reasoning models
                 return h._json(400, {"error": {

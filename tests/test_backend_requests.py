@@ -235,7 +235,8 @@ def test_2afc_labels_in_both_orders_and_both_modes(backend, mode, pair, tmp_path
                 assert seq[1][1].startswith(params.prompts.two_afc_composite_note) and seq[1][1].endswith(item["prompt"])
                 img = _decode_grey(seq[0][1])
                 h, w = img.shape
-                body_rows = img[h // 4:]  # below the label strip
+                assert h == 48 + 64  # the 64-px faces keep their resolution (never enlarged), below the label strip
+                body_rows = img[48:]
                 left, right = body_rows[:, : w // 2 - 10], body_rows[:, w // 2 + 10:]
                 assert left.mean() == pytest.approx(grey[item["group_a"]], abs=2)
                 assert right.mean() == pytest.approx(grey[item["group_b"]], abs=2)

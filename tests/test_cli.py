@@ -40,7 +40,8 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
     expected = ["models/sd35-large-turbo/model_index.json", "models/flux-schnell/model_index.json",
                 "models/insightface/models/buffalo_l", "models/bisenet/79999_iter.pth",
                 "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
-                "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "data/vlm/source_photos"]
+                "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "http://localhost:8001/v1",
+                "data/vlm/source_photos"]
     for item in expected:
         assert sum(item in line for line in lines) == 1, item  # one line per missing item
     assert len(lines) == len(expected)
@@ -73,6 +74,9 @@ def test_weights_list_paper_shows_sources_sizes_licences(repo, capsys):
         block = out.split(f"{w}: ", 1)[1].split("\n  path:", 1)[0]
         assert "source:" in block and " GB" in block and "licence:" in block, w
     assert "hf:stabilityai/stable-diffusion-3.5-large-turbo@" in out and "buffalo_l.zip" in out
+    vlms = ("gemini-2.5-pro", "gpt-5", "llama-3.2-90b-vision", "qwen3-vl-plus", "deepseek-vl2")
+    assert all(f"\n{v}: " in "\n" + out for v in vlms)  # the paper's five VLMs, served or hosted
+    assert "--tensor-parallel-size 4" in out and "--max-model-len" in out and "European Union" in out
     assert cli.main(["weights", "list"]) == 0  # offline profile without --profile: the whole table
     assert cli.main(["weights", "list", "--needed"]) == 0
     assert "no model weights needed" in capsys.readouterr().out.splitlines()[-1]
@@ -119,6 +123,10 @@ def test_fetch_zip_records_checksums_and_verify_checks_them(repo):
         zf.writestr("w600k_r50.onnx", b"recogniser bytes")
     w = replace(weights.BY_NAME["insightface-buffalo_l"], source=archive.as_uri())
     lock = repo / "models" / "weights.lock.json"
+    with pytest.raises(ValueError, match="not the pinned"):  # the real pin: these bytes are not buffalo_l.zip
+        weights.fetch(w, lock_path=lock)
+    assert not list((repo / w.local_path).glob("*.onnx"))  # nothing unchecked was extracted
+    w = replace(w, sha256=hashlib.sha256(archive.read_bytes()).hexdigest())
     entry = weights.fetch(w, lock_path=lock)
     assert entry["files"] == {"det_10g.onnx": hashlib.sha256(b"detector bytes").hexdigest(),
                               "w600k_r50.onnx": hashlib.sha256(b"recogniser bytes").hexdigest()}
@@ -210,3 +218,47 @@ def test_an_invalid_params_file_is_the_first_line_of_the_stage(tmp_path, monkeyp
                                            "analyze")
     assert status == 1
     assert lines[0].startswith("✗ analyze: ParamsError") and "analyze.ci_level" in lines[0], lines[0]
+
+
+def test_check_warns_when_a_gpu_has_the_cpu_onnxruntime():
+    from biasaudit.gpu_extra import onnxruntime_warning
+
+    cpu_build = ["AzureExecutionProvider", "CPUExecutionProvider"]
+    assert "make setup-gpu" in onnxruntime_warning(gpu=True, providers=cpu_build)
+    assert onnxruntime_warning(gpu=True, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]) == ""
+    assert onnxruntime_warning(gpu=False, providers=cpu_build) == ""  # no GPU: nothing to warn about
+
+
+def test_an_interrupted_download_resumes_with_a_range_request(tmp_path):
+    """A local HTTP server that honours Range: the second call asks only for the missing bytes."""
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    ranges = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            start = int(self.headers.get("Range", "bytes=0-")[6:].rstrip("-") or 0)
+            ranges.append(self.headers.get("Range"))
+            body = payload[start:]
+            self.send_response(206 if start else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dest = tmp_path / "pack.zip"
+        (tmp_path / "pack.zip.part").write_bytes(payload[:300_000])  # what an interrupted download left
+        url = f"http://127.0.0.1:{server.server_port}/pack.zip"
+        digest = weights.download_resumable(url, dest, hashlib.sha256(payload).hexdigest())
+    finally:
+        server.shutdown()
+    assert ranges == ["bytes=300000-"] and dest.read_bytes() == payload
+    assert digest == hashlib.sha256(payload).hexdigest() and not (tmp_path / "pack.zip.part").exists()

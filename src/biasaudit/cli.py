@@ -39,13 +39,15 @@ def describe_need(n: Any) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from biasaudit import weights
+    from biasaudit import gpu_extra, weights
 
     try:
         cfg = profile_params(args.profile, args.params)
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if warning := gpu_extra.onnxruntime_warning():  # InsightFace on the CPU
+        print(warning, file=sys.stderr)
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
@@ -75,9 +77,10 @@ def _selected(args: argparse.Namespace) -> list[Any]:
         if w is not None and w not in chosen:
             chosen.append(w)
     if args.profile == "paper" or (cfg.profile == "paper" and not args.profile):
-        for spec in cfg.vlms.values():  # models served by a local server (listed, not fetched)
-            if "llama" in spec.model_id.lower() and weights.BY_NAME["llama-3.2-90b-vision"] not in chosen:
-                chosen.append(weights.BY_NAME["llama-3.2-90b-vision"])
+        for spec in cfg.vlms.values():  # served (vLLM) or hosted VLMs: listed, not fetched
+            w = weights.for_vlm(spec)
+            if w is not None and w not in chosen:
+                chosen.append(w)
     return chosen
 
 

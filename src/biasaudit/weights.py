@@ -40,9 +40,34 @@ class Weight:
     files: tuple[str, ...] = ()  # allow_patterns (hf) / the one file (hf-file)
     published: str = ""         # the original publication location, when we fetch from a mirror
     fetchable: bool = True      # False: served by another program (vLLM) or hosted
+    sha256: str = ""            # zip: the archive's pinned sha256 (checked before anything is extracted)
 
 
-INSIGHTFACE_ZOO = "https://github.com/deepinsight/insightface/releases/download/model-zoo/"
+INSIGHTFACE_ZOO = "https://github.com/deepinsight/insightface/releases/download/v0.7/"
+# buffalo_l.zip of the v0.7 release: 288,621,354 bytes, this sha256 (the digest other projects that pin the
+# same release asset record, e.g. Immich's machine-learning model list)
+BUFFALO_L_SHA256 = "80ffe37d8a5940d59a7384c201a2a38d4741f2f3c51eef46ebb28218a7b0ca2f"
+
+# vLLM serve commands of the locally served VLMs. Llama 3.2 Vision (MllamaForConditionalGeneration, an
+# encoder-decoder model) runs only on vLLM's V0 engine, which vLLM removed in September 2025 (PRs #24907,
+# #25321): pin vllm==0.10.1.1 and VLLM_USE_V1=0. 177 GB of bf16 weights need 4 × 80 GB (tensor parallel 4);
+# the context is capped at 8192 tokens (one 560² tile image ≈ 1,600 tokens + the prompt), one image per
+# request. DeepSeek-VL2 (27.5B MoE, 4.5B active, ≈ 55 GB bf16) fits one 80 GB card; vLLM ≥ 0.7.1 serves it
+# (V1 engine) with the chat template from vLLM's examples folder and two images per request.
+VLLM_SERVE = {
+    "llama-3.2-90b-vision": (
+        "pip install vllm==0.10.1.1 && VLLM_USE_V1=0 vllm serve meta-llama/Llama-3.2-90B-Vision-Instruct "
+        "--port 8000 --tensor-parallel-size 4 --max-model-len 8192 --max-num-seqs 16 --enforce-eager "
+        "--limit-mm-per-prompt '{\"image\": 1}'"),
+    "deepseek-vl2": (
+        "pip install vllm==0.10.1.1 && vllm serve deepseek-ai/deepseek-vl2 --port 8001 "
+        "--hf-overrides '{\"architectures\": [\"DeepseekVLV2ForCausalLM\"]}' "
+        "--chat-template examples/template_deepseek_vl2.jinja --max-model-len 4096 "
+        "--limit-mm-per-prompt '{\"image\": 2}'"),
+}
+LLAMA_EU_NOTE = ("Llama 3.2 Acceptable Use Policy: the rights of Section 1(a) of the licence are NOT granted for "
+                 "its multimodal models to individuals domiciled in, or companies with a principal place of "
+                 "business in, the European Union (end users of a product that incorporates them are exempt)")
 
 # The paper profile's local models (hosted ones need keys, not weights).
 WEIGHTS: tuple[Weight, ...] = (
@@ -63,7 +88,8 @@ WEIGHTS: tuple[Weight, ...] = (
     Weight("insightface-buffalo_l", "InsightFace buffalo_l (SCRFD-10GF detector + ArcFace ResNet50 w600k_r50)", "zip",
            INSIGHTFACE_ZOO + "buffalo_l.zip", "models/insightface/models/buffalo_l", 0.28,
            "InsightFace models: non-commercial research use only",
-           gate="research use only: read https://github.com/deepinsight/insightface#license before fetching"),
+           gate="research use only: read https://github.com/deepinsight/insightface#license before fetching",
+           sha256=BUFFALO_L_SHA256),
     Weight("bisenet-face-parsing", "BiSeNet face parsing, CelebAMask-HQ (79999_iter.pth; skin class)", "hf-file",
            "ManyOtherFunctions/face-parse-bisent", "models/bisenet/79999_iter.pth", 0.05,
            "MIT (zllrunning/face-parsing.PyTorch); CelebAMask-HQ: non-commercial research",
@@ -72,12 +98,37 @@ WEIGHTS: tuple[Weight, ...] = (
                      "(zllrunning/face-parsing.PyTorch README); fetched from a Hugging Face mirror"),
     Weight("llama-3.2-90b-vision", "Llama 3.2 90B Vision Instruct (served by vLLM at localhost:8000)", "hf",
            "meta-llama/Llama-3.2-90B-Vision-Instruct", "(the vLLM server's cache)", 177.0,
-           "Llama 3.2 Community License",
+           f"Llama 3.2 Community License. {LLAMA_EU_NOTE}",
            gate="gated: accept the licence at https://huggingface.co/meta-llama/Llama-3.2-90B-Vision-Instruct; "
-                "vLLM downloads it: `vllm serve meta-llama/Llama-3.2-90B-Vision-Instruct --port 8000`",
+                f"vLLM downloads it: `{VLLM_SERVE['llama-3.2-90b-vision']}`",
+           fetchable=False),
+    # The fifth VLM of the paper profile: DeepSeek-VL2, the open-weight VLM of the paper's references, served
+    # like Llama by vLLM (OpenAI-compatible API; takes two images per request, so 2AFC stays interleaved)
+    Weight("deepseek-vl2", "DeepSeek-VL2 (27.5B MoE, 4.5B active; served by vLLM at localhost:8001)", "hf",
+           "deepseek-ai/deepseek-vl2", "(the vLLM server's cache)", 55.0,
+           "DeepSeek Model License (code: MIT); commercial use allowed under its use restrictions",
+           gate=f"vLLM downloads it: `{VLLM_SERVE['deepseek-vl2']}`", fetchable=False),
+    # The hosted VLMs of the paper profile: an API key, no weights (listed so that all five VLMs show)
+    Weight("gemini-2.5-pro", "Gemini 2.5 Pro (hosted, Google AI Studio API)", "hosted",
+           "https://generativelanguage.googleapis.com", "(hosted)", 0.0, "Gemini API terms of service",
+           gate="export GEMINI_API_KEY=<your key>", fetchable=False),
+    Weight("gpt-5", "GPT-5 (hosted, OpenAI chat completions)", "hosted", "https://api.openai.com/v1", "(hosted)",
+           0.0, "OpenAI API terms of use", gate="export OPENAI_API_KEY=<your key>", fetchable=False),
+    Weight("qwen3-vl-plus", "Qwen3-VL-Plus (hosted, DashScope OpenAI-compatible mode)", "hosted",
+           "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", "(hosted)", 0.0,
+           "Alibaba Cloud Model Studio terms of service", gate="export DASHSCOPE_API_KEY=<your key>",
            fetchable=False),
 )
 BY_NAME = {w.name: w for w in WEIGHTS}
+
+
+def for_vlm(spec: Any) -> Weight | None:
+    """The entry of a VLM spec's model (its Hub id, API model name or entry name), if there is one."""
+    model = getattr(spec, "model_id", "")
+    for w in WEIGHTS:
+        if model in (w.source, w.name) and w.kind in ("hf", "hosted") and not w.fetchable:
+            return w
+    return None
 
 
 # --- what the parameters need -----------------------------------------------------------------
@@ -126,8 +177,10 @@ def _hosted_needs(spec: Any, used_by: str, stage: str, backend_kind: str) -> lis
     base_url = getattr(spec, "base_url", "") or ""
     key = getattr(spec, "api_key_env", "") or ""
     if base_url and _is_local_url(base_url):
-        out.append(Need("server", base_url, f"{used_by}.base_url", f"start the server {base_url} (e.g. `vllm serve "
-                        f"{spec.model_id} --port {base_url.rsplit(':', 1)[-1].split('/')[0]}`)", stage))
+        served = for_vlm(spec)
+        command = VLLM_SERVE.get(served.name if served else "", f"vllm serve {spec.model_id} --port "
+                                 f"{base_url.rsplit(':', 1)[-1].split('/')[0]}")
+        out.append(Need("server", base_url, f"{used_by}.base_url", f"start the server {base_url} (e.g. `{command}`)", stage))
     elif key:
         from urllib.parse import urlparse
 
@@ -267,7 +320,7 @@ def table_rows(weights: tuple[Weight, ...] = WEIGHTS) -> list[dict[str, str]]:
         rows.append({"name": w.name, "what": w.what,
                      "source": (f"hf:{w.source}@{pinned}" if w.kind.startswith("hf") else w.source)
                                + (f"; published: {w.published}" if w.published else ""),
-                     "size": f"{w.size_gb:g} GB", "licence": w.licence, "gate": w.gate or "-",
+                     "size": "hosted: no weights (0 GB)" if w.kind == "hosted" else f"{w.size_gb:g} GB", "licence": w.licence, "gate": w.gate or "-",
                      "local path": w.local_path})
     return rows
 
@@ -290,6 +343,46 @@ def sha256_path(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 24), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def download_resumable(url: str, dest: Path, sha256: str = "", chunk: int = 1 << 20,
+                       timeout_s: float = 60.0) -> str:
+    """Download `url` to `dest` through `dest.part`, resuming a partial download with an HTTP Range
+    request (a server that ignores it sends the whole file again, which is then written from the start);
+    hashed while it streams. With a pinned `sha256` a mismatch removes the partial file and raises, so
+    nothing unchecked is ever opened. Returns the sha256."""
+    import urllib.error
+    import urllib.request
+
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    have = part.stat().st_size if part.exists() else 0
+    if have:
+        with open(part, "rb") as fh:
+            for block in iter(lambda: fh.read(chunk), b""):
+                h.update(block)
+    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout_s)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 416 or not have:  # 416: the part is already complete
+            raise
+        resp = None
+    if resp is not None:
+        with resp:
+            if have and resp.status != 206:  # the server sent the whole file: start over
+                have, h = 0, hashlib.sha256()
+            with open(part, "ab" if have else "wb") as out:
+                for block in iter(lambda: resp.read(chunk), b""):
+                    out.write(block)
+                    h.update(block)
+    digest = h.hexdigest()
+    if sha256 and digest != sha256:
+        part.unlink()
+        raise ValueError(f"{url}: sha256 {digest} is not the pinned {sha256} (partial download removed)")
+    part.replace(dest)
+    return digest
 
 
 def _files_under(path: Path) -> list[Path]:
@@ -331,13 +424,11 @@ def fetch(weight: Weight, token: str | None = None, lock_path: Path = LOCK_FILE)
             files[rel] = digest
         entry["files"] = files
     elif weight.kind == "zip":
-        import urllib.request
         import zipfile
 
         dest.mkdir(parents=True, exist_ok=True)
         archive = dest.parent / Path(weight.source).name
-        urllib.request.urlretrieve(weight.source, archive)
-        entry["archive_sha256"] = sha256_path(archive)
+        entry["archive_sha256"] = download_resumable(weight.source, archive, weight.sha256)
         with zipfile.ZipFile(archive) as zf:
             for member in zf.namelist():
                 target = dest / Path(member).name  # the zoo zips have flat or one-folder layouts
@@ -375,5 +466,6 @@ def verify(weight: Weight, lock_path: Path = LOCK_FILE) -> tuple[bool, str]:
     return True, f"{len(entry['files'])} files verified (commit {entry.get('commit', '-')})"
 
 
-__all__ = ["BY_NAME", "LOCK_FILE", "MODELS_DIR", "Need", "WEIGHTS", "Weight", "fetch", "format_table", "missing",
-           "needs", "present", "read_lock", "server_up", "table_rows", "verify"]
+__all__ = ["BY_NAME", "LOCK_FILE", "MODELS_DIR", "Need", "VLLM_SERVE", "WEIGHTS", "Weight", "download_resumable",
+           "fetch", "for_vlm", "format_table", "missing", "needs", "present", "read_lock", "server_up", "table_rows",
+           "verify"]

@@ -3,7 +3,6 @@ All returned as float32 rows with unit L2 norm."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -46,8 +45,9 @@ class ClipEmbedder:
             model, ckpt = build_tiny_open_clip(tiny_dir())
             pretrained = str(ckpt)
         if Path(pretrained).is_file():
-            with open(pretrained, "rb") as fh:
-                self.revision = "sha256:" + hashlib.sha256(fh.read()).hexdigest()[:16]
+            from biasaudit.provenance import sha256_file
+
+            self.revision = "sha256:" + sha256_file(pretrained)[:16]  # streamed: a 3.9 GB checkpoint, 1 MiB at a time
         else:
             self.revision = pretrained
         precision = "fp16" if self.device.startswith("cuda") else "fp32"

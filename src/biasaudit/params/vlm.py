@@ -254,6 +254,9 @@ class Reflect(Section):
     prompts: VLMTaskPrompts = Field(default_factory=VLMTaskPrompts)
     prompt_version: str = "v2"                # v2: the salary prompt as in the paper's Figure 10
     composite_dir: str = "data/vlm/cache/composites"  # 2AFC composite pictures (two_afc_mode: composite)
+    # pixels on the longer side of every face image sent to every VLM (composites laid out so that each
+    # face keeps them; recorded per row as face_px); 0 = each VLM's own image_max_side
+    face_side: int = Field(512, ge=0)
     salary_min: int = Field(1000, ge=0)       # parsed salaries outside [min, max] are 'failed' (implausible)
     salary_max: int = Field(10_000_000, ge=1)
     salary_max_tokens: int = Field(16, ge=4)  # answer length allowed for the salary recommendation

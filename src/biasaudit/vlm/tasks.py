@@ -105,7 +105,10 @@ IMAGE_LABELS: tuple[str, str] = ("Image A:", "Image B:")
 TWO_AFC_MODES = ("interleaved", "composite")
 
 
-def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int = 48) -> "np.ndarray":
+COMPOSITE_GAP, COMPOSITE_STRIP = 16, 48  # px between the two tiles; px of the label strip above them
+
+
+def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int = COMPOSITE_STRIP) -> "np.ndarray":
     """Two RGB images side by side at the same height, 'Image A' printed above the left one and
     'Image B' above the right one (black on white), for models that take a single image."""
     import numpy as np
@@ -116,7 +119,7 @@ def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int
         img = Image.fromarray(np.asarray(rgb, dtype=np.uint8))
         width = max(1, round(img.width * height / img.height))
         tiles.append(img.resize((width, height), Image.Resampling.LANCZOS))
-    gap = 16
+    gap = COMPOSITE_GAP
     canvas = Image.new("RGB", (tiles[0].width + gap + tiles[1].width, height + strip), "white")
     draw = ImageDraw.Draw(canvas)
     x = 0
@@ -135,14 +138,58 @@ def compose_pair(a: "np.ndarray", b: "np.ndarray", height: int = 512, strip: int
     return np.asarray(canvas)
 
 
-def composite_path(image_a: str, image_b: str, out_dir: str) -> str:
-    """The composite of (A, B) under `out_dir`, named by both images' sha256 (made once, reused)."""
+def image_size(path: str) -> tuple[int, int]:
+    """(width, height) of an image file, from its header."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return img.size
+
+
+def sent_side(size: tuple[int, int], face_side: int) -> float:
+    """The scale an image of `size` is sent at so that its longer side is at most `face_side` (0 = as is;
+    never enlarged): the same rule as the backends' downscaling (base.load_pil)."""
+    longest = max(size)
+    return 1.0 if not face_side or longest <= face_side else face_side / longest
+
+
+def composite_height(size_a: tuple[int, int], size_b: tuple[int, int], face_side: int) -> int:
+    """The tile height of a composite whose faces keep the resolution a two-image request sends them at:
+    each tile's longer side is at most `face_side` (0 = the legacy fixed 512-px tile height)."""
+    if not face_side:
+        return 512
+    return min(max(1, round(s[1] * sent_side(s, face_side))) for s in (size_a, size_b))
+
+
+def face_px(item: dict, face_side: int, two_afc_mode: str, backend_max_side: int = 0) -> int | None:
+    """The effective resolution of one question: the longer side, in pixels, of the smallest face image
+    the VLM receives (after our downscaling; composite tiles included). `face_side` 0: the backend's own
+    `image_max_side` applies (to the whole composite). None if an image is unreadable."""
+    try:
+        sizes = [image_size(p) for p in ((item["image_a"], item["image_b"]) if item["kind"] == "2afc"
+                                          else (item["image"],))]
+    except (OSError, ValueError):
+        return None
+    if item["kind"] == "2afc" and two_afc_mode == "composite":
+        height = composite_height(sizes[0], sizes[1], face_side)
+        tiles = [(round(w * height / h), height) for w, h in sizes]
+        scale = 1.0 if face_side else sent_side((sum(t[0] for t in tiles) + COMPOSITE_GAP, height + COMPOSITE_STRIP),
+                                                 backend_max_side)
+        return min(round(max(t) * scale) for t in tiles)
+    return min(round(max(s) * sent_side(s, face_side or backend_max_side)) for s in sizes)
+
+
+def composite_path(image_a: str, image_b: str, out_dir: str, face_side: int = 0) -> str:
+    """The composite of (A, B) under `out_dir`, named by both images' sha256 and the tile size (made
+    once, reused). Each tile keeps the resolution a two-image request sends its face at (`face_side`)."""
     from pathlib import Path
 
     from biasaudit.images import load_rgb
     from biasaudit.provenance import sha256_file
 
-    out = Path(out_dir) / f"{stable_hash([sha256_file(image_a), sha256_file(image_b)], 24)}.png"
+    height = composite_height(image_size(image_a), image_size(image_b), face_side)
+    parts: list = [sha256_file(image_a), sha256_file(image_b)] + ([height] if face_side else [])
+    out = Path(out_dir) / f"{stable_hash(parts, 24)}.png"
     if not out.exists():
         from PIL import Image
 
@@ -154,30 +201,35 @@ def composite_path(image_a: str, image_b: str, out_dir: str) -> str:
         import io
 
         buf = io.BytesIO()
-        Image.fromarray(compose_pair(a.rgb, b.rgb)).save(buf, format="PNG")
+        Image.fromarray(compose_pair(a.rgb, b.rgb, height=height)).save(buf, format="PNG")
         atomic_write_bytes(out, buf.getvalue())
     return str(out)
 
 
 def to_request(item: dict, max_tokens: int, two_afc_mode: str = "interleaved", composite_dir: str = "",
-               composite_note: str = "") -> VLMRequest:
+               composite_note: str = "", face_side: int = 0) -> VLMRequest:
     """The request of one item. 2AFC: both images, each after its text label ("Image A:", "Image B:"),
-    or (composite mode) one side-by-side picture with the labels printed on it."""
+    or (composite mode) one side-by-side picture with the labels printed on it. `face_side` > 0: every
+    image is sent with its longer side at most `face_side`, and a composite is laid out so that each face
+    keeps exactly that resolution (the composite itself is not shrunk): every VLM sees the same pixels per
+    face. 0: each backend's own image_max_side."""
     task = f"{item['kind']}:{item['task']}"
+    side = face_side if face_side else -1
     if item["kind"] != "2afc":
         return VLMRequest(images=(item["image"],), prompt=item["prompt"], options=tuple(item["options"]),
-                          max_tokens=max_tokens, task=task)
+                          max_tokens=max_tokens, task=task, image_max_side=side)
     if two_afc_mode == "composite":
         if not composite_dir:
             raise ValueError("two_afc_mode 'composite' needs a composite_dir")
-        path = composite_path(item["image_a"], item["image_b"], composite_dir)
+        path = composite_path(item["image_a"], item["image_b"], composite_dir, face_side)
         prompt = f"{composite_note} {item['prompt']}".strip()
         return VLMRequest(images=(path,), prompt=prompt, options=tuple(item["options"]), max_tokens=max_tokens,
-                          task=task)
+                          task=task, image_max_side=0 if face_side else -1)
     if two_afc_mode != "interleaved":
         raise ValueError(f"two_afc_mode: '{two_afc_mode}' is not one of {TWO_AFC_MODES}")
     return VLMRequest(images=(item["image_a"], item["image_b"]), prompt=item["prompt"],
-                      options=tuple(item["options"]), max_tokens=max_tokens, image_labels=IMAGE_LABELS, task=task)
+                      options=tuple(item["options"]), max_tokens=max_tokens, image_labels=IMAGE_LABELS, task=task,
+                      image_max_side=side)
 
 
 def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: int) -> dict[str, Any]:
@@ -220,7 +272,8 @@ def requests_for(items: list[dict], params: Any, max_tokens: int, two_afc_mode: 
         try:
             out.append((to_request(item, max_tokens if item["kind"] != "salary" else params.salary_max_tokens,
                                    two_afc_mode, getattr(params, "composite_dir", ""),
-                                   getattr(params.prompts, "two_afc_composite_note", "")), ""))
+                                   getattr(params.prompts, "two_afc_composite_note", ""),
+                                   getattr(params, "face_side", 0)), ""))
         except (ValueError, OSError) as exc:
             out.append((None, f"{type(exc).__name__}: {exc}"[:300]))
     return out
@@ -260,7 +313,10 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
                 "text": response.text, "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
                 "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
                 "from_cache": response.from_cache, "answer_status": response.status,
-                "via": response.meta.get("via", ""), "created_at": utc_now()}
+                "via": response.meta.get("via", ""), "created_at": utc_now(),
+                "face_px": face_px(item, getattr(params, "face_side", 0), mode,
+                                   getattr(getattr(backend, "spec", None), "image_max_side", 0)),
+                "answer_mode": response.meta.get("answer_mode", "")}
             records.append(record)
         return records
 
@@ -282,7 +338,7 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
-                    "libraries", "created_at", "two_afc_mode", "prompt_source"]
+                    "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:

@@ -150,8 +150,72 @@ def call_kwargs(spec: GeneratorSpec) -> dict[str, Any]:
     return kw
 
 
+SAFETENSORS_FLOAT = {"F64", "F32", "F16", "BF16"}  # cast to the load dtype; other dtypes keep their size
+SAFETENSORS_SIZE = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+                    "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def planned_bytes(source: str | os.PathLike, itemsize: int, skip: tuple[str, ...] = ()) -> dict[str, int] | None:
+    """Per component of a local diffusers folder, the bytes its weights will take once loaded with
+    floats of `itemsize` bytes, read off the safetensors headers (no tensor is read). None when the
+    folder is not local or a component has no safetensors file (then the sizes are measured after loading)."""
+    import json
+
+    root = Path(source)
+    index = root / "model_index.json"
+    if not index.is_file():
+        return None
+    out: dict[str, int] = {}
+    for name, value in json.loads(index.read_text()).items():
+        if name.startswith("_") or not isinstance(value, list) or value[0] is None or name in skip:
+            continue
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        files = sorted(folder.glob("*.safetensors"))
+        plain = [f for f in files if f.name.count(".") == 1]  # model.safetensors, not model.fp16.safetensors
+        files = plain or files
+        if not files:
+            if (folder / "config.json").is_file():
+                return None  # a torch module saved another way: measure after loading instead
+            continue  # scheduler, tokenizer, feature extractor: no weights
+        total = 0
+        for f in files:
+            with open(f, "rb") as fh:
+                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+            for key, t in header.items():
+                if key == "__metadata__":
+                    continue
+                numel = 1
+                for d in t["shape"]:
+                    numel *= d
+                total += numel * (itemsize if t["dtype"] in SAFETENSORS_FLOAT else SAFETENSORS_SIZE[t["dtype"]])
+        out[name] = total
+    return out
+
+
+def straight_to_device(source: str, spec: GeneratorSpec, device: str, free_bytes: int | None,
+                       itemsize: int) -> tuple[str, dict[str, Any]]:
+    """('cuda', record) when the pipeline can load straight onto the GPU (diffusers' device_map): a local
+    folder whose weights + activations fit without offload, judged before loading from the safetensors
+    headers. Otherwise ('', record): it is loaded in host RAM first, which offload needs anyway (model /
+    sequential keep the weights there) and which a Hub id or a GPU other than the default requires."""
+    if device != "cuda" or spec.cpu_offload not in ("none", "auto"):
+        return "", {"load": "host RAM first" + (" (offload keeps the weights there)" if device == "cuda" else "")}
+    sizes = planned_bytes(source, itemsize, ("text_encoder_3",) if spec.drop_t5 else ())
+    if not sizes:
+        return "", {"load": "host RAM first (no local safetensors to plan from)"}
+    if spec.cpu_offload == "auto":
+        free = free_bytes if free_bytes is not None else free_vram_bytes(device)
+        if choose_offload(free, sizes, activation_bytes(spec.width, spec.height, spec.batch_size)) != "none":
+            return "", {"load": "host RAM first (auto chose offload from the planned sizes)"}
+    return device, {"load": "straight to cuda (device_map; no CPU-RAM staging)",
+                    "planned_gib": round(sum(sizes.values()) / GIB, 3)}
+
+
 def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int | None = None):
-    """Load the pipeline, place it (offload as configured or chosen) and return (pipe, memory record)."""
+    """Load the pipeline, place it (offload as configured or chosen) and return (pipe, memory record).
+    Without offload it loads straight onto the GPU; see straight_to_device."""
     import diffusers
     import torch
 
@@ -167,8 +231,12 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int
         kwargs.update(text_encoder_3=None, tokenizer_3=None)
     if not Path(source).is_dir():
         kwargs.update(revision=spec.revision, local_files_only=hub_offline())
+    free = free_bytes if free_bytes is not None else free_vram_bytes(device)
+    direct, load = straight_to_device(source, spec, device, free, torch.empty((), dtype=dtype).element_size())
+    if direct:
+        kwargs["device_map"] = direct
     pipe = cls.from_pretrained(source, **kwargs)
-    memory = place_pipeline(pipe, spec, device, free_bytes)
+    memory = place_pipeline(pipe, spec, device, free, placed=bool(direct)) | load
     if spec.compile:
         denoiser = getattr(pipe, "transformer", None) or pipe.unet
         compiled = torch.compile(denoiser)
@@ -180,9 +248,11 @@ def load_pipeline(source: str, spec: GeneratorSpec, device: str, free_bytes: int
     return pipe, memory
 
 
-def place_pipeline(pipe: Any, spec: GeneratorSpec, device: str, free_bytes: int | None = None) -> dict[str, Any]:
+def place_pipeline(pipe: Any, spec: GeneratorSpec, device: str, free_bytes: int | None = None,
+                   placed: bool = False) -> dict[str, Any]:
     """Put a loaded pipeline where `spec.cpu_offload` says (auto: chosen from free VRAM and the
-    measured component sizes); return what was chosen and why (recorded in provenance)."""
+    measured component sizes); return what was chosen and why (recorded in provenance). `placed`: it
+    was loaded onto `device` already (no offload, chosen before loading)."""
     sizes = component_bytes(pipe)
     memory: dict[str, Any] = {"cpu_offload_requested": spec.cpu_offload,
                               "pipeline_gib": round(sum(sizes.values()) / GIB, 3),
@@ -190,6 +260,9 @@ def place_pipeline(pipe: Any, spec: GeneratorSpec, device: str, free_bytes: int 
                               "largest_component_gib": round(max(sizes.values(), default=0) / GIB, 3),
                               "drop_t5": spec.drop_t5}
     offload = spec.cpu_offload
+    if placed:
+        memory["cpu_offload"] = "none"
+        return memory
     if offload == "auto":
         free = free_bytes if free_bytes is not None else free_vram_bytes(device)
         offload = choose_offload(free, sizes, activation_bytes(spec.width, spec.height, spec.batch_size))

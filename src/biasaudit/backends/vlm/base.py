@@ -40,6 +40,13 @@ class VLMRequest:
     # the REFLECT question ('2afc:income', 'mcq:salary', 'salary:salary'); models read the prompt, only
     # the SIMULATED planted VLM reads this
     task: str = ""
+    # downscale each image so its longer side is at most this (0 = send as is); -1 = the backend spec's
+    # image_max_side. REFLECT sets it so that every VLM sees each face at the same resolution.
+    image_max_side: int = -1
+
+    def max_side(self, spec_max_side: int) -> int:
+        """The longest side this request's images are sent at (its own, else the spec's)."""
+        return spec_max_side if self.image_max_side < 0 else self.image_max_side
 
     def parts(self) -> list[tuple[str, str]]:
         """The user turn in order, as ('text', s) / ('image', path): every image after its label

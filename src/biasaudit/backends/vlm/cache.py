@@ -77,6 +77,8 @@ class CachedVLM:
                "decoding": self.backend.decoding_params()}
         if request.image_labels:  # only when present, so keys of unlabelled requests stay as they were
             key["image_labels"] = list(request.image_labels)
+        if request.image_max_side >= 0:  # likewise: only when the request sets its own image size
+            key["image_max_side"] = request.image_max_side
         if getattr(self.backend, "answers_by_identity", False):  # the planted VLM: who the image shows, not its bytes
             key |= {"paths": [str(p) for p in request.images], "task": request.task}
         return stable_hash(key, length=32)

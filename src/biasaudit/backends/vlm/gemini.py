@@ -133,7 +133,7 @@ class GeminiVLM(VLMBackend):
             if kind == "text":
                 parts.append(self.types.Part.from_text(text=value))
                 continue
-            data, mime, reason = encode_image(value, self.spec.image_max_side, self.spec.image_format)
+            data, mime, reason = encode_image(value, req.max_side(self.spec.image_max_side), self.spec.image_format)
             if data is None:
                 return None, reason
             parts.append(self.types.Part.from_bytes(data=data, mime_type=mime))
@@ -200,7 +200,13 @@ class GeminiVLM(VLMBackend):
             return failed(api_failure_reason(exc))
         except Exception as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
-        return self.read_response(resp)
+        response = self.read_response(resp)
+        response.meta["answer_mode"] = self.answer_mode(req)
+        return response
+
+    def answer_mode(self, req: VLMRequest) -> str:
+        """Which output mode the request asked for (recorded per row): an enum schema, or plain text."""
+        return "response_schema (enum)" if self.spec.constrain and req.options else "plain"
 
     def _ask(self, req: VLMRequest, contents: list[Any], factor: int) -> VLMResponse:
         return retried(lambda: self._once(req, contents, factor), self.spec, self.bucket,
@@ -334,7 +340,7 @@ class GeminiVLM(VLMBackend):
                 response = self.read_response(item.response)
                 if response.status == FAILED:
                     continue  # empty / cut-off / malformed: online, with the budget retry
-                response.meta.update(via="batch", batch_job=job.name)
+                response.meta.update(via="batch", batch_job=job.name, answer_mode=self.answer_mode(requests[i]))
                 out[i] = response
                 if on_result is not None:
                     on_result(i, response)

@@ -11,6 +11,11 @@ any `temperature` but the default, and count reasoning tokens against `max_compl
 and no temperature. Every other model, and every non-OpenAI server, keeps `max_tokens` + `temperature`.
 A 400 naming a parameter is one clear failure reason ("unsupported parameter 'x' ..."); an answer
 cut off by the token limit with no text is failed and asked once more with 4× the budget.
+Structured-output fallback: a server that rejects the JSON-schema `response_format` with a 400 (DashScope
+documents the mode for only some qwen-plus models) gets the same question once more without it, and the
+plain-text answer goes to the same strict parser; from then on this backend asks without the schema.
+Every answer records which mode produced it (`meta.answer_mode`: json_schema | plain |
+plain (server rejected json_schema)).
 Retries are the transport layer's (the SDK's are off).
 """
 
@@ -22,7 +27,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from biasaudit.backends.transport import RetryableError, TokenBucket, api_failure_reason, openai_client, openai_errors
+from biasaudit.backends.transport import (
+    RetryableError,
+    TokenBucket,
+    api_failure_reason,
+    error_body,
+    openai_client,
+    openai_errors,
+)
 from biasaudit.backends.vlm.base import (
     FAILED,
     OK,
@@ -42,6 +54,17 @@ REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 3276
 REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
 NON_REASONING = ("gpt-5-chat",)  # the chat-tuned gpt-5 snapshot takes temperature and no effort
 EMPTY_RETRY_FACTOR = 4
+SCHEMA_MARKERS = ("response_format", "json_schema", "json schema", "structured output")
+PLAIN, SCHEMA, PLAIN_AFTER_REJECTION = "plain", "json_schema", "plain (server rejected json_schema)"
+
+
+def rejects_schema(exc: Any) -> bool:
+    """Whether an API error is a 400 refusing the JSON-schema response_format (not some other 400)."""
+    if getattr(exc, "status_code", None) != 400:
+        return False
+    err = error_body(exc)
+    text = " ".join(str(x) for x in (err.get("message"), err.get("param"), err.get("code"), getattr(exc, "message", "")))
+    return any(m in text.lower() for m in SCHEMA_MARKERS)
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,7 @@ class OpenAIChatVLM(VLMBackend):
         self.client = openai_client(key, spec.base_url, spec.timeout_s)
         self.bucket = TokenBucket(spec.requests_per_minute, burst=spec.concurrency)
         self.caps = capabilities(spec.model_id, spec.reasoning_effort)
+        self.schema_rejected = False  # set once the server has refused the JSON-schema response_format
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
@@ -98,7 +122,7 @@ class OpenAIChatVLM(VLMBackend):
             if kind == "text":
                 content.append({"type": "text", "text": value})
                 continue
-            data, mime, reason = encode_image(value, self.spec.image_max_side, self.spec.image_format)
+            data, mime, reason = encode_image(value, req.max_side(self.spec.image_max_side), self.spec.image_format)
             if data is None:
                 return None, reason
             url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
@@ -109,7 +133,7 @@ class OpenAIChatVLM(VLMBackend):
         """The keyword arguments of chat.completions.create for this request (pure; tested)."""
         caps = self.caps
         answer = min(req.max_tokens, self.spec.max_tokens) if req.options else req.max_tokens
-        constrained = bool(self.spec.constrain and req.options)
+        constrained = bool(self.spec.constrain and req.options and not self.schema_rejected)
         if constrained:
             answer = max(answer, 32)  # the JSON wrapper {"answer": "..."} needs room
         kwargs: dict[str, Any] = {"model": self.model_id, "messages": messages}
@@ -135,7 +159,10 @@ class OpenAIChatVLM(VLMBackend):
         except RetryableError:
             raise
         except oa.APIStatusError as exc:
-            return failed(api_failure_reason(exc))
+            response = failed(api_failure_reason(exc))
+            if "response_format" in kwargs and rejects_schema(exc):
+                response.meta["schema_rejected"] = True
+            return response
         except (json.JSONDecodeError, ValueError) as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
         if not getattr(completion, "choices", None):
@@ -152,7 +179,9 @@ class OpenAIChatVLM(VLMBackend):
             return VLMResponse(text=message.content or "", status=REFUSED, reason="content filter",
                                tokens_in=tin, tokens_out=tout)
         text = message.content or ""
-        meta = {"finish_reason": choice.finish_reason}
+        meta = {"finish_reason": choice.finish_reason,
+                "answer_mode": SCHEMA if "response_format" in kwargs else
+                PLAIN_AFTER_REJECTION if self.schema_rejected and req.options and self.spec.constrain else PLAIN}
         if not text.strip():
             why = "cut off by the token limit (finish_reason length)" if choice.finish_reason == "length" else "empty answer"
             return VLMResponse("", FAILED, why, tin, tout, meta=meta | {"empty_answer": True})
@@ -169,6 +198,10 @@ class OpenAIChatVLM(VLMBackend):
         if messages is None:
             return failed(reason)
         response = self._ask(req, messages, 1)
+        if response.meta.get("schema_rejected"):  # the same question once more, as plain text
+            self.schema_rejected = True
+            self._count("schema_fallbacks")
+            response = self._ask(req, messages, 1)
         if response.meta.get("empty_answer"):
             self._count("empty_retries")
             response = self._ask(req, messages, EMPTY_RETRY_FACTOR)

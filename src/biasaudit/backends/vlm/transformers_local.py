@@ -236,7 +236,7 @@ class TransformersVLM(VLMBackend):
         for i, req in enumerate(requests):
             images, bad = [], ""
             for path in req.images:
-                img, reason = load_pil(path, self.spec.image_max_side)
+                img, reason = load_pil(path, req.max_side(self.spec.image_max_side))
                 if img is None:
                     bad = reason
                     break
