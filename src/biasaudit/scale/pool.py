@@ -173,7 +173,7 @@ def run_pool(batches: list[list[Item]], make_fn: Callable[[], BatchFn], sink: Ca
 
     def start() -> None:
         ours, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_worker, args=(theirs, make_fn, threads), daemon=True)
+        proc = ctx.Process(target=_worker, args=(theirs, make_fn, threads))  # not daemonic: may have children
         proc.start()
         theirs.close()  # the worker holds the only other end: its EOF is the driver's end
         slots.append(_Slot(proc, ours))
@@ -185,8 +185,12 @@ def run_pool(batches: list[list[Item]], make_fn: Callable[[], BatchFn], sink: Ca
         while queue or any(s.batch is not None for s in slots):
             for slot in slots:
                 if slot.ready and slot.batch is None and queue:
-                    slot.batch = queue.popleft()
-                    slot.conn.send(slot.batch)
+                    batch = queue.popleft()
+                    try:
+                        slot.conn.send(batch)
+                        slot.batch = batch
+                    except OSError:  # it died idle: the batch never reached it (wait() below sees it go)
+                        queue.appendleft(batch)
             waiting = {s.conn: s for s in slots} | {s.proc.sentinel: s for s in slots}
             for ready in wait(list(waiting)):
                 slot = waiting[ready]
