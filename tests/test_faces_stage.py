@@ -80,6 +80,23 @@ def test_stage_records_measures_and_resumes(tmp_path, manifest, monkeypatch):
     assert len(written) == 2 and all(p.exists() for p in written)
 
 
+@pytest.mark.slow
+def test_an_image_whose_worker_died_is_a_failed_row(tmp_path, manifest, monkeypatch):
+    """The record Stage.on_death gives the faces stage: a failed row with the pool's reason, no
+    embedding rows, and the other images assembled as usual."""
+    monkeypatch.setenv("BIASAUDIT_TINY_DIR", str(tmp_path / "tiny"))
+    measurer = FaceMeasurer(Faces(clip_pretrained="tiny"))
+    items = manifest.to_dict("records")
+    fn = measurer.batch_fn(tmp_path / "parts", root=tmp_path)
+    records = fn(items[:2]) + [measurer.failed_record(items[2], "worker process killed by SIGKILL")]
+    faces, index, clip, _ = assemble(pd.DataFrame(records), [it["image_id"] for it in items[:3]], tmp_path / "parts")
+    assert list(faces.columns) == FACES_COLUMNS
+    row = faces.set_index("image_id").loc[items[2]["image_id"]]
+    assert row["status"] == "failed" and "SIGKILL" in row["reason"] and np.isnan(row["L"])
+    assert (index.set_index("image_id").loc[items[2]["image_id"], ["clip_row", "face_row"]] == -1).all()
+    assert len(clip) == 2 and (faces["status"].iloc[:2] == "ok").all()
+
+
 def test_params_validation_names_the_key():
     with pytest.raises(ValueError, match="shadow_percentile"):
         Faces(shadow_percentile=60.0, highlight_percentile=55.0)

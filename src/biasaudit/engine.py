@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,9 @@ class Stage:
     price: dict[str, float] | None = None  # token prices (input/output per Mtok, batch_discount)
     still_valid: Callable[[Item, Item], bool] | None = None  # extra check of a record (e.g. its file exists)
     retryable: Callable[[Item], bool] | None = None  # which records retry_failed redoes (default: status failed)
+    # the record of an item whose pool worker died on it (killed for memory, a segfault); the reason
+    # names the signal (default: the item's key fields, status failed, the reason)
+    on_death: Callable[[Item, str], Item] | None = None
     # modules whose code computes a record besides the batch function's own module (e.g. the backend a
     # registry name resolves to); None: the code is not part of a record's identity (work that costs
     # money or GPU hours and is cached by its own request content, e.g. a hosted generator's images)
@@ -310,6 +314,7 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     todo, summary = plan(stage, log, execution.shard_index, execution.shard_count, fps)
     appended: list[Item] = []
     made: list[BatchFn] = []
+    pool: dict[str, Any] | None = None  # what the local process pool reports (workers, deaths, peak memory)
     pending = {stage.key_of(i) for i in todo}
 
     def sink(records: list[Item]) -> None:
@@ -339,7 +344,8 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
             elif workers > 1 and stage.cpu_bound and len(batches) > 1:
                 from biasaudit.scale.pool import run_pool
 
-                run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload)
+                pool = run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload,
+                                on_death=stage.on_death or partial(died_record, stage.key))
             else:
                 fn = stage.make_fn()
                 made.append(fn)
@@ -358,7 +364,14 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
             current[k] = rec
     info = {"runner": execution.runner, "local_workers": workers, "shard_index": execution.shard_index,
             "shard_count": execution.shard_count, "log": log.path.as_posix(), "adopted_shards": adopted or {"adopted": []}}
+    if pool is not None:
+        info["pool"] = pool
     return StageRun(stage, summary, log, current, appended, adopted or {"adopted": []}, info, made)
+
+
+def died_record(key: tuple[str, ...], item: Item, reason: str) -> Item:
+    """The default record of an item whose pool worker died on it (Stage.on_death)."""
+    return {k: item[k] for k in key} | {"status": "failed", "reason": reason}
 
 
 def token_accounting(records: list[Item], price: dict[str, float] | None) -> dict[str, Any]:

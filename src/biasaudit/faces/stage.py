@@ -25,7 +25,9 @@ from biasaudit.io import atomic_path
 from biasaudit.provenance import stable_hash
 
 COLOUR_COLUMNS = list(C.COLOUR_COLUMNS)
-FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox", "skin_pixels", *COLOUR_COLUMNS,
+FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox",
+                 "image_scale",  # working size / stored size (faces.image_max_side); bbox is in working pixels
+                 "skin_pixels", *COLOUR_COLUMNS,
                  "status", "reason", "face_backend", "face_model_id", "face_revision", "skin_backend",
                  "skin_model_id", "stand_in",
                  # instrument check: a second detector on every image (faces.cross_detector; NaN when off)
@@ -128,6 +130,24 @@ class FaceMeasurer:
                 "face_revision": self.detector.revision, "skin_backend": self.p.skin_method,
                 "skin_model_id": self.skin_model_id}
 
+    def load(self, path: str | Path):
+        """An image as the stage measures it: upright sRGB within the pixel budget (images.load_rgb)."""
+        return load_rgb(path, max_side=self.p.image_max_side)
+
+    def record(self, it: dict[str, Any], part: str) -> dict[str, Any]:
+        """The fields of an image's record before it is measured (no face, no colour, no embedding rows)."""
+        return {"image_id": it["image_id"], "model": it["model"], "prompt_id": it["prompt_id"],
+                "n_faces": 0, "det_score": float("nan"), "bbox": None, "image_scale": float("nan"), "skin_pixels": 0,
+                **_empty_colour(), **self.provenance(),
+                "stand_in": bool(it.get("stand_in", False)) or self.detector.stand_in,
+                "part": part, "clip_part_row": -1, "face_part_row": -1,
+                "cross_detector": self.cross.name if self.cross else "none", "cross_n_faces": -1,
+                "cross_det_score": float("nan"), "cross_L": float("nan")}
+
+    def failed_record(self, it: dict[str, Any], reason: str) -> dict[str, Any]:
+        """The record of an image whose pool worker died on it (engine.Stage.on_death): no part file."""
+        return self.record(it, "") | {"status": "failed", "reason": reason}
+
     def batch_fn(self, parts_dir: str | Path, root: str | Path = "."):
         parts_dir, root = Path(parts_dir), Path(root)
 
@@ -136,16 +156,11 @@ class FaceMeasurer:
             # named by the batch's ids and their content: a redone image never overwrites rows still in use
             part = f"{stable_hash([[it['image_id'], it.get('input_sha', '')] for it in items])}.npz"
             for it in items:
-                rec = {"image_id": it["image_id"], "model": it["model"], "prompt_id": it["prompt_id"],
-                       "n_faces": 0, "det_score": float("nan"), "bbox": None, "skin_pixels": 0, **_empty_colour(),
-                       **self.provenance(), "stand_in": bool(it.get("stand_in", False)) or self.detector.stand_in,
-                       "part": part, "clip_part_row": -1, "face_part_row": -1,
-                       "cross_detector": self.cross.name if self.cross else "none", "cross_n_faces": -1,
-                       "cross_det_score": float("nan"), "cross_L": float("nan")}
+                rec = self.record(it, part)
                 if it.get("status", "ok") != "ok":
                     records.append(rec | {"status": "skipped", "reason": f"generation {it.get('status')}: {it.get('reason', '')}"})
                     continue
-                loaded = load_rgb(root / it["path"])
+                loaded = self.load(root / it["path"])
                 if not loaded.ok:
                     records.append(rec | {"status": "bad_image", "reason": loaded.reason})
                     continue
@@ -155,7 +170,7 @@ class FaceMeasurer:
                 except Exception as exc:
                     records.append(rec | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
                     continue
-                rec |= fields
+                rec |= fields | {"image_scale": loaded.scale}
                 if loaded.note:
                     rec["reason"] = "; ".join(x for x in (rec["reason"], f"input {loaded.note}") if x)
                 if emb is not None:
@@ -276,7 +291,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         make_fn = lambda: fn  # noqa: E731 - called in this process only
     stage = Stage(f"faces {model}", items, "image_id", settings_hash(params), make_fn, work_dir / "records.jsonl",
                   item_content, batch_size=params.batch_size, limit=params.limit, cpu_bound=cpu_bound,
-                  preload=PRELOAD)
+                  preload=PRELOAD, on_death=measurer.failed_record)
     run = run_stage(stage, ex, progress)
     summary, execution = run.summary, run.execution
     records = pd.DataFrame(run.rows())
@@ -317,7 +332,7 @@ def assemble(records: pd.DataFrame, order: list[str], parts_dir: str | Path) -> 
     clip_rows, face_rows, clip_idx, face_idx = [], [], [], []
     for r in recs.itertuples():
         arrays = cache.get(r.part)
-        if arrays is None and (parts_dir / r.part).exists():
+        if arrays is None and r.part and (parts_dir / r.part).is_file():
             with np.load(parts_dir / r.part) as z:
                 arrays = cache[r.part] = {"clip": z["clip"], "face": z["face"]}
         for col, rows, idx, key in (("clip_part_row", clip_rows, clip_idx, "clip"), ("face_part_row", face_rows, face_idx, "face")):
@@ -355,7 +370,7 @@ def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.Dat
     paths = manifest.set_index("image_id")["path"]
     written = []
     for image_id in sample:
-        loaded = load_rgb(Path(root) / paths[image_id])
+        loaded = measurer.load(Path(root) / paths[image_id])
         if not loaded.ok:
             continue
         _, _, mask, bbox = measurer.measure(loaded.rgb)

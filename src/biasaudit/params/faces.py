@@ -26,6 +26,11 @@ class Faces(Section):
     # other misses, by label and L* bin, in the analysis). "none" turns it off.
     cross_detector: Literal["none", "dlib-hog", "dlib-cnn"] = "none"
     cross_upsample: int = Field(0, ge=0, le=3)
+    # Pixel budget: an image whose longer side exceeds this is decoded small and resized to it before
+    # detection and skin parsing, which bounds a worker's memory for any input (an 8000×8000 photo
+    # exhausts 8 GB in dlib's detectors at full size; at 1024 px the worker peaks near 2 GB, see
+    # docs/architecture.md); each row records the scale (`image_scale`, 1.0 = as stored).
+    image_max_side: int = Field(1024, ge=64)
     measure_multi_face: bool = True  # several faces: measure the largest (True) or record 'multi_face' (False)
     # Skin mask: 68-landmark polygon minus eyes/brows/mouth/nostrils, or BiSeNet (CelebAMask-HQ skin class).
     skin_method: Literal["landmarks", "bisenet"] = "landmarks"

@@ -12,7 +12,8 @@ stays in the executed notebook. The kernel:
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
   a file, not the terminal; cell output is unaffected;
-- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live.
+- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live;
+- ends when this process ends, however it ends (`report/kernel.py`), and so do its pool workers.
 """
 
 from __future__ import annotations
@@ -99,6 +100,18 @@ class BarEcho:
             self.stream.flush()
 
 
+KERNEL_MODULE = "biasaudit.report.kernel"  # ipykernel, ended with this process (report/kernel.py)
+
+
+def kernel_cmd(cmd: list[str]) -> list[str]:
+    """The kernelspec's command with `-m ipykernel_launcher` replaced by `-m biasaudit.report.kernel`."""
+    cmd = list(cmd)
+    for i in range(len(cmd) - 1):
+        if cmd[i] == "-m" and cmd[i + 1] == "ipykernel_launcher":
+            cmd[i + 1] = KERNEL_MODULE
+    return cmd
+
+
 def _quiet_kernel_manager(log: TextIO):
     from jupyter_client.manager import AsyncKernelManager
 
@@ -107,6 +120,9 @@ def _quiet_kernel_manager(log: TextIO):
             kw.setdefault("stderr", log)
             kw.setdefault("stdout", log)
             await super().start_kernel(**kw)
+
+        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+            return kernel_cmd(super().format_kernel_cmd(extra_arguments))
 
     return QuietKernelManager(kernel_name="python3")
 
