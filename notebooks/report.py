@@ -53,7 +53,8 @@ display(Markdown(f"Exported {len(list((reports / 'html').glob('*.html')))} noteb
 
 # %%
 stand_in = cfg.profile == "offline"
-gallery = build_gallery(Path("."), reports, px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
+gallery = build_gallery(Path("."), reports, images_dir=cfg.generate.images_dir, prompts_file=cfg.generate.prompts_file,
+                        px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
 display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
 
 # %%

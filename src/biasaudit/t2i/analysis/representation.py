@@ -219,7 +219,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     res.plots = {"shares": long[PLOTS["shares"]], "tvd": summary[PLOTS["tvd"]]}
     if len(long):
         res.figures["figure2_shares"] = plot_shares(long)
-    res.figures["tvd_by_category"] = plot_tvd(summary)
+    res.figures["tvd_by_category"] = plot_tvd(summary, boot.level)
     res.metrics = {"tvd": {f"{r.model}/{r.category}": {"mean": r.mean_tvd, "low": r.mean_tvd_low,
                                                       "high": r.mean_tvd_high, "pooled": r.pooled_tvd,
                                                       "n_prompts": r.n_prompts, "null_floor": r.null_floor,
