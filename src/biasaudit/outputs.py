@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.contracts import check_table
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
 
@@ -76,7 +77,7 @@ class OutputWriter:
 
         entry: dict[str, Any] = {"name": result.name, "title": result.title, "status": result.status,
                                  "reason": result.reason, "notes": result.notes, "figures": [], "tables": []}
-        method = "vlm" if self.out.name == "vlm" else "t2i"
+        method = "vlm" if self.out.name == C.VLM_REPORTS.name else "t2i"  # reports/vlm: Method B's contracts
         for name, table in result.tables.items():
             check_table(name, list(table.columns), len(table), method)
         for name, table in result.tables.items():

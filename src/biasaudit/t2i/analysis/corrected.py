@@ -135,7 +135,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                      "n_annotated_images": info["n_annotated_images"],
                      "reason": "; ".join(dict.fromkeys(r for r in (corr.reason, deb.reason) if r))})
     summary = pd.DataFrame(rows)
-    res.tables = {"tvd_corrected_summary": summary, "tvd_corrected_per_prompt": per,
+    res.tables = {C.TVD_CORRECTED_SUMMARY.name: summary, "tvd_corrected_per_prompt": per,
                   "deviation_corrected": pd.DataFrame(dev_rows)}
     res.notes.append(f"{source}: {note}; correction_method {method}"
                      + (" (recorded by the reliability stage)" if recorded == method else ""))
