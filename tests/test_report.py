@@ -189,7 +189,7 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     # Method B: Δg with CI, significance after adjustment, win rates with their CIs
     assert "-12.5 [-20.0, -5.0] *" in pages["delta_g"]
     assert "1 of 2 Δg effects are significant after adjustment; the largest is race:Black on mcq_salary " \
-           "(synthvlm): -12.5 [-20.0, -5.0]%." in findings
+           "(synthvlm): -12.5 [-20.0, -5.0]% (95% CI)." in findings
     assert "from 0.25 [0.10, 0.50] (Black man) to 0.75 [0.50, 0.90] (White man)" in pages["winrates"]
     # planted effects, instrument bias (the flag threshold stated), calibration
     assert "recovers 1 of 2 planted quantities" in page and "missed (how many rows): L_slope (1)" in pages["validation"]
@@ -201,6 +201,8 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     assert "biasaudit.t2i.analysis.representation.compute" in pages["tvd"]
     assert 'href="html/t2i_analyze.html#cell-id=' in pages["tvd"] and '<base href="../">' in pages["tvd"]
     assert "12.5 s" in pages["notebooks"]  # the stage's wall time from the notebook's metadata
+    assert "running</span> (writing this report)" in pages["notebooks"]  # the report stage is not "not run"
+    assert "t2i/images/planted-a" in pages["notebooks"]  # ${generate.images_dir}/${key} from params.yaml
     assert "tvd_summary.csv" in pages["tvd"] and " download>" in pages["tvd"]
     # nothing unresolved, no broken contract, nothing from the network
     assert "${" not in every and CONTRACT_BROKEN not in every

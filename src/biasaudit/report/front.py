@@ -245,9 +245,10 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
         sub = sub[sub["n"].map(num) >= 2]
         if len(sub) >= 2:
             lo, hi = sub.sort_values("L_mean").iloc[0], sub.sort_values("L_mean").iloc[-1]
-            b.findings.append(f"In {model}, faces classified {lo['label']} are the darkest (mean L* "
-                              f"{ci(lo['L_mean'], lo['L_mean_lo'], lo['L_mean_hi'], 1)}) and those classified "
-                              f"{hi['label']} the lightest ({ci(hi['L_mean'], hi['L_mean_lo'], hi['L_mean_hi'], 1)}).")
+            b.findings.append(f"In {model}, faces classified {lo['label']} are the darkest (mean skin L* "
+                              f"{ci(lo['L_mean'], lo['L_mean_lo'], lo['L_mean_hi'], 1)}, {level} CI) and those "
+                              f"classified {hi['label']} the lightest "
+                              f"({ci(hi['L_mean'], hi['L_mean_lo'], hi['L_mean_hi'], 1)}).")
     if dark.ok:
         d = dark.df
         thr = fmt(d["L_threshold"].iloc[0], 0)
@@ -415,7 +416,7 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
         top = sig.reindex(sig["delta_pct"].abs().sort_values(ascending=False).index).iloc[0]
         b.findings.append(f"{len(sig)} of {df['delta_pct'].notna().sum()} Δg effects are significant after adjustment; "
                           f"the largest is {top['group']} on {top['measure']} ({_vlm_tag(vlm, top['vlm'])}): "
-                          f"{ci(top['delta_pct'], top['low'], top['high'], 1)}%.")
+                          f"{ci(top['delta_pct'], top['low'], top['high'], 1)}% ({level} CI).")
     else:
         b.findings.append(f"No Δg effect is significant after adjustment ({df['delta_pct'].notna().sum()} effects).")
     return b
