@@ -81,6 +81,7 @@ T2I_REPORTS = REPORTS / "t2i"
 RELIABILITY_DIR = T2I_REPORTS / "reliability"
 OVERLAYS_DIR = T2I_REPORTS / "overlays"
 INSTRUMENTS_DIR = T2I_REPORTS / "instruments"
+INSTRUMENTS_FIGURE = INSTRUMENTS_DIR / "instruments.png"  # the instruments stage's L*-sweep figure
 
 # Method B
 VLM = DATA / "vlm"

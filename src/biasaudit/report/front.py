@@ -592,7 +592,7 @@ def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
             b.findings.append(f"The instruments' L* sweep ({len(d)} method × mode × L* rows): the lowest detection "
                               f"rate is {fmt(w['detection_rate'], 2)} ({w['method']}, {w['mode']}, target L* "
                               f"{fmt(w['target_L'], 0)}).")
-    png = t2i.root / "instruments/instruments.png"
+    png = reports / C.INSTRUMENTS_FIGURE.relative_to(C.REPORTS)
     if png.exists():
         b.extra = f'<figure><img src="{_rel(reports, png)}" alt="instrument bias"><figcaption>Instrument bias over ' \
                   'the L* sweep</figcaption></figure>'
