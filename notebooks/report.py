@@ -19,8 +19,10 @@
 # - `reports/thumbs/` (small JPEGs, redrawn only when their image changed), `reports/images.html`
 #   (generated images per model × prompt with label, L*, face box, skin mask; filters) and
 #   `reports/focus.html` (each source photo and its 10 face-only edits with their checks);
-# - `reports/index.html`: banner, findings written from the numbers, the model comparison, the
-#   Method B headline, checks, and per stage what it read, wrote and how long it took;
+# - `reports/index.html`: the banner, at most six findings (each led by its validated estimate and its
+#   interval), the key figures, and one line per section linking to its page under `reports/pages/`
+#   (model comparison, Method B, validation, instrument bias, calibration, every analysis section,
+#   and per stage what it read, wrote and how long it took);
 # - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
 #
 # Settings come from the `report:` section of params.yaml.
@@ -53,7 +55,8 @@ display(Markdown(f"Exported {len(list((reports / 'html').glob('*.html')))} noteb
 
 # %%
 stand_in = cfg.profile == "offline"
-gallery = build_gallery(Path("."), reports, px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
+gallery = build_gallery(Path("."), reports, images_dir=cfg.generate.images_dir, prompts_file=cfg.generate.prompts_file,
+                        px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
 display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
 
 # %%

@@ -75,7 +75,7 @@ fig = plot_sweep(summary)
 atomic_write_table(sweep, out / "sweep.csv")
 atomic_write_table(summary, out / "summary.csv")
 atomic_write_table(dark, out / "dark_rates.csv")
-with atomic_path(out / "instruments.png") as tmp:
+with atomic_path(C.INSTRUMENTS_FIGURE) as tmp:
     fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
 atomic_write_json(out / "summary.json", {"methods": status, "dark_max": params.dark_max,
                                          "dark_rates": dark.to_dict("records"), "run": run_info(params.model_dump())})

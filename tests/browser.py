@@ -1,5 +1,6 @@
 """Headless Chromium (Debian `chromium`) over the DevTools protocol, for the report tests: per page the
-console errors, requests outside file://, image load state, links, page height and a screenshot;
+console errors, requests outside file://, image load state, links, page height and width (scrollWidth
+against the window's), figures shown without a click, and a screenshot;
 for SVG figures the text boxes that overlap."""
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ PAGE_JS = """(async () => {
     height: Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0),
     banner: banner ? getComputedStyle(banner).fontSize : null,
     details: document.querySelectorAll('details').length,
+    scroll_width: document.documentElement.scrollWidth, client_width: document.documentElement.clientWidth,
+    visible_figures: [...document.querySelectorAll('figure img')].filter(i => i.complete && i.naturalWidth > 0
+      && i.offsetParent !== null && i.getBoundingClientRect().width > 50).length,
     figures: document.querySelectorAll('figure[data-label]').length, filtered: null};
   const sel = document.querySelector('select[data-filter="label"]');
   if (sel && sel.options.length > 2) {

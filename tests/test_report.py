@@ -4,7 +4,9 @@ notes for missing inputs, the headline metrics, the image and FOCUS pages, JSON 
 runner (quiet terminal, figures in the notebook, the cause first), and a headless Chromium check of all
 three pages (Debian `chromium`; skipped when missing)."""
 
+import html
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from biasaudit.contracts import ANALYSIS_TABLES, IMAGES_DIR, PROMPTS_CSV, ContractError
 from biasaudit.outputs import Figure, OutputWriter, Result
 from biasaudit.params import Params
 from biasaudit.report import build_index
@@ -23,6 +26,7 @@ from biasaudit.report.execute import first_line, parse_parameters
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
 from biasaudit.report.html import json_tables
+from biasaudit.report.load import CONTRACT_BROKEN
 from biasaudit.t2i.analysis import homogeneity, provenance, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, load_inputs
 
@@ -61,16 +65,17 @@ def _analysis(root: Path) -> None:
                                "category_or_group": ["all", "black"], "planted": [0.5, 0.4],
                                "estimate": [0.48, 0.9], "low": [0.4, 0.7], "high": [0.6, 1.1],
                                "covered": [True, False], "note": ["", "planted outside"]})
-    face_loss = pd.DataFrame({"model": ["synth-a"] * 2, "group": ["black", "white"], "loss_rate": [0.3, 0.1]})
+    face_loss = pd.DataFrame({"model": ["synth-a"] * 2, "by": ["label"] * 2, "group": ["black", "white"],
+                              "n_images": [10, 10], "no_face_rate": [0.3, 0.1], "low": [0.1, 0.0], "high": [0.6, 0.4],
+                              "threshold": [0.2, 0.2], "flagged": [True, False]})
+    calibration = pd.DataFrame({"method": ["cluster bootstrap", "sign-flip"], "kind": ["coverage", "rejection"],
+                                "setting": ["n=20", "n=8"], "scale": ["paper", "paper"], "nominal": [0.95, 0.05],
+                                "observed": [0.948, 0.10], "mc_se": [0.007, 0.009], "flag": ["ok", "anti-conservative"]})
     writer.add(Result("representation_more", "More", tables={"tvd_summary": tvd, "tvd_paired": paired}))
     writer.add(Result("validation", "Validation", tables={"validation": validation}))
     writer.add(Result("face_loss", "Face loss", tables={"face_loss": face_loss}))
+    writer.add(Result("calibration", "Calibration", tables={"calibration": calibration}))
     writer.finish(PLOTS, profile="offline", stand_in=True)
-    cal = root / "reports/calibration"
-    cal.mkdir(parents=True)
-    pd.DataFrame({"method": ["cluster bootstrap", "sign-flip"], "setting": ["n=20", "n=8"], "nominal": [0.95, 0.95],
-                  "observed": [0.948, 0.90], "replications": [1000, 1000], "mc_se": [0.007, 0.009]}).to_csv(
-        cal / "calibration.csv", index=False)
 
 
 def _vlm(reports: Path) -> None:
@@ -78,13 +83,13 @@ def _vlm(reports: Path) -> None:
 
     out = OutputWriter(reports / "vlm", dpi=50)
     gaps = pd.DataFrame({"dimension": ["race", "race"], "level": ["Black", "Asian"], "measure": ["mcq_salary"] * 2,
-                         "delta_pct": [-12.5, 3.0], "delta_low": [-20.0, -4.0], "delta_high": [-5.0, 9.0],
+                         "delta_pct": [-12.5, 3.0], "low": [-20.0, -4.0], "high": [-5.0, 9.0], "p_value": [0.005, 0.6],
                          "p_adjusted": [0.01, 0.6], "vlm": ["synthvlm"] * 2})
     rates = pd.DataFrame({"gender": ["man", "man"], "race": ["Black", "White"], "wins": [3, 9], "n": [12, 12],
-                          "rate": [0.25, 0.75], "vlm": ["synthvlm"] * 2})
+                          "rate": [0.25, 0.75], "low": [0.1, 0.5], "high": [0.5, 0.9], "vlm": ["synthvlm"] * 2})
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.bar(["a", "b"], [1, 2])
-    res = Result("synthvlm_mcq", "synthvlm: MCQ", tables={"synthvlm_mean_gaps": gaps, "synthvlm_race_winrate_income": rates})
+    res = Result("synthvlm_mcq", "synthvlm: MCQ", tables={"synthvlm_delta_g": gaps, "synthvlm_race_winrate_income": rates})
     res.figures["synthvlm_gaps"] = Figure(fig, "Δg by group", "synthetic")
     out.add(res)
     out.finish()
@@ -142,53 +147,136 @@ def built(tmp_path_factory) -> Path:
     _notebook(root / "reports")
     for name in ("dvc.yaml", "params.yaml"):
         (root / name).write_text((ROOT / name).read_text())
-    gallery = build_gallery(root, root / "reports", px=96, per_prompt=4, stand_in=True)
+    gallery = build_gallery(root, root / "reports", images_dir=IMAGES_DIR, prompts_file=PROMPTS_CSV, px=96, per_prompt=4,
+                            stand_in=True)
     return build_index(root / "reports", Params(profile="offline"), title="synthetic report", max_table_rows=10,
                        root=root, gallery=gallery)
 
 
+def _pages(index: Path) -> dict[str, str]:
+    """The front page and every page it links under reports/pages/, by name."""
+    return {"index": index.read_text(), **{p.stem: p.read_text() for p in sorted((index.parent / "pages").glob("*.html"))}}
+
+
+def _findings(page: str) -> list[str]:
+    block = page.split('id="findings"', 1)[1].split("</ul>", 1)[0]
+    return [html.unescape(re.sub(r"<[^>]+>", "", x)).strip() for x in block.split("<li>")[1:]]
+
+
 @pytest.mark.slow
 def test_front_page_tables_and_findings_come_from_the_numbers(built):
-    page = built.read_text()
+    pages = _pages(built)
+    page, every = pages["index"], "".join(pages.values())
     assert "STAND-IN RUN" in page and "describe no real model" in page
-    # TVD with CI, null floor and corrected value, as the fixture wrote them
-    assert "0.500 [0.400, 0.600]" in page and "floor 0.100 · corrected 0.420 [0.300, 0.500]" in page
-    assert "ranges from 0.300 [0.200, 0.350] (synth-b) to 0.500 [0.400, 0.600] (synth-a)" in page
+    # the front page: at most 6 findings, the first led by the TVD (raw here: the fixture has no reliability sample)
+    findings = _findings(page)
+    assert 3 <= len(findings) <= 6, findings
+    assert findings[0] == ("Distance from the benchmark over all prompts (mean per-prompt TVD, raw, 95% cluster-bootstrap "
+                           "CI over prompts): synth-a 0.500 [0.400, 0.600]; synth-b 0.300 [0.200, 0.350]. Raw, because "
+                           "no reliability sample to correct with.")
+    # no table on the front page: one line per block, linking to its page
+    assert "<table" not in page
+    for name in ("tvd", "paired", "skin", "homogeneity", "kappa", "winrates", "delta_g", "significant", "validation",
+                 "validation_b", "instruments", "calibration", "notebooks"):
+        assert f'href="pages/{name}.html"' in page and name in pages, name
+    # TVD with its CI and the null floor, as the fixture wrote them, on the TVD page
+    assert "0.500 [0.400, 0.600]<br><small>null floor 0.100</small>" in pages["tvd"]
+    assert "95% cluster-bootstrap CI over prompts" in pages["tvd"]
     # paired difference: the significant one becomes a sentence, the other does not
-    assert "synth-a is farther from the benchmark than synth-b on all prompts: difference 0.200 [0.100, 0.300], " \
-           "p after adjustment 0.008" in page
-    assert "on surname prompts" not in page
-    # Method B: Δg with CI, significance after adjustment, win rates
-    assert "-12.5 [-20.0, -5.0] *" in page and "1 of 2 Δg effects are significant after adjustment" in page
-    assert "from 0.25 (Black man) to 0.75 (White man)" in page
-    # planted effects, instrument bias, calibration
-    assert "recovers 1 of 2 planted quantities" in page and "missed (how many rows): L_slope (1)" in page
-    assert "Face loss is highest for black (0.300) and lowest for white (0.100)" in page
-    assert "1 of 2 interval settings cover within 2 Monte Carlo SE" in page
+    assert "synth-a is farther from the benchmark than synth-b on all prompts: difference in raw TVD 0.200 " \
+           "[0.100, 0.300], p after adjustment 0.008" in pages["paired"]
+    assert "on surname prompts" not in every
+    # Method B: Δg with CI, significance after adjustment, win rates with their CIs
+    assert "-12.5 [-20.0, -5.0] *" in pages["delta_g"]
+    assert "1 of 2 Δg effects are significant after adjustment; the largest is race:Black on mcq_salary " \
+           "(synthvlm): -12.5 [-20.0, -5.0]% (95% CI)." in findings
+    assert "from 0.25 [0.10, 0.50] (Black man) to 0.75 [0.50, 0.90] (White man)" in pages["winrates"]
+    # planted effects, instrument bias (the flag threshold stated), calibration
+    assert "recovers 1 of 2 planted quantities" in page and "missed (how many rows): L_slope (1)" in pages["validation"]
+    assert "Face loss is highest for black (synth-a, 0.300 [0.100, 0.600]) and lowest for white (synth-a, " \
+           "0.100 [0.000, 0.400])" in pages["instruments"] and "flagged above 0.20" in pages["instruments"]
+    assert "Calibration by simulation: 1 of 2 paper-scale intervals and tests are within their band" in page
+    assert "1 row is labelled" in pages["calibration"]
     # the trail: function names and a link to the cell that called them
-    assert "biasaudit.t2i.analysis.representation.compute" in page and 'href="html/t2i_analyze.html#cell-id=' in page
-    assert "12.5 s" in page  # the stage's wall time from the notebook's metadata
-    assert "tvd_summary.csv" in page and " download>" in page
-    assert "http://" not in page and "https://" not in page
+    assert "biasaudit.t2i.analysis.representation.compute" in pages["tvd"]
+    assert 'href="html/t2i_analyze.html#cell-id=' in pages["tvd"] and '<base href="../">' in pages["tvd"]
+    assert "12.5 s" in pages["notebooks"]  # the stage's wall time from the notebook's metadata
+    assert "running</span> (writing this report)" in pages["notebooks"]  # the report stage is not "not run"
+    assert "t2i/images/planted-a" in pages["notebooks"]  # ${generate.images_dir}/${key} from params.yaml
+    assert "tvd_summary.csv" in pages["tvd"] and " download>" in pages["tvd"]
+    # nothing unresolved, no broken contract, nothing from the network
+    assert "${" not in every and CONTRACT_BROKEN not in every
+    assert "http://" not in every and "https://" not in every
+
+
+@pytest.mark.slow
+def test_each_statistic_has_one_interval_wherever_it_appears(built):
+    """Every raw TVD of tvd_summary is printed with its own interval on every page about the TVD (the
+    corrected-TVD table carries the raw estimate without a second interval of its own)."""
+    tvd = pd.read_csv(built.parent / "t2i/tables/tvd_summary.csv")
+    pages = _pages(built)
+    every = _findings(pages["index"])[0] + "".join(pages[n] for n in ("tvd", "paired", "validation"))
+    for r in tvd.dropna(subset=["mean_tvd"]).itertuples():
+        want = f"{r.mean_tvd:.3f} [{r.mean_tvd_low:.3f}, {r.mean_tvd_high:.3f}]"
+        seen = set(re.findall(re.escape(f"{r.mean_tvd:.3f}") + r" \[[-0-9.]+, [-0-9.]+\]", every))
+        assert seen <= {want}, (r.model, r.category, seen)
+
+
+@pytest.mark.slow
+def test_units_thresholds_and_interval_types_are_labelled(built):
+    pages = _pages(built)
+    assert "(L* &lt; 40)" in pages["skin"] or "very dark" not in pages["skin"]  # the threshold of skin_dark_share
+    for name in ("tvd", "paired", "winrates", "delta_g", "validation", "instruments"):
+        assert "95%" in pages[name], name  # every interval names its level and kind
+    cal = pd.read_csv(built.parent / "t2i/tables/calibration.csv")
+    assert "nominal level" in pages["calibration"] and len(cal) == 2
+    # an empty section (ok, no figure, no table) gets no page and no line of its own
+    manifest = json.loads((built.parent / "t2i/manifest.json").read_text())
+    for s in manifest["sections"]:
+        if s["status"] == "ok" and not s["figures"] and not s["tables"]:
+            assert f"a-{s['name']}" not in pages and f'pages/a-{s["name"]}.html' not in pages["index"]
 
 
 def test_missing_inputs_render_as_no_data(tmp_path):
-    page = build_index(tmp_path, Params(profile="paper"), root=tmp_path).read_text()
-    assert "STAND-IN" not in page
-    for reason in ("reports/t2i/manifest.json not found", "reports/vlm/manifest.json not found",
-                   "no calibration table (reports/t2i/tables/calibration.csv", "no data: reports/t2i/instruments/summary.csv"):
-        assert reason in page, reason
+    pages = _pages(build_index(tmp_path, Params(profile="paper"), root=tmp_path))
+    every = "".join(pages.values())
+    assert "STAND-IN" not in every
+    for reason in ("reports/t2i/manifest.json not found", "reports/vlm/manifest.json not found"):
+        assert reason in pages["index"], reason
+    assert "manifest.json not found (the stage has not run)" in pages["calibration"]
+    assert "manifest.json not found (the stage has not run)" in pages["instruments"]
 
 
-def test_a_missing_column_is_named_not_guessed(tmp_path):
+def test_a_missing_column_fails_instead_of_being_guessed(tmp_path):
     t2i = tmp_path / "t2i"
     (t2i / "tables").mkdir(parents=True)
     (t2i / "manifest.json").write_text(json.dumps({"sections": []}))
-    pd.DataFrame({"model": ["m"], "category": ["all"], "mean_tvd": [0.4], "mean_tvd_low": [0.3],
+    pd.DataFrame({"model": ["m"], "category": ["all"], "n_prompts": [3], "mean_tvd": [0.4], "mean_tvd_low": [0.3],
                   "mean_tvd_high": [0.5]}).to_csv(t2i / "tables/tvd_summary.csv", index=False)
-    page = build_index(tmp_path, Params(profile="paper"), root=tmp_path).read_text()
-    assert "0.400 [0.300, 0.500]" in page
-    assert "tvd_summary has no null_floor or tvd_corrected column" in page
+    pd.DataFrame({"model_a": ["m"], "model_b": ["n"], "category": ["all"], "difference": [0.1]}).to_csv(
+        t2i / "tables/tvd_paired.csv", index=False)
+    pages = _pages(build_index(tmp_path, Params(profile="paper"), root=tmp_path))
+    assert "0.400 [0.300, 0.500]" in pages["tvd"]  # optional columns (null floor) may be absent
+    assert f"{CONTRACT_BROKEN}: tvd_paired.csv lacks column(s) diff, low, high, p_value, p_adjusted" in pages["paired"]
+    # the writer refuses such a table in the first place
+    with pytest.raises(ContractError, match="tvd_paired lacks column"):
+        OutputWriter(tmp_path / "out" / "t2i").add(Result("x", "x", tables={"tvd_paired": pd.read_csv(
+            t2i / "tables/tvd_paired.csv")}))
+
+
+def test_every_column_the_report_reads_is_declared():
+    """The report reads tables only through Outputs.table / tables_of, which keep only the declared
+    columns; statically too, every string key the report reads is a declared column or one it wrote itself."""
+    import ast
+
+    declared = {c for t in ANALYSIS_TABLES for c in (*t.columns, *t.optional)}
+    for name in ("front.py", "headline.py"):
+        tree = ast.parse((ROOT / "src/biasaudit/report" / name).read_text())
+        keys = [(n.slice.value, type(n.ctx)) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)]
+        written = {k for k, ctx in keys if ctx is ast.Store}
+        read = {k for k, ctx in keys if ctx is ast.Load}
+        assert read <= declared | written, (name, read - declared - written)
 
 
 @pytest.mark.slow
@@ -218,7 +306,8 @@ def test_image_pages_and_thumbnails(built):
     assert all(max(Image.open(p).size) <= 96 for p in thumbs)
     focus = (reports / "focus.html").read_text()
     assert focus.count("<img ") == 11 and "⚑ ssim_outside" in focus and focus.count("all checks passed") == 9
-    again = build_gallery(reports.parent, reports, px=96, per_prompt=4, stand_in=True)
+    again = build_gallery(reports.parent, reports, images_dir=IMAGES_DIR, prompts_file=PROMPTS_CSV, px=96,
+                          per_prompt=4, stand_in=True)
     assert again.thumbs_made == 0  # made once
 
 
@@ -283,24 +372,30 @@ def test_a_failing_stage_prints_its_cause_first(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="Debian chromium not installed (apt-get install chromium; .ci/run does)")
 def test_pages_in_headless_chromium(built, tmp_path):
+    """The front page at 1400 px: under 6,000 px tall, never wider than the window, at least 3 figures
+    shown without a click, no console error, no request outside file://; the pages it links likewise."""
     reports = built.parent
     svgs = sorted((reports / "t2i/figures").glob("homogeneity_gap_heatmap.svg"))
-    pages = visit([reports / "index.html", reports / "images.html", reports / "focus.html"], width=1400,
+    linked = [reports / "pages" / f"{n}.html" for n in ("tvd", "skin", "validation", "calibration", "notebooks")]
+    pages = visit([reports / "index.html", reports / "images.html", reports / "focus.html", *linked], width=1400,
                   screenshots=tmp_path, svgs=svgs)
-    for page in pages[:3]:
+    html_pages = pages[:3 + len(linked)]
+    for page in html_pages:
         assert not page["errors"], (page["url"], page["errors"])
         assert not page["external"], (page["url"], page["external"])
-        assert page["images"] and all(ok for _, ok in page["images"]), (page["url"], page["images"])
+        assert page["images"] or page is not pages[0], page["url"]
+        assert all(ok for _, ok in page["images"]), (page["url"], page["images"])
+        assert page["scroll_width"] <= page["client_width"], (page["url"], page["scroll_width"])  # no horizontal scroll
         assert (tmp_path / page["screenshot"]).stat().st_size > 1000
         for href in page["links"]:
             _check_link(href, page)
     index = pages[0]
-    assert index["height"] < 6000, index["height"]
+    assert index["client_width"] == 1400 and index["height"] < 6000, index["height"]
+    assert index["visible_figures"] >= 3, index["visible_figures"]  # open, not behind a click
     assert float(index["banner"].rstrip("px")) >= 28
-    assert index["details"] >= 5  # the rest is one click away
     images = pages[1]
     assert images["filtered"] is not None and 0 < images["filtered"] < images["figures"]  # the label filter works
-    for svg in pages[3:]:  # figures: no two text boxes overlap
+    for svg in pages[len(html_pages):]:  # figures: no two text boxes overlap
         assert svg["texts"] >= 5 and not svg["overlaps"], (svg["url"], svg["overlaps"])
 
 
@@ -380,3 +475,15 @@ def test_stage_end_line_counts_items_by_status(tmp_path):
     assert outs == [f"{tmp_path}/imgs", f"{tmp_path}/a.parquet"]
     assert format_counts(item_counts(outs)) == " · ok 3 · failed 1 · refused 1 · no_face 1"
     assert format_counts({}) == ""
+
+
+def test_table_contracts_match_by_output_folder():
+    from biasaudit import contracts as C
+
+    assert C.contract_of("planted_race_winrate_income", "vlm") is C.RACE_WINRATE
+    assert C.RACE_WINRATE.parts("planted_race_winrate_income") == {"vlm": "planted", "task": "income"}
+    assert C.DELTA_G.of("tiny") == "tiny_delta_g"
+    assert C.contract_of("skin_earnings_ols", "t2i") is None  # a Method A table is no VLM's OLS
+    C.check_table("tvd_summary", [], rows=0)  # a section's empty result passes
+    with pytest.raises(ContractError, match="contracts.TVD_SUMMARY"):
+        C.check_table("tvd_summary", ["model", "category"], rows=1)

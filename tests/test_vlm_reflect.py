@@ -156,11 +156,12 @@ def test_full_analysis_and_report_files(responses, tmp_path):
     res = an.analyse(responses, ReflectAnalysis(n_permutations=99))
     assert res["retained"]["2afc"] == 360 and "winrate_income" in res["tables"]
     assert isinstance(res["bradley_terry"]["safety"], str)  # always 'A': not identifiable, with a reason
-    writer = OutputWriter(tmp_path)
+    out = tmp_path / "vlm"  # a folder named vlm: the writer checks Method B's table contracts
+    writer = OutputWriter(out)
     for section in an.results_for_vlm("scripted", res, {}, stand_in=False):
-        writer.add(section)
+        writer.add(section)  # raises ContractError on a declared table without its declared columns
     writer.finish(profile="test")
-    assert (tmp_path / "figures" / "scripted_winrate_income.png").is_file()
-    assert (tmp_path / "figures" / "scripted_winrate_income.svg").is_file()
-    assert (tmp_path / "tables" / "scripted_mean_gaps.md").is_file()
-    assert (tmp_path / "manifest.json").is_file()
+    assert (out / "figures" / "scripted_winrate_income.png").is_file()
+    assert (out / "figures" / "scripted_winrate_income.svg").is_file()
+    assert (out / "tables" / "scripted_mean_gaps.md").is_file()
+    assert (out / "manifest.json").is_file()

@@ -81,12 +81,14 @@ T2I_REPORTS = REPORTS / "t2i"
 RELIABILITY_DIR = T2I_REPORTS / "reliability"
 OVERLAYS_DIR = T2I_REPORTS / "overlays"
 INSTRUMENTS_DIR = T2I_REPORTS / "instruments"
+INSTRUMENTS_FIGURE = INSTRUMENTS_DIR / "instruments.png"  # the instruments stage's L*-sweep figure
 
 # Method B
 VLM = DATA / "vlm"
 SOURCE_PHOTOS = VLM / "source_photos"                # default of sources.input_dir
 SOURCES_DIR = VLM / "sources"
 FOCUS_DIR = VLM / "focus"
+FOCUS_MANIFEST = FOCUS_DIR / "manifest.parquet"      # one row per face-only edit (vlm/focus.py)
 EDIT_CHECKS = VLM / "edit_checks.parquet"
 RESPONSES_DIR = VLM / "responses"
 VLM_CACHE = VLM / "cache"
@@ -131,3 +133,103 @@ def vlm_cache_path(vlm: str) -> Path:
 def inputs_fingerprint_path(stage: str) -> Path:
     """Fingerprint of a stage's external input folders, written by the check stage (a DVC dependency)."""
     return CHECK_DIR / f"{stage}.inputs.json"
+
+
+# ------------------------------------------------------------------ analysis tables (writer ↔ report)
+
+class ContractError(ValueError):
+    """A table written or read without a column its contract declares."""
+
+
+class Table:
+    """One analysis table: its name (`<out>/tables/<name>.csv`; a `{vlm}` / `{task}` placeholder for the
+    per-VLM tables), the columns every reader may rely on, and optional ones (read only when present).
+    `OutputWriter.add` checks every table it writes against this; the report reads only these columns."""
+
+    def __init__(self, name: str, columns: tuple[str, ...], optional: tuple[str, ...] = (), method: str = "t2i"):
+        self.name, self.columns, self.optional, self.method = name, columns, optional, method
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r})"
+
+    def parts(self, name: str) -> dict[str, str] | None:
+        """The placeholders' values if a written table name is this table ({} without placeholders), else None."""
+        import re
+
+        pattern = re.escape(self.name).replace(r"\{vlm\}", r"(?P<vlm>.+?)").replace(r"\{task\}", r"(?P<task>.+)")
+        m = re.fullmatch(pattern, name)
+        return None if m is None else m.groupdict()
+
+    def matches(self, name: str) -> bool:
+        return self.parts(name) is not None
+
+    def of(self, vlm: str = "", task: str = "") -> str:
+        """The concrete table name for one VLM (and task)."""
+        return self.name.replace("{vlm}", vlm).replace("{task}", task)
+
+    def missing(self, columns: "list[str] | tuple[str, ...]") -> list[str]:
+        have = set(map(str, columns))
+        return [c for c in self.columns if c not in have]
+
+
+_CI = ("low", "high")
+# Method A (reports/t2i/tables/, written by the t2i/analysis sections)
+TVD_SUMMARY = Table("tvd_summary", ("model", "category", "n_prompts", "mean_tvd", "mean_tvd_low", "mean_tvd_high"),
+                    ("null_floor", "tvd_corrected", "tvd_corrected_low", "tvd_corrected_high"))
+TVD_PAIRED = Table("tvd_paired", ("model_a", "model_b", "category", "diff", *_CI, "p_value", "p_adjusted"))
+TVD_CORRECTED_SUMMARY = Table("tvd_corrected_summary", (
+    "model", "category", "mean_tvd_raw", "tvd_debiased", "tvd_debiased_low", "tvd_debiased_high", "identifiable"),
+    ("condition_number", "reason", "tvd_point", "tvd_point_source", "tvd_debiased_width"))
+SKIN_SUMMARY_BY_LABEL = Table("skin_summary_by_label", ("model", "label", "n", "L_mean", "L_mean_lo", "L_mean_hi"),
+                              ("diversity_de2000", "diversity_pairs"))
+SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
+                                            "share_low", "share_high"))
+HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "gap", "gap_lo", "gap_hi"),
+                            ("p_value", "p_adjusted"))
+HOMOGENEITY_VS_BASELINE = Table("homogeneity_vs_baseline", ("model", "space", "group", "gap_minus_baseline"))
+VALIDATION = Table("validation", ("model", "category_or_group", "quantity", "planted", "estimate", *_CI, "covered"),
+                   ("width", "informative", "check", "note"))
+FACE_LOSS = Table("face_loss", ("model", "by", "group", "n_images", "no_face_rate", *_CI, "threshold", "flagged"))
+CROSS_DETECTOR = Table("cross_detector", ("model", "by", "group", "n_images", "share_main_only", "share_cross_only"))
+CALIBRATION = Table("calibration", ("method", "kind", "setting", "scale", "nominal", "observed", "mc_se", "flag"))
+INSTRUMENTS_SUMMARY = Table("instruments_summary", ("method", "mode", "target_L", "n", "detection_rate",
+                                                    "mean_abs_L_error"))
+# the reliability stage's files (reports/t2i/reliability/<name>.csv)
+MEAN_KAPPA = Table("mean_kappa", ("kind", "mean_cohen_kappa"), ("raters_source",))
+FLEISS_KAPPA = Table("fleiss_kappa", ("group", "raters", "fleiss_kappa", "ci_low", "ci_high"), ("raters_source",))
+# Method B (reports/vlm/tables/, written by vlm/analysis.py and vlm/recovery.py), one per VLM
+RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
+DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
+OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted", "measure", "n_clusters"),
+            ("reason",), method="vlm")
+SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"), ("reason",), method="vlm")
+RETENTION = Table("{vlm}_retention", ("kind", "task", "asked", "retained", "top_reason"), method="vlm")
+VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", "planted", "estimate", *_CI, "width",
+                                            "plausible_range", "covered", "informative", "check"), ("note", "excludes_null"),
+                       method="vlm")
+
+ANALYSIS_TABLES: tuple[Table, ...] = (
+    TVD_SUMMARY, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
+    HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
+    FLEISS_KAPPA, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
+
+
+def contract_of(name: str, method: str = "t2i") -> Table | None:
+    """The declared table a table name of `method` ("t2i" or "vlm", the output folder) is, or None (an
+    undeclared table is read by no other code)."""
+    return next((t for t in ANALYSIS_TABLES if t.method == method and t.matches(name)), None)
+
+
+def check_table(name: str, columns: "list[str] | tuple[str, ...]", rows: int = 1, method: str = "t2i") -> None:
+    """Raise ContractError when a declared table lacks a declared column (a table with no rows and no
+    columns, a section's empty result, passes)."""
+    table = contract_of(name, method)
+    if table is None or (rows == 0 and len(columns) == 0):
+        return
+    missing = table.missing(columns)
+    if missing:
+        raise ContractError(f"table {name} lacks column(s) {', '.join(missing)} that contracts.{_const(table)} declares")
+
+
+def _const(table: Table) -> str:
+    return next((k for k, v in globals().items() if v is table), table.name)

@@ -27,8 +27,12 @@ def stage_params(section: str, params_file: str | Path = PARAMS_FILE) -> tuple[P
 
 
 def banner(cfg: Params) -> None:
-    """Print which profile produced this notebook; the offline profile runs stand-in models."""
+    """Print which profile produced this notebook; the offline profile runs stand-in models. Tables show
+    every column (no `...`): the notebook's HTML scrolls a wide table inside its box."""
+    import pandas as pd
     from IPython.display import HTML, display
+
+    pd.set_option("display.max_columns", None)
 
     if cfg.profile == "offline":
         display(HTML("<div style='border:3px solid #b00;padding:8px;font-size:1.3em;color:#b00'>"

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import contracts as C
+from biasaudit.contracts import check_table
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
 
 OK, NO_DATA = "ok", "no data"
@@ -61,7 +63,8 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
 
 
 class OutputWriter:
-    """Writes every Result under `out_dir` (reports/t2i) and records it in the manifest."""
+    """Writes every Result under `out_dir` (reports/t2i or reports/vlm) and records it in the manifest.
+    A table declared in contracts.py must carry its declared columns (ContractError otherwise)."""
 
     def __init__(self, out_dir: str | Path, dpi: int = 150):
         self.out = Path(out_dir)
@@ -74,6 +77,9 @@ class OutputWriter:
 
         entry: dict[str, Any] = {"name": result.name, "title": result.title, "status": result.status,
                                  "reason": result.reason, "notes": result.notes, "figures": [], "tables": []}
+        method = "vlm" if self.out.name == C.VLM_REPORTS.name else "t2i"  # reports/vlm: Method B's contracts
+        for name, table in result.tables.items():
+            check_table(name, list(table.columns), len(table), method)
         for name, table in result.tables.items():
             csv = atomic_write_table(table, self.out / "tables" / f"{name}.csv")
             md = atomic_write_text(self.out / "tables" / f"{name}.md", to_markdown(table))

@@ -1,9 +1,10 @@
-"""The front page's content: headline tables and one sentence per finding, written from the numbers.
+"""The report's headline content: per block a small table, the findings it supports and the `src/`
+function + notebook cell that made the numbers (each block is a page of its own; the front page
+gives it one line), and the few front-page findings, each led by its validated estimate.
 
-Every builder takes the loaded outputs and returns a `Block` (a small HTML table, the findings it
-supports, and the `src/` function + notebook cell that made the numbers) or a Block whose `note`
-says why there is no data. Inputs are read by table and column name with fallbacks (`load.col`), so a
-table another stage has not written yet renders as "no data: reason".
+Inputs are read by their contract (`biasaudit.contracts`, the declaration the writers are checked
+against): a table another stage has not written renders as "no data: reason", a declared column that
+is missing as "contract broken: …" (tests fail on it), never as a guessed column.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit import registry
 from biasaudit.contracts import GROUPS
-from biasaudit.report.load import Loaded, Outputs, ci, col, fmt, num, pval, read_csv, read_json, truthy
+from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, pval, read_json, truthy
 from biasaudit.report.trail import trail
 
 ALPHA = 0.05
@@ -35,7 +37,18 @@ class Block:
     trail_href: str = ""
     notebook: str = ""
     downloads: list[tuple[str, str]] = field(default_factory=list)
-    extra: str = ""  # more HTML (a figure, a collapsed long table)
+    extra: str = ""  # more HTML (a figure, a long table)
+    group: str = ""  # the front page's heading for its one line (Method A, Method B, checks)
+
+    @property
+    def page(self) -> str:
+        """Its own page, relative to reports/."""
+        return f"pages/{self.id}.html"
+
+    @property
+    def summary(self) -> str:
+        """The front page's one line: its first finding, else why there is none."""
+        return self.findings[0] if self.findings else (f"no data: {self.note}" if self.note and not self.html else "")
 
 
 def _table(df: pd.DataFrame, escape: bool = True) -> str:
@@ -67,26 +80,23 @@ def _models_order(df: pd.DataFrame, model_col: str = "model") -> list[str]:
 
 # ------------------------------------------------------------------------------------- Method A
 
+RAW_CI = "cluster-bootstrap CI over prompts"
+HONEST = "honest interval (allows for the remaining bias)"
+
+
 def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """TVD per model × category with CI, the null floor and the bias-corrected value."""
+    """TVD per model × category: raw with its CI, the null floor, and the TVD corrected for classifier
+    error and finite n with its honest interval (one interval per statistic: each is read from the one
+    table that computes it)."""
     b = Block("tvd", "Distance from the benchmark (mean per-prompt TVD; 0 = identical, 1 = no overlap)")
-    tvd = t2i.table("tvd_summary")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", tvd)
+    tvd = t2i.table(C.TVD_SUMMARY)
+    deb = t2i.table(C.TVD_CORRECTED_SUMMARY)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", tvd, deb)
     if not tvd.ok:
         return _missing(b, tvd)
     df = tvd.df
-    est, lo, hi = col(df, "mean_tvd", "tvd"), col(df, "mean_tvd_low", "tvd_low"), col(df, "mean_tvd_high", "tvd_high")
-    floor = col(df, "null_floor", "mean_tvd_null_floor", "tvd_null_floor", "floor")
-    cor = col(df, "tvd_corrected", "mean_tvd_corrected", "tvd_bias_corrected", "bias_corrected")
-    cor_lo = col(df, "tvd_corrected_low", "mean_tvd_corrected_low", "bias_corrected_low")
-    cor_hi = col(df, "tvd_corrected_high", "mean_tvd_corrected_high", "bias_corrected_high")
-    if est is None or "category" not in df or "model" not in df:
-        b.note = f"tvd_summary lacks the columns model/category/mean_tvd (has: {', '.join(df.columns)})"
-        return b
     cats = [c for c in ("occupation", "geography", "surname", "all") if c in set(df["category"])]
     cats += [c for c in dict.fromkeys(df["category"]) if c not in cats]
-    debiased = t2i.table("tvd_corrected_summary")  # classifier error and finite n corrected, honest interval
-    deb = debiased.df if debiased.ok and col(debiased.df, "tvd_debiased") else None
     rows = []
     for model in _models_order(df):
         row = {"model": html.escape(model)}
@@ -96,106 +106,124 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
                 row[cat] = "—"
                 continue
             r = r.iloc[0]
-            cell = html.escape(ci(r[est], r[lo] if lo else None, r[hi] if hi else None))
-            extra = []
-            if floor:
-                extra.append(f"floor {fmt(r[floor])}")
-            if cor:
-                extra.append("corrected " + ci(r[cor], r[cor_lo] if cor_lo else None, r[cor_hi] if cor_hi else None))
-            if deb is not None:
-                d = deb[(deb["model"].astype(str) == model) & (deb["category"] == cat)]
+            extra = [f"null floor {fmt(r['null_floor'])}"] if "null_floor" in df else []
+            if deb.ok:
+                d = deb.df[(deb.df["model"].astype(str) == model) & (deb.df["category"] == cat)]
                 if len(d):
                     d = d.iloc[0]
                     point, source = d.get("tvd_point", d["tvd_debiased"]), str(d.get("tvd_point_source", "corrected"))
-                    extra.append("+ classifier error " + ci(point, d.get("tvd_debiased_low"), d.get("tvd_debiased_high"))
+                    extra.append("corrected " + ci(point, d["tvd_debiased_low"], d["tvd_debiased_high"])
                                  + ("" if source == "corrected" else f" (point {source.split(',')[0]})"))
-            row[cat] = cell + (f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
+            row[cat] = html.escape(ci(r["mean_tvd"], r["mean_tvd_low"], r["mean_tvd_high"])) + (
+                f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
         rows.append(row)
-    b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c} [{level} CI]" for c in cats}), escape=False)
-    if deb is not None:
-        b.html += ("<p><small>corrected: finite-n bias removed; + classifier error: also corrected for the "
-                   "classifier's confusion matrix (reliability sample), empirical-Bayes estimate with an honest "
-                   "interval that allows for the remaining bias (stats.correction.debiased_tvd); with too few prompts "
-                   "for it to beat the raw TVD in simulation, the point shown is the raw TVD (marked), beside the "
-                   "same interval.</small></p>")
-    if not floor or not cor:
-        b.note = ("null floor / bias-corrected TVD: no data (tvd_summary has no "
-                  + " or ".join(n for n, c in (("null_floor", floor), ("tvd_corrected", cor)) if not c) + " column)")
-    b.findings += tvd_findings(df, est, lo, hi, floor, cor)
+    b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c}: raw TVD [{level} CI]" for c in cats}), escape=False)
+    b.html += (f"<p class='note'>raw: the classified labels' mean per-prompt TVD, {level} {RAW_CI}; null floor: the "
+               "TVD expected from sampling alone at each prompt's n; corrected: for the classifier's confusion matrix "
+               f"(reliability sample) and finite n, empirical-Bayes estimate with its {level} {HONEST} "
+               "(stats.correction.debiased_tvd).</p>")
+    if not deb.ok:
+        b.note = f"corrected TVD: no data ({deb.reason})"
+    b.findings += [x for x in [tvd_headline(t2i, level)] if x] + tvd_findings(df)
     return b
 
 
-def tvd_findings(df: pd.DataFrame, est: str, lo: str | None, hi: str | None, floor: str | None,
-                 cor: str | None) -> list[str]:
-    allc = df[df["category"] == "all"] if "all" in set(df["category"]) else None
-    out = []
-    if allc is not None and len(allc.dropna(subset=[est])):
-        a = allc.dropna(subset=[est]).sort_values(est)
-        low, high = a.iloc[0], a.iloc[-1]
-        span = (f"from {ci(low[est], low.get(lo), low.get(hi))} ({low['model']}) to "
-                f"{ci(high[est], high.get(lo), high.get(hi))} ({high['model']})") if len(a) > 1 else \
-            f"{ci(low[est], low.get(lo), low.get(hi))} ({low['model']})"
-        out.append(f"Over all prompts, the mean per-prompt TVD from the benchmark ranges {span}.")
-        if floor and cor:
-            above = [r for _, r in a.iterrows() if num(r[est]) > num(r[floor])]
-            out.append(f"{len(above)} of {len(a)} models lie above the null floor (the TVD expected from sampling "
-                       f"alone); bias-corrected TVD: " + ", ".join(f"{r['model']} {fmt(r[cor])}" for _, r in a.iterrows()) + ".")
-    per = df[df["category"] != "all"].dropna(subset=[est])
-    if len(per):
-        top = per.sort_values(est).iloc[-1]
-        out.append(f"The largest distance is for {top['category']} prompts in {top['model']} "
-                   f"(TVD {ci(top[est], top.get(lo), top.get(hi))}).")
+def tvd_findings(df: pd.DataFrame) -> list[str]:
+    """The raw TVD's spread over categories (its page; the front page leads with tvd_headline)."""
+    per = df[df["category"] != "all"].dropna(subset=["mean_tvd"])
+    if not len(per):
+        return []
+    top = per.sort_values("mean_tvd").iloc[-1]
+    return [f"The largest raw distance is for {top['category']} prompts in {top['model']} "
+            f"(TVD {ci(top['mean_tvd'], top['mean_tvd_low'], top['mean_tvd_high'])})."]
+
+
+def tvd_headline(t2i: Outputs, level: str) -> str:
+    """The TVD finding, led by the validated estimate: the TVD corrected for classifier error and finite n
+    where the correction is identifiable and (in a planted run) covers the planted values; else the raw
+    TVD with the reason. Planted values are named where the run has them."""
+    tvd, deb, val = t2i.table(C.TVD_SUMMARY), t2i.table(C.TVD_CORRECTED_SUMMARY), t2i.table(C.VALIDATION)
+    if not tvd.ok:
+        return ""
+    raw = tvd.df[tvd.df["category"] == "all"].dropna(subset=["mean_tvd"])
+    d = deb.df[deb.df["category"] == "all"].set_index("model") if deb.ok else pd.DataFrame()
+    v = val.df if val.ok else pd.DataFrame(columns=C.VALIDATION.columns)
+    vt = v[(v["category_or_group"] == "all") & v["quantity"].isin(["debiased_mean_tvd", "mean_tvd"])]
+    parts, planted, why_raw, raw_missed = [], [], "", 0
+    use_corrected = len(d) > 0 and all(
+        m in d.index and truthy(d.loc[m, "identifiable"]) and not math.isnan(num(d.loc[m, "tvd_debiased"]))
+        for m in raw["model"].astype(str))
+    if use_corrected and len(vt):
+        checked = vt[vt["quantity"] == "debiased_mean_tvd"]
+        if len(checked) and not checked["covered"].map(truthy).all():
+            use_corrected, why_raw = False, "the planted check finds the corrected TVD outside its interval"
+    elif not use_corrected:
+        why_raw = ("no reliability sample to correct with" if not len(d) else
+                   "the correction is not identifiable (confusion matrix too ill-conditioned)")
+    for _, r in raw.iterrows():
+        m = str(r["model"])
+        if use_corrected:
+            x = d.loc[m]
+            parts.append(f"{m} {ci(x.get('tvd_point', x['tvd_debiased']), x['tvd_debiased_low'], x['tvd_debiased_high'])}")
+        else:
+            parts.append(f"{m} {ci(r['mean_tvd'], r['mean_tvd_low'], r['mean_tvd_high'])}")
+        p = vt[(vt["model"].astype(str) == m) & (vt["quantity"] == "mean_tvd")]
+        if len(p):
+            planted.append((m, num(p["planted"].iloc[0])))
+            raw_missed += int(not truthy(p["covered"].iloc[0]))
+    what = (f"corrected for classifier error and finite n, {level} {HONEST}" if use_corrected
+            else f"raw, {level} {RAW_CI}")
+    out = f"Distance from the benchmark over all prompts (mean per-prompt TVD, {what}): {'; '.join(parts)}."
+    if planted:
+        most = max(planted, key=lambda x: x[1])[0]
+        out += (" Planted: " + ", ".join(f"{m} {fmt(x)}" for m, x in planted)
+                + (f" ({most} planted as the most biased)" if len(planted) > 1 else "") + ".")
+    if use_corrected:
+        raw_text = ", ".join(f"{r['model']} {fmt(r['mean_tvd'])}" for _, r in raw.iterrows())
+        out += (f" The raw TVD ({raw_text}) is biased upward by classifier error and finite n"
+                + (f"; the planted check finds it outside its interval in {raw_missed} of {len(planted)} models."
+                   if planted else "."))
+    elif why_raw:
+        out += f" Raw, because {why_raw}."
     return out
 
 
 def paired_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """Paired differences in TVD between models (same prompts), with adjusted p-values."""
-    b = Block("paired", "Paired differences between models (TVD of A − TVD of B, same prompts)")
-    t = t2i.table("tvd_paired", "paired_tvd", "tvd_pairs")
+    """Paired differences in raw TVD between models (same prompts), with adjusted p-values."""
+    b = Block("paired", "Paired differences between models (raw TVD of A − raw TVD of B, same prompts)")
+    t = t2i.table(C.TVD_PAIRED)
     _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", t)
     if not t.ok:
         return _missing(b, t)
     df = t.df
-    a, bb, d = col(df, "model_a"), col(df, "model_b"), col(df, "diff", "difference", "estimate")
-    lo, hi = col(df, "low", "diff_low", "ci_low"), col(df, "high", "diff_high", "ci_high")
-    p, padj = col(df, "p_value", "p"), col(df, "p_adjusted", "p_adj", "q_value")
-    if not (a and bb and d):
-        b.note = f"tvd_paired lacks model_a/model_b/diff (has: {', '.join(df.columns)})"
-        return b
-    show = pd.DataFrame({"A − B": df[a].astype(str) + " − " + df[bb].astype(str),
-                         "category": df[col(df, "category")] if col(df, "category") else "all",
-                         f"difference [{level} CI]": [ci(r[d], r[lo] if lo else None, r[hi] if hi else None)
-                                                      for _, r in df.iterrows()],
-                         "p": df[p].map(pval) if p else "—", "p adjusted": df[padj].map(pval) if padj else "—"})
+    show = pd.DataFrame({"A − B": df["model_a"].astype(str) + " − " + df["model_b"].astype(str),
+                         "category": df["category"],
+                         f"difference in TVD [{level} paired {RAW_CI}]": [ci(r["diff"], r["low"], r["high"])
+                                                                          for _, r in df.iterrows()],
+                         "p": df["p_value"].map(pval), "p adjusted (Holm)": df["p_adjusted"].map(pval)})
     b.html = _table(show)
-    key = padj or p
-    if key:
-        sig = df[df[key].map(num) < ALPHA]
-        what = "after adjustment" if padj else "(unadjusted)"
-        if len(sig):
-            b.findings += [f"{r[a]} is {'farther from' if num(r[d]) > 0 else 'closer to'} the benchmark than {r[bb]} on "
-                           f"{r.get('category', 'all')} prompts: difference {ci(r[d], r.get(lo), r.get(hi))}, "
-                           f"p {what} {pval(r[key])}." for _, r in sig.head(4).iterrows()]
-        else:
-            b.findings.append(f"No paired model difference in TVD is significant {what} "
-                              f"({len(df)} comparisons, α = {ALPHA}).")
+    sig = df[df["p_adjusted"].map(num) < ALPHA]
+    if len(sig):
+        b.findings += [f"{r['model_a']} is {'farther from' if num(r['diff']) > 0 else 'closer to'} the benchmark than "
+                       f"{r['model_b']} on {r['category']} prompts: difference in raw TVD "
+                       f"{ci(r['diff'], r['low'], r['high'])}, p after adjustment {pval(r['p_adjusted'])}."
+                       for _, r in sig.head(4).iterrows()]
+    else:
+        b.findings.append(f"No paired model difference in TVD is significant after adjustment "
+                          f"({len(df)} comparisons, α = {ALPHA}).")
     return b
 
 
 def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """Mean L* by classified race per model (with CI), and skin-tone diversity (ΔE2000)."""
-    b = Block("skin", "Skin lightness L* by classified race, and skin-tone diversity")
-    s = t2i.table("skin_summary_by_label")
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.skin.compute", s)
+    """Mean L* by classified race per model (with CI), skin-tone diversity (ΔE2000), and the share of very
+    dark faces (below the stated L* threshold) classified as the dark group."""
+    b = Block("skin", "Skin lightness L* (CIELAB, 0 = black, 100 = white) by classified race, and skin-tone diversity")
+    s = t2i.table(C.SKIN_SUMMARY_BY_LABEL)
+    dark = t2i.table(C.SKIN_DARK_SHARE)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.skin.compute", s, dark)
     if not s.ok:
         return _missing(b, s)
     df = s.df
-    L, lo, hi = col(df, "L_mean"), col(df, "L_mean_lo", "L_mean_low"), col(df, "L_mean_hi", "L_mean_high")
-    div, pairs = col(df, "diversity_de2000", "diversity"), col(df, "diversity_pairs")
-    n = col(df, "n")
-    if not L or "label" not in df:
-        b.note = f"skin_summary_by_label lacks label/L_mean (has: {', '.join(df.columns)})"
-        return b
     labels = [x for x in GROUPS if x in set(df["label"])]
     rows = []
     for model in _models_order(df):
@@ -204,93 +232,90 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
         for lab in labels:
             if lab in sub.index:
                 r = sub.loc[lab]
-                row[f"L* {lab}"] = ci(r[L], r[lo] if lo else None, r[hi] if hi else None, 1) + (
-                    f" (n={int(r[n])})" if n and not math.isnan(num(r[n])) else "")
+                row[f"L* {lab} [{level} CI] (n faces)"] = ci(r["L_mean"], r["L_mean_lo"], r["L_mean_hi"], 1) + (
+                    f" (n={int(r['n'])})" if not math.isnan(num(r["n"])) else "")
             else:
-                row[f"L* {lab}"] = "—"
-        if div:
-            w = sub[pairs].map(num) if pairs else pd.Series(1.0, index=sub.index)
-            v = sub[div].map(num)
+                row[f"L* {lab} [{level} CI] (n faces)"] = "—"
+        if "diversity_de2000" in sub:
+            w = sub["diversity_pairs"].map(num) if "diversity_pairs" in sub else pd.Series(1.0, index=sub.index)
+            v = sub["diversity_de2000"].map(num)
             ok = v.notna() & (w > 0)
-            row["diversity ΔE00 (mean within label)"] = fmt((v[ok] * w[ok]).sum() / w[ok].sum(), 1) if ok.any() else "—"
+            row["diversity: mean pairwise ΔE00 within label"] = fmt((v[ok] * w[ok]).sum() / w[ok].sum(), 1) if ok.any() else "—"
         rows.append(row)
     b.html = _table(pd.DataFrame(rows))
     for model in _models_order(df):
-        sub = df[(df["model"].astype(str) == model)].dropna(subset=[L])
-        if n:
-            sub = sub[sub[n].map(num) >= 2]
+        sub = df[(df["model"].astype(str) == model)].dropna(subset=["L_mean"])
+        sub = sub[sub["n"].map(num) >= 2]
         if len(sub) >= 2:
-            dark, light = sub.sort_values(L).iloc[0], sub.sort_values(L).iloc[-1]
-            b.findings.append(f"In {model}, faces classified {dark['label']} are the darkest (mean L* {fmt(dark[L], 1)}) "
-                              f"and those classified {light['label']} the lightest ({fmt(light[L], 1)}).")
-    dark = t2i.table("skin_dark_share")
-    if dark.ok and col(dark.df, "share"):
+            lo, hi = sub.sort_values("L_mean").iloc[0], sub.sort_values("L_mean").iloc[-1]
+            b.findings.append(f"In {model}, faces classified {lo['label']} are the darkest (mean skin L* "
+                              f"{ci(lo['L_mean'], lo['L_mean_lo'], lo['L_mean_hi'], 1)}, {level} CI) and those "
+                              f"classified {hi['label']} the lightest "
+                              f"({ci(hi['L_mean'], hi['L_mean_lo'], hi['L_mean_hi'], 1)}).")
+    if dark.ok:
         d = dark.df
-        b.extra = _table(pd.DataFrame({"model": d["model"], "faces measured": d.get("n_measured", "—"),
-                                       "very dark (L* below threshold)": d.get("n_dark", "—"),
-                                       f"share classified {d['group'].iloc[0] if 'group' in d else ''} [{level} CI]":
-                                           [ci(r["share"], r.get("share_low"), r.get("share_high")) for _, r in d.iterrows()]}))
+        thr = fmt(d["L_threshold"].iloc[0], 0)
+        group = str(d["group"].iloc[0])
+        b.extra = f"<h4>Very dark faces (L* &lt; {html.escape(thr)})</h4>" + _table(pd.DataFrame({
+            "model": d["model"], "faces measured": d["n_measured"], f"very dark (L* < {thr})": d["n_dark"],
+            f"share of very dark classified {group} [{level} CI]":
+                [ci(r["share"], r["share_low"], r["share_high"]) for _, r in d.iterrows()]}))
+        b.findings += [f"{r['model']}: {ci(r['share'], r['share_low'], r['share_high'])} of the {int(num(r['n_dark']))} "
+                       f"very dark faces (L* < {thr}) are classified {group}." for _, r in d.iterrows()
+                       if num(r["n_dark"]) > 0]
     return b
 
 
 def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """Homogeneity gap per model × group (CLIP and face embeddings), with (adjusted) p-values."""
-    b = Block("homogeneity", "Homogeneity gap (intra- minus inter-group cosine similarity; + = more alike)")
-    h = t2i.table("homogeneity_by_race")
+    """Homogeneity gap per model × group (CLIP and face embeddings), with adjusted p-values."""
+    b = Block("homogeneity", "Homogeneity gap (intra- minus inter-group cosine similarity of embeddings; + = more alike)")
+    h = t2i.table(C.HOMOGENEITY_BY_RACE)
     _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.homogeneity.compute", h)
     if not h.ok:
         return _missing(b, h)
     df = h.df
-    gap, lo, hi = col(df, "gap"), col(df, "gap_lo", "gap_low"), col(df, "gap_hi", "gap_high")
-    padj, p = col(df, "p_adjusted", "p_adj"), col(df, "p_value", "p_perm", "p")
-    if not gap or "group" not in df:
-        b.note = f"homogeneity_by_race lacks group/gap (has: {', '.join(df.columns)})"
-        return b
+    padj = "p_adjusted" if "p_adjusted" in df else ("p_value" if "p_value" in df else None)
     seen = list(dict.fromkeys(df["group"].astype(str)))
-    groups = [g for g in GROUPS if g in seen] + \
-        [g for g in seen if g not in GROUPS]
+    groups = [g for g in GROUPS if g in seen] + [g for g in seen if g not in GROUPS]
     rows = []
-    keys = [k for k in ("model", "space") if k in df]
-    for key, sub in df.groupby(keys, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(keys, key))
+    for key, sub in df.groupby(["model", "space"], sort=False):
+        row = {"model": key[0], "space": key[1]}
         sub = sub.set_index(sub["group"].astype(str))
         for g in groups:
-            if g in sub.index and not math.isnan(num(sub.loc[g, gap])):
+            if g in sub.index and not math.isnan(num(sub.loc[g, "gap"])):
                 r = sub.loc[g]
-                pv = r[padj] if padj else (r[p] if p else None)
-                row[g] = ci(r[gap], r[lo] if lo else None, r[hi] if hi else None) + (
-                    f" p{'adj' if padj else ''}={pval(pv)}" if pv is not None else "")
+                row[g] = ci(r["gap"], r["gap_lo"], r["gap_hi"]) + (f" p={pval(r[padj])}" if padj else "")
             else:
                 row[g] = "—"
         rows.append(row)
-    b.html = _table(pd.DataFrame(rows))
-    key = padj or p
-    if key:
-        sig = df[df[key].map(num) < ALPHA].dropna(subset=[gap])
-        what = "after adjustment" if padj else "(permutation test, unadjusted)"
-        if len(sig):
-            top = sig.reindex(sig[gap].abs().sort_values(ascending=False).index).iloc[0]
-            b.findings.append(f"{len(sig)} of {df[gap].notna().sum()} homogeneity gaps are significant {what}; the "
-                              f"largest: {top['group']} in {top['model']} ({top.get('space', '')} embeddings), gap "
-                              f"{ci(top[gap], top.get(lo), top.get(hi))}.")
-        else:
-            b.findings.append(f"No homogeneity gap is significant {what} ({df[gap].notna().sum()} gaps).")
-    base = t2i.table("homogeneity_vs_baseline")
-    if base.ok and col(base.df, "gap_minus_baseline"):
+    b.html = _table(pd.DataFrame(rows)) + (
+        f"<p class='note'>cell: gap [{level} bootstrap CI]" + (
+            " p = permutation p-value, adjusted over the table" if padj == "p_adjusted" else "") + ".</p>")
+    b.findings += homogeneity_findings(df, padj)
+    base = t2i.table(C.HOMOGENEITY_VS_BASELINE)
+    if base.ok:
         b.downloads.append((base.path.name, _rel(reports, base.path)))
     return b
 
 
+def homogeneity_findings(df: pd.DataFrame, key: str | None) -> list[str]:
+    if not key:
+        return []
+    sig = df[df[key].map(num) < ALPHA].dropna(subset=["gap"])
+    what = "after adjustment" if key == "p_adjusted" else "(permutation test, unadjusted)"
+    if len(sig):
+        top = sig.reindex(sig["gap"].abs().sort_values(ascending=False).index).iloc[0]
+        return [f"{len(sig)} of {df['gap'].notna().sum()} homogeneity gaps are significant {what}; the "
+                f"largest: {top['group']} in {top['model']} ({top['space']} embeddings), gap "
+                f"{ci(top['gap'], top['gap_lo'], top['gap_hi'])}."]
+    return [f"No homogeneity gap is significant {what} ({df['gap'].notna().sum()} gaps)."]
+
+
 def kappa_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Classifier reliability: Cohen's κ human–classifier vs human–human, Fleiss κ overall and per group."""
-    b = Block("kappa", "Classifier reliability (agreement with raters)")
-    rel = t2i.root / "reliability"
-    mean = Loaded("mean_kappa", read_csv(rel / "mean_kappa.csv"), rel / "mean_kappa.csv")
-    fleiss = Loaded("fleiss_kappa", read_csv(rel / "fleiss_kappa.csv"), rel / "fleiss_kappa.csv")
-    for x in (mean, fleiss):
-        if x.df is None:
-            x.path, x.reason = None, f"reports/t2i/reliability/{x.name}.csv not found (the reliability stage)"
+    b = Block("kappa", "Classifier reliability (agreement with raters; κ: 0 = chance, 1 = perfect)")
+    mean = t2i.table(C.MEAN_KAPPA, where="reliability")
+    fleiss = t2i.table(C.FLEISS_KAPPA, where="reliability")
     _with_trail(b, reports, "t2i_reliability", "biasaudit.t2i.reliability.agreement", mean, fleiss)
     if not mean.ok and not fleiss.ok:
         return _missing(b, mean, fleiss)
@@ -298,29 +323,27 @@ def kappa_block(t2i: Outputs, reports: Path, level: str) -> Block:
     source = ""
     if mean.ok:
         m = mean.df
-        k = col(m, "mean_cohen_kappa", "kappa")
-        for _, r in m.iterrows():
-            rows.append({"agreement": f"mean Cohen's κ, {r.get('kind', '')}", "κ": fmt(r[k]) if k else "—"})
+        rows += [{"agreement": f"mean Cohen's κ, {r['kind']}", f"κ [{level} CI]": fmt(r["mean_cohen_kappa"])}
+                 for _, r in m.iterrows()]
         source = str(m["raters_source"].iloc[0]) if "raters_source" in m else ""
     if fleiss.ok:
         f = fleiss.df
-        k = col(f, "fleiss_kappa", "kappa")
-        sub = f[f["raters"] == "all"] if "raters" in f else f
-        for _, r in sub.iterrows():
-            rows.append({"agreement": f"Fleiss κ (all raters), {r.get('group', '')}",
-                         "κ": ci(r[k], r.get("ci_low"), r.get("ci_high")) if k else "—"})
+        rows += [{"agreement": f"Fleiss κ (all raters), {r['group']}",
+                  f"κ [{level} CI]": ci(r["fleiss_kappa"], r["ci_low"], r["ci_high"])}
+                 for _, r in f[f["raters"] == "all"].iterrows()]
     b.html = _table(pd.DataFrame(rows))
     if source:
         b.note = source
     if mean.ok and fleiss.ok:
         m, f = mean.df, fleiss.df
-        kc = m.set_index("kind")[col(m, "mean_cohen_kappa", "kappa")] if "kind" in m else pd.Series(dtype=float)
-        groups = f[(f.get("raters", "all") == "all") & (f["group"] != "overall")] if "group" in f else f.iloc[0:0]
+        kc = m.set_index("kind")["mean_cohen_kappa"]
+        groups = f[(f["raters"] == "all") & (f["group"] != "overall")]
         sentence = (f"The classifier agrees with raters at mean κ = {fmt(kc.get('human-classifier'))} "
                     f"(raters with each other: {fmt(kc.get('human-human'))})")
         if len(groups):
-            worst = groups.sort_values(col(f, "fleiss_kappa", "kappa")).iloc[0]
-            sentence += f"; the least reliable label is {worst['group']} (Fleiss κ {fmt(worst[col(f, 'fleiss_kappa', 'kappa')])})"
+            worst = groups.sort_values("fleiss_kappa").iloc[0]
+            sentence += (f"; the least reliable label is {worst['group']} (Fleiss κ "
+                         f"{ci(worst['fleiss_kappa'], worst['ci_low'], worst['ci_high'])})")
         b.findings.append(sentence + (" — SIMULATED raters." if "SIMULATED" in source else "."))
     return b
 
@@ -336,31 +359,30 @@ def _vlm_tag(vlm: Outputs, name: str) -> str:
     return f"{name} (STAND-IN)" if info.get("stand_in") else name
 
 
+def _no_vlm(vlm: Outputs, what: str) -> str:
+    return f"no {what} tables in reports/vlm/tables" + (
+        "" if (vlm.root / "manifest.json").exists() else " (reflect_analysis has not run)")
+
+
 def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Race win rates within gender per 2AFC task (0.5 = chosen as often as not)."""
-    b = Block("winrates", "Method B: 2AFC race win rates within gender, per task")
-    tables = [t for t in vlm.tables_matching("") if "_race_winrate_" in t.name]
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.race_win_rates_within_gender", *tables)
+    b = Block("winrates", "Method B: 2AFC race win rates within gender, per task (share of pairs won; 0.5 = as often as not)")
+    tables = vlm.tables_of(C.RACE_WINRATE)
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.race_win_rates_within_gender",
+                *(t for _, t in tables))
     if not tables:
-        b.note = "no <vlm>_race_winrate_<task> tables in reports/vlm/tables" + (
-            "" if (vlm.root / "manifest.json").exists() else " (reflect_analysis has not run)")
+        b.note = _no_vlm(vlm, "<vlm>_race_winrate_<task>")
         return b
-    frames = []
-    for t in tables:
-        if not t.ok or not col(t.df, "rate"):
-            continue
-        v, task = t.name.split("_race_winrate_", 1)
-        d = t.df.assign(vlm=v, task=task)
-        frames.append(d)
+    frames = [t.df.assign(vlm=k["vlm"], task=k["task"]) for k, t in tables if t.ok]
     if not frames:
-        b.note = "race win-rate tables are empty (no retained 2AFC answers)"
+        b.note = "; ".join(t.reason for _, t in tables if t.reason) or "no retained 2AFC answers"
         return b
     df = pd.concat(frames, ignore_index=True)
-    df["cell"] = [f"{fmt(r['rate'], 2)} ({int(r['n'])})" if "n" in df and not math.isnan(num(r["n"])) else fmt(r["rate"], 2)
+    df["cell"] = [ci(r["rate"], r["low"], r["high"], 2) + (f" (n={int(r['n'])})" if not math.isnan(num(r["n"])) else "")
                   for _, r in df.iterrows()]
     wide = df.pivot_table(index=["vlm", "race"], columns=["task", "gender"], values="cell", aggfunc="first")
     wide.columns = [f"{t} · {g}" for t, g in wide.columns]
-    b.html = _table(wide.reset_index())
+    b.html = _table(wide.reset_index()) + f"<p class='note'>cell: win rate [{level} CI] (n pairs).</p>"
     for (v, task), sub in df.groupby(["vlm", "task"]):
         rates = sub.dropna(subset=["rate"])
         why = sub["degenerate"].dropna().astype(str) if "degenerate" in sub else pd.Series(dtype=str)
@@ -369,152 +391,120 @@ def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
             b.findings.append(f"{_vlm_tag(vlm, v)}, {task}: {why.iloc[0]}.")
         elif len(rates):
             hi, lo = rates.sort_values("rate").iloc[-1], rates.sort_values("rate").iloc[0]
-            b.findings.append(f"{_vlm_tag(vlm, v)}, {task}: race win rates within gender range from {fmt(lo['rate'], 2)} "
-                              f"({lo['race']} {lo['gender']}) to {fmt(hi['rate'], 2)} ({hi['race']} {hi['gender']}).")
+            b.findings.append(f"{_vlm_tag(vlm, v)}, {task}: race win rates within gender range from "
+                              f"{ci(lo['rate'], lo['low'], lo['high'], 2)} ({lo['race']} {lo['gender']}) to "
+                              f"{ci(hi['rate'], hi['low'], hi['high'], 2)} ({hi['race']} {hi['gender']}).")
     return b
 
 
 def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
-    """Δg (percentage gap to the reference group) per group and task, with CI and adjusted p."""
-    b = Block("delta_g", "Method B: Δg per group and task (% vs the reference group)")
-    tables = [t for t in vlm.tables_matching("") if t.name.endswith(("_delta_g", "_mean_gaps", "_gaps"))
-              and "by_occupation" not in t.name]
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.mean_gaps", *tables)
-    frames = [t.df for t in tables if t.ok]
+    """Δg (percentage gap to the reference group, within source photo) per group and task, with CI and adjusted p."""
+    b = Block("delta_g", "Method B: Δg per group and task (% difference from the reference group)")
+    tables = vlm.tables_of(C.DELTA_G)
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.mean_gaps", *(t for _, t in tables))
+    frames = [t.df.assign(vlm=k["vlm"]) for k, t in tables if t.ok]
     if not frames:
-        b.note = "no <vlm>_delta_g / <vlm>_mean_gaps table in reports/vlm/tables"
+        b.note = "; ".join(t.reason for _, t in tables if t.reason) or _no_vlm(vlm, "<vlm>_delta_g")
         return b
     df = pd.concat(frames, ignore_index=True)
-    d = col(df, "delta_g", "delta_pct", "delta")
-    lo, hi = col(df, "delta_low", "delta_pct_low", "low", "ci_low"), col(df, "delta_high", "delta_pct_high", "high", "ci_high")
-    padj, p = col(df, "p_adjusted", "p_adj"), col(df, "p_value", "p")
-    task = col(df, "measure", "task")
-    if not d or not task:
-        b.note = f"the gap tables lack delta/measure columns (have: {', '.join(df.columns)})"
-        return b
-    df["group"] = df.get("dimension", "").astype(str) + ":" + df.get("level", "").astype(str)
-    df["cell"] = [ci(r[d], r[lo] if lo else None, r[hi] if hi else None, 1)
-                  + (" *" if padj and num(r[padj]) < ALPHA else "") for _, r in df.iterrows()]
-    vcol = "vlm" if "vlm" in df else None
-    wide = df.pivot_table(index=[c for c in (vcol, "group") if c], columns=task, values="cell", aggfunc="first")
+    df["group"] = df["dimension"].astype(str) + ":" + df["level"].astype(str)
+    df["cell"] = [ci(r["delta_pct"], r["low"], r["high"], 1) + (" *" if num(r["p_adjusted"]) < ALPHA else "")
+                  for _, r in df.iterrows()]
+    wide = df.pivot_table(index=["vlm", "group"], columns="measure", values="cell", aggfunc="first")
     wide.columns.name = None
-    b.html = collapsible(_table(wide.reset_index()), len(wide), label=f"Δg of every group and task ({len(wide)} rows)")
-    if not lo:
-        b.note = "no CI columns in the gap tables yet (delta_low/delta_high)"
-    if padj:
-        b.note = (b.note + "; " if b.note else "") + f"* = significant after adjustment (α = {ALPHA})"
-    key = padj or p
-    if key:
-        sig = df[df[key].map(num) < ALPHA]
-        what = "after adjustment" if padj else "(unadjusted)"
-        if len(sig):
-            top = sig.reindex(sig[d].abs().sort_values(ascending=False).index).iloc[0]
-            b.findings.append(f"{len(sig)} of {df[d].notna().sum()} Δg effects are significant {what}; the largest is "
-                              f"{top['group']} on {top[task]} ({fmt(top[d], 1)}%).")
-        else:
-            b.findings.append(f"No Δg effect is significant {what} ({df[d].notna().sum()} effects).")
+    b.html = _table(wide.reset_index()) + (f"<p class='note'>cell: Δg in % [{level} CI]; * = significant after "
+                                           f"adjustment (α = {ALPHA}).</p>")
+    sig = df[df["p_adjusted"].map(num) < ALPHA]
+    if len(sig):
+        top = sig.reindex(sig["delta_pct"].abs().sort_values(ascending=False).index).iloc[0]
+        b.findings.append(f"{len(sig)} of {df['delta_pct'].notna().sum()} Δg effects are significant after adjustment; "
+                          f"the largest is {top['group']} on {top['measure']} ({_vlm_tag(vlm, top['vlm'])}): "
+                          f"{ci(top['delta_pct'], top['low'], top['high'], 1)}% ({level} CI).")
     else:
-        nz = df[df[d].map(num).abs() > 0]
-        b.findings.append(f"{len(nz)} of {df[d].notna().sum()} Δg values differ from 0; no p-values are available yet.")
+        b.findings.append(f"No Δg effect is significant after adjustment ({df['delta_pct'].notna().sum()} effects).")
     return b
 
 
 def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests."""
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
-    tables = [t for t in vlm.tables_matching("") if t.name.endswith(("_ols", "_sign_flip"))]
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.ols_cluster", *tables)
-    rows = []
-    n_tests = 0
-    adjusted = True
-    for t in tables:
+    ols, flips = vlm.tables_of(C.OLS), vlm.tables_of(C.SIGN_FLIP)
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.ols_cluster", *(t for _, t in ols + flips))
+    if not ols and not flips:
+        b.note = _no_vlm(vlm, "<vlm>_ols / <vlm>_sign_flip")
+        return b
+    rows, n_tests, underpowered = [], 0, 0
+    for (k, t), kind in [(x, "OLS") for x in ols] + [(x, "sign-flip") for x in flips]:
         if not t.ok:
             continue
         df = t.df
-        padj, p = col(df, "p_adjusted", "p_adj"), col(df, "p_value", "p")
-        key = padj or p
-        adjusted &= padj is not None
-        if not key:
-            continue
-        n_tests += int(df[key].notna().sum())
-        est = col(df, "coef", "mean_diff", "estimate")
-        for _, r in df[df[key].map(num) < ALPHA].iterrows():
-            rows.append({"test": t.name, "effect": r.get("term", f"{r.get('dimension', '')}:{r.get('level', '')}"),
-                         "measure": r.get("measure", ""), "estimate": ci(r[est], r.get("ci_low"), r.get("ci_high")) if est else "—",
-                         "p": pval(r[p]) if p else "—", "p adjusted": pval(r[padj]) if padj else "—"})
-    if not tables:
-        b.note = "no <vlm>_ols / <vlm>_sign_flip tables in reports/vlm/tables"
-        return b
-    what = "after adjustment" if adjusted else "(unadjusted p; adjusted p-values not in these tables yet)"
-    sentence = f"{len(rows)} of {n_tests} tested effects are significant {what} at α = {ALPHA}."
-    for t in vlm.tables_matching("_retention"):
-        if t.ok and {"retained", "asked", "kind", "task"} <= set(t.df.columns):
-            v = t.name.rsplit("_retention", 1)[0]
-            for r in t.df.itertuples():
-                if num(r.retained) < 0.5 * num(r.asked):
-                    b.findings.append(f"{_vlm_tag(vlm, v)}, {r.kind} {r.task}: only {int(num(r.retained))} of {int(num(r.asked))} "
-                                      f"answers retained (most common reason: {getattr(r, 'top_reason', '') or '—'}).")
-    underpowered = sum(int(t.df["reason"].astype(str).str.startswith("underpowered").sum())
-                       for t in tables if t.ok and "reason" in t.df)
+        n_tests += int(df["p_adjusted"].notna().sum())
+        if "reason" in df:
+            underpowered += int(df["reason"].astype(str).str.startswith("underpowered").sum())
+        for _, r in df[df["p_adjusted"].map(num) < ALPHA].iterrows():
+            effect = r["term"] if kind == "OLS" else f"{r['dimension']}:{r['level']}"
+            est = ci(r["coef"], r["ci_low"], r["ci_high"]) if kind == "OLS" else fmt(r["mean_diff"])
+            rows.append({"vlm": k["vlm"], "test": kind, "effect": effect, "measure": r["measure"],
+                         f"estimate [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"])})
+    sentence = f"{len(rows)} of {n_tests} tested effects are significant after adjustment at α = {ALPHA}."
     if underpowered:
         sentence += (f" {underpowered} tests are labelled underpowered (too few source photos to hold their "
                      "level) and report no p.")
+    for k, t in vlm.tables_of(C.RETENTION):
+        if t.ok:
+            for r in t.df.itertuples():
+                if num(r.retained) < 0.5 * num(r.asked):
+                    b.findings.append(f"{_vlm_tag(vlm, k['vlm'])}, {r.kind} {r.task}: only {int(num(r.retained))} of "
+                                      f"{int(num(r.asked))} answers retained (most common reason: {r.top_reason or '—'}).")
     b.html = _table(pd.DataFrame(rows)) if rows else f"<p>{html.escape(sentence)}</p>"
-    b.findings.append(sentence)
+    b.findings.insert(0, sentence)
     return b
 
 
 # ------------------------------------------------------------------------ validation, instruments
 
+def _level_value(level: str) -> float:
+    return num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
+
+
 def validation_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Planted effects (known truth) vs what the audit estimates: is each inside its interval?"""
-    b = Block("validation", "Does the audit recover what was planted?")
-    t = t2i.table("validation")
+    b = Block("validation", "Method A: does the audit recover what was planted?")
+    t = t2i.table(C.VALIDATION)
     _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.validation.compute", t)
     if not t.ok:
         return _missing(b, t)
     df = t.df
-    cov = col(df, "covered")
-    est = col(df, "estimate")
-    show = pd.DataFrame({k: df[c] for k, c in (("model", col(df, "model")), ("quantity", col(df, "quantity")),
-                                                ("category / group", col(df, "category_or_group", "group", "category")),
-                                                ("planted", col(df, "planted"))) if c})
-    if "planted" in show:
-        show["planted"] = show["planted"].map(fmt)
-    if est:
-        show[f"estimate [{level} CI]"] = [ci(r[est], r.get("low"), r.get("high")) for _, r in df.iterrows()]
-    if cov:
-        show["covered"] = df[cov].map(lambda v: "yes" if truthy(v) else "NO")
+    show = pd.DataFrame({"model": df["model"], "quantity": df["quantity"], "category / group": df["category_or_group"],
+                         "planted": df["planted"].map(fmt),
+                         f"estimate [{level} interval]": [ci(r["estimate"], r["low"], r["high"]) for _, r in df.iterrows()]})
+    ok = df["covered"].map(truthy)
+    show["covered"] = ok.map({True: "yes", False: "NO"})
+    is_check = df["check"].map(truthy) if "check" in df else pd.Series(True, index=df.index)
+    informative = df["informative"].map(truthy) if "informative" in df else pd.Series(True, index=df.index)
+    if "check" in df:
+        show["check"] = is_check.map({True: "yes", False: "shown"})
+    if "width" in df:
+        show["interval width"] = df["width"].map(lambda v: fmt(v, 3))
     if "note" in df:
         show["note"] = df["note"].fillna("")
-    if cov:
-        ok = show["covered"].eq("yes")
-        is_check = df["check"].map(truthy) if "check" in df \
-            else pd.Series(True, index=df.index)
-        if "check" in df:
-            show.insert(len(show.columns) - ("note" in show), "check", is_check.map({True: "yes", False: "shown"}))
-        informative = df["informative"].map(truthy) if "informative" in df else pd.Series(True, index=df.index)
-        if "width" in df:
-            show.insert(len(show.columns) - ("note" in show), "width", df["width"].map(lambda v: fmt(v, 3)))
-        uninformative = int((is_check & ~informative).sum())
-        is_check = is_check & informative
-        hit, checks = ok & is_check, int(is_check.sum())
-        missed = show.loc[is_check & ~ok, "quantity"].astype(str).value_counts()
-        level_value = num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
-        b.findings.append(f"The audit recovers {int(hit.sum())} of {checks} planted quantities inside their "
-                          f"{level} intervals (at {level}, about {(1 - level_value) * checks:.0f} misses would be expected by chance)"
-                          + ("." if missed.empty else "; missed (how many rows): "
-                             + ", ".join(f"{q} ({n})" for q, n in missed.items()) + ".")
-                          + (f" {uninformative} {'check is' if uninformative == 1 else 'checks are'} uninformative "
-                             "(an interval as wide as the quantity's plausible range) and counted apart, not as covered."
-                             if uninformative else ""))
-        raw = show.loc[~is_check]
-        if len(raw):
-            b.findings.append(f"The {len(raw)} raw or partly corrected estimates shown beside them cover the planted "
-                              f"value in {int(ok[~is_check].sum())}: the gap is the classifier's error and the "
-                              "finite-n bias that the checked (corrected) rows remove.")
-    # the findings say how many are covered; the table itself stays one click away (the front page is short)
-    b.html = collapsible(_table(show), len(show), label=f"every row ({len(show)}): planted, estimate, interval, width")
+    uninformative = int((is_check & ~informative).sum())
+    is_check = is_check & informative
+    hit, checks = ok & is_check, int(is_check.sum())
+    missed = show.loc[is_check & ~ok, "quantity"].astype(str).value_counts()
+    b.findings.append(f"The audit recovers {int(hit.sum())} of {checks} planted quantities inside their "
+                      f"{level} intervals (at {level}, about {(1 - _level_value(level)) * checks:.0f} misses would be "
+                      "expected by chance)" + ("." if missed.empty else "; missed (how many rows): "
+                                               + ", ".join(f"{q} ({n})" for q, n in missed.items()) + ".")
+                      + (f" {uninformative} {'check is' if uninformative == 1 else 'checks are'} uninformative "
+                         "(an interval as wide as the quantity's plausible range) and counted apart, not as covered."
+                         if uninformative else ""))
+    raw = show.loc[~is_check]
+    if len(raw):
+        b.findings.append(f"The {len(raw)} raw or partly corrected estimates shown beside them cover the planted "
+                          f"value in {int(ok[~is_check].sum())}: the gap is the classifier's error and the "
+                          "finite-n bias that the checked (corrected) rows remove.")
+    b.html = _table(show)
     return b
 
 
@@ -531,14 +521,14 @@ def _power(info: pd.DataFrame) -> str:
 def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Method B known truth: the planted VLM's declared effects vs the REFLECT estimates and intervals."""
     b = Block("validation_b", "Method B: does the REFLECT analysis recover what was planted?")
-    tables = [t for t in vlm.tables_matching("_validation") if t.ok]
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.recovery.recovery", *tables)
+    tables = [(k, t) for k, t in vlm.tables_of(C.VLM_VALIDATION) if t.ok]
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.recovery.recovery", *(t for _, t in tables))
     if not tables:
         b.note = "no <vlm>_validation table (no VLM with backend planted among the vlms)"
         return b
     parts, full = [], []
-    for t in tables:
-        v = t.name.rsplit("_validation", 1)[0]
+    for k, t in tables:
+        v = k["vlm"]
         df = t.df.assign(check=t.df["check"].map(truthy), informative=t.df["informative"].map(truthy),
                          covered=t.df["covered"].map(truthy))
         checks = df[df["check"]]
@@ -548,116 +538,128 @@ def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
             median_width=("width", "median"), plausible_range=("plausible_range", "first")).reset_index()
         parts.append(summary.assign(vlm=v)[["vlm", "quantity", "checks", "covered", "median_width", "plausible_range"]])
         misses = info.loc[~info["covered"], "quantity"].value_counts()
-        level_value = num(level.rstrip("%")) / 100 if level.endswith("%") else 0.95
         b.findings.append(
             f"{_vlm_tag(vlm, v)}: {int(info['covered'].sum())} of {len(info)} informative planted "
-            f"quantities lie inside their {level} intervals (about {(1 - level_value) * len(info):.0f} misses expected "
-            "by chance)" + ("" if misses.empty else "; missed: " + ", ".join(f"{q} ({n})" for q, n in misses.items()))
+            f"quantities lie inside their {level} intervals (about {(1 - _level_value(level)) * len(info):.0f} misses "
+            "expected by chance)" + ("" if misses.empty else "; missed: " + ", ".join(f"{q} ({n})" for q, n in misses.items()))
             + f". {len(checks) - len(info)} checks without an informative interval (as wide as the quantity's "
             "plausible range, or none) are counted apart." + _power(info))
         full.append(df.assign(vlm=v))
-    b.html = _table(_round(pd.concat(parts, ignore_index=True)))
+    b.html = _table(_round(pd.concat(parts, ignore_index=True)).rename(
+        columns={"median_width": f"median {level} interval width"}))
     rows = pd.concat(full, ignore_index=True)
     show = rows[["vlm", "quantity", "task", "group", "planted"]].assign(
-        **{f"estimate [{level} CI]": [ci(r.estimate, r.low, r.high) for r in rows.itertuples()],
-           "width": rows["width"].map(lambda v: fmt(v, 3)),
+        **{f"estimate [{level} interval]": [ci(r.estimate, r.low, r.high) for r in rows.itertuples()],
+           "interval width": rows["width"].map(lambda v: fmt(v, 3)),
            "covered": [("yes" if c else "NO") if i else "uninformative" for c, i in zip(rows["covered"], rows["informative"])],
-           "check": rows["check"].map({True: "yes", False: "shown"}), "note": rows["note"].fillna("")})
+           "check": rows["check"].map({True: "yes", False: "shown"}),
+           "note": rows["note"].fillna("") if "note" in rows else ""})
     show["planted"] = show["planted"].map(fmt)
-    b.extra = collapsible(_table(show), len(show), label=f"every row ({len(show)})")
+    b.extra = f"<h4>Every row ({len(show)})</h4>" + _table(show)
     return b
 
 
 def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """Instrument bias: faces lost per group, detector disagreement, the instruments summary."""
-    b = Block("instruments", "Instrument bias (does the measuring itself differ by group?)")
-    parts, loaded = [], []
-    summary = Loaded("summary", read_csv(t2i.root / "instruments/summary.csv"), t2i.root / "instruments/summary.csv")
-    for name, title in (("face_loss", "Faces lost (no face found / unmeasured) per group"),
-                        ("cross_detector", "Cross-detector agreement")):
-        t = t2i.table(name)
-        loaded.append(t)
-        if t.ok:
-            parts.append(f"<h4>{title}</h4>" + collapsible(_table(_round(t.df)), len(t.df)))
-    if summary.df is not None and len(summary.df):
-        loaded.append(summary)
-        parts.insert(0, "<h4>Summary</h4>" + collapsible(_table(_round(summary.df)), len(summary.df),
-                                                         label=f"the L* sweep, every method and level ({len(summary.df)} rows)"))
-    else:
-        summary.path = None
-    png = t2i.root / "instruments/instruments.png"
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.instruments.compute", *loaded)
+    """Instrument bias: faces lost per group, detector disagreement, the L* sweep of the instruments."""
+    b = Block("instruments", "Instrument bias (does the measuring itself differ by group or skin tone?)")
+    loss, cross = t2i.table(C.FACE_LOSS), t2i.table(C.CROSS_DETECTOR)
+    sweep = t2i.table(C.INSTRUMENTS_SUMMARY)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.instruments.compute", loss, cross, sweep)
+    parts = []
+    if loss.ok:
+        d = loss.df
+        parts.append(f"<h4>Faces lost (no face found) per group, share of images [{level} CI]; flagged above "
+                     f"{fmt(d['threshold'].iloc[0], 2)}</h4>" + _table(pd.DataFrame({
+                         "model": d["model"], "by": d["by"], "group": d["group"], "images": d["n_images"],
+                         f"no-face rate [{level} CI]": [ci(r["no_face_rate"], r["low"], r["high"]) for _, r in d.iterrows()],
+                         "flagged": d["flagged"].map(lambda v: "yes" if truthy(v) else "")})))
+        s = d[d["by"] == "label"].dropna(subset=["no_face_rate"]).sort_values("no_face_rate")
+        if len(s) > 1 and num(s["no_face_rate"].iloc[-1]) == num(s["no_face_rate"].iloc[0]):
+            b.findings.append(f"Face loss is the same for every classified label: {fmt(s['no_face_rate'].iloc[0])} of "
+                              f"{int(s['n_images'].map(num).sum())} images have no face found.")
+        elif len(s) > 1:
+            hi, lo = s.iloc[-1], s.iloc[0]
+            b.findings.append(f"Face loss is highest for {hi['group']} ({hi['model']}, "
+                              f"{ci(hi['no_face_rate'], hi['low'], hi['high'])}) and lowest for {lo['group']} "
+                              f"({lo['model']}, {ci(lo['no_face_rate'], lo['low'], lo['high'])}).")
+    if cross.ok:
+        parts.append("<h4>Cross-detector agreement (share of images with a face found by one detector only)</h4>"
+                     + _table(_round(cross.df)))
+    if sweep.ok:
+        d = sweep.df
+        parts.append("<h4>The L* sweep: detection rate and mean |L* error| (L* units) per method, mode and target L*"
+                     "</h4>" + _table(_round(d)))
+        worst = d.dropna(subset=["detection_rate"]).sort_values("detection_rate")
+        if len(worst):
+            w = worst.iloc[0]
+            b.findings.append(f"The instruments' L* sweep ({len(d)} method × mode × L* rows): the lowest detection "
+                              f"rate is {fmt(w['detection_rate'], 2)} ({w['method']}, {w['mode']}, target L* "
+                              f"{fmt(w['target_L'], 0)}).")
+    png = reports / C.INSTRUMENTS_FIGURE.relative_to(C.REPORTS)
     if png.exists():
-        b.extra = f'<details><summary>Figure</summary><img src="{_rel(reports, png)}" alt="instrument bias"></details>'
+        b.extra = f'<figure><img src="{_rel(reports, png)}" alt="instrument bias"><figcaption>Instrument bias over ' \
+                  'the L* sweep</figcaption></figure>'
     if not parts:
-        b.note = ("no data: reports/t2i/instruments/summary.csv and tables face_loss / cross_detector not found "
-                  "(the instrument-bias analysis has not run)")
+        b.note = "; ".join(x.reason for x in (loss, cross, sweep) if x.reason) or \
+            "the instrument-bias analysis has not run"
         return b
     b.html = "".join(parts)
-    fl = next((t for t in loaded if t.name == "face_loss" and t.ok), None)
-    if fl is not None:
-        rate = col(fl.df, "loss_rate", "lost_share", "share_lost", "rate")
-        grp = col(fl.df, "group", "label", "race")
-        if rate and grp:
-            s = fl.df.dropna(subset=[rate]).sort_values(rate)
-            if len(s) > 1:
-                b.findings.append(f"Face loss is highest for {s.iloc[-1][grp]} ({fmt(s.iloc[-1][rate])}) and lowest "
-                                  f"for {s.iloc[0][grp]} ({fmt(s.iloc[0][rate])}).")
     return b
 
 
-def calibration_block(reports: Path, level: str) -> Block:
+def calibration_block(t2i: Outputs, reports: Path, level: str) -> Block:
     """Simulation check of every interval method: observed vs nominal coverage."""
     b = Block("calibration", "Calibration: do the intervals cover as often as they claim?")
-    # the analysis copies the committed table (benchmarks/results, written by benchmarks/calibration.py)
-    path = next((p for p in (reports / "t2i/tables/calibration.csv", reports / "calibration/calibration.csv")
-                 if p.exists()), None)
-    df = read_csv(path) if path is not None else None
-    t = Loaded("calibration", df, path, "" if df is not None else
-               "no calibration table (reports/t2i/tables/calibration.csv: run benchmarks/calibration.py)")
+    t = t2i.table(C.CALIBRATION)  # the analysis copies the committed table of benchmarks/calibration.py
     _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.calibration.compute", t)
     if not t.ok:
         return _missing(b, t)
-    nom, obs, se = col(df, "nominal"), col(df, "observed"), col(df, "mc_se")
-    b.html = collapsible(_table(_round(df)), len(df), label=f"every calibration row ({len(df)})")
-    if nom and obs:
-        dev = (df[obs].map(num) - df[nom].map(num)).abs()
-        tol = 2 * df[se].map(num) if se else pd.Series(0.01, index=df.index)
-        ok = dev <= tol.fillna(0.01)
-        flag = col(df, "flag")
-        if flag:
-            rated = df[col(df, "kind")].isin(["coverage", "rejection"]) if col(df, "kind") \
-                else pd.Series(True, index=df.index)
-            paper = (df[col(df, "scale")].eq("paper") if col(df, "scale") else pd.Series(True, index=df.index)) & rated
-            good = df[flag].eq("ok")
-            b.findings.append(f"Calibration by simulation: {int((good & paper).sum())} of {int(paper.sum())} "
-                              "paper-scale intervals and tests are within their band (coverage 0.93–0.97, null "
-                              f"rejection 0.03–0.07); {int((~good & rated).sum())} rows are labelled (small scale, "
-                              "another estimand, or conservative by design) in the table.")
-        else:
-            b.findings.append(f"{int(ok.sum())} of {len(df)} interval settings cover within 2 Monte Carlo SE of "
-                              f"their nominal level (observed {fmt(df[obs].min(), 3)}–{fmt(df[obs].max(), 3)}).")
+    df = t.df
+    b.html = _table(_round(df).rename(columns={"nominal": "nominal level", "observed": "observed rate",
+                                              "mc_se": "Monte Carlo SE"}))
+    rated = df["kind"].isin(["coverage", "rejection"])
+    paper = df["scale"].eq("paper") & rated
+    good = df["flag"].eq("ok")
+    b.findings.append(f"Calibration by simulation: {int((good & paper).sum())} of {int(paper.sum())} "
+                      "paper-scale intervals and tests are within their band (coverage 0.93–0.97, null "
+                      f"rejection 0.03–0.07); {_n((~good & rated).sum(), 'row is', 'rows are')} labelled (small "
+                      "scale, another estimand, or conservative by design) in the table.")
     return b
+
+
+def _n(k: Any, one: str, many: str) -> str:
+    return f"{int(k)} {one if int(k) == 1 else many}"
 
 
 def _round(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: round(v, 4) if isinstance(v, float) else v)
 
 
-def collapsible(table_html: str, rows: int, limit: int = 12, label: str = "") -> str:
-    if rows <= limit:
-        return table_html
-    return f"<details><summary>{html.escape(label or f'{rows} rows')}</summary>{table_html}</details>"
-
-
 def build_blocks(reports: Path, level: str) -> dict[str, list[Block]]:
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
-    return {
+    groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level),
                      homogeneity_block(t2i, reports, level), kappa_block(t2i, reports, level)],
         "method_b": [winrate_block(vlm, reports, level), delta_g_block(vlm, reports, level),
                      significance_block(vlm, reports, level)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
-                   instruments_block(t2i, reports, level),
-                   calibration_block(reports, level)],
+                   instruments_block(t2i, reports, level), calibration_block(t2i, reports, level)],
     }
+    for name, blocks in groups.items():
+        for b in blocks:
+            b.group = name
+    return groups
+
+
+def headline_findings(blocks: dict[str, list[Block]]) -> list[str]:
+    """The front page's findings (at most 6), each led by its validated estimate and its interval: the
+    TVD (tvd_headline), skin tone, homogeneity, Method B, and the two known-truth checks."""
+    by_id = {b.id: b for group in blocks.values() for b in group}
+
+    def first(block_id: str) -> str:
+        b = by_id.get(block_id)
+        return b.findings[0] if b is not None and b.findings else ""
+
+    checks = " ".join(x for x in (first("validation"), first("validation_b")) if x)
+    out = [first("tvd"), first("skin"), first("homogeneity"), first("delta_g"), first("significant"), checks]
+    return [x for x in out if x][:6]

@@ -22,6 +22,7 @@ import pandas as pd
 from jinja2 import Environment, select_autoescape
 from PIL import Image
 
+from biasaudit import contracts as C
 from biasaudit.io import atomic_write_text
 from biasaudit.report.load import fmt, num
 
@@ -155,21 +156,22 @@ def _read_parquets(folder: Path, pattern: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def t2i_items(root: Path) -> tuple[pd.DataFrame, str]:
-    """One row per generated image: model, prompt, category, label, L*, bbox, path, status; or a reason."""
-    manifests = _read_parquets(root / "data/t2i/images", "*/manifest.parquet")
+def t2i_items(root: Path, images_dir: str | Path, prompts_file: str | Path) -> tuple[pd.DataFrame, str]:
+    """One row per generated image: model, prompt, category, label, L*, bbox, path, status; or a reason.
+    `images_dir` and `prompts_file` are generate.images_dir / generate.prompts_file."""
+    manifests = _read_parquets(root / images_dir, C.manifest_path("", "*").as_posix())
     if manifests.empty:
-        return manifests, "no image manifests under data/t2i/images (the generate stages have not run)"
+        return manifests, f"no image manifests under {images_dir} (the generate stages have not run)"
     df = manifests[[c for c in ("image_id", "model", "prompt_id", "path", "status", "reason") if c in manifests]].copy()
-    labels = _read_parquets(root / "data/t2i/labels", "*.parquet")
+    labels = _read_parquets(root / C.LABELS_DIR, "*.parquet")
     if not labels.empty and {"image_id", "label"} <= set(labels):
         df = df.merge(labels[["image_id", "label"]].drop_duplicates("image_id"), on="image_id", how="left")
-    faces = _read_parquets(root / "data/t2i/faces", "*.parquet")
+    faces = _read_parquets(root / C.FACES_DIR, "*.parquet")
     if not faces.empty and "image_id" in faces:
         keep = [c for c in ("image_id", "L", "bbox", "status", "skin_backend") if c in faces]
         df = df.merge(faces[keep].drop_duplicates("image_id").rename(columns={"status": "face_status"}),
                       on="image_id", how="left")
-    prompts_path = root / "data/t2i/prompts.csv"
+    prompts_path = root / prompts_file
     if prompts_path.exists():
         prompts = pd.read_csv(prompts_path)
         keep = [c for c in ("prompt_id", "category", "instance", "selected_for") if c in prompts]
@@ -187,8 +189,9 @@ PAGE_CSS = """body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1400
 figure{margin:0;width:164px;font-size:.75em}figure img{display:block;width:160px;height:auto;border:1px solid #ccc}
 .group{display:inline-block;vertical-align:top;margin:0 1.2em .4em 0;max-width:100%}
 .group h3{font-size:.85em;margin:.8em 0 .3em;max-width:680px}.muted{color:#666}.flag{color:#b00;font-weight:600}
-.ok{color:#164}.focus td{vertical-align:top;font-size:.72em;padding:2px}.focus img{width:140px;height:auto}
-table.focus{border-collapse:collapse}.focus th{font-size:.8em;background:#f3f3f3}
+.ok{color:#164}.focus td{vertical-align:top;font-size:.72em;padding:2px 10px 8px 4px;width:144px;max-width:144px;
+overflow-wrap:anywhere;border-right:1px solid #e4e4e4}.focus img{width:140px;height:auto}
+table.focus{border-collapse:collapse;table-layout:fixed}.focus th{font-size:.8em;background:#f3f3f3}
 """
 
 IMAGES_TEMPLATE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
@@ -231,8 +234,9 @@ IMAGES_TEMPLATE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
 """
 
 
-def build_images_page(root: Path, reports: Path, thumbs: Thumbs, per_prompt: int, stand_in: bool) -> tuple[Path, dict[str, Any]]:
-    df, reason = t2i_items(root)
+def build_images_page(root: Path, reports: Path, thumbs: Thumbs, per_prompt: int, stand_in: bool,
+                      images_dir: str | Path, prompts_file: str | Path) -> tuple[Path, dict[str, Any]]:
+    df, reason = t2i_items(root, images_dir, prompts_file)
     groups = []
     shown = 0
     if not reason:
@@ -289,8 +293,8 @@ to the source (dlib descriptor), and whether the classifier sees the target race
 
 
 def focus_items(root: Path) -> tuple[pd.DataFrame, str]:
-    checks_path = root / "data/vlm/edit_checks.parquet"
-    manifest_path = root / "data/vlm/focus/manifest.parquet"
+    checks_path = root / C.EDIT_CHECKS
+    manifest_path = root / C.FOCUS_MANIFEST
     for p in (checks_path, manifest_path):
         if p.exists():
             try:
@@ -299,7 +303,7 @@ def focus_items(root: Path) -> tuple[pd.DataFrame, str]:
                 continue
             if {"occupation", "base_id", "race", "gender", "path"} <= set(df):
                 return df, "" if p == checks_path else "edit checks not found (validate_edits has not run)"
-    return pd.DataFrame(), "no FOCUS edits (data/vlm/edit_checks.parquet / data/vlm/focus/manifest.parquet not found)"
+    return pd.DataFrame(), f"no FOCUS edits ({C.EDIT_CHECKS.as_posix()} / {C.FOCUS_MANIFEST.as_posix()} not found)"
 
 
 def _checks(r: pd.Series) -> list[str]:
@@ -365,9 +369,12 @@ class GalleryResult:
     thumbs_made: int
 
 
-def build_gallery(root: Path, reports: Path, px: int = 160, per_prompt: int = 8, stand_in: bool = False) -> GalleryResult:
+def build_gallery(root: Path, reports: Path, *, images_dir: str | Path, prompts_file: str | Path, px: int,
+                  per_prompt: int, stand_in: bool) -> GalleryResult:
+    """images.html and focus.html; `images_dir`, `prompts_file` are generate.images_dir / generate.prompts_file,
+    `px`, `per_prompt` report.thumb_px / report.thumbs_per_prompt."""
     thumbs = Thumbs(reports / "thumbs", px)
-    _, images = build_images_page(root, reports, thumbs, per_prompt, stand_in)
+    _, images = build_images_page(root, reports, thumbs, per_prompt, stand_in, images_dir, prompts_file)
     _, focus = build_focus_page(root, reports, thumbs, stand_in)
     thumbs.finish()
     return GalleryResult(images, focus, thumbs.made)

@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.io import atomic_write_json
-from biasaudit.report.load import Outputs, col, num, read_csv, truthy
+from biasaudit.report.load import Outputs, num, truthy
 
 ALPHA = 0.05
 
@@ -36,74 +37,61 @@ def _put(out: dict[str, Any], key: str, sub: str, value: Any) -> None:
 def headline_metrics(reports: Path) -> dict[str, Any]:
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     out: dict[str, Any] = {}
-    tvd = t2i.table("tvd_summary")
-    if tvd.ok and col(tvd.df, "mean_tvd", "tvd"):
+    tvd = t2i.table(C.TVD_SUMMARY)
+    if tvd.ok:
         df = tvd.df
-        est = col(df, "mean_tvd", "tvd")
-        allc = df[df["category"] == "all"] if "category" in df else df
+        allc = df[df["category"] == "all"]
         for _, r in allc.iterrows():
-            _put(out, "tvd", str(r["model"]), r[est])
-        cor = col(df, "tvd_corrected", "mean_tvd_corrected")
-        if cor:
+            _put(out, "tvd", str(r["model"]), r["mean_tvd"])
+        if "tvd_corrected" in df:
             for _, r in allc.iterrows():
-                _put(out, "tvd_corrected", str(r["model"]), r[cor])
-        lo, hi = col(df, "mean_tvd_low"), col(df, "mean_tvd_high")
-        if lo and hi:
-            width = (df[hi].map(num) - df[lo].map(num)).dropna()
-            if len(width):
-                out["tvd_ci_width"] = _r(width.mean())
-    deb = t2i.table("tvd_corrected_summary")
-    if deb.ok and col(deb.df, "tvd_debiased") and "category" in deb.df:
+                _put(out, "tvd_corrected", str(r["model"]), r["tvd_corrected"])
+        width = (df["mean_tvd_high"].map(num) - df["mean_tvd_low"].map(num)).dropna()
+        if len(width):
+            out["tvd_ci_width"] = _r(width.mean())
+    deb = t2i.table(C.TVD_CORRECTED_SUMMARY)
+    if deb.ok:
         for _, r in deb.df[deb.df["category"] == "all"].iterrows():
             _put(out, "tvd_debiased", str(r["model"]), r["tvd_debiased"])
-    skin = t2i.table("skin_summary_by_label")
-    if skin.ok and col(skin.df, "L_mean") and col(skin.df, "n"):
-        df = skin.df
-        for model, sub in df.groupby("model", sort=False):
+    skin = t2i.table(C.SKIN_SUMMARY_BY_LABEL)
+    if skin.ok:
+        for model, sub in skin.df.groupby("model", sort=False):
             w, L = sub["n"].map(num), sub["L_mean"].map(num)
             ok = w.notna() & L.notna() & (w > 0)
             if ok.any():
                 _put(out, "L_mean", str(model), (L[ok] * w[ok]).sum() / w[ok].sum())
-    hom = t2i.table("homogeneity_by_race")
-    if hom.ok and col(hom.df, "gap"):
-        df = hom.df[hom.df.get("space", "clip") == "clip"] if "space" in hom.df else hom.df
+    hom = t2i.table(C.HOMOGENEITY_BY_RACE)
+    if hom.ok:
+        df = hom.df[hom.df["space"] == "clip"]
         for model, sub in df.groupby("model", sort=False):
             g = sub["gap"].map(num).abs().dropna()
             if len(g):
                 _put(out, "gap_max", str(model), g.max())
-    mk = read_csv(reports / "t2i/reliability/mean_kappa.csv")
-    if mk is not None and "kind" in mk and col(mk, "mean_cohen_kappa"):
-        hc = mk[mk["kind"] == "human-classifier"]
+    mk = t2i.table(C.MEAN_KAPPA, where="reliability")
+    if mk.ok:
+        hc = mk.df[mk.df["kind"] == "human-classifier"]
         if len(hc):
-            out["kappa"] = _r(hc[col(mk, "mean_cohen_kappa")].iloc[0])
-    for t in vlm.tables_matching("_mean_gaps") + vlm.tables_matching("_delta_g"):
-        if not t.ok:
-            continue
-        d = col(t.df, "delta_g", "delta_pct", "delta")
-        name = t.name.rsplit("_mean_gaps", 1)[0].rsplit("_delta_g", 1)[0]
-        if d:
-            vals = t.df[d].map(num).abs().dropna()
+            out["kappa"] = _r(hc["mean_cohen_kappa"].iloc[0])
+    for k, t in vlm.tables_of(C.DELTA_G):
+        if t.ok:
+            vals = t.df["delta_pct"].map(num).abs().dropna()
             if len(vals):
-                _put(out, "dg_max", name, vals.max())
-    for t in vlm.tables_matching("_sign_flip") + vlm.tables_matching("_ols"):  # NaN p (degenerate, underpowered) never counts
-        if not t.ok:
-            continue
-        key = col(t.df, "p_adjusted", "p_adj", "p_value", "p")
-        name = t.name.rsplit("_sign_flip", 1)[0].rsplit("_ols", 1)[0]
-        if key:
-            n = int((t.df[key].map(num) < ALPHA).sum())
-            out.setdefault("n_sig", {})[name] = out.get("n_sig", {}).get(name, 0) + n
-    val = t2i.table("validation")
-    if val.ok and col(val.df, "covered"):
-        cov = val.df[col(val.df, "covered")].map(truthy)
+                _put(out, "dg_max", k["vlm"], vals.max())
+    for k, t in vlm.tables_of(C.SIGN_FLIP) + vlm.tables_of(C.OLS):  # NaN p (degenerate, underpowered) never counts
+        if t.ok:
+            n = int((t.df["p_adjusted"].map(num) < ALPHA).sum())
+            out.setdefault("n_sig", {})[k["vlm"]] = out.get("n_sig", {}).get(k["vlm"], 0) + n
+    val = t2i.table(C.VALIDATION)
+    if val.ok:
+        cov = val.df["covered"].map(truthy)
         keep = val.df["check"].map(truthy) if "check" in val.df else pd.Series(True, index=val.df.index)
         if "informative" in val.df:  # an interval as wide as the plausible range is not a pass
             keep &= val.df["informative"].map(truthy)
         out["planted_covered"] = _r(cov[keep].mean())
-    for t in vlm.tables_matching("_validation"):
-        if t.ok and {"covered", "check", "informative"} <= set(t.df.columns):
+    for k, t in vlm.tables_of(C.VLM_VALIDATION):
+        if t.ok:
             keep = t.df["check"].map(truthy) & t.df["informative"].map(truthy)
-            _put(out, "b_planted_covered", t.name.rsplit("_validation", 1)[0], t.df.loc[keep, "covered"].map(truthy).mean())
+            _put(out, "b_planted_covered", k["vlm"], t.df.loc[keep, "covered"].map(truthy).mean())
     return out
 
 

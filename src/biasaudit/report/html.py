@@ -1,13 +1,11 @@
 """Build the offline report: `reports/index.html`, a front page for decisions, plus the pages it links.
 
-Front page: the stand-in banner, one sentence per finding (written from the numbers), the model
-comparison (TVD with CI / null floor / bias-corrected; paired differences; L* by race; skin-tone
-diversity; homogeneity gaps; classifier κ), the Method B headline (win rates, Δg with CIs,
-significant effects after adjustment), "does the audit recover what was planted?", instrument bias,
-calibration, and the notebooks (what each stage read, wrote, how long it took). Each headline table
-names the `src/` function that made it and links to the notebook cell that called it. Everything
-else (every section's figures and tables, JSON summaries as tables) is one click away in
-`<details>`, with CSV downloads. Also written: `images.html`, `focus.html` (gallery.py), the
+Front page, short enough to read in five minutes: the stand-in banner, at most six findings (each
+led by its validated estimate and its interval), the key figures (open), then one line per section
+linking to its own page under `reports/pages/`: the headline blocks (model comparison, Method B,
+validation, instrument bias, calibration: a table, its findings, the `src/` function that made it and
+the notebook cell that called it, CSV downloads), every analysis section's figures and tables, and
+the notebooks (what each stage read, wrote, how long it took). Also written: `images.html`, `focus.html` (gallery.py), the
 notebooks' HTML (`reports/html/`, trail.py) and the tracked headline metrics file (headline.py).
 No network, no external script; every link is relative.
 """
@@ -25,90 +23,98 @@ from jinja2 import Environment, select_autoescape
 
 from biasaudit.io import atomic_write_text
 from biasaudit.provenance import git_commit, stable_hash, utc_now
-from biasaudit.report.front import Block, build_blocks, collapsible
+from biasaudit.report.front import Block, build_blocks, headline_findings
 from biasaudit.report.load import Outputs, read_csv, read_json
 from biasaudit.report.trail import StageInfo, short_path, stages
 
 KEY_FIGURES = ("figure2_shares", "skin_L_by_label", "homogeneity_gap_heatmap")
 
-TEMPLATE = """{% macro block(b) %}<section class="block" id="{{ b.id }}"><h3>{{ b.title }}</h3>
-{% if b.html %}<div class="scroll">{{ b.html|safe }}</div>{% endif %}{% if b.extra %}{{ b.extra|safe }}{% endif %}
-{% if b.note %}<p class="note">{% if not b.html %}<b>No data:</b> {% endif %}{{ b.note }}</p>{% endif %}
-<p class="trail">{% if b.function %}made by <code>{{ b.function }}</code>{% endif %}{% if b.trail_href %} in
-<a href="{{ b.trail_href }}">{{ b.notebook }}{% if '#' in b.trail_href %} (the cell){% endif %}</a>{% endif %}
-{% for name, href in b.downloads %} · <a href="{{ href }}" download>{{ name }}</a>{% endfor %}</p></section>{% endmacro %}
-{% macro section(s) %}<details class="sec"><summary>{{ s.title }} <span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span>
-<small>{{ s.figures|length }} figures, {{ s.tables|length }} tables</small></summary>
-{% if s.reason %}<p class="note"><b>{{ 'No data' if s.status != 'ok' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
-{% if s.notes %}<ul>{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
-{% for f in s.figures %}{% if f.src %}<figure><img src="{{ f.src }}" alt="{{ f.title }}" loading="eager">
-<figcaption><b>{{ f.title }}</b> {{ f.caption }}{% for name, href in f.links %} <a href="{{ href }}">{{ name }}</a>{% endfor %}</figcaption></figure>
-{% else %}<p class="note"><b>{{ f.title }}</b> — no data: {{ f.reason }}</p>{% endif %}{% endfor %}
-{% for t in s.tables %}<h4>{{ t.title }}</h4>{{ t.html|safe }}<p>{% for name, href in t.links %}<a href="{{ href }}" download>{{ name }}</a> {% endfor %}</p>{% endfor %}
-</details>{% endmacro %}
-<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ title }}</title>
-<style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1300px;margin:0 auto;padding:0 1em 3em;color:#222;line-height:1.35}
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1300px;margin:0 auto;padding:0 1em 3em;color:#222;line-height:1.35;overflow-wrap:anywhere}
 h1{font-size:1.5em;margin:.6em 0 .2em}h2{font-size:1.25em;border-bottom:2px solid #ddd;margin:1.2em 0 .4em}h3{font-size:1.05em;margin:.8em 0 .3em}h4{font-size:.95em;margin:.6em 0 .2em}
 .standin{border:6px solid #b00;background:#fff0f0;color:#b00;padding:.5em 1em;margin:.6em 0;font-size:2.2em;font-weight:700;line-height:1.15}
 .standin small{display:block;font-size:.45em;font-weight:400}
 .profile{border:2px solid #264;padding:.4em 1em;margin:.6em 0;font-size:1.1em}
-table.t{border-collapse:collapse;font-size:.82em;margin:.3em 0}.t td,.t th{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
+table.t{border-collapse:collapse;font-size:.82em;margin:.3em 0}.t td,.t th{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top;overflow-wrap:normal}
 .t th{background:#f3f3f3}.t td:first-child,.t th:first-child{text-align:left}.t small{color:#555}
 .status{display:inline-block;padding:0 .5em;border-radius:3px;font-size:.8em}.s-ok{background:#dfd}.s-nodata,.s-notrun{background:#eee}.s-failed{background:#fdd}
-figure{margin:.6em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.85em;color:#444}
-.scroll{overflow-x:auto}nav{font-size:.9em}nav a{margin-right:.9em}.note{color:#555;font-size:.88em;margin:.2em 0}
-.trail{font-size:.8em;color:#555;margin:.1em 0 .6em}.findings li{margin:.15em 0}
-details.sec{border:1px solid #ddd;border-radius:4px;padding:.2em .6em;margin:.3em 0}details summary{cursor:pointer}
-.strip img{height:96px;width:auto;margin-right:4px;border:1px solid #ccc}.prov{font-size:.85em;color:#444}
-.cols{display:grid;grid-template-columns:1fr 1fr;gap:0 2em}@media (max-width:900px){.cols{grid-template-columns:1fr}}
-</style></head><body>
-<h1>{{ title }}</h1>
+figure{margin:.6em 0;min-width:0}figure img{max-width:100%;height:auto;border:1px solid #ddd}figcaption{font-size:.85em;color:#444}
+.scroll{overflow-x:auto;max-width:100%}nav{font-size:.9em}nav a{margin-right:.9em}.note{color:#555;font-size:.88em;margin:.2em 0}
+.trail{font-size:.8em;color:#555;margin:.1em 0 .6em}.findings li{margin:.25em 0}.lines li{margin:.15em 0;font-size:.92em}
+.figs{display:grid;grid-template-columns:repeat(3,minmax(0,1fr));gap:0 1em;align-items:start}@media (max-width:900px){.figs{grid-template-columns:1fr}}
+.strip{overflow:hidden;white-space:nowrap}.strip img{height:96px;width:auto;margin-right:4px;border:1px solid #ccc}.prov{font-size:.85em;color:#444}
+"""
+
+HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+{% if base %}<base href="{{ base }}">{% endif %}<title>{{ title }}</title>
+<style>{{ style }}</style></head><body>
 {% if stand_in %}<div class="standin" role="alert">STAND-IN RUN — these numbers describe no real model
 <small>Profile <b>{{ profile }}</b>: PLANTED-truth images (declared labels and skin tones on recoloured
 public-domain photos), a SIMULATED classifier and raters, random-weight stand-in VLMs and editors, a handful
 of prompts. They test that the audit recovers what was planted; switch to the paper profile for real results.</small></div>
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
+"""
+
+# a headline block (its own page) and an analysis section (its own page)
+BLOCK = """<h1>{{ b.title }}</h1><p><a href="index.html">← front page</a></p>
+{% if b.findings %}<ul class="findings">{% for f in b.findings %}<li>{{ f }}</li>{% endfor %}</ul>{% endif %}
+{% if b.html %}<div class="scroll">{{ b.html|safe }}</div>{% endif %}{% if b.extra %}<div class="scroll">{{ b.extra|safe }}</div>{% endif %}
+{% if b.note %}<p class="note">{% if not b.html %}<b>No data:</b> {% endif %}{{ b.note }}</p>{% endif %}
+<p class="trail">{% if b.function %}made by <code>{{ b.function }}</code>{% endif %}{% if b.trail_href %} in
+<a href="{{ b.trail_href }}">{{ b.notebook }}{% if '#' in b.trail_href %} (the cell){% endif %}</a>{% endif %}
+{% for name, href in b.downloads %} · <a href="{{ href }}" download>{{ name }}</a>{% endfor %}</p></body></html>
+"""
+
+SECTION = """<h1>{{ s.title }} <span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span></h1>
+<p><a href="index.html">← front page</a></p>
+{% if s.reason %}<p class="note"><b>{{ 'No data' if s.status != 'ok' else 'Note' }}:</b> {{ s.reason }}</p>{% endif %}
+{% if s.notes %}<ul>{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% for f in s.figures %}{% if f.src %}<figure><img src="{{ f.src }}" alt="{{ f.title }}">
+<figcaption><b>{{ f.title }}</b> {{ f.caption }}{% for name, href in f.links %} <a href="{{ href }}">{{ name }}</a>{% endfor %}</figcaption></figure>
+{% else %}<p class="note"><b>{{ f.title }}</b> — no data: {{ f.reason }}</p>{% endif %}{% endfor %}
+{% for t in s.tables %}<h4>{{ t.title }}</h4><div class="scroll">{{ t.html|safe }}</div><p>{% for name, href in t.links %}<a href="{{ href }}" download>{{ name }}</a> {% endfor %}</p>{% endfor %}
+</body></html>
+"""
+
+NOTEBOOKS = """<h1>Notebooks: what each stage read, wrote and how long it took</h1><p><a href="index.html">← front page</a></p>
+<p class="note">{{ stage_summary }}</p><div class="scroll"><table class="t"><tr><th>stage</th><th>notebook</th><th>read</th><th>wrote</th><th>time</th><th>status</th></tr>
+{% for s in stage_rows %}<tr><td>{{ s.stage }}</td><td>{% if s.html %}<a href="{{ s.html }}">HTML</a> {% endif %}{% if s.ipynb %}<a href="{{ s.ipynb }}">ipynb</a>{% endif %}</td>
+<td><small>{{ s.reads }}</small></td><td><small>{{ s.writes }}</small></td><td>{{ s.time }}</td><td><span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span> {{ s.reason }}</td></tr>{% endfor %}</table></div>
+</body></html>
+"""
+
+TEMPLATE = """<h1>{{ title }}</h1>
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · built {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
-<nav>{% for id, name in nav %}<a href="#{{ id }}">{{ name }}</a>{% endfor %}<a href="images.html">Images</a><a href="focus.html">FOCUS edits</a></nav>
+<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="pages/notebooks.html">Notebooks</a></nav>
 
 <h2 id="findings">Main findings</h2>
 {% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
 {% else %}<p class="note">No findings yet: no analysis outputs under reports/.</p>{% endif %}
 
-<h2 id="method-a">Method A: model comparison (text-to-image generators)</h2>
+<h2 id="figures">Key figures</h2>
+{% if key_figures %}<div class="figs">{% for f in key_figures %}<figure><img src="{{ f.src }}" alt="{{ f.title }}" loading="eager"><figcaption><b>{{ f.title }}</b> {{ f.caption }}
+<span class="trail">made by <code>{{ f.function }}</code>{% if f.href %} in <a href="{{ f.href }}">t2i_analyze (the cell)</a>{% endif %}</span></figcaption></figure>{% endfor %}</div>
+{% else %}<p class="note">No key figures yet{% if not t2i_ran %}: reports/t2i/manifest.json not found (the analyze stage has not run){% endif %}.</p>{% endif %}
+
+<h2 id="sections">Every section, one line each</h2>
+{% for heading, group in groups %}<h3>{{ heading }}</h3>{% if group == 'method_b' and vlm_missing %}<p class="note"><b>No data:</b> {{ vlm_missing }}</p>{% endif %}
+<ul class="lines">{% for b in blocks[group] %}<li><a href="{{ b.page }}">{{ b.title }}</a>{% if b.summary %}: {{ b.summary }}{% endif %}</li>{% endfor %}</ul>{% endfor %}
+<h3>Every figure and table, by analysis section</h3>
 {% if not t2i_ran %}<p class="note"><b>No data:</b> reports/t2i/manifest.json not found (the analyze stage has not run).</p>{% endif %}
-{% for b in blocks.method_a %}{{ block(b) }}{% endfor %}
-
-<h2 id="method-b">Method B: VLM decisions on face-only edits</h2>
-{% if vlm_missing %}<p class="note"><b>No data:</b> {{ vlm_missing }}</p>{% endif %}
-{% for b in blocks.method_b %}{{ block(b) }}{% endfor %}
-
-<h2 id="checks">Checks on the audit itself</h2>
-{% for b in blocks.checks %}{{ block(b) }}{% endfor %}
+<ul class="lines">{% for s in sections %}<li><a href="{{ s.page }}">{{ s.title }}</a> <span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span>
+<small>{{ s.figures|length }} figure{{ '' if s.figures|length == 1 else 's' }}, {{ s.tables|length }} table{{ '' if s.tables|length == 1 else 's' }}{% if s.reason and s.status != 'ok' %}: {{ s.reason }}{% endif %}</small></li>{% endfor %}</ul>
+{% for s in hidden %}<p class="note">{{ s.title }} (no figure or table of its own){% if s.notes %}: {{ s.notes|join('; ') }}{% endif %}</p>{% endfor %}
 
 <h2 id="images">Images</h2>
 <p><a href="images.html">Browse every generated image</a> ({{ gallery.images.images_shown }} thumbnails with label, L*, face box and skin mask; filters by model, category, label, L* bin)
 · <a href="focus.html">FOCUS edits</a> ({{ gallery.focus.photos }} source photos × 10 edits, {{ gallery.focus.flagged }} flagged).</p>
 {% if strip %}<p class="strip">{% for t in strip %}<a href="images.html"><img src="{{ t.src }}" alt="{{ t.alt }}"></a>{% endfor %}</p>{% endif %}
-{% if key_figures %}<details class="sec"><summary>Key figures ({{ key_figures|length }})</summary>
-{% for f in key_figures %}<figure><img src="{{ f.src }}" alt="{{ f.title }}"><figcaption><b>{{ f.title }}</b> {{ f.caption }}
-<span class="trail">made by <code>{{ f.function }}</code>{% if f.href %} in <a href="{{ f.href }}">t2i_analyze (the cell)</a>{% endif %}</span></figcaption></figure>{% endfor %}</details>{% endif %}
 
-<h2 id="all">Every section, figure and table</h2>
-<h3>Method A</h3>{% for s in t2i_sections %}{{ section(s) }}{% else %}<p class="note">No analysis outputs yet (reports/t2i/manifest.json not found).</p>{% endfor %}
-<h3>Method B</h3>{% for s in vlm_sections %}{{ section(s) }}{% else %}<p class="note">No Method B outputs yet: {{ vlm_missing }}</p>{% endfor %}
-<h3>Provenance</h3>{% for s in provenance %}{{ section(s) }}{% endfor %}
-
-<h2 id="notebooks">Notebooks: what each stage read, wrote and how long it took</h2>
-{% if stage_rows %}<p class="note">{{ stage_summary }}</p><div class="scroll"><table class="t"><tr><th>stage</th><th>notebook</th><th>read</th><th>wrote</th><th>time</th><th>status</th></tr>
-{% for s in stage_rows %}<tr><td>{{ s.stage }}</td><td>{% if s.html %}<a href="{{ s.html }}">HTML</a> {% endif %}{% if s.ipynb %}<a href="{{ s.ipynb }}">ipynb</a>{% endif %}</td>
-<td><small>{{ s.reads }}</small></td><td><small>{{ s.writes }}</small></td><td>{{ s.time }}</td><td><span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span> {{ s.reason }}</td></tr>{% endfor %}</table></div>
-{% else %}<p class="note">No executed notebooks found under reports/notebooks/.</p>{% endif %}
+<h2 id="notebooks">Notebooks</h2>
+<p><a href="pages/notebooks.html">What each stage read, wrote and how long it took</a>: {{ stage_summary }}</p>
 </body></html>
 """
 
@@ -118,7 +124,7 @@ def table_html(df: pd.DataFrame, max_rows: int) -> str:
     out = shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3f}", border=0, classes="t")
     if len(df) > max_rows:
         out += f"<p class='note'>… {len(df) - max_rows} more rows in the CSV.</p>"
-    return collapsible(out, len(df), 12, f"{len(df)} rows (click to show)")
+    return out
 
 
 def _table_entry(path: Path, reports: Path, max_rows: int, title: str | None = None) -> dict[str, Any]:
@@ -234,17 +240,26 @@ def stage_rows(infos: list[StageInfo], reports: Path) -> tuple[list[dict[str, An
     return rows, summary
 
 
+PAGES = "pages"  # reports/pages/: a page per headline block, per analysis section, and the notebooks table
+
+
+def _shown(section: dict[str, Any]) -> bool:
+    """An empty section (ok, yet no figure and no table) is not shown; its notes go to the front page."""
+    return bool(section["figures"] or section["tables"] or section["status"] != "ok")
+
+
 def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit report", max_table_rows: int = 60,
                 level: float = 0.95, root: str | Path = ".", gallery: Any = None) -> Path:
-    """Write `<reports_dir>/index.html` and return its path. `params` is the validated Params;
-    `gallery` the result of gallery.build_gallery (None: counts shown as 0)."""
+    """Write `<reports_dir>/index.html` (banner, findings, key figures, one line per section) and its
+    pages under `<reports_dir>/pages/`, and return the front page's path. `params` is the validated
+    Params; `gallery` the result of gallery.build_gallery (None: counts shown as 0)."""
     reports, root = Path(reports_dir), Path(root)
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     stand_in = params.profile == "offline" or bool(t2i.metrics.get("stand_in"))
     lvl = f"{level:.0%}"
     blocks = build_blocks(reports, lvl)
-    findings = [f for group in blocks.values() for b in group for f in b.findings]
-    t2i_secs = [s for s in manifest_sections(t2i, reports, max_table_rows) if s["name"] != "provenance"]
+    findings = headline_findings(blocks)
+    t2i_secs = manifest_sections(t2i, reports, max_table_rows)
     rel = _folder_section(reports / "t2i/reliability", reports, max_table_rows, "reliability_files",
                           "Classifier reliability: the reliability stage's files")
     if rel:
@@ -260,7 +275,9 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
                          "reason": "", "notes": [], "figures": [],
                          "tables": [{"title": "summary.json", "html": json_tables(read_json(summary), max_table_rows),
                                      "links": [("summary.json", "vlm/summary.json")]}]})
-    provenance = [s for s in manifest_sections(t2i, reports, max_table_rows) if s["name"] == "provenance"]
+    for prefix, secs in (("a", t2i_secs), ("b", vlm_secs)):
+        for sec in secs:
+            sec["page"] = f"{PAGES}/{prefix}-{sec['name']}.html"
     vlm_missing = "" if (reports / "vlm/manifest.json").exists() else \
         "reports/vlm/manifest.json not found (the reflect_analysis stage has not run)"
     rows, stage_summary = stage_rows(stages(root, reports), reports)
@@ -269,17 +286,34 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     gal = gallery or type("G", (), {"images": {"images_shown": 0}, "focus": {"photos": 0, "flagged": 0}})()
     m = t2i.metrics
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    page = env.from_string(TEMPLATE).render(
-        title=title, profile=params.profile, stand_in=stand_in, commit=git_commit(),
+    common = {"profile": params.profile, "stand_in": stand_in, "style": STYLE}
+
+    def page(body: str, name: str, heading: str, **ctx: Any) -> Path:
+        text = env.from_string(HEAD + body).render(title=f"{heading} · {title}", base="../", **common, **ctx)
+        return atomic_write_text(reports / PAGES / name, text)
+
+    written = set()
+    for group in blocks.values():
+        for b in group:
+            written.add(page(BLOCK, Path(b.page).name, b.title, b=b).name)
+    for sec in t2i_secs + vlm_secs:
+        if _shown(sec):
+            written.add(page(SECTION, Path(sec["page"]).name, sec["title"], s=sec).name)
+    written.add(page(NOTEBOOKS, "notebooks.html", "Notebooks", stage_rows=rows, stage_summary=stage_summary).name)
+    for old in (reports / PAGES).glob("*.html"):  # a section that is gone leaves no page behind
+        if old.name not in written:
+            old.unlink()
+    front = env.from_string(HEAD + TEMPLATE).render(
+        title=title, base="", **common, commit=git_commit(),
         params_hash=stable_hash(params.model_dump()), seed=params.seed, built=utc_now(),
         analysis_info=", ".join(f"{k} {m[k]}" for k in ("git_commit", "created_at", "n_boot") if k in m),
         findings=findings, blocks=blocks, t2i_ran=(reports / "t2i/manifest.json").exists(), vlm_missing=vlm_missing,
         gallery=gal, strip=strip(reports, reports / "thumbs"), key_figures=key_figures(t2i_secs, reports),
-        t2i_sections=t2i_secs, vlm_sections=vlm_secs, provenance=provenance, stage_rows=rows,
-        stage_summary=stage_summary,
-        nav=[("findings", "Findings"), ("method-a", "Method A"), ("method-b", "Method B"), ("checks", "Checks"),
-             ("images", "Gallery"), ("all", "All sections"), ("notebooks", "Notebooks")])
-    return atomic_write_text(reports / "index.html", page)
+        groups=[("Method A: model comparison (text-to-image generators)", "method_a"),
+                ("Method B: VLM decisions on face-only edits", "method_b"), ("Checks on the audit itself", "checks")],
+        sections=[sec for sec in t2i_secs + vlm_secs if _shown(sec)], stage_summary=stage_summary,
+        hidden=[sec for sec in t2i_secs + vlm_secs if not _shown(sec)])
+    return atomic_write_text(reports / "index.html", front)
 
 
 __all__ = ["Block", "build_index", "json_tables", "table_html"]

@@ -1,8 +1,8 @@
 """Reading the stages' outputs defensively: a missing file, table or column becomes a reason, never a crash.
 
-Tables are found by name (`reports/t2i/tables/<name>.csv`, the analysis manifest's entries) and
-columns by a list of accepted names, so small renames upstream (`tvd_corrected` vs
-`mean_tvd_corrected`) keep working and a column that is absent is reported, not guessed.
+Tables are read by their contract (`biasaudit.contracts`: name and columns, the same declaration the
+writers are checked against): a table another stage has not written becomes a reason, and a declared
+column that is missing becomes "contract broken: … lacks column(s) …", never a guess.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from biasaudit.contracts import Table
+
+CONTRACT_BROKEN = "contract broken"
 
 
 @dataclass
@@ -69,25 +73,23 @@ class Outputs:
                 return str(s.get("name", ""))
         return ""
 
-    def table(self, *names: str, where: str = "") -> Loaded:
-        """The first of `names` that exists under tables/ (or `where`), else a no-data reason."""
-        for name in names:
-            path = (self.root / where / f"{name}.csv") if where else self.root / "tables" / f"{name}.csv"
-            if path.exists():
-                df = read_csv(path)
-                if df is None:
-                    return Loaded(name, None, path, f"{path.name} is empty or unreadable")
-                return Loaded(name, df, path, "" if len(df) else f"{path.name} has no rows",
-                              self.section_of_table(name))
-        section = self._why_missing(names)
-        return Loaded(names[0], None, None, section or f"no table {' / '.join(names)} under {self.root}")
+    def table(self, spec: Table, vlm: str = "", task: str = "", where: str = "") -> Loaded:
+        """The table `spec` declares (contracts.py), for one VLM/task where it has placeholders, read from
+        tables/ (or `where`): only its declared columns, so code reading an undeclared one fails; a
+        declared column that is missing leaves no data and a reason naming it (tests fail on those)."""
+        name = spec.of(vlm, task)
+        path = (self.root / where / f"{name}.csv") if where else self.root / "tables" / f"{name}.csv"
+        if not path.exists():
+            return Loaded(name, None, None, self._why_missing((name,)) or f"no table {name} under {self.root}")
+        return _checked(spec, name, path, self.section_of_table(name))
 
-    def tables_matching(self, suffix: str) -> list[Loaded]:
+    def tables_of(self, spec: Table) -> list[tuple[dict[str, str], Loaded]]:
+        """Every written table of a per-VLM contract, with its placeholders' values ({"vlm": …, "task": …})."""
         out = []
-        for path in sorted((self.root / "tables").glob(f"*{suffix}.csv")):
-            df = read_csv(path)
-            out.append(Loaded(path.stem, df, path, "" if df is not None else "unreadable",
-                              self.section_of_table(path.stem)))
+        for path in sorted((self.root / "tables").glob("*.csv")):
+            parts = spec.parts(path.stem)
+            if parts is not None:
+                out.append((parts, _checked(spec, path.stem, path, self.section_of_table(path.stem))))
         return out
 
     def _why_missing(self, names: tuple[str, ...]) -> str:
@@ -99,15 +101,16 @@ class Outputs:
         return ""
 
 
-def col(df: pd.DataFrame | None, *names: str) -> str | None:
-    """The first of `names` that is a column of df (exact, then case-insensitive), else None."""
+def _checked(spec: Table, name: str, path: Path, section: str = "") -> Loaded:
+    df = read_csv(path)
     if df is None:
-        return None
-    for n in names:
-        if n in df.columns:
-            return n
-    lower = {str(c).lower(): c for c in df.columns}
-    return next((lower[n.lower()] for n in names if n.lower() in lower), None)
+        return Loaded(name, None, path, f"{path.name} is empty or unreadable")
+    missing = spec.missing(list(df.columns)) if len(df) or len(df.columns) else []
+    if missing:
+        return Loaded(name, None, path, f"{CONTRACT_BROKEN}: {path.name} lacks column(s) {', '.join(missing)} "
+                                        "declared in biasaudit/contracts.py")
+    df = df[[c for c in (*spec.columns, *spec.optional) if c in df.columns]]
+    return Loaded(name, df, path, "" if len(df) else f"{path.name} has no rows", section)
 
 
 def num(v: Any) -> float:

@@ -122,9 +122,24 @@ def _foreach_keys(spec: dict[str, Any], params: dict[str, Any]) -> list[str]:
     return []
 
 
-def stages(root: Path, reports: Path) -> list[StageInfo]:
-    """Every dvc.yaml stage (foreach stages expanded from params.yaml) with its deps, outs (without
-    the executed notebook itself) and the timing the runner stored in the notebook's metadata."""
+def _interpolate(text: str, params: dict[str, Any]) -> str:
+    """`${a.b}` replaced by params.yaml's value, as DVC does (an unknown name is left as written)."""
+    def value(m: re.Match) -> str:
+        v: Any = params
+        for part in m.group(1).split("."):
+            if not isinstance(v, dict) or part not in v:
+                return m.group(0)
+            v = v[part]
+        return str(v) if not isinstance(v, (dict, list)) else m.group(0)
+
+    return re.sub(r"\$\{([A-Za-z0-9_.-]+)\}", value, text)
+
+
+def stages(root: Path, reports: Path, running: str = "report") -> list[StageInfo]:
+    """Every dvc.yaml stage (foreach stages expanded from params.yaml, `${…}` interpolated) with its
+    deps, outs (without the executed notebook itself) and the timing the runner stored in the
+    notebook's metadata. A stage without a notebook (check) is "ok" when its outputs exist; the
+    stage `running` is the one writing this report."""
     import yaml
 
     try:
@@ -138,7 +153,7 @@ def stages(root: Path, reports: Path) -> list[StageInfo]:
         body = spec.get("do", spec)
         for key in keys:
             def fill(s, k=key):
-                return str(s).replace("${key}", k)
+                return _interpolate(str(s).replace("${key}", k), params)
 
             stage = f"{name}@{key}" if key else name
             outs = [fill(next(iter(o)) if isinstance(o, dict) else o) for o in body.get("outs", []) or []]
@@ -147,6 +162,10 @@ def stages(root: Path, reports: Path) -> list[StageInfo]:
             info = StageInfo(stage, nb, [fill(d) for d in body.get("deps", []) or []],
                              [o for o in outs if not o.startswith("reports/notebooks/")])
             _timing(info, reports / "notebooks" / f"{nb}.ipynb")
+            if stage == running:
+                info.status, info.reason, info.seconds = "running", "(writing this report)", None
+            elif not nb and info.writes and all((root / w).exists() for w in info.writes):
+                info.status, info.reason = "ok", f"no notebook: {str(body.get('cmd', '')).split()[0]}"
             out.append(info)
     return out
 

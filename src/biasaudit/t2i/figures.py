@@ -77,7 +77,8 @@ def plot_shares(long: pd.DataFrame) -> Figure:
                   "that group relative to the Census/BLS benchmark. Abstentions excluded.")
 
 
-def plot_tvd(summary: pd.DataFrame) -> Figure:
+def plot_tvd(summary: pd.DataFrame, level: float) -> Figure:
+    """Mean per-prompt TVD per model × category; error bars: the `level` cluster-bootstrap CI over prompts."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
@@ -90,12 +91,12 @@ def plot_tvd(summary: pd.DataFrame) -> Figure:
         err = np.vstack([s["mean_tvd"] - s["mean_tvd_low"], s["mean_tvd_high"] - s["mean_tvd"]])
         ax.errorbar(x, s["mean_tvd"], yerr=np.nan_to_num(err), fmt="o", capsize=3, label=model)
     ax.set_xticks(np.arange(len(cats)), cats)
-    ax.set(ylabel="mean per-prompt TVD", ylim=(0, 1), title="Distance from the benchmark (TVD)")
-    ax.legend(title="model", fontsize=8)
+    ax.set(ylabel="mean per-prompt TVD (0–1)", ylim=(0, 1), title="Distance from the benchmark (raw TVD)")
+    ax.legend(title=f"model (bars: {level:.0%} CI)", fontsize=8)
     fig.tight_layout()
     return Figure(fig, "Mean per-prompt TVD by model and category",
-                  "Total variation distance between the classified and the benchmark distribution, averaged "
-                  "over prompts; bars are cluster-bootstrap CIs over prompts.")
+                  "Total variation distance (0 = identical, 1 = no overlap) between the classified and the benchmark "
+                  f"distribution, averaged over prompts; error bars: {level:.0%} cluster-bootstrap CIs over prompts.")
 
 
 def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:

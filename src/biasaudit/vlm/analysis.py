@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit import registry
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
@@ -623,7 +624,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
         tidy = res["tables"][f"winrate_{task}"]
         n = tidy.pivot(index="row", columns="col", values="n").reindex(index=rate.index, columns=rate.columns)
         two.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm)
-        two.tables[f"{vlm}_race_winrate_{task}"] = res["tables"][f"race_winrate_{task}"].assign(vlm=vlm)
+        two.tables[C.RACE_WINRATE.of(vlm, task)] = res["tables"][f"race_winrate_{task}"].assign(vlm=vlm)
         if f"bradley_terry_{task}" in res["tables"]:
             two.tables[f"{vlm}_bradley_terry_{task}"] = res["tables"][f"bradley_terry_{task}"].assign(vlm=vlm)
         two.figures[f"{vlm}_winrate_{task}"] = Figure(
@@ -643,7 +644,7 @@ def results_for_vlm(vlm: str, res: dict[str, Any], meta: dict[str, Any], stand_i
     mcq = Result(f"{vlm}_mcq", f"{vlm}: MCQ and salary gaps Δg{tag}")
     if gaps is not None:
         if within is not None:
-            mcq.tables[f"{vlm}_delta_g"] = within.assign(vlm=vlm)
+            mcq.tables[C.DELTA_G.of(vlm)] = within.assign(vlm=vlm)
         mcq.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm, estimator="pooled means (paper)")
         headline = within if within is not None else gaps
         for measure, sub in headline.groupby("measure"):

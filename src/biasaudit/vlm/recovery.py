@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.groups import GROUP_CODES
@@ -117,7 +118,7 @@ def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: An
     rows = _two_afc_rows(vlm, res, truth) + _single_rows(vlm, res, truth, params) + \
         _refusal_rows(vlm, responses, truth, _boot(params))
     table = pd.DataFrame(rows, columns=COLUMNS)
-    out.tables[f"{vlm}_validation"] = table
+    out.tables[C.VLM_VALIDATION.of(vlm)] = table
     out.notes.append(NOTE)
     if table.empty:
         out.status, out.reason = NO_DATA, "no retained answers to compare"

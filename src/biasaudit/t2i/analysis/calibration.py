@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.t2i.analysis.inputs import Inputs
 
@@ -36,7 +37,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         res.status, res.reason = NO_DATA, f"no calibration table ({' or '.join(CALIBRATION_FILES)}): run benchmarks/calibration.py"
         return res
     table = pd.read_csv(path)
-    res.tables = {"calibration": table}
+    res.tables = {C.CALIBRATION.name: table}
     res.notes.append(f"from {path.relative_to(inputs.root).as_posix()}: {band_count(table)}")
     res.metrics = {f"{r.method} · {r.setting}": {"observed": r.observed, "nominal": r.nominal, "mc_se": r.mc_se,
                                                  "flag": r.flag} for r in table.itertuples()}

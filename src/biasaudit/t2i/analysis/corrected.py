@@ -126,8 +126,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                                  E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                  seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
         point, point_source = point_rule(len(sub), deb.estimate, raw.estimate)
+        # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this
+        # table keeps only its estimate for comparison (this bootstrap also resamples the annotated images)
         rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
-                     "mean_tvd_raw_low": raw.low, "mean_tvd_raw_high": raw.high,
                      "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
                      "tvd_classifier_corrected_high": corr.high, "correction_method": method,
                      "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
@@ -139,7 +140,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                      "n_annotated_images": info["n_annotated_images"],
                      "reason": "; ".join(dict.fromkeys(r for r in (corr.reason, deb.reason) if r))})
     summary = pd.DataFrame(rows)
-    res.tables = {"tvd_corrected_summary": summary, "tvd_corrected_per_prompt": per,
+    res.tables = {C.TVD_CORRECTED_SUMMARY.name: summary, "tvd_corrected_per_prompt": per,
                   "deviation_corrected": pd.DataFrame(dev_rows)}
     res.notes.append(f"{source}: {note}; correction_method {method}"
                      + (" (recorded by the reliability stage)" if recorded == method else ""))

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS
+from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit.faces.colour import l_bin
 from biasaudit.outputs import NO_DATA, Result
@@ -99,8 +100,8 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         res.status, res.reason = NO_DATA, inputs.notes.get("faces") or "no face measurements"
         return res
     loss, cross = _loss_rows(f, boot, threshold)
-    res.tables["face_loss"] = pd.DataFrame(loss)
-    res.tables["cross_detector"] = pd.DataFrame(cross, columns=[
+    res.tables[C.FACE_LOSS.name] = pd.DataFrame(loss)
+    res.tables[C.CROSS_DETECTOR.name] = pd.DataFrame(cross, columns=[
         "model", "by", "group", "n_images", "main_detector", "cross_detector", "both", "main_only", "cross_only",
         "neither", "share_main_only", "share_cross_only", "flagged"])
     if not cross:

@@ -45,7 +45,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                          + f"; p_adjusted: {boot.p_adjust} over every group, space and model of a table")
     if race:
         t = adjust(pd.concat(race, ignore_index=True))
-        res.tables["homogeneity_by_race"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
+        res.tables[C.HOMOGENEITY_BY_RACE.name] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
         res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {
             "gap": r.gap, "n": r.n, "low": getattr(r, "gap_lo", None), "high": getattr(r, "gap_hi", None),
@@ -58,7 +58,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
             from biasaudit.stats.homogeneity import relative_gaps
 
             rel = relative_gaps(t[["model", "space", "group", "gap", "n"]], baseline)
-            res.tables["homogeneity_vs_baseline"] = rel
+            res.tables[C.HOMOGENEITY_VS_BASELINE.name] = rel
             if bool(baseline.get("stand_in", pd.Series([False])).any()):
                 res.notes.append("the real-portrait baseline is a STAND-IN (packaged photos dealt into group "
                                  "folders): its gaps and the differences mean nothing")

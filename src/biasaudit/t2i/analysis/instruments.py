@@ -32,7 +32,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         res.status, res.reason = NO_DATA, f"no {directory}/summary.csv (run the instruments stage)"
         return res
     summary = pd.read_csv(directory / "summary.csv")
-    res.tables["instruments_summary"] = summary
+    res.tables[C.INSTRUMENTS_SUMMARY.name] = summary
     if (directory / "dark_rates.csv").exists():
         dark = pd.read_csv(directory / "dark_rates.csv")
         res.tables["instruments_dark_rates"] = dark

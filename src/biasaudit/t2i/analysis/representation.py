@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS, LABEL_ORDER, UNKNOWN
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
@@ -214,12 +215,12 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     long = shares_long(pp)
     deviations = deviation_summary(pp, boot)
     thr, thr_detail = threshold_analysis(pp, a.threshold_group, a.threshold_share)
-    res.tables = {"tvd_summary": summary, "tvd_paired": paired, "tvd_per_prompt": pp,
+    res.tables = {C.TVD_SUMMARY.name: summary, C.TVD_PAIRED.name: paired, "tvd_per_prompt": pp,
                   "deviation_by_race": deviations, "threshold_summary": thr, "threshold_prompts": thr_detail}
     res.plots = {"shares": long[PLOTS["shares"]], "tvd": summary[PLOTS["tvd"]]}
     if len(long):
         res.figures["figure2_shares"] = plot_shares(long)
-    res.figures["tvd_by_category"] = plot_tvd(summary)
+    res.figures["tvd_by_category"] = plot_tvd(summary, boot.level)
     res.metrics = {"tvd": {f"{r.model}/{r.category}": {"mean": r.mean_tvd, "low": r.mean_tvd_low,
                                                       "high": r.mean_tvd_high, "pooled": r.pooled_tvd,
                                                       "n_prompts": r.n_prompts, "null_floor": r.null_floor,

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biasaudit import contracts as C
 from biasaudit.contracts import GROUPS, LABEL_ORDER, UNKNOWN, l_bin
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
@@ -90,14 +91,14 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         return res
     dark = dark_share(skin, boot, a)
     fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
-    res.tables = {"skin_dark_share": dark, "skin_labels_by_L_bin": labels_by_L_bin(skin),
+    res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin),
                   "skin_earnings_ols": fits}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark), "skin_L_vs_C": plot_L_vs_C(skin),
                    "skin_L_vs_earnings": plot_earnings(skin, fits)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
-    res.tables["skin_summary_by_label"] = summary
+    res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary
     res.figures["skin_diversity"] = plot_diversity(summary)
     res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS, registry
+from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
@@ -125,7 +126,7 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
     res = corrected.compute(inputs, cfg)
     if res.status != "ok":
         return [], [f"corrected TVD not checked: {res.reason}"]
-    summary = res.tables["tvd_corrected_summary"]
+    summary = res.tables[C.TVD_CORRECTED_SUMMARY.name]
     deviations = res.tables["deviation_corrected"].set_index(["model", "category", "race"])
     truth = {}
     for m, c, s in _by_category(pp[pp["n"] > 0]):
@@ -252,7 +253,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     else:
         rows += skin_rows(truth, measured, boot, cfg.analyze)
     table = pd.DataFrame(rows, columns=COLUMNS)
-    res.tables["validation"] = table
+    res.tables[C.VALIDATION.name] = table
     res.notes.append(PLANTED_NOTE)
     if table.empty:
         res.status, res.reason = NO_DATA, "nothing to compare"
