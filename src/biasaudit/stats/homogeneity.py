@@ -28,12 +28,13 @@ Uncertainty (the resampling engine, biasaudit.stats.resample):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates
+from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates, sums_statistic
 
 SMALL_GROUP = 50  # the paper's L* < 40 facial result rests on 40 images: flag groups below this
 DESIGNS = ("within", "across")
@@ -372,4 +373,301 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
     base = baseline_gaps[["space", "group", "gap", "n"]].rename(columns={"gap": "baseline_gap", "n": "baseline_n"})
     out = model_gaps.merge(base, on=["space", "group"], how="left")
     out["gap_minus_baseline"] = out["gap"] - out["baseline_gap"]
+    return out
+
+
+# ---------------------------------------------------------------- within-prompt gap (the headline estimator)
+#
+# The unstratified gap above counts pairs across prompts. Images of one prompt look alike, so a group
+# concentrated in a few prompts gets a positive gap with no effect of its own. The within-prompt gap
+# compares only pairs that share a prompt p:
+#
+#     intra_pg = (‖S_pg‖² − q_pg) / (n_pg (n_pg − 1))       S_pg = Σ x over group g in prompt p
+#     inter_pg = S_pg · (S_p − S_pg) / (n_pg (m_p − n_pg))   S_p = Σ x over the labelled images of p
+#     Δ_pg     = intra_pg − inter_pg                          (m_p labelled images, q_pg = Σ ‖x‖²)
+#
+# and averages the prompts with weights w_pg = n_pg where Δ_pg is defined (n_pg ≥ 2, m_p − n_pg ≥ 1),
+# else 0: every image of the group counts once, and a prompt's own level of similarity enters intra
+# and inter with the same weight, so it cancels inside each prompt whatever the group's prompt mix.
+#
+#     wp_gap_g = Σ_p w_pg Δ_pg / Σ_p w_pg
+#
+# Estimand: the population ratio E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (and
+# their images); the interval is a prompt-cluster bootstrap of the ratio of per-prompt totals (the
+# resampling engine's sums_statistic). Pairs never leave a prompt, so the per-prompt Gram matrices
+# X_p X_pᵀ (n_p × n_p, never N × N) hold everything: one fused pass over X (norms, unit rows, Grams),
+# after which every labelling (race, L* bin), every permutation and the near-duplicate rates cost
+# O(Σ n_p²), independently of the embedding dimension.
+
+@dataclass
+class PromptBlocks:
+    """Per prompt: the rows of X (usable ones only), their unit-row Gram matrix and its diagonal."""
+
+    prompts: list  # prompt names, in the order of `grams`
+    rows: list[np.ndarray]  # per prompt: indices into X of its usable rows
+    grams: list[np.ndarray]  # per prompt: float32 (n_p × n_p) Gram matrix of the unit rows
+    n_dropped: np.ndarray  # per row of X: True where the row was zero or not finite (left out)
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.grams)
+
+
+def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> PromptBlocks:
+    """One pass over X, prompt by prompt: norms, unit rows and the Gram matrix of each prompt's usable
+    rows (float32 BLAS). Rows without a prompt (NaN/None) and zero or non-finite rows are left out."""
+    pcodes, names = _codes(prompts)
+    order = np.argsort(pcodes, kind="stable")
+    order = order[pcodes[order] >= 0]
+    bounds = np.searchsorted(pcodes[order], np.arange(len(names) + 1))
+    dtype = _work_dtype(X)
+    rows, grams = [], []
+    dropped = np.zeros(len(pcodes), dtype=bool)
+    for p in range(len(names)):
+        idx = np.sort(order[bounds[p]:bounds[p + 1]])
+        Xp = np.asarray(X[idx], dtype=dtype)
+        sq = np.einsum("ij,ij->i", Xp, Xp).astype(np.float64)
+        good = np.isfinite(sq) & (sq > 0)
+        dropped[idx[~good]] = True
+        idx, Xp, sq = idx[good], Xp[good], sq[good]
+        if normalise:
+            Xp = Xp * (1.0 / np.sqrt(sq)).astype(dtype)[:, None]
+        rows.append(idx)
+        grams.append(Xp @ Xp.T)
+    return PromptBlocks(list(names), rows, grams, dropped)
+
+
+def _prompt_codes(blocks: PromptBlocks, codes: np.ndarray) -> list[np.ndarray]:
+    return [codes[r] for r in blocks.rows]
+
+
+def _one_hot(codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """(n, b·G) float32 one-hot of (b, n) codes (−1 = no group), column k·G + g."""
+    b, n = codes.shape
+    Z = np.zeros((n, b, n_groups), np.float32)
+    k, i = np.nonzero(codes >= 0)
+    Z[i, k, codes[k, i]] = 1.0
+    return Z.reshape(n, b * n_groups)
+
+
+def _prompt_products(G: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
+    """For each labelling's (b, n) label codes of one prompt: n_pg, q_pg, ‖S_pg‖², S_pg·S_p (each b × G)
+    and m_p (b,), from one GEMM of the prompt's Gram matrix against every labelling's one-hot columns."""
+    Zs = [_one_hot(c, g) for c, g in zip(codes, sizes)]
+    GZ = G @ (np.hstack(Zs) if len(Zs) > 1 else Zs[0])
+    diag = np.diagonal(G).astype(np.float32)
+    out, start = [], 0
+    for c, g, Z in zip(codes, sizes, Zs):
+        b = c.shape[0]
+        sq = np.einsum("ij,ij->j", Z, GZ[:, start:start + Z.shape[1]]).reshape(b, g)
+        start += Z.shape[1]
+        lab = (c >= 0).astype(np.float32)  # b × n
+        u = lab @ G  # b × n: x_i · S_p, S_p the sum over the labelled rows
+        Z3 = Z.reshape(len(G), b, g)
+        tot = np.einsum("kn,nkg->kg", u, Z3)
+        out.append((Z3.sum(axis=0).astype(np.float64), np.einsum("n,nkg->kg", diag, Z3).astype(np.float64),
+                    sq.astype(np.float64), tot.astype(np.float64), lab.sum(axis=1).astype(np.float64)))
+    return out
+
+
+def _delta(n, q, sq, tot, m):
+    """Per prompt (…×G): intra, inter, Δ and the weight w = n where Δ is defined, else 0."""
+    rest = m[..., None] - n
+    ok = (n >= 2) & (rest >= 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        intra = np.where(ok, (sq - q) / np.where(ok, n * (n - 1), 1), 0.0)
+        inter = np.where(ok, (tot - sq) / np.where(ok, n * rest, 1), 0.0)
+    return intra, inter, intra - inter, np.where(ok, n, 0.0)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def within_prompt_totals(blocks: PromptBlocks, codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of one labelling (codes per row of X)."""
+    out = np.zeros((blocks.n_prompts, 4 * n_groups))
+    for p, (G, c) in enumerate(zip(blocks.grams, _prompt_codes(blocks, codes))):
+        if len(c) == 0:
+            continue
+        n, q, sq, tot, m = _prompt_products(G, [c[None, :]], [n_groups])[0]
+        intra, inter, delta, w = _delta(n[0], q[0], sq[0], tot[0], m[0])
+        out[p] = np.concatenate([w * delta, w * intra, w * inter, w])
+    return out
+
+
+def within_prompt_statistic(n_groups: int):
+    """Column sums of within_prompt_totals → (…, 3G): wp_gap, wp_intra, wp_inter per group."""
+
+    def stat(s: np.ndarray) -> np.ndarray:
+        G = n_groups
+        w = s[..., 3 * G:]
+        return np.concatenate([_ratio(s[..., :G], w), _ratio(s[..., G:2 * G], w), _ratio(s[..., 2 * G:3 * G], w)],
+                              axis=-1)
+
+    return stat
+
+
+def near_duplicates(blocks: PromptBlocks, n_rows: int, threshold: float) -> np.ndarray:
+    """Per row of X: True where another usable image of the same prompt has cosine ≥ `threshold`."""
+    flag = np.zeros(n_rows, dtype=bool)
+    for r, G in zip(blocks.rows, blocks.grams):
+        if len(r) < 2:
+            continue
+        off = G.copy()
+        np.fill_diagonal(off, -np.inf)
+        flag[r] = off.max(axis=1) >= threshold
+    return flag
+
+
+def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], n_perm: int,
+                               seed: int = 0, design: str = "within", stop_after: int = 0,
+                               first_chunk: int = 32) -> tuple[list[np.ndarray], list[float], int]:
+    """One-sided permutation p-values of every group's within-prompt gap and of each labelling's global
+    statistic (the pooled within-prompt gap Σ w·Δ / Σ w over all groups), from one set of
+    permutations shared by every labelling: each labelling's codes are shuffled among its own labelled
+    rows, within each prompt ('within') or across all prompts ('across'), and all labellings' one-hot
+    columns go through one GEMM per prompt.
+
+    A group's test asks whether its own members are more alike than the prompt's other labelled
+    images; the statistic moves only with that group's pairs, so another homogeneous group does not
+    make it reject (the calibration table's "one homogeneous group among null groups").
+
+    Besag–Clifford sequential stopping (`stop_after` = h > 0): a test whose h-th exceedance comes at
+    permutation L has p = h / L (valid, and exact for clearly large p); the batch stops when every
+    test has h exceedances. Otherwise p = (1 + #{stat_perm ≥ stat_obs}) / (1 + permutations run).
+    Returns (per labelling: G p-values, per labelling: global p, permutations run)."""
+    if design not in DESIGNS:
+        raise ValueError(f"permutation design {design!r}: expected one of {DESIGNS}")
+    sizes = [g for _, g in labellings]
+    per_prompt = [[c[r] for r in blocks.rows] for c, _ in labellings]
+    rng = np.random.default_rng(seed)
+
+    def stats_of(all_codes: list[list[np.ndarray]], b: int) -> np.ndarray:  # → b × Σ(G + 1)
+        acc = [np.zeros((b, 4 * g)) for g in sizes]
+        for p, G in enumerate(blocks.grams):
+            if len(G) == 0:
+                continue
+            products = _prompt_products(G, [all_codes[j][p] for j in range(len(sizes))], sizes)
+            for j, (n, q, sq, tot, m) in enumerate(products):
+                intra, inter, delta, w = _delta(n, q, sq, tot, m)
+                acc[j] += np.concatenate([w * delta, w * intra, w * inter, w], axis=1)
+        parts = []
+        for g, s in zip(sizes, acc):
+            parts.append(_ratio(s[:, :g], s[:, 3 * g:]))
+            parts.append(_ratio(s[:, :g].sum(axis=1, keepdims=True), s[:, 3 * g:].sum(axis=1, keepdims=True)))
+        return np.concatenate(parts, axis=1)
+
+    observed = stats_of([[c[None, :] for c in pc] for pc in per_prompt], 1)[0]
+    T = len(observed)
+    exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
+    done = 0
+    flat = [np.concatenate(pc) if pc else np.zeros(0, np.int64) for pc in per_prompt]
+    lengths = [len(r) for r in blocks.rows]
+    while done < n_perm and not (stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all()):
+        b = min(n_perm - done, first_chunk if done == 0 else done)  # doubling chunks
+        drawn = []
+        for c in flat:
+            lab = c >= 0
+            perm = np.broadcast_to(c, (b, len(c))).copy()
+            if design == "across":
+                perm[:, lab] = rng.permuted(np.broadcast_to(c[lab], (b, int(lab.sum()))), axis=1)
+                drawn.append(np.split(perm, np.cumsum(lengths)[:-1], axis=1))
+                continue
+            pieces = []
+            for piece in np.split(perm, np.cumsum(lengths)[:-1], axis=1):
+                keep = piece[0] >= 0
+                if keep.sum() > 1:
+                    piece[:, keep] = rng.permuted(piece[:, keep], axis=1)
+                pieces.append(piece)
+            drawn.append(pieces)
+        hits = stats_of(drawn, b) >= observed - 1e-6  # NaN (a group absent from a permutation) is no hit
+        cum = exceed + np.cumsum(hits, axis=0)
+        if stop_after > 0:
+            newly = np.isnan(stopped_at) & (cum[-1] >= stop_after)
+            for t in np.flatnonzero(newly):
+                stopped_at[t] = done + 1 + int(np.argmax(cum[:, t] >= stop_after))
+        exceed = cum[-1]
+        done += b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(np.isfinite(stopped_at), stop_after / stopped_at, (1 + exceed) / (1 + done))
+    p = np.where(np.isnan(observed) | (n_perm <= 0), np.nan, p)
+    out, glob, k = [], [], 0
+    for g in sizes:
+        out.append(p[k:k + g])
+        glob.append(float(p[k + g]))
+        k += g + 1
+    return out, glob, done
+
+
+def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, Sequence], *,
+                        categories: dict[str, list] | None = None, n_boot: int = 1000, n_perm: int = 1000,
+                        seed: int = 0, level: float = 0.95, method: str = "percentile", design: str = "within",
+                        stop_after: int = 0, near_dup_cosine: float | None = None, small_group: int = SMALL_GROUP,
+                        paper: bool = True, blocks: PromptBlocks | None = None) -> dict[str, pd.DataFrame]:
+    """Per labelling (e.g. race, L_bin: one label or None per row of X) a table per group:
+
+    the within-prompt gap (wp_intra, wp_inter, wp_gap, its prompt-cluster bootstrap CI wp_gap_lo/hi,
+    wp_gap_se, wp_ci_reason, n_prompts contributing), the one-sided within-prompt permutation p-value
+    of wp_gap > 0 (p_perm) and the labelling's global test (p_global), the near-duplicate rate at
+    cosine ≥ `near_dup_cosine` (near_dup_rate: share of the group's images with another image of the
+    same prompt at least that similar), and with `paper` the paper's unstratified gap (intra, inter,
+    gap, gap_lo, gap_hi: pairs across prompts too) beside it. One pass over X builds the per-prompt
+    Gram matrices shared by every labelling and permutation (and two more for the paper's gap)."""
+    blocks = blocks or prompt_blocks(X, prompts)
+    N = len(blocks.n_dropped)
+    coded = {}
+    for name, labels in labellings.items():
+        cats = (categories or {}).get(name)
+        labels = np.asarray(labels, dtype=object)
+        if cats is None:
+            cats = sorted({v for v in labels if v is not None and v == v and v != ""}, key=str)
+        codes, cats = _codes(labels, cats)
+        codes = np.where(blocks.n_dropped, -1, codes)
+        if cats:
+            coded[name] = (codes, cats)
+    p_group, p_glob, used = ({}, {}, 0)
+    if n_perm > 0 and coded:
+        ps, gs, used = within_prompt_permutations(blocks, [(c, len(k)) for c, k in coded.values()], n_perm, seed,
+                                                  design, stop_after)
+        p_group, p_glob = dict(zip(coded, ps)), dict(zip(coded, gs))
+    dup = near_duplicates(blocks, N, near_dup_cosine) if near_dup_cosine is not None else None
+    out = {}
+    for j, (name, (codes, cats)) in enumerate(coded.items()):
+        G = len(cats)
+        totals = within_prompt_totals(blocks, codes, G)
+        rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
+                         seed=seed + 7919 * (j + 1), method=method)
+        ivs = intervals(rep, level, method)
+        n = np.bincount(codes[codes >= 0], minlength=G)
+        n_prompts = (totals[:, 3 * G:] > 0).sum(axis=0)
+        reason = np.where(n == 0, "empty group", np.where(n_prompts == 0, "no prompt with 2 or more of the group "
+                                                         "and another labelled image: no within-prompt pairs", ""))
+        t = pd.DataFrame({"group": cats, "n": n.astype(int), "n_prompts": n_prompts.astype(int),
+                          "wp_intra": rep.point[G:2 * G], "wp_inter": rep.point[2 * G:], "wp_gap": rep.point[:G],
+                          "wp_gap_lo": [ivs[i].low for i in range(G)], "wp_gap_hi": [ivs[i].high for i in range(G)],
+                          "wp_gap_se": [ivs[i].se for i in range(G)],
+                          "wp_ci_reason": [ivs[i].reason for i in range(G)], "wp_reason": reason,
+                          "small": n < small_group})
+        if n_perm > 0:
+            t["p_perm"], t["p_global"], t["n_perm"], t["design"] = p_group[name], p_glob[name], used, design
+        if dup is not None:
+            k = np.bincount(codes[(codes >= 0) & dup], minlength=G)
+            t["n_near_dup"] = k.astype(int)
+            t["near_dup_rate"] = _ratio(k.astype(float), n.astype(float))
+            t["near_dup_cosine"] = near_dup_cosine
+        if paper:
+            labels = np.array([cats[c] if c >= 0 else None for c in codes], dtype=object)
+            used_rows = ~blocks.n_dropped
+            pr = np.asarray(prompts, dtype=object)
+            un = homogeneity_gap(X, labels, categories=cats, small_group=small_group)
+            un = un.drop(columns=["n", "small"]).rename(columns={"reason": "paper_reason"})
+            t = t.merge(un, on="group")
+            if n_boot > 0:
+                ci = bootstrap_gap(X, labels, np.where(used_rows, pr, None), n_boot=n_boot, seed=seed,
+                                   categories=cats, ci=level, method=method)
+                t = t.merge(ci[["group", "gap_lo", "gap_hi", "gap_se", "ci_reason"]], on="group")
+        t["reason"] = t["wp_reason"]
+        out[name] = t
     return out
