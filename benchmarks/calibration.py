@@ -254,8 +254,8 @@ def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0):
 
 
 def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000):
-    """E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (w = n_pg where n_pg ≥ 2 and another
-    labelled image exists), by brute force: every prompt's full cosine matrix and explicit pair masks."""
+    """E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (w = n_pg (m − n_pg) / m where n_pg ≥ 2
+    and another labelled image exists, else 0), by brute force: every prompt's full cosine matrix and explicit pair masks."""
     key = ("wp", group, m, rho, homogeneous)
     if key not in _TRUTH:
         rng = np.random.default_rng(4242)
@@ -270,8 +270,9 @@ def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000):
                 if g.sum() < 2 or (~g).sum() < 1:
                     continue
                 pair_g = np.outer(g, g) & ~np.eye(m, dtype=bool)
-                num += g.sum() * (K[pair_g].mean() - K[np.outer(g, ~g)].mean())
-                den += g.sum()
+                w = g.sum() * (~g).sum() / m
+                num += w * (K[pair_g].mean() - K[np.outer(g, ~g)].mean())
+                den += w
         _TRUTH[key] = num / den
     return _TRUTH[key]
 

@@ -386,9 +386,13 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 #     inter_pg = S_pg · (S_p − S_pg) / (n_pg (m_p − n_pg))   S_p = Σ x over the labelled images of p
 #     Δ_pg     = intra_pg − inter_pg                          (m_p labelled images, q_pg = Σ ‖x‖²)
 #
-# and averages the prompts with weights w_pg = n_pg where Δ_pg is defined (n_pg ≥ 2, m_p − n_pg ≥ 1),
-# else 0: every image of the group counts once, and a prompt's own level of similarity enters intra
-# and inter with the same weight, so it cancels inside each prompt whatever the group's prompt mix.
+# and averages the prompts with the two-sample weights w_pg = n_pg (m_p − n_pg) / m_p = 1 / (1/n_pg +
+# 1/(m_p − n_pg)) where Δ_pg is defined (n_pg ≥ 2, m_p − n_pg ≥ 1), else 0: a prompt counts as much as
+# its difference of two means is precise (a prompt the group dominates has few "others" to compare
+# with), and a prompt's own level of similarity enters intra and inter with the same weight, so it
+# cancels inside each prompt whatever the group's prompt mix. (Weighting by n_pg alone let a few
+# prompts dominated by the group carry the estimate: its CI covered 0.92-0.93 at 50 prompts against
+# 0.945 with these weights; equal weights per prompt over-cover at 0.97 with a 1.6× wider interval.)
 #
 #     wp_gap_g = Σ_p w_pg Δ_pg / Σ_p w_pg
 #
@@ -471,13 +475,14 @@ def _prompt_products(G: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence
 
 
 def _delta(n, q, sq, tot, m):
-    """Per prompt (…×G): intra, inter, Δ and the weight w = n where Δ is defined, else 0."""
+    """Per prompt (…×G): intra, inter, Δ and the weight w = n (m − n) / m where Δ is defined, else 0."""
     rest = m[..., None] - n
     ok = (n >= 2) & (rest >= 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         intra = np.where(ok, (sq - q) / np.where(ok, n * (n - 1), 1), 0.0)
         inter = np.where(ok, (tot - sq) / np.where(ok, n * rest, 1), 0.0)
-    return intra, inter, intra - inter, np.where(ok, n, 0.0)
+        w = np.where(ok, n * rest / np.where(ok, m[..., None], 1), 0.0)
+    return intra, inter, intra - inter, w
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
