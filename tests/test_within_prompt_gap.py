@@ -150,3 +150,26 @@ def test_two_labellings_share_one_pass_and_agree_with_separate_runs():
     np.testing.assert_allclose(both["L_bin"]["wp_gap"], alone["L_bin"]["wp_gap"], atol=1e-12)
     ref = brute_within(X, prompts, bins, ["<40", "[40,55)"])
     np.testing.assert_allclose(alone["L_bin"]["wp_gap"], [ref["<40"], ref["[40,55)"]], atol=1e-6)
+
+
+def test_within_draws_shuffle_only_inside_each_prompt_among_labelled_rows():
+    rng = np.random.default_rng(10)
+    codes = rng.integers(-1, 3, size=(4, 12)).astype(np.int16)
+    drawn = H._within_draws(codes, 50, rng)
+    assert drawn.shape == (4, 50, 12)
+    for k in range(4):
+        assert ((drawn[k] < 0) == (codes[k] < 0)).all()  # unlabelled rows stay unlabelled
+        for row in drawn[k]:
+            assert sorted(row) == sorted(codes[k])  # the prompt's label multiset is kept
+    assert len({tuple(r) for r in drawn[0]}) > 1
+
+
+def test_across_design_detects_signal():
+    rng = np.random.default_rng(11)
+    P, m = 10, 20
+    prompts = np.repeat(np.arange(P), m)
+    labels = rng.choice(np.array(["a", "b"], dtype=object), size=P * m)
+    X = rng.normal(size=(P * m, 8))
+    X[labels == "a"] += 2.0
+    t = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=99, design="across", paper=False)["r"]
+    assert t.set_index("group").loc["a", "p_perm"] == pytest.approx(1 / 100) and (t["design"] == "across").all()

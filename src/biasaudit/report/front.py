@@ -230,14 +230,19 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
 
 
 def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
-    """Homogeneity gap per model × group (CLIP and face embeddings), with (adjusted) p-values."""
-    b = Block("homogeneity", "Homogeneity gap (intra- minus inter-group cosine similarity; + = more alike)")
+    """Homogeneity per model × group (CLIP and face embeddings): the within-prompt gap (headline, with its
+    CI and adjusted p-value) and the paper's unstratified gap beside it."""
+    b = Block("homogeneity", "Homogeneity gap within prompts (intra- minus inter-group cosine over pairs that share "
+                             "a prompt; + = more alike), the paper's unstratified gap beside it")
     h = t2i.table("homogeneity_by_race")
     _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.homogeneity.compute", h)
     if not h.ok:
         return _missing(b, h)
     df = h.df
-    gap, lo, hi = col(df, "gap"), col(df, "gap_lo", "gap_low"), col(df, "gap_hi", "gap_high")
+    wp = col(df, "wp_gap")
+    gap, lo, hi = (wp, col(df, "wp_gap_lo"), col(df, "wp_gap_hi")) if wp else (
+        col(df, "gap"), col(df, "gap_lo", "gap_low"), col(df, "gap_hi", "gap_high"))
+    paper = col(df, "gap") if wp else None
     padj, p = col(df, "p_adjusted", "p_adj"), col(df, "p_value", "p_perm", "p")
     if not gap or "group" not in df:
         b.note = f"homogeneity_by_race lacks group/gap (has: {', '.join(df.columns)})"
@@ -256,22 +261,37 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
                 r = sub.loc[g]
                 pv = r[padj] if padj else (r[p] if p else None)
                 row[g] = ci(r[gap], r[lo] if lo else None, r[hi] if hi else None) + (
-                    f" p{'adj' if padj else ''}={pval(pv)}" if pv is not None else "")
+                    f" p{'adj' if padj else ''}={pval(pv)}" if pv is not None else "") + (
+                    f" · paper (unstratified) {fmt(r[paper])}" if paper else "")
             else:
                 row[g] = "—"
         rows.append(row)
     b.html = _table(pd.DataFrame(rows))
+    what_gap = "within-prompt gaps" if wp else "homogeneity gaps"
     key = padj or p
     if key:
         sig = df[df[key].map(num) < ALPHA].dropna(subset=[gap])
         what = "after adjustment" if padj else "(permutation test, unadjusted)"
         if len(sig):
             top = sig.reindex(sig[gap].abs().sort_values(ascending=False).index).iloc[0]
-            b.findings.append(f"{len(sig)} of {df[gap].notna().sum()} homogeneity gaps are significant {what}; the "
+            b.findings.append(f"{len(sig)} of {df[gap].notna().sum()} {what_gap} are significant {what}; the "
                               f"largest: {top['group']} in {top['model']} ({top.get('space', '')} embeddings), gap "
-                              f"{ci(top[gap], top.get(lo), top.get(hi))}.")
+                              f"{ci(top[gap], top.get(lo), top.get(hi))}"
+                              + (f"; paper (unstratified) gap {fmt(top[paper])}." if paper else "."))
         else:
-            b.findings.append(f"No homogeneity gap is significant {what} ({df[gap].notna().sum()} gaps).")
+            b.findings.append(f"No {what_gap[:-1]} is significant {what} ({df[gap].notna().sum()} gaps).")
+    if paper:
+        both = df[[gap, paper]].map(num).dropna()
+        if len(both):
+            b.findings.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a "
+                              f"group's prompt concentration as homogeneity), differs from the within-prompt gap by "
+                              f"up to {fmt(float((both[paper] - both[gap]).abs().max()))}.")
+    dup = col(df, "near_dup_rate")
+    if dup and df[dup].map(num).notna().any():
+        worst = df.loc[df[dup].map(num).idxmax()]
+        b.findings.append(f"Near-duplicates (another image of the same prompt at cosine ≥ "
+                          f"{fmt(num(worst.get('near_dup_cosine')))}): at most {fmt(num(worst[dup]))} of a group's "
+                          f"images ({worst['group']} in {worst['model']}, {worst.get('space', '')} embeddings).")
     base = t2i.table("homogeneity_vs_baseline")
     if base.ok and col(base.df, "gap_minus_baseline"):
         b.downloads.append((base.path.name, _rel(reports, base.path)))

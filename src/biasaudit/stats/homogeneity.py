@@ -405,16 +405,18 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 
 @dataclass
 class PromptBlocks:
-    """Per prompt: the rows of X (usable ones only), their unit-row Gram matrix and its diagonal."""
+    """Per prompt: the rows of X (usable ones only) and their unit-row Gram matrix. Prompts with the same
+    number of usable rows share one size class: their Gram matrices are stacked (k × n × n), so every
+    later step is a batched GEMM over equal prompt blocks instead of a loop over prompts."""
 
-    prompts: list  # prompt names, in the order of `grams`
+    prompts: list  # prompt names
     rows: list[np.ndarray]  # per prompt: indices into X of its usable rows
-    grams: list[np.ndarray]  # per prompt: float32 (n_p × n_p) Gram matrix of the unit rows
     n_dropped: np.ndarray  # per row of X: True where the row was zero or not finite (left out)
+    classes: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (prompt indices k, rows k×n, Grams k×n×n)
 
     @property
     def n_prompts(self) -> int:
-        return len(self.grams)
+        return len(self.prompts)
 
 
 def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> PromptBlocks:
@@ -438,40 +440,49 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
             Xp = Xp * (1.0 / np.sqrt(sq)).astype(dtype)[:, None]
         rows.append(idx)
         grams.append(Xp @ Xp.T)
-    return PromptBlocks(list(names), rows, grams, dropped)
+    classes = []
+    sizes = np.array([len(r) for r in rows])
+    for n in np.unique(sizes[sizes > 0]):
+        members = np.flatnonzero(sizes == n)
+        classes.append((members, np.stack([rows[p] for p in members]), np.stack([grams[p] for p in members])))
+    return PromptBlocks(list(names), rows, dropped, classes)
 
 
-def _prompt_codes(blocks: PromptBlocks, codes: np.ndarray) -> list[np.ndarray]:
-    return [codes[r] for r in blocks.rows]
+Z_BUDGET = 4_000_000  # float32 cells of one one-hot batch (16 MB): prompts of a class go in sub-batches
 
 
-def _one_hot(codes: np.ndarray, n_groups: int) -> np.ndarray:
-    """(n, b·G) float32 one-hot of (b, n) codes (−1 = no group), column k·G + g."""
-    b, n = codes.shape
-    Z = np.zeros((n, b, n_groups), np.float32)
-    k, i = np.nonzero(codes >= 0)
-    Z[i, k, codes[k, i]] = 1.0
-    return Z.reshape(n, b * n_groups)
-
-
-def _prompt_products(G: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
-    """For each labelling's (b, n) label codes of one prompt: n_pg, q_pg, ‖S_pg‖², S_pg·S_p (each b × G)
-    and m_p (b,), from one GEMM of the prompt's Gram matrix against every labelling's one-hot columns."""
-    Zs = [_one_hot(c, g) for c, g in zip(codes, sizes)]
-    GZ = G @ (np.hstack(Zs) if len(Zs) > 1 else Zs[0])
-    diag = np.diagonal(G).astype(np.float32)
-    out, start = [], 0
-    for c, g, Z in zip(codes, sizes, Zs):
-        b = c.shape[0]
-        sq = np.einsum("ij,ij->j", Z, GZ[:, start:start + Z.shape[1]]).reshape(b, g)
-        start += Z.shape[1]
-        lab = (c >= 0).astype(np.float32)  # b × n
-        u = lab @ G  # b × n: x_i · S_p, S_p the sum over the labelled rows
-        Z3 = Z.reshape(len(G), b, g)
-        tot = np.einsum("kn,nkg->kg", u, Z3)
-        out.append((Z3.sum(axis=0).astype(np.float64), np.einsum("n,nkg->kg", diag, Z3).astype(np.float64),
-                    sq.astype(np.float64), tot.astype(np.float64), lab.sum(axis=1).astype(np.float64)))
+def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.ndarray]:
+    """Per labelling: (k, b, 4G) per-prompt terms [w·Δ, w·intra, w·inter, w] for (k, b, n) label codes
+    (−1 = no group) of k equal-size prompts with Gram matrices Gs (k × n × n). Every labelling's one-hot
+    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled."""
+    k, n, _ = Gs.shape
+    b = codes[0].shape[1]
+    C = int(sum(sizes))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    Z = np.zeros((k, n, b, C), np.float32)
+    for c, off in zip(codes, offsets):
+        kk, bb, nn = np.nonzero(c >= 0)
+        Z[kk, nn, bb, c[kk, bb, nn] + off] = 1.0
+    GZ = np.matmul(Gs, Z.reshape(k, n, b * C)).reshape(k, n, b, C)
+    sq = np.einsum("knbc,knbc->kbc", Z, GZ, dtype=np.float64)
+    del GZ
+    diag = np.diagonal(Gs, axis1=1, axis2=2)
+    q = np.einsum("kn,knbc->kbc", diag, Z, dtype=np.float64)
+    cnt = Z.sum(axis=1, dtype=np.float64)
+    out = []
+    for j, c in enumerate(codes):
+        sl = slice(offsets[j], offsets[j + 1])
+        lab = (c >= 0).astype(np.float32)  # k × b × n
+        u = np.matmul(lab, Gs)  # x_i · S_p, S_p the sum over the prompt's labelled rows
+        tot = np.einsum("kbn,knbg->kbg", u, Z[..., sl], dtype=np.float64)
+        intra, inter, delta, w = _delta(cnt[..., sl], q[..., sl], sq[..., sl], tot, lab.sum(axis=-1, dtype=np.float64))
+        out.append(np.concatenate([w * delta, w * intra, w * inter, w], axis=-1))
     return out
+
+
+def _class_batches(k: int, n: int, b: int, C: int):
+    step = max(1, Z_BUDGET // max(1, n * b * C))
+    return [slice(s, min(k, s + step)) for s in range(0, k, step)]
 
 
 def _delta(n, q, sq, tot, m):
@@ -493,12 +504,9 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 def within_prompt_totals(blocks: PromptBlocks, codes: np.ndarray, n_groups: int) -> np.ndarray:
     """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of one labelling (codes per row of X)."""
     out = np.zeros((blocks.n_prompts, 4 * n_groups))
-    for p, (G, c) in enumerate(zip(blocks.grams, _prompt_codes(blocks, codes))):
-        if len(c) == 0:
-            continue
-        n, q, sq, tot, m = _prompt_products(G, [c[None, :]], [n_groups])[0]
-        intra, inter, delta, w = _delta(n[0], q[0], sq[0], tot[0], m[0])
-        out[p] = np.concatenate([w * delta, w * intra, w * inter, w])
+    for members, rows, Gs in blocks.classes:
+        for sl in _class_batches(len(members), rows.shape[1], 1, n_groups):
+            out[members[sl]] = _class_terms(Gs[sl], [codes[rows[sl]][:, None, :]], [n_groups])[0][:, 0]
     return out
 
 
@@ -517,23 +525,42 @@ def within_prompt_statistic(n_groups: int):
 def near_duplicates(blocks: PromptBlocks, n_rows: int, threshold: float) -> np.ndarray:
     """Per row of X: True where another usable image of the same prompt has cosine ≥ `threshold`."""
     flag = np.zeros(n_rows, dtype=bool)
-    for r, G in zip(blocks.rows, blocks.grams):
-        if len(r) < 2:
+    for _, rows, Gs in blocks.classes:
+        if rows.shape[1] < 2:
             continue
-        off = G.copy()
-        np.fill_diagonal(off, -np.inf)
-        flag[r] = off.max(axis=1) >= threshold
+        eye = np.eye(rows.shape[1], dtype=bool)
+        flag[rows] = np.where(eye, -np.inf, Gs).max(axis=2) >= threshold
     return flag
+
+
+def _within_draws(codes: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
+    """(k, b, n) codes: each prompt's labelled codes shuffled among its labelled rows (−1 rows stay)."""
+    k, n = codes.shape
+    out = np.full((k, b, n), -1, dtype=codes.dtype)
+    labelled = (codes >= 0).sum(axis=1)
+    pos = np.argsort(codes < 0, axis=1, kind="stable")  # each prompt's labelled positions first
+    for m in np.unique(labelled):
+        if m == 0:
+            continue
+        sel = np.flatnonzero(labelled == m)
+        at = pos[sel, :m]
+        packed = np.take_along_axis(codes[sel], at, axis=1)
+        drawn = rng.permuted(np.broadcast_to(packed[:, None, :], (len(sel), b, m)), axis=2)
+        block = out[sel]
+        np.put_along_axis(block, np.broadcast_to(at[:, None, :], (len(sel), b, m)), drawn, axis=2)
+        out[sel] = block
+    return out
 
 
 def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], n_perm: int,
                                seed: int = 0, design: str = "within", stop_after: int = 0,
-                               first_chunk: int = 32) -> tuple[list[np.ndarray], list[float], int]:
+                               first_chunk: int = 32, max_chunk: int = 256) -> tuple[list[np.ndarray], list[float], int]:
     """One-sided permutation p-values of every group's within-prompt gap and of each labelling's global
     statistic (the pooled within-prompt gap Σ w·Δ / Σ w over all groups), from one set of
     permutations shared by every labelling: each labelling's codes are shuffled among its own labelled
-    rows, within each prompt ('within') or across all prompts ('across'), and all labellings' one-hot
-    columns go through one GEMM per prompt.
+    rows (unlabelled rows keep weight 0), within each prompt ('within') or across all prompts
+    ('across'), and all labellings' one-hot columns go through one batched GEMM per class of
+    equal-size prompts.
 
     A group's test asks whether its own members are more alike than the prompt's other labelled
     images; the statistic moves only with that group's pairs, so another homogeneous group does not
@@ -546,55 +573,50 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     if design not in DESIGNS:
         raise ValueError(f"permutation design {design!r}: expected one of {DESIGNS}")
     sizes = [g for _, g in labellings]
-    per_prompt = [[c[r] for r in blocks.rows] for c, _ in labellings]
+    C = int(sum(sizes))
+    codes = [np.asarray(c, dtype=np.int16) for c, _ in labellings]
     rng = np.random.default_rng(seed)
+    N = len(blocks.n_dropped)
+    usable = np.zeros(N, dtype=bool)
+    for r in blocks.rows:
+        usable[r] = True
 
-    def stats_of(all_codes: list[list[np.ndarray]], b: int) -> np.ndarray:  # → b × Σ(G + 1)
-        acc = [np.zeros((b, 4 * g)) for g in sizes]
-        for p, G in enumerate(blocks.grams):
-            if len(G) == 0:
-                continue
-            products = _prompt_products(G, [all_codes[j][p] for j in range(len(sizes))], sizes)
-            for j, (n, q, sq, tot, m) in enumerate(products):
-                intra, inter, delta, w = _delta(n, q, sq, tot, m)
-                acc[j] += np.concatenate([w * delta, w * intra, w * inter, w], axis=1)
+    def stats_of(drawn: list[list[np.ndarray]], b: int) -> np.ndarray:
+        """drawn[labelling][size class]: (k, b, n) codes → (b, Σ(G + 1)) statistics."""
+        acc = None
+        for ci, (members, rows, Gs) in enumerate(blocks.classes):
+            for sl in _class_batches(len(members), rows.shape[1], b, C):
+                terms = _class_terms(Gs[sl], [d[ci][sl] for d in drawn], sizes)
+                sums = [t.sum(axis=0) for t in terms]
+                acc = sums if acc is None else [a + s for a, s in zip(acc, sums)]
         parts = []
         for g, s in zip(sizes, acc):
             parts.append(_ratio(s[:, :g], s[:, 3 * g:]))
             parts.append(_ratio(s[:, :g].sum(axis=1, keepdims=True), s[:, 3 * g:].sum(axis=1, keepdims=True)))
         return np.concatenate(parts, axis=1)
 
-    observed = stats_of([[c[None, :] for c in pc] for pc in per_prompt], 1)[0]
+    observed = stats_of([[c[rows][:, None, :] for _, rows, _ in blocks.classes] for c in codes], 1)[0]
     T = len(observed)
     exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
     done = 0
-    flat = [np.concatenate(pc) if pc else np.zeros(0, np.int64) for pc in per_prompt]
-    lengths = [len(r) for r in blocks.rows]
     while done < n_perm and not (stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all()):
-        b = min(n_perm - done, first_chunk if done == 0 else done)  # doubling chunks
-        drawn = []
-        for c in flat:
-            lab = c >= 0
-            perm = np.broadcast_to(c, (b, len(c))).copy()
-            if design == "across":
-                perm[:, lab] = rng.permuted(np.broadcast_to(c[lab], (b, int(lab.sum()))), axis=1)
-                drawn.append(np.split(perm, np.cumsum(lengths)[:-1], axis=1))
-                continue
-            pieces = []
-            for piece in np.split(perm, np.cumsum(lengths)[:-1], axis=1):
-                keep = piece[0] >= 0
-                if keep.sum() > 1:
-                    piece[:, keep] = rng.permuted(piece[:, keep], axis=1)
-                pieces.append(piece)
-            drawn.append(pieces)
-        hits = stats_of(drawn, b) >= observed - 1e-6  # NaN (a group absent from a permutation) is no hit
+        b_now = min(n_perm - done, first_chunk if done == 0 else min(done, max_chunk))  # doubling chunks
+        if design == "within":
+            drawn = [[_within_draws(c[rows], b_now, rng) for _, rows, _ in blocks.classes] for c in codes]
+        else:
+            drawn = []
+            for c in codes:
+                lab = np.flatnonzero(usable & (c >= 0))
+                full = np.full((b_now, N), -1, dtype=np.int16)
+                full[:, lab] = rng.permuted(np.broadcast_to(c[lab], (b_now, len(lab))), axis=1)
+                drawn.append([full[:, rows].transpose(1, 0, 2) for _, rows, _ in blocks.classes])
+        hits = stats_of(drawn, b_now) >= observed - 1e-6  # NaN is no hit
         cum = exceed + np.cumsum(hits, axis=0)
         if stop_after > 0:
-            newly = np.isnan(stopped_at) & (cum[-1] >= stop_after)
-            for t in np.flatnonzero(newly):
+            for t in np.flatnonzero(np.isnan(stopped_at) & (cum[-1] >= stop_after)):
                 stopped_at[t] = done + 1 + int(np.argmax(cum[:, t] >= stop_after))
         exceed = cum[-1]
-        done += b
+        done += b_now
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(np.isfinite(stopped_at), stop_after / stopped_at, (1 + exceed) / (1 + done))
     p = np.where(np.isnan(observed) | (n_perm <= 0), np.nan, p)
