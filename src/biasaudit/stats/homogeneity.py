@@ -464,17 +464,18 @@ def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[in
         kk, bb, nn = np.nonzero(c >= 0)
         Z[kk, nn, bb, c[kk, bb, nn] + off] = 1.0
     GZ = np.matmul(Gs, Z.reshape(k, n, b * C)).reshape(k, n, b, C)
-    sq = np.einsum("knbc,knbc->kbc", Z, GZ, dtype=np.float64)
+    sq = np.einsum("knbc,knbc->kbc", Z, GZ).astype(np.float64)  # float32 sums of ≤ n terms, then float64
     del GZ
     diag = np.diagonal(Gs, axis1=1, axis2=2)
-    q = np.einsum("kn,knbc->kbc", diag, Z, dtype=np.float64)
-    cnt = Z.sum(axis=1, dtype=np.float64)
+    q = np.einsum("kn,knbc->kbc", diag, Z).astype(np.float64)
+    cnt = Z.sum(axis=1).astype(np.float64)
     out = []
     for j, c in enumerate(codes):
         sl = slice(offsets[j], offsets[j + 1])
         lab = (c >= 0).astype(np.float32)  # k × b × n
-        u = np.matmul(lab, Gs)  # x_i · S_p, S_p the sum over the prompt's labelled rows
-        tot = np.einsum("kbn,knbg->kbg", u, Z[..., sl], dtype=np.float64)
+        same = b > 1 and bool((lab == lab[:, :1]).all())  # within-prompt shuffles keep the labelled rows
+        u = np.matmul(lab[:, :1] if same else lab, Gs)  # x_i · S_p, S_p the sum over the prompt's labelled rows
+        tot = np.einsum("kbn,knbg->kbg", u, Z[..., sl]).astype(np.float64)
         intra, inter, delta, w = _delta(cnt[..., sl], q[..., sl], sq[..., sl], tot, lab.sum(axis=-1, dtype=np.float64))
         out.append(np.concatenate([w * delta, w * intra, w * inter, w], axis=-1))
     return out
