@@ -522,7 +522,9 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
 FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "homogeneity gap CI (smallest group, true gap 0)",
         "homogeneity permutation test, within prompts (prompt-confounded null)",
-        "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)")
+        "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)",
+        "within-prompt gap CI (homogeneous group, population estimand)",
+        "within-prompt test, null group beside a homogeneous one (white)")
 
 
 def flag(row: dict, note: str) -> str:
