@@ -459,10 +459,8 @@ def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[in
     b = codes[0].shape[1]
     C = int(sum(sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    Z = np.zeros((k, n, b, C), np.float32)
-    for c, off in zip(codes, offsets):
-        kk, bb, nn = np.nonzero(c >= 0)
-        Z[kk, nn, bb, c[kk, bb, nn] + off] = 1.0
+    Z = np.concatenate([np.swapaxes(c, 1, 2)[..., None] == np.arange(g, dtype=c.dtype) for c, g in zip(codes, sizes)],
+                       axis=-1).astype(np.float32)  # k × n × b × C one-hot (code −1 matches no column)
     GZ = np.matmul(Gs, Z.reshape(k, n, b * C)).reshape(k, n, b, C)
     sq = np.einsum("knbc,knbc->kbc", Z, GZ).astype(np.float64)  # float32 sums of ≤ n terms, then float64
     del GZ

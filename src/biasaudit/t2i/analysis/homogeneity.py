@@ -3,9 +3,12 @@ by race and by L* bin, per model and embedding space (biasaudit.stats.homogeneit
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Result
@@ -21,36 +24,50 @@ def _labels(meta: pd.DataFrame, by: str):
     return meta[by].astype(object).where(lambda s: s.notna() & (s != ""), None).to_numpy()
 
 
+def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -> dict[str, pd.DataFrame]:
+    """Every labelling's table for one model and embedding space (one pass over its X)."""
+    a = cfg.analyze
+    loaded = load_embeddings(inputs.root, model, space)
+    if loaded is None or len(loaded[0]) == 0:
+        return {}
+    index, X = loaded
+    meta = _embedding_meta(inputs, index, model)
+    prompts = meta["prompt_id"].fillna("?").to_numpy()
+    labellings = {by: _labels(meta, by) for by in BYS if meta[by].notna().any()}
+    if not labellings:
+        return {}
+    blocks = prompt_blocks(X, prompts)  # one pass over X: every labelling and permutation reuses it
+    out = within_prompt_table(X, prompts, labellings, n_boot=boot.n_boot, n_perm=a.n_permutations,
+                              seed=derive_seed(boot.seed, "homogeneity", model, space), level=boot.level,
+                              method=boot.method, design=boot.permutation_design,
+                              stop_after=a.permutation_stop_after, near_dup_cosine=a.near_duplicate_cosine,
+                              small_group=a.min_group_size, blocks=blocks)
+    for by, t in out.items():
+        t = t.assign(model=model, space=space, grouping=by)
+        if "p_perm" in t:
+            t["p_value"] = t["p_perm"]
+        out[by] = t
+    return out
+
+
 def compute(inputs: Inputs, cfg: Any) -> Result:
     """Gap tables by race and by L* bin, per model and embedding space: the within-prompt gap (pairs
     that share a prompt, prompt-cluster bootstrap CI, one-sided within-prompt permutation test per
-    group and a global test, near-duplicate rates) and the paper's unstratified gap beside it."""
+    group and a global test, near-duplicate rates) and the paper's unstratified gap beside it.
+
+    The (model, space) units run on every core, each with 1 BLAS thread: the permutation test is many
+    small GEMMs (a prompt's Gram matrix against one-hot columns), which multi-threaded BLAS slows
+    down (6× at 2 threads on 2 busy cores, benchmarks/bench_analyze.py). Every unit has its own seed,
+    so the tables do not depend on the number of workers."""
     a = cfg.analyze
     boot = Boot.of(cfg)
     res = Result("homogeneity", "Homogeneity gap (CLIP and face embeddings)")
-    tables: dict[str, list[pd.DataFrame]] = {by: [] for by in BYS}
-    for model in inputs.models:
-        for space in SPACES:
-            loaded = load_embeddings(inputs.root, model, space)
-            if loaded is None or len(loaded[0]) == 0:
-                continue
-            index, X = loaded
-            meta = _embedding_meta(inputs, index, model)
-            prompts = meta["prompt_id"].fillna("?").to_numpy()
-            labellings = {by: _labels(meta, by) for by in BYS if meta[by].notna().any()}
-            if not labellings:
-                continue
-            blocks = prompt_blocks(X, prompts)  # one pass over X: every labelling and permutation reuses it
-            out = within_prompt_table(X, prompts, labellings, n_boot=boot.n_boot, n_perm=a.n_permutations,
-                                      seed=derive_seed(boot.seed, "homogeneity", model, space), level=boot.level,
-                                      method=boot.method, design=boot.permutation_design,
-                                      stop_after=a.permutation_stop_after, near_dup_cosine=a.near_duplicate_cosine,
-                                      small_group=a.min_group_size, blocks=blocks)
-            for by, t in out.items():
-                t = t.assign(model=model, space=space, grouping=by)
-                if "p_perm" in t:
-                    t["p_value"] = t["p_perm"]
-                tables[by].append(t)
+    units = [(model, space) for model in inputs.models for space in SPACES]
+    workers = max(1, min(len(units), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                         else os.cpu_count() or 1))
+    with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(lambda u: _model_space(inputs, cfg, boot, *u), units))
+    tables: dict[str, list[pd.DataFrame]] = {by: [p[by] for p in parts if by in p] for by in BYS}
     if not any(tables.values()):
         res.status, res.reason = NO_DATA, ("no embeddings under data/t2i/embeddings/ for any model"
                                            if inputs.models else "no models found")
