@@ -12,8 +12,8 @@ BLAS threads as the stage leaves them (the library default: every core), figures
 SVG by the stage's OutputWriter. Repetitions are interleaved (read, stage, read, stage, …) and the
 medians reported, with the load average: the ratio stage / read is what carries across machines.
 
-Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one fused
-pass building the per-prompt Gram matrices + the per-prompt totals) against one pass over X
+Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one pass
+for the per-(prompt, group) sums, then the per-prompt totals) against one pass over X
 (X.sum(axis=0)), both at 1 BLAS thread (threadpoolctl); the peak memory of its permutation test beyond
 X (tracemalloc), with the 2% unlabelled rows.
 
@@ -201,9 +201,10 @@ def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
     race = meta["race"].astype(object).where(meta["race"].notna(), None).to_numpy()
     codes, cats = H._codes(race)
 
-    def gap():
-        blocks = H.prompt_blocks(X, prompts)
-        return H.within_prompt_totals(blocks, codes, len(cats))
+    pcodes, pnames = H._codes(prompts)
+
+    def gap():  # the point estimate: one pass for the per-(prompt, group) sums, then P·G·d
+        return H.within_prompt_totals_from_cells(*H.cell_sums(X, codes, pcodes, len(cats), len(pnames)))
 
     with threadpool_limits(1):
         gap()

@@ -173,3 +173,16 @@ def test_across_design_detects_signal():
     X[labels == "a"] += 2.0
     t = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=99, design="across", paper=False)["r"]
     assert t.set_index("group").loc["a", "p_perm"] == pytest.approx(1 / 100) and (t["design"] == "across").all()
+
+
+def test_paper_gap_beside_it_equals_the_unstratified_functions():
+    """The paper's gap and CI in the table (from the same one-pass cell sums) equal homogeneity_gap and
+    bootstrap_gap, which are checked against brute force in test_homogeneity.py."""
+    X, prompts, labels = _data(12)
+    X[7] = 0.0
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=200, n_perm=0, seed=5)["race"].set_index("group")
+    ref = H.homogeneity_gap(X, labels, categories=["a", "b", "c"]).set_index("group")
+    ci = H.bootstrap_gap(X, labels, prompts, n_boot=200, seed=5, categories=["a", "b", "c"]).set_index("group")
+    np.testing.assert_allclose(t["gap"], ref["gap"], atol=1e-9)
+    np.testing.assert_allclose(t[["gap_lo", "gap_hi"]], ci[["gap_lo", "gap_hi"]], atol=1e-9)
+    assert (t["n_dropped"] == ref["n_dropped"]).all()

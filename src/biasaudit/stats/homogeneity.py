@@ -162,10 +162,20 @@ def cell_products(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_group
                   normalise: bool = True) -> dict[str, np.ndarray]:
     """Per (cluster, group) cell sums reduced to Gram matrices: K[g] (P×P) = S_cg·S_c'g,
     T[g] (P×P) = S_cg·S_c' (S_c the cluster's total), counts n (P×G) and Σ‖x‖² q (P×G)."""
+    return products_from_cells(*cell_sums(X, gcodes, ccodes, n_groups, n_clusters, normalise))
+
+
+def cell_sums(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_groups: int, n_clusters: int,
+              normalise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pass over X: per (cluster, group) cell the sum of the unit rows S (P×G×d), the count n and
+    Σ‖x‖² q (P×G)."""
     cell = np.where((gcodes >= 0) & (ccodes >= 0), ccodes * n_groups + gcodes, -1)
     S, n, q, _ = one_pass(X, cell, n_clusters * n_groups, normalise)
-    S = S.reshape(n_clusters, n_groups, -1)
-    n, q = n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups)
+    return (S.reshape(n_clusters, n_groups, -1), n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups))
+
+
+def products_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
+    """cell_products from the cell sums (P×G×d, P×G, P×G)."""
     Sg = np.moveaxis(S, 1, 0)  # G×P×d
     K = Sg @ Sg.transpose(0, 2, 1)  # BLAS; einsum without optimize would loop
     T = Sg @ S.sum(axis=1).T
@@ -509,6 +519,15 @@ def within_prompt_totals(blocks: PromptBlocks, codes: np.ndarray, n_groups: int)
     return out
 
 
+def within_prompt_totals_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """within_prompt_totals from the per-(prompt, group) sums of one pass over X (cell_sums): ‖S_pg‖²
+    and S_pg · S_p need no pair, so the point estimate and its bootstrap cost one pass."""
+    sq = np.einsum("pgd,pgd->pg", S, S)
+    tot = np.einsum("pgd,pd->pg", S, S.sum(axis=1))
+    intra, inter, delta, w = _delta(n, q, sq, tot, n.sum(axis=1))
+    return np.concatenate([w * delta, w * intra, w * inter, w], axis=1)
+
+
 def within_prompt_statistic(n_groups: int):
     """Column sums of within_prompt_totals → (…, 3G): wp_gap, wp_intra, wp_inter per group."""
 
@@ -639,20 +658,25 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     of wp_gap > 0 (p_perm) and the labelling's global test (p_global), the near-duplicate rate at
     cosine ≥ `near_dup_cosine` (near_dup_rate: share of the group's images with another image of the
     same prompt at least that similar), and with `paper` the paper's unstratified gap (intra, inter,
-    gap, gap_lo, gap_hi: pairs across prompts too) beside it. One pass over X builds the per-prompt
-    Gram matrices shared by every labelling and permutation (and two more for the paper's gap)."""
-    blocks = blocks or prompt_blocks(X, prompts)
+    gap, gap_lo, gap_hi: pairs across prompts too) beside it. Per labelling, one pass over X gives the
+    per-(prompt, group) sums behind both gaps and their bootstraps; the per-prompt Gram matrices (one
+    more pass, `blocks`) serve only the permutation test and the near-duplicates, and are built only
+    when one of them is asked for."""
+    if blocks is None and (n_perm > 0 or near_dup_cosine is not None):
+        blocks = prompt_blocks(X, prompts)
+    elif blocks is None:  # no pairs needed: only the names of the prompts and the unusable rows
+        blocks = PromptBlocks(_codes(prompts)[1], [], row_scales(X) == 0, [])
     N = len(blocks.n_dropped)
-    coded = {}
+    coded, dropped = {}, {}
     for name, labels in labellings.items():
         cats = (categories or {}).get(name)
         labels = np.asarray(labels, dtype=object)
         if cats is None:
             cats = sorted({v for v in labels if v is not None and v == v and v != ""}, key=str)
         codes, cats = _codes(labels, cats)
-        codes = np.where(blocks.n_dropped, -1, codes)
         if cats:
-            coded[name] = (codes, cats)
+            coded[name] = (np.where(blocks.n_dropped, -1, codes), cats)
+            dropped[name] = np.bincount(codes[blocks.n_dropped & (codes >= 0)], minlength=len(cats))
     p_group, p_glob, used = ({}, {}, 0)
     if n_perm > 0 and coded:
         ps, gs, used = within_prompt_permutations(blocks, [(c, len(k)) for c, k in coded.values()], n_perm, seed,
@@ -660,9 +684,11 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         p_group, p_glob = dict(zip(coded, ps)), dict(zip(coded, gs))
     dup = near_duplicates(blocks, N, near_dup_cosine) if near_dup_cosine is not None else None
     out = {}
+    pcodes = _codes(prompts)[0]  # the order of blocks.prompts
     for j, (name, (codes, cats)) in enumerate(coded.items()):
         G = len(cats)
-        totals = within_prompt_totals(blocks, codes, G)
+        S, n_c, q_c = cell_sums(X, codes, pcodes, G, blocks.n_prompts)  # one pass: point, CI, paper gap
+        totals = within_prompt_totals_from_cells(S, n_c, q_c)
         rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
                          seed=seed + 7919 * (j + 1), method=method)
         ivs = intervals(rep, level, method)
@@ -683,17 +709,21 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
             t["n_near_dup"] = k.astype(int)
             t["near_dup_rate"] = _ratio(k.astype(float), n.astype(float))
             t["near_dup_cosine"] = near_dup_cosine
-        if paper:
-            labels = np.array([cats[c] if c >= 0 else None for c in codes], dtype=object)
-            used_rows = ~blocks.n_dropped
-            pr = np.asarray(prompts, dtype=object)
-            un = homogeneity_gap(X, labels, categories=cats, small_group=small_group)
-            un = un.drop(columns=["n", "small"]).rename(columns={"reason": "paper_reason"})
-            t = t.merge(un, on="group")
+        if paper:  # the paper's unstratified gap (pairs across prompts too) from the same cells
+            prep = replicates(gap_weight_statistic(products_from_cells(S, n_c, q_c)), blocks.n_prompts,
+                              n_boot=n_boot, seed=seed, method=method)
+            piv = intervals(prep, level, method)
+            raw = dropped[name]
+            why = _reasons(n).astype(object)
+            for i, kd in enumerate(raw):
+                if kd:
+                    why[i] = "; ".join(r for r in (why[i], f"{kd} zero or non-finite embedding rows dropped") if r)
+            t = t.assign(intra=prep.point[:G], inter=prep.point[G:2 * G], gap=prep.point[2 * G:],
+                         n_dropped=raw.astype(int), paper_reason=why)
             if n_boot > 0:
-                ci = bootstrap_gap(X, labels, np.where(used_rows, pr, None), n_boot=n_boot, seed=seed,
-                                   categories=cats, ci=level, method=method)
-                t = t.merge(ci[["group", "gap_lo", "gap_hi", "gap_se", "ci_reason"]], on="group")
+                t = t.assign(gap_lo=[piv[2 * G + i].low for i in range(G)], gap_hi=[piv[2 * G + i].high for i in range(G)],
+                             gap_se=[piv[2 * G + i].se for i in range(G)],
+                             ci_reason=[piv[2 * G + i].reason for i in range(G)])
         t["reason"] = t["wp_reason"]
         out[name] = t
     return out
