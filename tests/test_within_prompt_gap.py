@@ -86,12 +86,12 @@ def test_bootstrap_replicate_equals_brute_force_on_duplicated_prompts():
     from biasaudit.stats.resample import sums_statistic
 
     X, prompts, labels = _data(5, P=5)
-    blocks = H.prompt_blocks(X, prompts)
     codes, cats = H._codes(labels, ["a", "b", "c"])
-    stat = sums_statistic(H.within_prompt_totals(blocks, codes, 3), H.within_prompt_statistic(3))
+    pcodes, names = H._codes(prompts)
+    totals = H.within_prompt_totals_from_cells(*H.cell_sums(X, codes, pcodes, 3, len(names)))
+    stat = sums_statistic(totals, H.within_prompt_statistic(3))
     w = np.array([[2.0, 0, 1, 0, 2]])
     got = stat(w)[0, :3]
-    names = blocks.prompts
     rows, new_prompts = [], []
     for k, p in enumerate(names):
         for copy in range(int(w[0, k])):

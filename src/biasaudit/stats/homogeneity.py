@@ -510,18 +510,10 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
-def within_prompt_totals(blocks: PromptBlocks, codes: np.ndarray, n_groups: int) -> np.ndarray:
-    """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of one labelling (codes per row of X)."""
-    out = np.zeros((blocks.n_prompts, 4 * n_groups))
-    for members, rows, Gs in blocks.classes:
-        for sl in _class_batches(len(members), rows.shape[1], 1, n_groups):
-            out[members[sl]] = _class_terms(Gs[sl], [codes[rows[sl]][:, None, :]], [n_groups])[0][:, 0]
-    return out
-
-
 def within_prompt_totals_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """within_prompt_totals from the per-(prompt, group) sums of one pass over X (cell_sums): ‖S_pg‖²
-    and S_pg · S_p need no pair, so the point estimate and its bootstrap cost one pass."""
+    """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of one labelling from the per-(prompt, group)
+    sums of one pass over X (cell_sums): ‖S_pg‖² and S_pg · S_p need no pair, so the point estimate
+    and its bootstrap cost one pass."""
     sq = np.einsum("pgd,pgd->pg", S, S)
     tot = np.einsum("pgd,pd->pg", S, S.sum(axis=1))
     intra, inter, delta, w = _delta(n, q, sq, tot, n.sum(axis=1))
@@ -529,7 +521,7 @@ def within_prompt_totals_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray)
 
 
 def within_prompt_statistic(n_groups: int):
-    """Column sums of within_prompt_totals → (…, 3G): wp_gap, wp_intra, wp_inter per group."""
+    """Column sums of within_prompt_totals_from_cells → (…, 3G): wp_gap, wp_intra, wp_inter per group."""
 
     def stat(s: np.ndarray) -> np.ndarray:
         G = n_groups
