@@ -332,6 +332,97 @@ def permutation_check(P: int, m: int, design: str, n_perm: int, family: bool = F
     return run
 
 
+# ---------------------------------------------------------------- Method A: within-prompt homogeneity
+#
+# Written from the definitions, not from biasaudit.stats.homogeneity. Prompt p has a centre
+# μ_p ~ N(0.5, 0.8²·I) and a noise scale s_p ~ U(0.6, 1.4) (some prompts give more alike images), and
+# a label mix π_p ~ Dirichlet(0.7·1): labels depend on the prompt. An image is x = μ_p + s_p·e with
+# e ~ N(0, I); in a homogeneous group h, e = √(1−ρ)·ε + √ρ·η_ph with η_ph shared by h's images of
+# prompt p. Every image has the same marginal law, so a null group is exactly as similar to h as to
+# itself (its estimand is 0 by construction); h's own images are more alike (estimand > 0).
+
+WP_D, WP_RHO = 16, 0.05
+
+
+def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0):
+    mu = rng.normal(size=(P, WP_D)) * 0.8 + 0.5
+    s = rng.uniform(0.6, 1.4, size=P)
+    mix = rng.dirichlet(np.full(5, 0.7), size=P)
+    prompts = np.repeat(np.arange(P), m)
+    lab = np.minimum((rng.random((P * m, 1)) > np.cumsum(mix[prompts], axis=1)).sum(axis=1), 4)
+    e = rng.normal(size=(P * m, WP_D))
+    if homogeneous is not None and rho > 0:
+        h = lab == GROUPS.index(homogeneous)
+        eta = rng.normal(size=(P, WP_D))[prompts]
+        e[h] = np.sqrt(1 - rho) * e[h] + np.sqrt(rho) * eta[h]
+    X = mu[prompts] + s[prompts, None] * e
+    if near_dup > 0:  # a share of images replaced by a near copy of another image of the same prompt
+        dup = np.flatnonzero(rng.random(P * m) < near_dup)
+        src = prompts[dup] * m + (dup % m + rng.integers(1, m, size=len(dup))) % m  # another image of the prompt
+        X[dup] = X[src] + 0.02 * s[prompts[dup], None] * rng.normal(size=(len(dup), WP_D))
+    return X, np.array(GROUPS, dtype=object)[lab], prompts
+
+
+def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000):
+    """E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (w = n_pg (m − n_pg) / m where n_pg ≥ 2
+    and another labelled image exists, else 0), by brute force: every prompt's full cosine matrix and explicit pair masks."""
+    key = ("wp", group, m, rho, homogeneous)
+    if key not in _TRUTH:
+        rng = np.random.default_rng(4242)
+        num = den = 0.0
+        for _ in range(n_prompts // 500):
+            X, labels, prompts = _wp_data(rng, 500, m, rho, homogeneous)
+            U = X / np.linalg.norm(X, axis=1, keepdims=True)
+            for p in range(500):
+                u, lab = U[p * m:(p + 1) * m], labels[p * m:(p + 1) * m]
+                K = u @ u.T
+                g = lab == group
+                if g.sum() < 2 or (~g).sum() < 1:
+                    continue
+                pair_g = np.outer(g, g) & ~np.eye(m, dtype=bool)
+                w = g.sum() * (~g).sum() / m
+                num += w * (K[pair_g].mean() - K[np.outer(g, ~g)].mean())
+                den += w
+        _TRUTH[key] = num / den
+    return _TRUTH[key]
+
+
+def wp_gap_check(P: int, m: int, group: str, n_boot: int, paper: bool = False):
+    """Coverage of the population within-prompt gap of `group` by the within-prompt gap's prompt-cluster
+    bootstrap CI (or, with `paper`, by the paper's unstratified gap CI: it reads prompt concentration
+    as homogeneity)."""
+    from biasaudit.stats.homogeneity import within_prompt_table
+
+    def run(rng, rep):
+        X, labels, prompts = _wp_data(rng, P, m)
+        t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=n_boot,
+                                n_perm=0, seed=rep, paper=paper)["race"].set_index("group").loc[group]
+        truth = _wp_estimand(group, m)
+        lo, hi = (t["gap_lo"], t["gap_hi"]) if paper else (t["wp_gap_lo"], t["wp_gap_hi"])
+        return bool(lo <= truth <= hi)
+
+    return run
+
+
+def wp_test_check(P: int, m: int, n_perm: int, rho: float, near_dup: float = 0.0, stop_after: int = 10):
+    """Within-prompt permutation tests of the within-prompt gap (the stage's settings: Besag–Clifford
+    stopping at 10 exceedances): (the largest null group's test rejects, any null group rejects after
+    Holm, the homogeneous group's test rejects, the global test rejects), one replication."""
+    from biasaudit.stats.homogeneity import within_prompt_table
+    from biasaudit.stats.resample import p_adjust
+
+    def run(rng, rep):
+        X, labels, prompts = _wp_data(rng, P, m, rho=rho, near_dup=near_dup)
+        t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=0,
+                                n_perm=n_perm, seed=rep, stop_after=stop_after, paper=False)["race"]
+        p = t.set_index("group")["p_perm"]
+        null = [g for g in GROUPS if g != "black"] if rho > 0 else list(GROUPS)
+        return (bool(p["white"] < NOMINAL_LEVEL), bool((p_adjust(p[null].to_numpy(), "holm") < NOMINAL_LEVEL).any()),
+                bool(p["black"] < NOMINAL_LEVEL), bool(t["p_global"].iloc[0] < NOMINAL_LEVEL))
+
+    return run
+
+
 # ---------------------------------------------------------------- Method A: skin
 
 LAB0, PROMPT_SD, IMAGE_SD = np.array([55.0, 12.0, 18.0]), np.array([8.0, 2.0, 3.0]), np.array([6.0, 2.0, 3.0])
@@ -490,6 +581,28 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                 Check("skin L_mean CI", "coverage", f"{P} prompts × 10 faces", scale, skin_check("L_mean", P, 10, n_boot)),
                 Check("skin diversity ΔE2000 CI", "coverage", f"{P} prompts × 10 faces", scale,
                       skin_check("diversity", P, 10, n_boot))]
+        wp = f"{P} prompts × 100 images, labels depend on the prompt"
+        out += [Check("within-prompt gap CI (homogeneous group, population estimand)", "coverage", wp, scale,
+                      wp_gap_check(P, 100, "black", n_boot)),
+                Check("within-prompt gap CI (null group, population estimand)", "coverage", wp, scale,
+                      wp_gap_check(P, 100, "white", n_boot)),
+                Check("paper (unstratified) gap CI (homogeneous group, within-prompt estimand)", "coverage", wp, scale,
+                      wp_gap_check(P, 100, "black", n_boot, paper=True),
+                      "known: the paper's gap also counts pairs across prompts (a different estimand): "
+                      "the within-prompt gap is the headline"),
+                Check(("within-prompt test, null group beside a homogeneous one (white)",
+                       "within-prompt tests, Holm family-wise over the 4 null groups beside a homogeneous one",
+                       "within-prompt test, power for the homogeneous group (ρ = 0.05)",
+                       "within-prompt global test, power (one homogeneous group)"), "rejection",
+                      wp + ", one homogeneous group", scale, wp_test_check(P, 100, n_perm, WP_RHO),
+                      "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)"),
+                Check(("within-prompt test, null (white), 10% near-duplicates",
+                       "within-prompt tests, Holm family-wise (5 groups), 10% near-duplicates",
+                       "within-prompt test (black), null, 10% near-duplicates",
+                       "within-prompt global test, null, 10% near-duplicates"), "rejection",
+                      wp + ", no label effect, 10% near-duplicates", scale,
+                      wp_test_check(P, 100, n_perm, 0.0, near_dup=0.10),
+                      "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)")]
         out.append(Check("tvd_bias_corrected CI (model = benchmark)", "coverage", s, scale,
                          tvd_check("corrected", P, 100, 0.0, n_boot),
                          "known limitation: at the benchmark the bias correction is partial; read with the null floor"))
@@ -537,7 +650,9 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
 FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "homogeneity gap CI (smallest group, true gap 0)",
         "homogeneity permutation test, within prompts (prompt-confounded null)",
-        "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)")
+        "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)",
+        "within-prompt gap CI (homogeneous group, population estimand)",
+        "within-prompt test, null group beside a homogeneous one (white)")
 
 
 def flag(row: dict, note: str) -> str:
@@ -569,7 +684,8 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     rows = []
     for k, name in enumerate(check.names):
         rate = float(hits[:, k].mean())
-        kind = "share" if "closer" in name else check.kind  # a share of replications: no nominal value
+        # a share of replications: no nominal value; a power row of a tuple of tests
+        kind = "share" if "closer" in name else "power" if "power" in name else check.kind
         row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,
                "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL}.get(kind, np.nan), "observed": rate,
                "replications": reps, "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / reps)),

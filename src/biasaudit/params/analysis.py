@@ -31,6 +31,11 @@ class Analyze(Section):
     # across: over all images of a model (are embeddings independent of the label at all?).
     permutation_design: Literal["within", "across"] = "within"
     p_adjust: Literal["holm", "bh", "none"] = "holm"  # adjustment of the p-values of one table
+    # Besag–Clifford sequential stopping of the permutation tests: a test stops at this many permutations
+    # at least as large as the observed gap (p = h / permutations so far; 0 = run every permutation).
+    permutation_stop_after: int = Field(10, ge=0)
+    # Near-duplicates: an image with another image of the same prompt at cosine ≥ this (per group: the rate).
+    near_duplicate_cosine: float = Field(0.95, gt=0.0, le=1.0)
     figure_dpi: int = Field(150, ge=50, le=600)
     # Instrument bias: a label or L* bin whose no-face (or cross-detector loss) rate exceeds this is flagged
     # (its skin and face-embedding results lean toward the lighter faces that were found).

@@ -189,29 +189,39 @@ def plot_diversity(summary: pd.DataFrame) -> Figure:
 
 
 def plot_gap_heatmap(table: pd.DataFrame) -> Figure:
+    """Within-prompt gap (colour and first number; the headline) with the paper's unstratified gap in
+    brackets, per classified race × model, one panel per embedding space."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    value = "wp_gap" if "wp_gap" in table else "gap"
     spaces = list(dict.fromkeys(table["space"]))  # clip before face, as the section wrote them
-    grids = []
+    grids, notes = [], []
     for space in spaces:
-        grid = table[table["space"] == space].pivot(index="group", columns="model", values="gap")
-        grids.append(grid.reindex([g for g in GROUPS if g in grid.index]))
+        sub = table[table["space"] == space]
+        grid = sub.pivot(index="group", columns="model", values=value)
+        order = [g for g in GROUPS if g in grid.index]
+        grids.append(grid.reindex(order))
+        paper = sub.pivot(index="group", columns="model", values="gap").reindex(order) if value != "gap" else None
+        notes.append(grids[-1].map(lambda v: "—" if pd.isna(v) else f"{v:.3f}") + (
+            "" if paper is None else "\n(" + paper.reindex(columns=grid.columns).map(
+                lambda v: "—" if pd.isna(v) else f"{v:.3f}") + ")"))
     n_rows = max((len(g) for g in grids), default=1)
     n_cols = max((g.shape[1] for g in grids), default=1)
-    # room per cell: 0.45 in per row (horizontal labels never touch), 1.1 in per model column
-    fig, axes = plt.subplots(1, len(spaces), figsize=(max(4.0, 1.1 * n_cols + 2.6) * len(spaces), 1.6 + 0.45 * n_rows),
+    # room per cell: 0.6 in per row (two lines of annotation), 1.1 in per model column
+    fig, axes = plt.subplots(1, len(spaces), figsize=(max(4.0, 1.1 * n_cols + 2.6) * len(spaces), 1.6 + 0.6 * n_rows),
                              squeeze=False)
-    for ax, space, grid in zip(axes[0], spaces, grids):
-        sns.heatmap(grid, annot=True, fmt=".3f", cmap="RdBu_r", center=0, ax=ax, cbar_kws={"label": "gap"},
-                    annot_kws={"fontsize": 8})
+    for ax, space, grid, note in zip(axes[0], spaces, grids, notes):
+        sns.heatmap(grid, annot=note.to_numpy(), fmt="", cmap="RdBu_r", center=0, ax=ax,
+                    cbar_kws={"label": "within-prompt gap" if value == "wp_gap" else "gap"}, annot_kws={"fontsize": 8})
         ax.set(title=f"{space} embeddings", xlabel="model", ylabel="classified race")
         ax.set_yticks(ax.get_yticks(), [t.get_text() for t in ax.get_yticklabels()], rotation=0)
         ax.set_xticks(ax.get_xticks(), [t.get_text() for t in ax.get_xticklabels()], rotation=25, ha="right")
     fig.tight_layout()
     return Figure(fig, "Homogeneity gap by race and model",
-                  "Mean intra-group minus mean inter-group cosine similarity (positive = more self-similar); "
-                  "CIs and permutation p-values in the table.")
+                  "Within-prompt gap: mean intra-group minus mean inter-group cosine similarity over pairs that share "
+                  "a prompt (positive = more self-similar; prompt mix cancels); in brackets the paper's unstratified "
+                  "gap over all pairs. CIs, permutation p-values and near-duplicate rates in the table.")
 
 
 def plot_similarity_by_bin(table: pd.DataFrame) -> Figure:

@@ -1,55 +1,102 @@
-"""Section `homogeneity`: the homogeneity gap by race and by L* bin (biasaudit.stats.homogeneity)."""
+"""Section `homogeneity`: the within-prompt homogeneity gap (headline) and the paper's unstratified gap,
+by race and by L* bin, per model and embedding space (biasaudit.stats.homogeneity)."""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
-from biasaudit.stats.homogeneity import add_p_adjusted, homogeneity_table
+from biasaudit.stats.homogeneity import add_p_adjusted, prompt_blocks, within_prompt_table
 from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin
 
+BYS = ("race", "L_bin")
+
+
+def _labels(meta: pd.DataFrame, by: str):
+    return meta[by].astype(object).where(lambda s: s.notna() & (s != ""), None).to_numpy()
+
+
+def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -> dict[str, pd.DataFrame]:
+    """Every labelling's table for one model and embedding space (one pass over its X)."""
+    a = cfg.analyze
+    loaded = load_embeddings(inputs.root, model, space)
+    if loaded is None or len(loaded[0]) == 0:
+        return {}
+    index, X = loaded
+    meta = _embedding_meta(inputs, index, model)
+    prompts = meta["prompt_id"].fillna("?").to_numpy()
+    labellings = {by: _labels(meta, by) for by in BYS if meta[by].notna().any()}
+    if not labellings:
+        return {}
+    blocks = prompt_blocks(X, prompts)  # one pass over X: every labelling and permutation reuses it
+    out = within_prompt_table(X, prompts, labellings, n_boot=boot.n_boot, n_perm=a.n_permutations,
+                              seed=derive_seed(boot.seed, "homogeneity", model, space), level=boot.level,
+                              method=boot.method, design=boot.permutation_design,
+                              stop_after=a.permutation_stop_after, near_dup_cosine=a.near_duplicate_cosine,
+                              small_group=a.min_group_size, blocks=blocks)
+    for by, t in out.items():
+        t = t.assign(model=model, space=space, grouping=by)
+        if "p_perm" in t:
+            t["p_value"] = t["p_perm"]
+        out[by] = t
+    return out
+
 
 def compute(inputs: Inputs, cfg: Any) -> Result:
-    """Gap tables by race and by L* bin, per model and embedding space (biasaudit.stats.homogeneity)."""
-    boot, n_permutations, min_group_size = Boot.of(cfg), cfg.analyze.n_permutations, cfg.analyze.min_group_size
+    """Gap tables by race and by L* bin, per model and embedding space: the within-prompt gap (pairs
+    that share a prompt, prompt-cluster bootstrap CI, one-sided within-prompt permutation test per
+    group and a global test, near-duplicate rates) and the paper's unstratified gap beside it.
+
+    The (model, space) units run on every core, each with 1 BLAS thread: the permutation test is many
+    small GEMMs (a prompt's Gram matrix against one-hot columns), which multi-threaded BLAS slows
+    down (6× at 2 threads on 2 busy cores, benchmarks/bench_analyze.py). Every unit has its own seed,
+    so the tables do not depend on the number of workers."""
+    a = cfg.analyze
+    boot = Boot.of(cfg)
     res = Result("homogeneity", "Homogeneity gap (CLIP and face embeddings)")
-    race, bins = [], []
-    for model in inputs.models:
-        for space in SPACES:
-            loaded = load_embeddings(inputs.root, model, space)
-            if loaded is None or len(loaded[0]) == 0:
-                continue
-            index, X = loaded
-            meta = _embedding_meta(inputs, index, model)
-            kw = dict(within="model", cluster="prompt_id", n_boot=boot.n_boot, n_perm=n_permutations,
-                      seed=derive_seed(boot.seed, "homogeneity", model, space), small_group=min_group_size,
-                      method=boot.method, design=boot.permutation_design, p_adjust_method=None, level=boot.level)
-            meta = meta.assign(prompt_id=meta["prompt_id"].fillna("?"))
-            for by, sink in (("race", race), ("L_bin", bins)):
-                if meta[by].notna().any():
-                    sink.append(homogeneity_table(X, meta, by=by, **kw).assign(space=space))
-    if not race and not bins:
+    units = [(model, space) for model in inputs.models for space in SPACES]
+    workers = max(1, min(len(units), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                         else os.cpu_count() or 1))
+    with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(lambda u: _model_space(inputs, cfg, boot, *u), units))
+    tables: dict[str, list[pd.DataFrame]] = {by: [p[by] for p in parts if by in p] for by in BYS}
+    if not any(tables.values()):
         res.status, res.reason = NO_DATA, ("no embeddings under data/t2i/embeddings/ for any model"
                                            if inputs.models else "no models found")
         return res
-    adjust = (lambda t: add_p_adjusted(t, boot.p_adjust)) if n_permutations > 0 else (lambda t: t)
-    if n_permutations > 0:
-        res.notes.append(f"permutation test: labels permuted {boot.permutation_design} prompts "
-                         + ("(does the label add similarity beyond what the prompt explains?)"
-                            if boot.permutation_design == "within" else "(are embeddings independent of the label?)")
-                         + f"; p_adjusted: {boot.p_adjust} over every group, space and model of a table")
-    if race:
-        t = adjust(pd.concat(race, ignore_index=True))
+    res.notes.append("headline: the within-prompt gap (wp_gap) compares only pairs of images that share a prompt "
+                     "(intra-group minus inter-group cosine, weighted by the group's images per prompt), so a "
+                     "group's prompt mix cancels; estimand: the population over prompts, CI by a prompt-cluster "
+                     "bootstrap. 'gap' is the paper (unstratified) gap over all pairs, kept for replication: it "
+                     "also reads prompt concentration as homogeneity")
+    if a.n_permutations > 0:
+        res.notes.append(f"permutation test (p_perm, one-sided wp_gap > 0): labels permuted {boot.permutation_design} "
+                         "prompts, one set of permutations shared by race and L* bins of a model and space; a group's "
+                         "test moves only with its own pairs, so another homogeneous group does not make it reject; "
+                         f"p_global: the pooled within-prompt gap of all groups; Besag–Clifford stopping at "
+                         f"{a.permutation_stop_after} exceedances; p_adjusted: {boot.p_adjust} over every group, space "
+                         "and model of a table")
+    res.notes.append(f"near_dup_rate: share of a group's images with another image of the same prompt at cosine ≥ "
+                     f"{a.near_duplicate_cosine} (near-duplicates are real repetition and raise the gap)")
+    adjust = (lambda t: add_p_adjusted(t, boot.p_adjust)) if a.n_permutations > 0 else (lambda t: t)
+    if tables["race"]:
+        t = adjust(pd.concat(tables["race"], ignore_index=True))
         res.tables[C.HOMOGENEITY_BY_RACE.name] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
         res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {
             "gap": r.gap, "n": r.n, "low": getattr(r, "gap_lo", None), "high": getattr(r, "gap_hi", None),
-            "p": getattr(r, "p_value", None), "p_adjusted": getattr(r, "p_adjusted", None)} for r in t.itertuples()}
+            "wp_gap": r.wp_gap, "wp_low": r.wp_gap_lo, "wp_high": r.wp_gap_hi,
+            "near_dup_rate": getattr(r, "near_dup_rate", None),
+            "p": getattr(r, "p_value", None), "p_adjusted": getattr(r, "p_adjusted", None),
+            "p_global": getattr(r, "p_global", None)} for r in t.itertuples()}
         baseline_path = inputs.root / C.BASELINE_DIR / "gaps.parquet"
         baseline = pd.read_parquet(baseline_path) if baseline_path.exists() else pd.DataFrame()
         if baseline.empty:
@@ -64,8 +111,8 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                                  "folders): its gaps and the differences mean nothing")
     else:
         res.notes.append("no labelled image has an embedding: race gaps not computed")
-    if bins:
-        t = adjust(pd.concat(bins, ignore_index=True))
+    if tables["L_bin"]:
+        t = adjust(pd.concat(tables["L_bin"], ignore_index=True))
         res.tables["homogeneity_by_L_bin"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
         res.figures["similarity_by_L_bin"] = plot_similarity_by_bin(t)
     return res

@@ -1,0 +1,259 @@
+"""The analyze stage at paper scale: wall time of every section with its figures, as a ratio to one
+read of the inputs; the within-prompt homogeneity gap against one pass over X; permutation memory.
+
+Input: a SYNTHETIC paper-scale tree from a seeded generator (`write_paper_tree`, in the stage's
+contract formats: prompts.csv, image manifests, labels, faces colour columns through the faces
+stage's own describe_rgb, embeddings with their index, reliability outputs): 3 models × 150 prompts ×
+100 images = 45,000 images, CLIP 1024-d and face 512-d float32 embeddings, 2% unlabelled images (the
+classifier abstained: label 'unknown') and 5% without a face. Every number is made up.
+
+Stage settings: params.yaml with the paper profile's analyze values (n_boot 2000, n_permutations 1000),
+BLAS threads as the stage leaves them (the library default: every core), figures written as PNG and
+SVG by the stage's OutputWriter. Repetitions are interleaved (read, stage, read, stage, …) and the
+medians reported, with the load average: the ratio stage / read is what carries across machines.
+
+Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one pass
+for the per-(prompt, group) sums, then the per-prompt totals) against one pass over X
+(X.sum(axis=0)), both at 1 BLAS thread (threadpoolctl); the peak memory of its permutation test beyond
+X (tracemalloc), with the 2% unlabelled rows.
+
+    python benchmarks/bench_analyze.py [--tree /tmp/biasaudit-paper-tree] [--reps 3] [--sections-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from biasaudit import contracts as C
+from biasaudit.contracts import GROUPS
+
+MODELS = ("paper-a", "paper-b", "paper-c")
+PROMPTS_PER_CATEGORY, IMAGES_PER_PROMPT = 50, 100
+CLIP_DIM, FACE_DIM = 1024, 512
+UNLABELLED, NO_FACE = 0.02, 0.05
+BASE = np.array([0.6, 0.12, 0.08, 0.15, 0.05])
+L_MEAN = {"white": 68, "black": 33, "asian": 62, "hispanic": 55, "other": 58}
+
+
+def write_paper_tree(root: Path, seed: int = 2026) -> Path:
+    """The SYNTHETIC paper-scale input tree (see the module docstring), written once per seed."""
+    from skimage.color import lab2rgb
+
+    from biasaudit.faces.colour import describe_rgb
+    from biasaudit.faces.stage import _empty_colour
+
+    stamp = root / "SYNTHETIC-paper-scale.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("seed") == seed:
+        return root
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cat in ("occupation", "geography", "surname"):
+        for k in range(PROMPTS_PER_CATEGORY):
+            shares = rng.dirichlet(5 * BASE)
+            rows.append({"prompt_id": f"{cat[:3]}_{k:03d}", "category": cat, "instance": f"{cat} {k}",
+                         "selected_for": GROUPS[int(np.argmax(shares[1:])) + 1], "rank_in_group": 1,
+                         "prompt": f"A person ({cat} {k}), synthetic", **dict(zip(GROUPS, shares)), "size": 100.0,
+                         "median_weekly_earnings_usd": float(rng.uniform(600, 2200)) if cat == "occupation" else np.nan,
+                         "template_version": "v1"})
+    prompts = pd.DataFrame(rows)
+    (root / C.T2I).mkdir(parents=True, exist_ok=True)
+    prompts.to_csv(root / C.PROMPTS_CSV, index=False)
+    # a pool of skin colours per group through the faces stage's own describe_rgb (45,000 calls would take minutes)
+    pool = {g: [describe_rgb(lab2rgb(np.array([L_MEAN[g] + rng.normal(0, 6), rng.normal(14, 3), rng.normal(18, 3)]),
+                                     illuminant="D65", observer="2") * 255.0) for _ in range(60)] for g in GROUPS}
+    P, m = len(prompts), IMAGES_PER_PROMPT
+    for mi, model in enumerate(MODELS):
+        skew = prompts[list(GROUPS)].to_numpy() ** (0.7 + 0.4 * mi)
+        skew /= skew.sum(axis=1, keepdims=True)
+        pid = np.repeat(prompts["prompt_id"].to_numpy(), m)
+        index = np.tile(np.arange(m), P)
+        true = np.array([rng.choice(5, size=m, p=row) for row in skew]).ravel()
+        image_id = np.array([f"{model}-{p}-{i:03d}" for p, i in zip(pid, index)])
+        n = len(image_id)
+        img_dir = root / C.IMAGES_DIR / model
+        img_dir.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"image_id": image_id, "model": model, "backend": "synthetic", "model_id": f"synthetic/{model}",
+                      "model_revision": "0" * 7, "prompt_id": pid, "prompt": "synthetic", "seed": index, "index": index,
+                      "width": 64, "height": 64, "sha256": image_id,
+                      "path": [(C.IMAGES_DIR / model / f"{i}.png").as_posix() for i in image_id], "status": "ok",
+                      "reason": "", "created_at": "2026-01-01T00:00:00+00:00", "libraries": "{}",
+                      "stand_in": True}).to_parquet(img_dir / "manifest.parquet", index=False)
+        unknown = rng.random(n) < UNLABELLED
+        label = np.where(unknown, "unknown", np.array(GROUPS)[true])
+        (root / C.LABELS_DIR).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"image_id": image_id, "model": model, "prompt_id": pid, "label": label,
+                      "status": np.where(unknown, "failed", "ok"), "reason": np.where(unknown, "unparseable", ""),
+                      "raw_answer": label, "backend": "synthetic", "classifier_model_id": "synthetic/clf",
+                      "classifier_revision": "0", "instruction_version": "v1", "from_cache": False,
+                      "stand_in": True}).to_parquet(root / C.labels_path(model), index=False)
+        has_face = rng.random(n) >= NO_FACE
+        pick = rng.integers(0, 60, size=n)
+        colour = [pool[GROUPS[t]][k] if f else _empty_colour() for t, k, f in zip(true, pick, has_face)]
+        faces = pd.DataFrame(colour)
+        faces.insert(0, "image_id", image_id)
+        faces.insert(1, "model", model)
+        faces.insert(2, "prompt_id", pid)
+        faces = faces.assign(n_faces=has_face.astype(int), det_score=np.where(has_face, 0.99, np.nan),
+                             bbox=np.where(has_face, "[8, 8, 56, 56]", None), skin_pixels=np.where(has_face, 900, 0),
+                             status=np.where(has_face, "ok", "skipped"), reason=np.where(has_face, "", "no face"),
+                             face_backend="dlib", skin_backend="landmarks", stand_in=True)
+        (root / C.FACES_DIR).mkdir(parents=True, exist_ok=True)
+        faces.to_parquet(root / C.faces_path(model), index=False)
+        emb = root / C.embeddings_dir(model)
+        emb.mkdir(parents=True, exist_ok=True)
+        code = np.repeat(np.arange(P), m)
+        for space, d, rows_used in (("clip", CLIP_DIM, np.ones(n, bool)), ("face", FACE_DIM, has_face)):
+            centres = rng.normal(size=(P, d)).astype(np.float32)
+            group_dir = rng.normal(size=(5, d)).astype(np.float32) * 0.3
+            X = centres[code[rows_used]] + group_dir[true[rows_used]] + 1.5 * rng.normal(size=(int(rows_used.sum()), d)).astype(np.float32)
+            np.save(emb / f"{space}.npy", (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32))
+        face_rows = np.full(n, -1)
+        face_rows[has_face] = np.arange(has_face.sum())
+        pd.DataFrame({"image_id": image_id, "clip_row": np.arange(n), "face_row": face_rows}).to_parquet(
+            emb / "index.parquet", index=False)
+    rel = root / C.RELIABILITY_DIR
+    rel.mkdir(parents=True, exist_ok=True)
+    (rel / "summary.json").write_text(json.dumps({"status": "ok", "n_items": 300, "synthetic": True,
+                                                  "cohen_kappa": {"human_human": 0.8, "human_classifier_mean": 0.7}}))
+    pd.DataFrame({"pair": ["r1-r2", "r1-clf"], "kappa": [0.8, 0.7]}).to_csv(rel / "kappa.csv", index=False)
+    cm = pd.DataFrame(np.eye(5, dtype=int) * 50 + 2, index=GROUPS, columns=GROUPS).rename_axis("human").reset_index()
+    cm.to_csv(rel / "confusion_matrix.csv", index=False)
+    stamp.write_text(json.dumps({"seed": seed, "models": MODELS, "images": len(MODELS) * P * m}))
+    return root
+
+
+def paper_config():
+    """params.yaml with the paper profile's analyze values (the keys profiles/paper.yaml sets)."""
+    from biasaudit.config import read_yaml, validate
+
+    raw = read_yaml(Path("params.yaml"))
+    profile = read_yaml(Path("profiles/paper.yaml"))
+    for key, value in profile.items():
+        if key.startswith("analyze."):
+            raw["analyze"][key.split(".", 1)[1]] = value
+    return validate(raw)
+
+
+def read_once(tree: Path):
+    from biasaudit.t2i.analysis.inputs import SPACES, load_embeddings, load_inputs
+
+    cfg = paper_config()
+    data = load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
+    for model in data.models:
+        for space in SPACES:
+            load_embeddings(tree, model, space)
+    return data
+
+
+def run_stage(tree: Path, out: Path) -> dict[str, float]:
+    """Every section of notebooks/t2i_analyze.py, in its order, with the OutputWriter: seconds per section."""
+    from biasaudit.outputs import OutputWriter
+    from biasaudit.t2i.analysis import (
+        calibration,
+        corrected,
+        face_loss,
+        homogeneity,
+        inputs,
+        instruments,
+        provenance,
+        reliability,
+        representation,
+        skin,
+        validation,
+    )
+
+    cfg = paper_config()
+    t0 = time.perf_counter()
+    data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
+    writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
+    times = {"read tables": time.perf_counter() - t0}
+    for mod in (provenance, representation, skin, homogeneity, reliability, corrected, calibration, validation,
+                face_loss, instruments):
+        t = time.perf_counter()
+        writer.add(mod.compute(data, cfg))
+        times[mod.__name__.rsplit(".", 1)[1]] = time.perf_counter() - t
+    t = time.perf_counter()
+    writer.finish(inputs.PLOTS, profile="paper", stand_in=True)
+    times["finish"] = time.perf_counter() - t
+    times["total"] = time.perf_counter() - t0
+    return times
+
+
+def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
+    from threadpoolctl import threadpool_limits
+
+    from biasaudit.stats import homogeneity as H
+    from biasaudit.t2i.analysis.inputs import _embedding_meta, load_embeddings, load_inputs
+
+    data = load_inputs(tree)
+    index, X = load_embeddings(tree, MODELS[0], "clip")
+    meta = _embedding_meta(data, index, MODELS[0])
+    prompts = meta["prompt_id"].to_numpy()
+    race = meta["race"].astype(object).where(meta["race"].notna(), None).to_numpy()
+    codes, cats = H._codes(race)
+
+    pcodes, pnames = H._codes(prompts)
+
+    def gap():  # the point estimate: one pass for the per-(prompt, group) sums, then P·G·d
+        return H.within_prompt_totals_from_cells(*H.cell_sums(X, codes, pcodes, len(cats), len(pnames)))
+
+    with threadpool_limits(1):
+        gap()
+        t_gap, t_pass = [], []
+        for _ in range(reps):
+            t = time.perf_counter()
+            gap()
+            t_gap.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            X.sum(axis=0)
+            t_pass.append(time.perf_counter() - t)
+    blocks = H.prompt_blocks(X, prompts)
+    bins = meta["L_bin"].astype(object).where(meta["L_bin"].notna(), None).to_numpy()
+    bcodes, bcats = H._codes(bins)
+    tracemalloc.start()
+    H.within_prompt_permutations(blocks, [(codes, len(cats)), (bcodes, len(bcats))], 1000, seed=0, stop_after=0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"X MB": X.nbytes / 1e6, "unlabelled share": float(np.mean([v is None for v in race])),
+            "gap s (1 thread)": statistics.median(t_gap), "one pass s (1 thread)": statistics.median(t_pass),
+            "gap / one pass": statistics.median(t_gap) / statistics.median(t_pass),
+            "permutation peak / X (1000 permutations, race + L* bins)": peak / X.nbytes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=Path, default=Path("/tmp/biasaudit-paper-tree"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=2026)
+    args = ap.parse_args()
+    t = time.perf_counter()
+    write_paper_tree(args.tree, args.seed)
+    print(f"tree {args.tree} ({time.perf_counter() - t:.1f} s to write or check); load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    stage, read = [], []
+    for r in range(args.reps):
+        t = time.perf_counter()
+        read_once(args.tree)
+        read.append(time.perf_counter() - t)
+        stage.append(run_stage(args.tree, args.tree / f"reports-{r}"))
+        print(f"rep {r}: read {read[-1]:.2f} s, stage {stage[-1]['total']:.2f} s, load {os.getloadavg()[0]:.1f}",
+              flush=True)
+    med = {k: statistics.median(s[k] for s in stage) for k in stage[0]}
+    print("\nsection seconds (median):", json.dumps({k: round(v, 2) for k, v in med.items()}))
+    print(f"stage {med['total']:.2f} s / read {statistics.median(read):.2f} s = "
+          f"{med['total'] / statistics.median(read):.1f}× one read of the inputs")
+    print("homogeneity alone (one model × CLIP):", json.dumps({k: round(v, 3) for k, v in
+                                                               homogeneity_alone(args.tree, args.reps).items()}))
+
+
+if __name__ == "__main__":
+    main()

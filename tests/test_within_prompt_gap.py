@@ -1,0 +1,188 @@
+"""The within-prompt homogeneity gap (biasaudit.stats.homogeneity.within_prompt_table) against brute force
+from its definition: per prompt, the full cosine matrix and explicit pair masks."""
+
+import numpy as np
+import pytest
+
+from biasaudit.stats import homogeneity as H
+
+
+def brute_within(X, prompts, labels, cats):
+    """Σ_p w_pg Δ_pg / Σ_p w_pg with Δ_pg = mean cos(g, g) − mean cos(g, other labelled) inside prompt p and
+    w_pg = n_pg n_rest / (n_pg + n_rest) where n_pg ≥ 2 and n_rest ≥ 1; zero / NaN rows are no images."""
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X, axis=1)
+    good = np.isfinite(norms) & (norms > 0)
+    out = {}
+
+    def cos(i, j):
+        return X[i] @ X[j] / (norms[i] * norms[j])
+
+    for g in cats:
+        num = den = 0.0
+        for p in dict.fromkeys(prompts):
+            rows = [i for i in range(len(X)) if prompts[i] == p and good[i] and labels[i] is not None]
+            ing = [i for i in rows if labels[i] == g]
+            rest = [i for i in rows if labels[i] != g]
+            if len(ing) < 2 or not rest:
+                continue
+            intra = np.mean([cos(i, j) for i in ing for j in ing if i != j])
+            inter = np.mean([cos(i, j) for i in ing for j in rest])
+            w = len(ing) * len(rest) / (len(ing) + len(rest))
+            num, den = num + w * (intra - inter), den + w
+        out[g] = num / den if den > 0 else np.nan
+    return out
+
+
+def _data(seed, P=6, m=14, d=8, missing=0.1):
+    rng = np.random.default_rng(seed)
+    prompts = np.repeat([f"p{k}" for k in range(P)], m)
+    X = rng.normal(size=(P, d))[np.repeat(np.arange(P), m)] + rng.normal(size=(P * m, d))
+    labels = rng.choice(np.array(["a", "b", "c"], dtype=object), size=P * m, p=[0.5, 0.3, 0.2])
+    labels[rng.random(P * m) < missing] = None
+    return X, prompts, labels
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_within_prompt_gap_equals_brute_force(seed):
+    X, prompts, labels = _data(seed)
+    X[3] = 0.0  # a zero row and a non-finite row are no images
+    X[17, 2] = np.nan
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False)["race"]
+    ref = brute_within(X, prompts, labels, ["a", "b", "c"])
+    np.testing.assert_allclose(t.set_index("group")["wp_gap"].to_numpy(), [ref[g] for g in "abc"], atol=1e-6)
+
+
+def test_group_without_within_prompt_pairs_is_nan_with_reason():
+    X, prompts, labels = _data(3)
+    labels = labels.copy()
+    labels[labels == "c"] = "b"
+    first = np.flatnonzero(prompts == "p0")[0]
+    labels[first] = "c"  # one image of c: no pair inside any prompt
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=50, n_perm=0, paper=False)["race"]
+    c = t.set_index("group").loc["c"]
+    assert np.isnan(c["wp_gap"]) and c["n_prompts"] == 0 and "no within-prompt pairs" in c["reason"]
+
+
+def test_prompt_level_similarity_cancels():
+    """Every image of a prompt equal to the prompt's vector, labels concentrated in a few prompts: each
+    within-prompt pair has cosine 1, so the within-prompt gap is exactly 0, while the paper's
+    unstratified gap reads the concentration as homogeneity (positive)."""
+    rng = np.random.default_rng(4)
+    P, m = 10, 20
+    centres = rng.normal(size=(P, 6))
+    prompts = np.repeat(np.arange(P), m)
+    X = centres[prompts] + 1e-9 * rng.normal(size=(P * m, 6))
+    share_a = np.where(np.arange(P) < 2, 0.9, 0.1)[prompts]  # group a concentrated in prompts 0 and 1
+    labels = np.where(rng.random(P * m) < share_a, "a", "b").astype(object)
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0)["race"].set_index("group")
+    assert t.loc["a", "wp_gap"] == pytest.approx(0.0, abs=1e-6)
+    assert t.loc["a", "gap"] > 0.01
+
+
+def test_bootstrap_replicate_equals_brute_force_on_duplicated_prompts():
+    """A replicate of the prompt-cluster bootstrap (cluster weights w) equals the brute-force gap on the
+    data with prompt p copied w_p times, each copy its own prompt."""
+    from biasaudit.stats.resample import sums_statistic
+
+    X, prompts, labels = _data(5, P=5)
+    codes, cats = H._codes(labels, ["a", "b", "c"])
+    pcodes, names = H._codes(prompts)
+    totals = H.within_prompt_totals_from_cells(*H.cell_sums(X, codes, pcodes, 3, len(names)))
+    stat = sums_statistic(totals, H.within_prompt_statistic(3))
+    w = np.array([[2.0, 0, 1, 0, 2]])
+    got = stat(w)[0, :3]
+    rows, new_prompts = [], []
+    for k, p in enumerate(names):
+        for copy in range(int(w[0, k])):
+            idx = np.flatnonzero(prompts == p)
+            rows += list(idx)
+            new_prompts += [f"{p}#{copy}"] * len(idx)
+    ref = brute_within(X[rows], np.array(new_prompts), labels[rows], cats)
+    np.testing.assert_allclose(got, [ref[g] for g in cats], atol=1e-6)
+
+
+def test_near_duplicate_rate_equals_brute_force():
+    X, prompts, labels = _data(6)
+    X[5] = X[6] * 3.0 + 1e-4  # a near copy inside prompt p0 (cosine ≈ 1)
+    X[40] = X[41]
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, near_dup_cosine=0.9,
+                              paper=False)["race"].set_index("group")
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    flag = np.zeros(len(X), bool)
+    for p in set(prompts):
+        r = np.flatnonzero(prompts == p)
+        K = U[r] @ U[r].T
+        np.fill_diagonal(K, -2)
+        flag[r] = K.max(axis=1) >= 0.9
+    for g in "abc":
+        m = labels == g
+        assert t.loc[g, "near_dup_rate"] == pytest.approx(flag[m].mean())
+    assert flag.sum() >= 4
+
+
+def test_permutation_test_signal_noise_and_sequential_stopping():
+    rng = np.random.default_rng(7)
+    P, m = 20, 30
+    prompts = np.repeat(np.arange(P), m)
+    X = rng.normal(size=(P, 16))[prompts] + rng.normal(size=(P * m, 16))
+    labels = rng.choice(np.array(["a", "b", "c"], dtype=object), size=P * m)
+    full = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=199, seed=1, paper=False)["r"]
+    assert (full["n_perm"] == 199).all() and (full["p_perm"] >= 1 / 200).all()
+    early = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=999, seed=1, stop_after=10,
+                                  paper=False)["r"]
+    assert early["n_perm"].iloc[0] < 999  # null data: every test reaches 10 exceedances early
+    assert (early["p_perm"] > 0.01).all()
+    X2 = X.copy()
+    a = labels == "a"
+    X2[a] += 1.5 * rng.normal(size=(P, 16))[prompts[a]]  # a's images of one prompt share a direction
+    sig = H.within_prompt_table(X2, prompts, {"r": labels}, n_boot=0, n_perm=199, seed=1, stop_after=10,
+                                paper=False)["r"].set_index("group")
+    assert sig.loc["a", "p_perm"] == pytest.approx(1 / 200) and sig.loc["a", "p_global"] == pytest.approx(1 / 200)
+
+
+def test_two_labellings_share_one_pass_and_agree_with_separate_runs():
+    X, prompts, labels = _data(8)
+    rng = np.random.default_rng(9)
+    bins = rng.choice(np.array(["<40", "[40,55)", None], dtype=object), size=len(X))
+    both = H.within_prompt_table(X, prompts, {"race": labels, "L_bin": bins}, n_boot=100, n_perm=0, seed=3)
+    alone = H.within_prompt_table(X, prompts, {"L_bin": bins}, n_boot=100, n_perm=0, seed=3)
+    np.testing.assert_allclose(both["L_bin"]["wp_gap"], alone["L_bin"]["wp_gap"], atol=1e-12)
+    ref = brute_within(X, prompts, bins, ["<40", "[40,55)"])
+    np.testing.assert_allclose(alone["L_bin"]["wp_gap"], [ref["<40"], ref["[40,55)"]], atol=1e-6)
+
+
+def test_within_draws_shuffle_only_inside_each_prompt_among_labelled_rows():
+    rng = np.random.default_rng(10)
+    codes = rng.integers(-1, 3, size=(4, 12)).astype(np.int16)
+    drawn = H._within_draws(codes, 50, rng)
+    assert drawn.shape == (4, 50, 12)
+    for k in range(4):
+        assert ((drawn[k] < 0) == (codes[k] < 0)).all()  # unlabelled rows stay unlabelled
+        for row in drawn[k]:
+            assert sorted(row) == sorted(codes[k])  # the prompt's label multiset is kept
+    assert len({tuple(r) for r in drawn[0]}) > 1
+
+
+def test_across_design_detects_signal():
+    rng = np.random.default_rng(11)
+    P, m = 10, 20
+    prompts = np.repeat(np.arange(P), m)
+    labels = rng.choice(np.array(["a", "b"], dtype=object), size=P * m)
+    X = rng.normal(size=(P * m, 8))
+    X[labels == "a"] += 2.0
+    t = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=99, design="across", paper=False)["r"]
+    assert t.set_index("group").loc["a", "p_perm"] == pytest.approx(1 / 100) and (t["design"] == "across").all()
+
+
+def test_paper_gap_beside_it_equals_the_unstratified_functions():
+    """The paper's gap and CI in the table (from the same one-pass cell sums) equal homogeneity_gap and
+    bootstrap_gap, which are checked against brute force in test_homogeneity.py."""
+    X, prompts, labels = _data(12)
+    X[7] = 0.0
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=200, n_perm=0, seed=5)["race"].set_index("group")
+    ref = H.homogeneity_gap(X, labels, categories=["a", "b", "c"]).set_index("group")
+    ci = H.bootstrap_gap(X, labels, prompts, n_boot=200, seed=5, categories=["a", "b", "c"]).set_index("group")
+    np.testing.assert_allclose(t["gap"], ref["gap"], atol=1e-9)
+    np.testing.assert_allclose(t[["gap_lo", "gap_hi"]], ci[["gap_lo", "gap_hi"]], atol=1e-9)
+    assert (t["n_dropped"] == ref["n_dropped"]).all()
