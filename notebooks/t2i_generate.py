@@ -92,3 +92,12 @@ if len(ok):
     if spec.stand_in:
         fig.suptitle(f"{model}: STAND-IN outputs", color="#b00")
     plt.show()
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+result.run.finish()
