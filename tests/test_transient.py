@@ -145,3 +145,44 @@ def test_every_notebook_that_runs_the_engine_ends_with_finish():
     for nb in runners:
         last = nb.read_text().rstrip().split("# %%")[-1]
         assert re.search(r"\bfinish\(", last), f"{nb.name}: the last cell does not call finish()"
+
+
+def test_a_pool_whose_fork_server_dies_at_start_stops_with_a_clear_message(tmp_path, monkeypatch):
+    """The fork server is SIGKILLed just as the pool asks it for its first worker (the real pipe/socket
+    error, no fake exception): the stage stops with a message naming the pool and the fix."""
+    import signal
+    from multiprocessing import forkserver
+
+    from biasaudit.scale.pool import prestart
+
+    prestart(Execution(local_workers=2))
+    original = forkserver.ForkServer.ensure_running
+    killed: list[int] = []
+
+    def dies_after_the_check(self):
+        original(self)  # the server is alive now ...
+        if not killed:  # ... and dies before the pool's first worker is asked of it
+            killed.append(self._forkserver_pid)
+            os.kill(self._forkserver_pid, signal.SIGKILL)
+            while not os.waitpid(self._forkserver_pid, os.WNOHANG)[0]:
+                pass
+
+    monkeypatch.setattr(forkserver.ForkServer, "ensure_running", dies_after_the_check)
+    items = [{"id": f"i{k}"} for k in range(4)]
+    stage = Stage("toy pool", items, "id", "s", make_echo, tmp_path / "log.jsonl", batch_size=1, cpu_bound=True,
+                  code=None)
+    with pytest.raises(RuntimeError, match=r"toy pool: the process pool of 2 workers could not start .*"
+                                           r"execution.local_workers: 1") as info:
+        run_stage(stage, Execution(local_workers=2), progress=False)
+    assert killed and isinstance(info.value.__cause__, (EOFError, ConnectionError)), repr(info.value.__cause__)
+    monkeypatch.undo()
+    forkserver._forkserver._forkserver_pid = None  # the next pool starts a fresh server
+    forkserver._forkserver._forkserver_address = None
+
+
+def make_echo():
+    return echo
+
+
+def echo(items):
+    return [it | {"status": "ok"} for it in items]
