@@ -16,8 +16,8 @@ the settings that change a record (`settings_hash`), what else an item's record 
   run asks them again, and `StageRun.finish()` (the last cell of the stage's notebook) fails the stage
   while any remain, or while the share of final failures exceeds `execution.max_final_share`, so a
   plain `dvc repro` re-runs it (and asks exactly those items again) instead of treating it as done;
-* `retry_failed` (also the final `failed` records), `limit`, sharding, local serial / local process pool (`execution.local_workers`) /
-  Ray dispatch, and accounting (status counts, stale records, token cost with the batch discount,
+* `retry_failed` (also the final `failed` records), `limit`, sharding, local serial / local process
+  pool (`execution.local_workers`) / Ray dispatch, and accounting (status counts, stale records, token cost with the batch discount,
   from the records themselves, so it is the same under every runner).
 
 Only the driver appends to the log; workers return records (and write their own files atomically).
