@@ -133,16 +133,22 @@ class KeptOutputs:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(aside, path)
                 back.append(path)
-        self.moved = []
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._clear()
         return back
 
     def discard(self) -> None:
         """The run succeeded: its outputs replace the previous ones for good."""
         if not self.stage:
             return
+        self._clear()
+
+    def _clear(self) -> None:
         self.moved = []
         shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.folder.parent.rmdir()  # the last stage's: no empty .prev-outs/ left behind
+        except OSError:
+            pass
 
 
 def keep_outputs(stage: str, keep: tuple[Path, ...] = (), root: str | os.PathLike = ".") -> KeptOutputs:
