@@ -33,6 +33,7 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
+from biasaudit.engine import finish
 from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
 from biasaudit.io import atomic_write_json, atomic_write_table
@@ -91,3 +92,13 @@ atomic_write_table(gaps, gaps_path)
 atomic_write_json(out / "run.json", run_info(params.model_dump()) | {
     "source": params.source, "stand_in": stand_in, "portraits": int(len(manifest)),
     "note": "STAND-IN: packaged photos dealt into group folders" if stand_in else ""})
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+if not manifest.empty:
+    finish(result["summary"], result["execution"])

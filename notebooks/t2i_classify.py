@@ -70,3 +70,12 @@ if result["execution"]["shard_count"] > 1:
           "that merges the shards")
 else:
     print(f"written: {result['out_path']}")
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+result["run"].finish()

@@ -33,6 +33,7 @@ from IPython.display import Image as ShowImage
 from IPython.display import display
 
 from biasaudit import contracts as C
+from biasaudit.engine import finish
 from biasaudit.faces.stage import run_faces, write_overlays
 from biasaudit.notebook import banner, stage_params
 from biasaudit.stats.homogeneity import homogeneity_gap, similarity_by_bin
@@ -102,3 +103,12 @@ for space, matrix in (("clip", clip), ("face", face)):
     if any(b is not None for b in bins):
         print(f"{space} space, mean similarity within L* bins:")
         display(similarity_by_bin(X, bins).round(3))
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+finish(result["summary"], result["execution"])

@@ -82,3 +82,12 @@ if len(manifest):
 fig = gen.first_images_figure(manifest, f"{model}: STAND-IN outputs" if spec.stand_in else "")
 if fig is not None:
     display(fig)
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+result.run.finish()

@@ -62,3 +62,13 @@ if "attempts" in manifest and manifest["attempts"].notna().any():  # edits made 
 # %%
 atomic_write_table(manifest, out_root / "manifest.parquet")
 write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=editor_info, params=params.model_dump())
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+if params.backend != "folder":
+    result["run"].finish()

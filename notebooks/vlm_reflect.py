@@ -93,3 +93,12 @@ else:
                                                 "accounting": result["accounting"], "execution": result["execution"],
                                                 "status_counts": responses["status"].value_counts().to_dict()})
     write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+result["run"].finish()

@@ -95,3 +95,12 @@ summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": 
 atomic_write_json(report_dir / "summary.json", summary)
 write_run_info(report_dir / "run_info.json", stage="validate_edits")
 print(json.dumps(summary, indent=1, default=str))
+
+# %% [markdown]
+# ## Done?
+# The share of final statuses (refused, unparsed, no face …) per model, and the transient failures. The stage
+# fails, its records kept, while a transient failure remains (the next `dvc repro` asks exactly those items
+# again) or the final share exceeds `execution.max_final_share`.
+
+# %%
+result["run"].finish()

@@ -49,9 +49,10 @@ def test_invalid_params_stop_dvc_repro_before_any_output_is_removed(pipeline_cop
     assert run.returncode != 0
     assert dotted in log and "failed to reproduce 'check'" in log
     after = tree_hash(root)
-    # the check stage's own folder is the only thing DVC removed (it is rebuilt from params.yaml)
-    assert {k: v for k, v in before.items() if not k.startswith("data/check/")} == after
-    assert not any(k.startswith("data/check/") for k in after)
+    # nothing removed or changed, the check stage's own folder included (every output is persist: true),
+    # so its message "no output was touched" is true
+    assert before == after and any(k.startswith("data/check/") for k in after)
+    assert "no output was touched" in log
 
 
 def test_fingerprints_follow_the_content_of_input_folders(tmp_path):

@@ -19,11 +19,14 @@ def test_record_log_sets_a_torn_last_line_aside_and_keeps_the_last_record(tmp_pa
     log.append([{"id": 1, "v": "c"}])
     with open(log.path, "a") as fh:
         fh.write('{"id": 3, "v": "tor')  # a writer killed mid-line
+    before = log.path.read_bytes()
     with pytest.warns(RuntimeWarning, match="torn last line"):
         records = log.records()
     assert {k[0]: r["v"] for k, r in records.items()} == {1: "c", 2: "b"}
+    assert log.path.read_bytes() == before and not log.torn_path.exists()  # a read writes nothing
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        log.append([{"id": 3, "v": "d"}])  # starts on its own line: nothing joins the torn bytes
     assert (tmp_path / "log.jsonl.torn").read_text() == '{"id": 3, "v": "tor\n'
-    log.append([{"id": 3, "v": "d"}])  # starts on its own line: nothing joins the torn bytes
     assert [json.loads(x)["v"] for x in log.path.read_text().splitlines()] == ["a", "b", "c", "d"]
 
 
@@ -106,3 +109,30 @@ def test_build_directory_once_redoes_an_unfinished_build(tmp_path):
     assert revision == "sha256:abc" and not (target / "partial.bin").exists()
     assert build_directory_once(tmp_path / "model", build) == (target, "sha256:abc") and len(calls) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary left behind
+
+
+READ_ON_A_FULL_DISK = """
+import resource, signal, sys, warnings
+from biasaudit.io import RecordLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like ENOSPC
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+warnings.simplefilter("ignore")
+print(sorted(k[0] for k in RecordLog(sys.argv[1], "id").records()))
+"""
+
+
+def test_reading_a_log_with_a_torn_last_line_needs_no_free_space(tmp_path):
+    """No byte may be written anywhere (RLIMIT_FSIZE 0: every write that grows a file fails, as on a
+    full disk): reading a log with a torn last line still returns every whole record."""
+    import subprocess
+    import sys
+
+    log = RecordLog(tmp_path / "log.jsonl", key="id")
+    log.append([{"id": i} for i in range(3)])
+    with open(log.path, "a") as fh:
+        fh.write('{"id": 3, "v": "tor')
+    before = log.path.read_bytes()
+    out = subprocess.run([sys.executable, "-c", READ_ON_A_FULL_DISK, str(log.path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[0, 1, 2]" and log.path.read_bytes() == before

@@ -48,7 +48,7 @@ def config(url: str, retry_failed: bool):
 
 
 @pytest.mark.slow
-def test_retry_failed_reasks_exactly_the_failed_questions(tmp_path, monkeypatch):
+def test_a_rerun_reasks_exactly_the_transient_failures_with_or_without_retry_failed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     imgs = images(tmp_path / "focus")
     n_fail = 5
@@ -61,14 +61,14 @@ def test_retry_failed_reasks_exactly_the_failed_questions(tmp_path, monkeypatch)
         assert len(failed) == n_fail and (by.loc[sorted(set(by.index) - failed), "status"] == "ok").all()
         assert first["accounting"]["failed"] == n_fail
 
-        kept = run_reflect("srv", config(server.openai_url, retry_failed=False), imgs, progress=False)
-        assert kept["summary"].processed == 0 and server.calls == n_items  # failures stay without retry_failed
+        assert first["summary"].transient == n_fail  # HTTP 500 after the retries: transient, asked again
 
-        calls = server.calls
-        again = run_reflect("srv", config(server.openai_url, retry_failed=True), imgs, progress=False)
+        calls = server.calls  # retry_failed off: transient failures are asked again all the same
+        again = run_reflect("srv", config(server.openai_url, retry_failed=False), imgs, progress=False)
         assert server.calls - calls == n_fail  # the recovered server is asked exactly the failed questions
         assert {r["item_id"] for r in again["run"].appended} == failed
-        assert again["summary"].retried_failed == n_fail and (again["responses"]["status"] == "ok").all()
+        assert again["summary"].retried_transient == n_fail and (again["responses"]["status"] == "ok").all()
+        assert again["summary"].transient == 0
 
         # an image replaced under the same path: exactly the questions about it are asked again
         path = imgs["path"][0]

@@ -70,7 +70,7 @@ def test_source_ids_are_unique_and_collisions_recorded():
 def test_rejected_photos_do_not_use_up_the_quota(tmp_path):
     (tmp_path / "cook").mkdir()
     for name, side in (("a.png", 50), ("b.png", 300), ("c.png", 300), ("d.png", 300)):
-        Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(tmp_path / "cook" / name)
+        Image.fromarray(np.full((side, side, 3), (200, 130, 100), np.uint8)).save(tmp_path / "cook" / name)
     p = Sources(min_side=100, min_face_side=40, photos_per_occupation=2)
     got = [(c["base_id"], r["status"]) for c, r in
            sources.select_sources(sources.folder_candidates(tmp_path, ["cook"]), Boxes((0, 0, 90, 90)), p)]
@@ -147,3 +147,47 @@ def test_editing_loop_resumes_and_regenerates(tmp_path):
         assert r["path"].endswith(edit_id.split("/")[-1] + ".jpg") and r["sha256"] and r["stand_in"]
     found, problems = focus.scan_focus(tmp_path / "focus")
     assert len(found) == 4 and not problems
+
+
+def test_every_file_gets_a_row_gray_photos_are_rejected_and_conversions_recorded(tmp_path):
+    """A .gif, a note, a subfolder, a file outside the occupation folders and one of an occupation not
+    asked for each get a row with its reason; a gray photo (an L-mode PNG, and an RGB JPEG of R = G = B)
+    is rejected for its lack of colour; CMYK, EXIF rotation and alpha are named in `conversion`."""
+    colour = np.zeros((120, 80, 3), np.uint8)
+    colour[..., 0], colour[..., 1], colour[..., 2] = 200, 120, np.arange(80, dtype=np.uint8)[None, :]
+    cook = tmp_path / "cook"
+    (cook / "sub").mkdir(parents=True)
+    (cook / "sub" / "x.jpg").write_bytes(b"x")
+    Image.fromarray(colour).save(cook / "anim.gif")
+    (cook / "notes.txt").write_text("who took these")
+    Image.fromarray(colour[..., 0]).save(cook / "gray.png")  # mode L
+    Image.fromarray(np.repeat(colour[..., 1:2], 3, axis=2)).save(cook / "gray_rgb.jpg", quality=90)
+    Image.fromarray(colour).convert("CMYK").save(cook / "cmyk.jpg", quality=95)
+    rotated = Image.fromarray(colour)
+    exif = rotated.getexif()
+    exif[0x0112] = 6  # "rotate 90° clockwise to view"
+    rotated.save(cook / "rotated.jpg", exif=exif.tobytes(), quality=95)
+    rgba = np.dstack([colour, np.full(colour.shape[:2], 128, np.uint8)])
+    Image.fromarray(rgba, "RGBA").save(cook / "alpha.png")
+    (tmp_path / "README.md").write_text("photos")
+    (tmp_path / "janitor").mkdir()
+    Image.fromarray(colour).save(tmp_path / "janitor" / "j.png")
+    cands = sources.folder_candidates(tmp_path, ["cook"])
+    got = {(c["occupation"], c["base_id"]): r for c, r in
+           sources.select_sources(cands, Boxes((0, 0, 70, 70)), Sources(min_side=32, min_face_side=40,
+                                                                        photos_per_occupation=10))}
+    assert len(got) == 10  # every file under the folder (8 in cook/, 2 elsewhere), none left out
+    assert "subfolder" in got[("cook", "x.jpg")]["reason"]
+    skipped = {k: r["reason"] for k, r in got.items() if r["status"] == "skipped"}
+    assert set(skipped) == {("cook", "anim.gif"), ("cook", "notes.txt"), ("cook", "x.jpg"), ("", "README.md"),
+                            ("janitor", "j.png")}
+    assert "'.gif'" in skipped[("cook", "anim.gif")] and "not a photo format" in skipped[("cook", "notes.txt")]
+    assert "not in sources.occupations" in skipped[("janitor", "j.png")]
+    assert "outside the occupation folders" in skipped[("", "README.md")]
+    for gray in ("gray", "gray_rgb"):
+        assert got[("cook", gray)]["status"] == "rejected" and "grayscale photo" in got[("cook", gray)]["reason"]
+    assert "L→RGB" in got[("cook", "gray")]["reason"]
+    assert got[("cook", "cmyk")]["status"] == "ok" and got[("cook", "cmyk")]["conversion"] == "CMYK→RGB"
+    assert got[("cook", "rotated")]["conversion"] == "EXIF orientation 6 applied"
+    assert (got[("cook", "rotated")]["width"], got[("cook", "rotated")]["height"]) == (120, 80)  # upright
+    assert got[("cook", "alpha")]["conversion"] == "RGBA: alpha composited on white"

@@ -1,10 +1,10 @@
 """The `check` stage: validate params.yaml before DVC touches any output, and fingerprint the
 external inputs that params.yaml points at (folders and files outside the pipeline).
 
-DVC removes a stage's outputs right before it runs that stage's command, and several outputs are
-`cache: false` or `persist: true`, so they cannot be restored. Every stage depends on
-`data/check/params.ok`, so `check` runs first; when params.yaml is invalid it exits non-zero and
-`dvc repro` stops before any other stage (and its outputs) is touched.
+Every stage depends on `data/check/params.ok`, so `check` runs first; when params.yaml is invalid it
+exits non-zero and `dvc repro` stops before any other stage runs. Its own folder is `persist: true` (as
+every output: biasaudit/keep_outputs.py), so an invalid params.yaml touches nothing, `data/check/`
+included; a valid one rewrites each file atomically and removes the fingerprints of stages that are gone.
 
 Inputs named by parameters (sources.input_dir, a folder generator's folder and mapping CSV, the
 portraits of the baseline, an imported FOCUS folder, the CSV of a `file` classifier, the raters'
@@ -86,7 +86,7 @@ def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    hash_cache = out_dir.parent / HASH_CACHE_NAME  # not inside out_dir: DVC removes that before each run
+    hash_cache = out_dir.parent / HASH_CACHE_NAME  # not inside out_dir: no part of the stage's output
     try:
         cache = json.loads(hash_cache.read_text()) if hash_cache.exists() else {}
     except (OSError, ValueError):
@@ -95,6 +95,10 @@ def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
     for stage, paths in external_inputs(cfg).items():
         body = json.dumps({"inputs": fingerprint(paths, cache)}, indent=1, sort_keys=True) + "\n"
         written.append(atomic_write_text(out_dir / C.inputs_fingerprint_path(stage).name, body))
+    names = {p.name for p in written}
+    for stale in out_dir.glob("*.inputs.json"):  # a stage instance no longer in params.yaml
+        if stale.name not in names:
+            stale.unlink()
     live = {k for k in cache if Path(k.split("|")[0]).exists()}
     atomic_write_text(hash_cache, json.dumps({k: cache[k] for k in sorted(live)}) + "\n")
     return written
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_params(params_file)
     except ParamsError as exc:
         print(exc, file=sys.stderr)
-        print("check: params.yaml is invalid; no stage was run and no output was touched", file=sys.stderr)
+        print(f"check: params.yaml is invalid; no stage was run and no output was touched ({out_dir} included)",
+              file=sys.stderr)
         return 2
     written = write_check(cfg, out_dir)
     print(f"{params_file}: valid (profile {cfg.profile}); wrote {len(written)} check files to {out_dir}")

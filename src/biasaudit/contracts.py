@@ -98,6 +98,8 @@ EDIT_CHECKS_REPORTS = VLM_REPORTS / "edit_checks"
 # The check stage (validates params.yaml before DVC removes any output; fingerprints external inputs)
 CHECK_DIR = DATA / "check"
 CHECK_OK = CHECK_DIR / "params.ok"
+# where the notebook runner keeps a stage's previous outputs while it runs (biasaudit/keep_outputs.py)
+PREV_OUTS_DIR = Path(".prev-outs")
 
 
 def manifest_path(images_dir: str | Path, model: str) -> Path:

@@ -12,8 +12,12 @@ the settings that change a record (`settings_hash`), what else an item's record 
 * content-addressed resume: every record carries `settings_hash` and `input_hash`; an item is done only
   when the log holds a record with the item's current pair, so changing an input under the same id
   redoes exactly that item (and a setting, every item);
-* `retry_failed`, `limit`, sharding, local serial / local process pool (`execution.local_workers`) /
-  Ray dispatch, and accounting (status counts, stale records, token cost with the batch discount,
+* transient failures (work.is_transient: the transport gave up, a numerical fault) are never done: every
+  run asks them again, and `StageRun.finish()` (the last cell of the stage's notebook) fails the stage
+  while any remain, or while the share of final failures exceeds `execution.max_final_share`, so a
+  plain `dvc repro` re-runs it (and asks exactly those items again) instead of treating it as done;
+* `retry_failed` (also the final `failed` records), `limit`, sharding, local serial / local process
+  pool (`execution.local_workers`) / Ray dispatch, and accounting (status counts, stale records, token cost with the batch discount,
   from the records themselves, so it is the same under every runner).
 
 Only the driver appends to the log; workers return records (and write their own files atomically).
@@ -35,12 +39,12 @@ from tqdm.auto import tqdm
 from biasaudit.closure import code_fingerprint
 from biasaudit.io import DriverLock, RecordLog, atomic_write_text
 from biasaudit.provenance import sha256_file, stable_hash
-from biasaudit.work import BatchFn, Item, RunSummary
+from biasaudit.work import BatchFn, Item, RunSummary, is_transient
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"
 
-# a failed record is the one to replace (it is retried); other statuses are final outcomes (no_face, unparsed …)
+# a failed record is the one to replace when two logs hold an item; other statuses are outcomes (no_face …)
 STATUS_RANK = {"ok": 0, "refused": 1, "skipped": 2, "failed": 3}
 OTHER_RANK = 2
 
@@ -135,6 +139,46 @@ class Stage:
         return tuple(d[k] for k in self.key)
 
 
+class StageIncomplete(RuntimeError):
+    """A stage ended with transient failures, or with more final failures than execution.max_final_share:
+    its good records are kept in its log, and it exits non-zero so that DVC runs it again."""
+
+
+def report(summary: RunSummary, execution: dict[str, Any]) -> str:
+    """One line: the share of final statuses among a stage's current records, and its transient failures."""
+    s, bound = summary, execution["max_final_share"]
+    final = ", ".join(f"{k} {v}" for k, v in sorted(s.final.items())) or "none"
+    return (f"{execution['stage']}: {s.records} of {s.total} items recorded; final statuses {s.final_share:.1%} "
+            f"({final}; bound execution.max_final_share {bound:.0%}); transient failures {s.transient}")
+
+
+def problems(summary: RunSummary, execution: dict[str, Any]) -> list[str]:
+    """Why a stage must count as failed ([] when it is done)."""
+    s, bound, out = summary, execution["max_final_share"], []
+    if s.transient:
+        top = "; ".join(f"{n} × {r}" for r, n in sorted(s.transient_reasons.items(), key=lambda x: -x[1])[:3])
+        out.append(f"{s.transient} of {s.total} items failed transiently ({top}); the other records are kept "
+                   f"in {execution['log']}. Fix: once the service (or the machine) works again, run `dvc repro` "
+                   f"again: it asks exactly these {s.transient} items again")
+    if s.final_share > bound:
+        final = ", ".join(f"{k} {v}" for k, v in sorted(s.final.items()))
+        out.append(f"{s.final_share:.1%} of the {s.records} records ended with a final status ({final}), more "
+                   f"than execution.max_final_share ({bound:.0%}). Fix: read their reasons (a wrong model id, "
+                   f"prompt or parser); a change of settings redoes them, and `retry_failed` asks failed ones "
+                   f"again; or raise execution.max_final_share if this share is expected")
+    return out
+
+
+def finish(summary: RunSummary, execution: dict[str, Any]) -> None:
+    """The last step of a per-item stage (its notebook's last cell), with the run's summary and execution
+    info: print report(), and raise StageIncomplete naming the count and the fix while transient
+    failures remain or final ones exceed the bound (a shard: its own items)."""
+    print(report(summary, execution))
+    found = problems(summary, execution)
+    if found:
+        raise StageIncomplete(f"{execution['stage']}: " + " | ".join(found))
+
+
 @dataclass
 class StageRun:
     stage: Stage
@@ -145,6 +189,10 @@ class StageRun:
     adopted: dict[str, Any]
     execution: dict[str, Any]
     made: list[BatchFn]  # batch functions built in this process (close their models, read their state)
+
+    def finish(self) -> None:
+        """engine.finish of this run (the last step of its stage)."""
+        finish(self.summary, self.execution)
 
     def rows(self) -> list[Item]:
         """Current records in item order (items without one are left out)."""
@@ -264,7 +312,8 @@ def plan(stage: Stage, log: RecordLog, shard_index: int = 0, shard_count: int = 
         k = stage.key_of(item)
         rec = records.get(k)
         why = "absent" if rec is None else _is_current(stage, fps[k], item, rec)
-        if not why:
+        transient = not why and is_transient(rec)
+        if not why and not transient:
             retry = stage.retryable(rec) if stage.retryable else rec.get("status") == "failed"
             if not (stage.retry_failed and retry):
                 summary.already_done += 1
@@ -274,6 +323,8 @@ def plan(stage: Stage, log: RecordLog, shard_index: int = 0, shard_count: int = 
             continue
         if why in summary.stale:
             summary.stale[why] += 1
+        elif transient:
+            summary.retried_transient += 1
         elif not why:
             summary.retried_failed += 1
         todo.append(item)
@@ -344,8 +395,15 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
             elif workers > 1 and stage.cpu_bound and len(batches) > 1:
                 from biasaudit.scale.pool import run_pool
 
-                pool = run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload,
-                                on_death=stage.on_death or partial(died_record, stage.key))
+                try:
+                    pool = run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload,
+                                    on_death=stage.on_death or partial(died_record, stage.key))
+                except (EOFError, ConnectionError) as exc:  # the fork server died before answering
+                    raise RuntimeError(
+                        f"{stage.name}: the process pool of {workers} workers could not start ({type(exc).__name__}: "
+                        f"{exc or 'the fork server closed its pipe'}); the {summary.processed} records made so far "
+                        f"are kept in {log.path}. Run again, or set execution.local_workers: 1 to run in this "
+                        f"process") from exc
             else:
                 fn = stage.make_fn()
                 made.append(fn)
@@ -362,8 +420,12 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     for k, rec in log.records().items():
         if k in items and not _is_current(stage, fps[k], items[k], rec):
             current[k] = rec
-    info = {"runner": execution.runner, "local_workers": workers, "shard_index": execution.shard_index,
-            "shard_count": execution.shard_count, "log": log.path.as_posix(), "adopted_shards": adopted or {"adopted": []}}
+    mine = [rec for k, rec in current.items()
+            if execution.shard_count <= 1 or shard_of(k, execution.shard_count) == execution.shard_index]
+    summary.tally(mine)
+    info = {"stage": stage.name, "runner": execution.runner, "local_workers": workers, "shard_index": execution.shard_index,
+            "shard_count": execution.shard_count, "log": log.path.as_posix(), "adopted_shards": adopted or {"adopted": []},
+            "max_final_share": execution.max_final_share}
     if pool is not None:
         info["pool"] = pool
     return StageRun(stage, summary, log, current, appended, adopted or {"adopted": []}, info, made)

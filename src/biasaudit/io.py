@@ -131,9 +131,9 @@ class RecordLog:
     """Append-only JSON-lines log of finished items, safe against SIGKILL.
 
     Each `append` writes whole lines and fsyncs before returning; the last record per key wins. A
-    torn last line (a writer killed mid-line) is set aside, with a warning, into `<log>.torn` and cut
-    from the log before it is read or appended to, so its item is redone and the next append starts
-    on a fresh line. A corrupt line elsewhere is skipped with a warning. Appends and repairs hold an
+    torn last line (a writer killed mid-line) is skipped by a read (which writes nothing) and set
+    aside, with a warning, into `<log>.torn` and cut from the log before the next append, so its item
+    is redone and that append starts on a fresh line. A corrupt line elsewhere is skipped with a warning. Appends and repairs hold an
     exclusive lock on `<log>.lock` and reads a shared one, so processes appending to one log lose
     nothing and a reader never cuts a line another process is still writing.
     """
@@ -207,16 +207,21 @@ class RecordLog:
                 os.fsync(fh.fileno())
 
     def records(self) -> dict[tuple, dict[str, Any]]:
+        """The last record per key. Reading writes nothing (so it needs no free space, and a full disk
+        never stops a resume): a torn last line is skipped here, and set aside by the next append."""
         out: dict[tuple, dict[str, Any]] = {}
-        with self._lock, file_lock(self.lock_path):
-            self.repair()
         if not self.path.exists():
             return out
         bad = 0
-        with file_lock(self.lock_path, exclusive=False), open(self.path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
+        with file_lock(self.lock_path, exclusive=False), open(self.path, "rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):  # a torn last line (a writer killed mid-line)
+                    warnings.warn(f"{self.path}: torn last line ({len(raw)} bytes, a writer killed mid-line) "
+                                  f"skipped; its item is redone (the next append sets it aside in "
+                                  f"{self.torn_path.name})", RuntimeWarning, stacklevel=2)
+                    break
                 try:
-                    record = json.loads(line)
+                    record = json.loads(raw.decode("utf-8", errors="replace"))
                     out[self._key_of(record)] = record
                 except (json.JSONDecodeError, KeyError, TypeError):
                     bad += 1

@@ -9,7 +9,8 @@
   RetryableError; everything else passes through unchanged for the client to classify
   (refusal vs failure). `unsupported_parameter(exc)` names the parameter a 400 rejects.
 - `openai_client()` / `genai_http_options()`: SDK clients with the SDKs' own retries off (ours count
-  them) and one timeout.
+  them) and one timeout, which is a *total* deadline per request (`http_client`): httpx's own timeouts
+  bound each read, so a server trickling one byte a second would otherwise never time out.
 """
 
 from __future__ import annotations
@@ -228,23 +229,145 @@ def api_failure_reason(exc: Any) -> str:
     return f"HTTP {code}: {message}"
 
 
+# --- a total deadline per request --------------------------------------------------------------
+
+_DEADLINE = threading.local()  # the end (time.monotonic) of the request this thread is sending, or None
+
+
+def _time_left(timeout: float | None, error: type[Exception]) -> float | None:
+    """The socket timeout of one network operation: its own, never past the request's deadline."""
+    end = getattr(_DEADLINE, "at", None)
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise error(f"no complete response within the total deadline of {_DEADLINE.total:g} s (timeout_s)")
+    return left if timeout is None else min(timeout, left)
+
+
+def deadline_transport(timeout_s: float, flavour: str = "httpx"):
+    """An httpx transport whose every request — connect, send, headers and body — ends within `timeout_s`
+    seconds in all: each socket operation is given the time left (httpcore's network backend, wrapped).
+    `flavour` "httpx2": the same for httpx2/httpcore2, the drop-in fork the openai SDK is built on."""
+    import importlib
+
+    httpx = importlib.import_module(flavour)
+    httpcore = importlib.import_module({"httpx": "httpcore", "httpx2": "httpcore2"}[flavour])
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: Any):
+            self.inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self.inner.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self.inner.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
+
+        def close(self) -> None:
+            self.inner.close()
+
+        def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None):
+            return Stream(self.inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self.inner.get_extra_info(info)
+
+    class Backend(httpcore.NetworkBackend):
+        def __init__(self, inner: Any):
+            self.inner = inner
+
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                        socket_options: Any = None):
+            return Stream(self.inner.connect_tcp(host, port, _time_left(timeout, httpcore.ConnectTimeout),
+                                                 local_address, socket_options))
+
+        def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None):
+            return Stream(self.inner.connect_unix_socket(path, _time_left(timeout, httpcore.ConnectTimeout),
+                                                         socket_options))
+
+        def sleep(self, seconds: float) -> None:
+            self.inner.sleep(seconds)
+
+    class Body(httpx.SyncByteStream):
+        """The response body, read under its request's deadline (the SDKs read it after handle_request)."""
+
+        def __init__(self, inner: Any, end: float):
+            self.inner, self.end = inner, end
+
+        def __iter__(self):
+            for chunk in _under(self.end, timeout_s, lambda: iter(self.inner)):
+                yield chunk
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Transport(httpx.HTTPTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            # httpx builds its httpcore pool without a network backend argument: wrap the pool's own
+            self._pool._network_backend = Backend(self._pool._network_backend)
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            end = time.monotonic() + timeout_s
+            response = _under(end, timeout_s, lambda: super(Transport, self).handle_request(request))
+            response.stream = Body(response.stream, end)
+            return response
+
+    return Transport()
+
+
+def _under(end: float, total: float, fn: Callable[[], Any]) -> Any:
+    """`fn()` (or every step of the iterator it returns) with this thread's request deadline at `end`."""
+    before = getattr(_DEADLINE, "at", None), getattr(_DEADLINE, "total", None)
+    _DEADLINE.at, _DEADLINE.total = end, total
+    try:
+        out = fn()
+        if not hasattr(out, "__next__"):
+            return out
+    finally:
+        _DEADLINE.at, _DEADLINE.total = before
+
+    def steps():
+        while True:
+            _DEADLINE.at, _DEADLINE.total = end, total
+            try:
+                chunk = next(out)
+            except StopIteration:
+                return
+            finally:
+                _DEADLINE.at, _DEADLINE.total = before
+            yield chunk
+
+    return steps()
+
+
+def http_client(timeout_s: float):
+    """An httpx.Client whose requests end within `timeout_s` seconds in all (deadline_transport)."""
+    import httpx
+
+    return httpx.Client(transport=deadline_transport(timeout_s), timeout=timeout_s, follow_redirects=True)
+
+
 # --- clients ----------------------------------------------------------------------------------
 
 def openai_client(api_key: str, base_url: str | None, timeout_s: float):
-    """An openai.OpenAI client with the SDK's retries off (ours count them)."""
+    """An openai.OpenAI client with the SDK's retries off (ours count them) and a total deadline per request."""
     import openai
 
-    return openai.OpenAI(api_key=api_key or "unused", base_url=base_url or None, timeout=timeout_s, max_retries=0)
+    return openai.OpenAI(api_key=api_key or "unused", base_url=base_url or None, timeout=timeout_s, max_retries=0,
+                         http_client=openai.DefaultHttpxClient(transport=deadline_transport(timeout_s, "httpx2"),
+                                                               timeout=timeout_s))
 
 
 def genai_http_options(base_url: str | None, timeout_s: float):
-    """google-genai HttpOptions: our timeout (ms), the SDK's own retries off."""
+    """google-genai HttpOptions: our timeout (ms) as a total deadline per request, the SDK's own retries off."""
     from google.genai import types
 
     return types.HttpOptions(base_url=base_url or None, timeout=int(timeout_s * 1000),
-                             retry_options=types.HttpRetryOptions(attempts=1))
+                             retry_options=types.HttpRetryOptions(attempts=1), httpx_client=http_client(timeout_s))
 
 
 __all__ = ["RETRYABLE_STATUS", "RetryableError", "TokenBucket", "api_failure_reason", "backoff_delay",
-           "call_with_retries", "error_body", "genai_errors", "genai_http_options", "openai_client",
-           "openai_errors", "parse_retry_after", "retry_after_from_headers", "unsupported_parameter"]
+           "call_with_retries", "deadline_transport", "error_body", "genai_errors", "genai_http_options", "http_client",
+           "openai_client", "openai_errors", "parse_retry_after", "retry_after_from_headers", "unsupported_parameter"]

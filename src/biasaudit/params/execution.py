@@ -25,6 +25,10 @@ class Execution(Section):
     local_workers: int = Field(1, ge=1)
     shard_index: int = Field(0, ge=0)  # this machine's shard …
     shard_count: int = Field(1, ge=1)  # … of this many (Slurm array, several VMs); an unsharded run merges them
+    # a stage fails (exits non-zero, its records kept) when more than this share of its items ended with a
+    # final failure (refused, unparsed, implausible, no face …; engine.StageRun.finish): one bound for every
+    # per-item stage, since each stage instance is one model and the share is reported per instance
+    max_final_share: float = Field(0.5, ge=0.0, le=1.0)
     ray: RayOptions = Field(default_factory=RayOptions)
 
     @model_validator(mode="after")

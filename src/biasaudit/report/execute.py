@@ -261,6 +261,9 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
         terminal.write(f"✗ {label}: {blocked}\n")
         terminal.flush()
         return 1
+    from biasaudit.keep_outputs import keep_outputs
+
+    kept = keep_outputs(stage, keep=(target,))  # DVC no longer deletes outputs (persist): moved aside here
     tty = terminal.isatty()
     # a terminal keeps one line per stage: the start line, then its live bar, then its end line in place
     terminal.write(f"▶ {label}" + ("" if tty else "\n"))
@@ -287,6 +290,12 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     nb.metadata["biasaudit"] = {"stage": label, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
     nbformat.write(nb, target)
+    if failure:
+        back = kept.restore()  # a failed stage keeps its previous outputs
+        if back:
+            failure += f"\n  (its previous outputs are kept: {', '.join(p.as_posix() for p in back)})"
+    else:
+        kept.discard()
     if failure:
         terminal.write(f"✗ {label}: {failure}\n  (failed after {seconds:.1f} s; traceback in {target})\n")
         terminal.flush()

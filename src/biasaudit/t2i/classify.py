@@ -183,4 +183,4 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
                        instruction_version=params.instruction_version, accounting=accounting,
                        stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=run.execution)
     return {"table": table, "summary": summary, "accounting": accounting, "backend": description,
-            "execution": run.execution, "out_path": out_path}
+            "execution": run.execution, "out_path": out_path, "run": run}

@@ -246,6 +246,7 @@ class GenerateResult:
     out_dir: Path
     manifest: pd.DataFrame
     summary: dict[str, Any] = field(default_factory=dict)
+    run: StageRun | None = None  # the engine's run (finish() is the stage's last step)
 
 
 def run_generate(model: str, cfg: Params, progress: bool = True, generator: Generator | None = None
@@ -292,10 +293,10 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     if run.sharded:
         # one shard: its log (and images) only; the unsharded run that merges the shards writes the manifest
         atomic_write_json(run.log.path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})
-        return GenerateResult(model, out_dir, manifest, summary)
+        return GenerateResult(model, out_dir, manifest, summary, run)
     atomic_write_table(manifest, out_dir / "manifest.parquet")
     atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(spec.model_dump())})
-    return GenerateResult(model, out_dir, manifest, summary)
+    return GenerateResult(model, out_dir, manifest, summary, run)
 
 
 def summarize(model: str, spec: GeneratorSpec, manifest: pd.DataFrame, n: int, n_prompts: int, run: RunSummary,

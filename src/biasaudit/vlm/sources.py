@@ -11,8 +11,10 @@ the face not covered (no sunglasses/mask), and context (clothing, workplace) tha
 since only the face will be edited. Photos must be licensed for this use.
 
 Accepted photos are copied, as 8-bit sRGB PNG, to `data/vlm/sources/<occupation>/<base_id>.png`;
-`data/vlm/sources/manifest.parquet` lists every candidate with status (ok | rejected | not_used) and
-reason. Base ids are unique (a colliding file name gets a `-2` suffix, noted in `id_note`); photos are
+`data/vlm/sources/manifest.parquet` lists every file found with status (ok | rejected | not_used |
+skipped) and reason: a file that is not a photo format (a .gif, a note) or lies outside the occupation
+folders is `skipped` with why; a grayscale photo is `rejected` (the edits change skin colour, so a
+source needs colour); `conversion` records what loading changed (CMYK→RGB, EXIF rotation, alpha). Base ids are unique (a colliding file name gets a `-2` suffix, noted in `id_note`); photos are
 checked in name order until `photos_per_occupation` are accepted, so a rejected one does not count.
 
 The offline profile (`source: packaged`) uses the public-domain photos shipped in packages
@@ -31,6 +33,21 @@ from biasaudit.images import load_rgb
 from biasaudit.provenance import derive_seed
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp")
+# a photo whose every pixel has max(R,G,B) − min(R,G,B) at most this is gray (2: the rounding a JPEG
+# of an R = G = B image shows)
+GRAY_SPREAD = 2
+
+
+def grayscale_reason(rgb: np.ndarray | None, conversion: str = "") -> str:
+    """Why `rgb` cannot be a source because it has no colour ('' when it has some)."""
+    if rgb is None or not rgb.size:
+        return ""
+    spread = int((rgb.max(axis=2) - rgb.min(axis=2)).max())  # uint8: max ≥ min, no wrap-around
+    if spread > GRAY_SPREAD:
+        return ""
+    how = f"; {conversion}" if conversion else ""
+    return (f"grayscale photo (colour spread {spread} ≤ {GRAY_SPREAD}{how}): the edits change skin colour, "
+            "so a source photo needs colour")
 
 
 def packaged_photos() -> dict[str, np.ndarray]:
@@ -106,15 +123,37 @@ def unique_ids(names: list[str]) -> list[tuple[str, str]]:
 
 def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dict[str, Any]]:
     """Every photo under input_dir/<occupation>/, sorted by name, with a unique base id; loaded
-    later by select_sources (only as many as the quota needs)."""
+    later by select_sources (only as many as the quota needs). Every other file under input_dir is
+    a candidate too, with `skip` saying why it is not used (its format, or where it lies)."""
     root = Path(input_dir)
     out = []
+
+    def skipped(path: Path, occ: str, why: str) -> dict[str, Any]:
+        return {"occupation": occ, "base_id": path.name, "path": None, "rgb": None, "origin": str(path),
+                "reason": "", "id_note": "", "skip": why}
+
     for occ in occupations:
         folder = root / occ
-        files = sorted(p for p in folder.glob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+        entries = sorted(folder.iterdir()) if folder.is_dir() else []
+        files = [p for p in entries if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
         for path, (base_id, note) in zip(files, unique_ids([p.name for p in files])):
             out.append({"occupation": occ, "base_id": base_id, "path": path, "rgb": None, "origin": str(path),
                         "reason": "", "id_note": note})
+        for path in entries:
+            if path.is_dir():
+                for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                    out.append(skipped(f, occ, f"in a subfolder of {occ}/: photos lie directly in {occ}/"))
+            elif path not in files:
+                out.append(skipped(path, occ, f"not a photo format: '{path.suffix or path.name}' "
+                                              f"(read: {', '.join(IMAGE_SUFFIXES)})"))
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            if path.is_file():
+                out.append(skipped(path, "", "outside the occupation folders: photos lie in "
+                                             f"{root}/<occupation>/"))
+            elif path.name not in occupations:
+                for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                    out.append(skipped(f, path.name, f"occupation '{path.name}' is not in sources.occupations"))
     return out
 
 
@@ -125,14 +164,21 @@ def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Any)
     accepted: dict[str, int] = {}
     for c in candidates:
         occ = c["occupation"]
+        if c.get("skip"):
+            yield c, {"status": "skipped", "reason": c["skip"], "conversion": ""}
+            continue
         if accepted.get(occ, 0) >= params.photos_per_occupation:
             yield c, {"status": "not_used", "reason": f"photos_per_occupation ({params.photos_per_occupation}) "
-                                                       f"already accepted for {occ}"}
+                                                       f"already accepted for {occ}", "conversion": ""}
             continue
         if c.get("rgb") is None and c.get("path") is not None:
             loaded = load_rgb(c["path"])
-            c = c | {"rgb": loaded.rgb, "reason": loaded.reason}
-        rec = check_photo(c["rgb"], detector, params, c.get("reason", ""))
+            c = c | {"rgb": loaded.rgb, "reason": loaded.reason, "conversion": loaded.note}
+        gray = grayscale_reason(c["rgb"], c.get("conversion", ""))
+        rec = check_photo(None if gray else c["rgb"], detector, params, gray or c.get("reason", ""))
+        if gray and c["rgb"] is not None:
+            rec |= {"width": int(c["rgb"].shape[1]), "height": int(c["rgb"].shape[0])}
+        rec["conversion"] = c.get("conversion", "")
         if rec["status"] == "ok":
             accepted[occ] = accepted.get(occ, 0) + 1
         yield c, rec

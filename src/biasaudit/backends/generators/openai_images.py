@@ -20,6 +20,7 @@ from biasaudit.backends.transport import (
     TokenBucket,
     api_failure_reason,
     call_with_retries,
+    http_client,
     openai_client,
     openai_errors,
 )
@@ -89,9 +90,10 @@ class OpenAIImagesGenerator(Generator):
             return self.client.images.generate(**kw)
 
     def _fetch(self, url: str) -> bytes:
-        resp = httpx.get(url, timeout=self.spec.timeout_s)
-        resp.raise_for_status()
-        return resp.content
+        with http_client(self.spec.timeout_s) as client:  # the download under the same total deadline
+            resp = client.get(url)
+            resp.raise_for_status()
+            return resp.content
 
     def _one(self, req: GenRequest) -> GenResult:
         s, oa = self.spec, self.openai
