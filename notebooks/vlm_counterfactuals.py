@@ -45,7 +45,7 @@ sources = pd.read_parquet(sources_manifest) if sources_manifest.exists() else No
 # ## Edit (or import)
 
 # %%
-manifest, editor_info, summary = focus.counterfactuals(cfg, sources, params, out_root)  # import, or edit (resumable)
+manifest, editor_info, summary, run = focus.counterfactuals(cfg, sources, params, out_root)  # import, or edit (resumable)
 print(summary)
 print(editor_info)
 display(manifest.groupby(["occupation", "status"]).size().unstack(fill_value=0))
@@ -70,5 +70,5 @@ write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=edito
 # again) or the final share exceeds `execution.max_final_share`.
 
 # %%
-if params.backend != "folder":
-    result["run"].finish()
+if run is not None:  # an imported set has no engine run
+    run.finish()

@@ -104,3 +104,5 @@ print(json.dumps(summary, indent=1, default=str))
 
 # %%
 result["run"].finish()
+if params.check_target:
+    target_run.finish()

@@ -203,19 +203,19 @@ def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
 
 
 def counterfactuals(cfg: Any, sources: pd.DataFrame | None, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
-                    sources_dir: str | Path = C.SOURCES_DIR) -> tuple[pd.DataFrame, dict[str, Any], str]:
+                    sources_dir: str | Path = C.SOURCES_DIR) -> tuple[pd.DataFrame, dict[str, Any], str, Any]:
     """The counterfactuals stage: import an existing FOCUS set (a backend with `imports_existing`) or
-    edit every accepted source photo (run_edits). Returns the manifest, the editor's description and a
-    one-line summary."""
+    edit every accepted source photo (run_edits). Returns the manifest, the editor's description, a
+    one-line summary and the engine's run (None for an import)."""
     params = params or cfg.counterfactuals
     if registry.trait("editor", params.backend, "imports_existing", False):
         manifest = import_focus_folder(params.folder_dir, out_root, sources_dir)
         return manifest, {"backend": params.backend, "model_id": params.folder_dir, "stand_in": False}, \
-            f"imported {len(manifest)} images from {params.folder_dir}"
+            f"imported {len(manifest)} images from {params.folder_dir}", None
     if sources is None or not (sources["status"] == "ok").any():
         raise RuntimeError(f"no accepted source photos: run the `sources` stage first ({Path(sources_dir) / 'manifest.parquet'})")
     result = run_edits(cfg, sources, params, out_root)  # resumable; `execution:` local, pool or Ray
-    return result["manifest"], result["editor"], f"{result['summary']} | execution: {result['execution']}"
+    return result["manifest"], result["editor"], f"{result['summary']} | execution: {result['execution']}", result["run"]
 
 
 def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
