@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     for need in lacking:
         print(f"warning: {describe_need(need)}", file=sys.stderr)
     if lacking:
-        print(f"check: {len(lacking)} weight(s)/key(s)/server(s) missing; the stages that need them will stop "
+        from biasaudit.cli import plural
+
+        print(f"check: {plural(len(lacking), 'thing')} missing; the stages that need them will stop "
               "before their notebook runs (`biasaudit check` lists them)", file=sys.stderr)
     return 0
 

@@ -83,7 +83,7 @@ BY_NAME = {w.name: w for w in WEIGHTS}
 @dataclass
 class Need:
     """One thing a stage needs: a weight (file/folder), an API key, or a running server."""
-    kind: str          # weight | key | server
+    kind: str          # weight | input (a data folder or file, not a model) | key | server
     what: str          # path, variable name or URL
     used_by: str       # the params key / stage that needs it
     fix: str           # the exact step that provides it
@@ -167,10 +167,10 @@ def needs(cfg: Any) -> list[Need]:
     elif cf.backend == "diffusers":
         out.append(_weight_need(cf.model_id, "counterfactuals.model_id", "counterfactuals", "model_index.json"))
     elif cf.backend == "folder":
-        out.append(Need("weight", cf.folder_dir, "counterfactuals.folder_dir",
+        out.append(Need("input", cf.folder_dir, "counterfactuals.folder_dir",
                         "put the FOCUS-layout images there", "counterfactuals"))
     if cfg.sources.source == "folder" and cf.backend != "folder":
-        out.append(Need("weight", cfg.sources.input_dir, "sources.input_dir",
+        out.append(Need("input", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
     unique: dict[tuple[str, str], Need] = {}
     for n in out:  # one line per missing thing; a thing several stages share lists every one of them
@@ -204,7 +204,7 @@ def _vlm_needs(spec: Any, used_by: str, stage: str) -> list[Need]:
     if spec.backend == "clip" and spec.clip_pretrained:
         return [_clip_need(spec.model_id, spec.clip_pretrained, f"{used_by}.clip_pretrained", stage)]
     if spec.backend == "file":
-        return [Need("weight", spec.model_id, f"{used_by}.model_id", "write the label CSV there", stage)]
+        return [Need("input", spec.model_id, f"{used_by}.model_id", "write the label CSV there", stage)]
     return []
 
 

@@ -195,7 +195,9 @@ def preflight(stage: str) -> str:
         return first_line("ParamsError", str(exc))
     lacking = missing_needs(stage)
     if lacking:
-        return (f"needs {len(lacking)} thing(s) this machine lacks (not run):\n"
+        from biasaudit.cli import plural
+
+        return (f"needs {plural(len(lacking), 'thing')} this machine lacks (not run):\n"
                 + "".join(f"  - {line}\n" for line in lacking)).rstrip("\n")
     return ""
 
