@@ -111,7 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         print("check: params.yaml is invalid; no stage was run and no output was touched", file=sys.stderr)
         return 2
     written = write_check(cfg, out_dir)
-    print(f"{params_file}: valid (profile {cfg.profile}); wrote {len(written)} check files to {out_dir}")
+    from biasaudit.progress import position, write_plan
+
+    try:  # the order dvc repro runs the stages in, for the "k/N" of each stage line
+        write_plan()
+    except Exception:  # no DVC project here (run by hand): stage lines just lack k/N
+        pass
+    where = position("check")
+    print(f"✓ {where + ' ' if where else ''}check: {params_file} valid (profile {cfg.profile}); "
+          f"wrote {len(written)} check files to {out_dir}")
     from biasaudit.cli import describe_need
     from biasaudit.weights import missing
 

@@ -96,6 +96,8 @@ EDIT_CHECKS_REPORTS = VLM_REPORTS / "edit_checks"
 # The check stage (validates params.yaml before DVC removes any output; fingerprints external inputs)
 CHECK_DIR = DATA / "check"
 CHECK_OK = CHECK_DIR / "params.ok"
+# the order `dvc repro` runs the stages in (the "k/N" of each stage line); DVC's own scratch folder, not an output
+STAGE_PLAN = Path(".dvc") / "tmp" / "biasaudit-stage-plan.json"
 
 
 def manifest_path(images_dir: str | Path, model: str) -> Path:

@@ -12,7 +12,8 @@ stays in the executed notebook. The kernel:
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
   a file, not the terminal; cell output is unaffected;
-- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live.
+- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live, in a log
+  as a line every LOG_EVERY_S seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+LOG_EVERY_S = 30.0  # not a terminal (a log file, CI): a stage's progress bar as one line at most this often
 NOTEBOOKS_DIR = Path("reports/notebooks")
 _BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
 
@@ -77,24 +79,35 @@ def kernel_env() -> None:
 
 
 class BarEcho:
-    """Echoes tqdm bars from the notebook's stderr to a terminal, live."""
+    """Echoes tqdm bars from the notebook's stderr: in a terminal live, on the stage's own line; in a
+    log (`live=False`) as a line of its own at most every `every_s` seconds, so a long per-item stage
+    (faces, reflect) shows where it is while a short one adds nothing."""
 
-    def __init__(self, stream: TextIO, prefix: str):
+    def __init__(self, stream: TextIO, prefix: str, live: bool = True, every_s: float = LOG_EVERY_S,
+                 clock: Any = time.monotonic):
         self.stream, self.prefix, self.shown = stream, prefix, False
+        self.live, self.every_s, self.clock = live, every_s, clock
+        self.last = clock()
 
     def write(self, text: str) -> None:
         bars = [part for part in re.split(r"[\r\n]", text) if _BAR.search(part)]
-        if bars:
-            width = 118 - len(self.prefix)
+        if not bars:
+            return
+        width = 118 - len(self.prefix)
+        if self.live:
             self.stream.write(f"\r{self.prefix}{bars[-1].strip()[:width]:<{width}}")
             self.stream.flush()
             self.shown = True
+        elif self.clock() - self.last >= self.every_s:
+            self.stream.write(f"{self.prefix}{bars[-1].strip()[:width]}\n")
+            self.stream.flush()
+            self.last = self.clock()
 
     def flush(self) -> None:
         pass
 
     def clear(self) -> None:
-        if self.shown:
+        if self.live and self.shown:
             self.stream.write("\r" + " " * 120 + "\r")
             self.stream.flush()
 
@@ -238,7 +251,10 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    label = stage or name
+    from biasaudit.progress import position
+
+    where = position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+    label = f"{where} {stage}" if where else (stage or name)
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{name}.ipynb"
@@ -254,7 +270,7 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     kernel_env()
     nb = jupytext.read(notebook)
     inject_parameters(nb, parameters)
-    echo = BarEcho(terminal, f"▶ {label} ") if tty else None
+    echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
         client = _client(nb, log, echo)
@@ -266,11 +282,11 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
             log.seek(0)
             tail = log.read().strip().splitlines()[-5:]
             failure = first_line(type(exc).__name__, str(exc)) + "".join(f"\n  kernel: {t}" for t in tail)
-    if echo:
+    if tty:
         echo.clear()
         terminal.write("\r\033[K")
     seconds = time.perf_counter() - start
-    nb.metadata["biasaudit"] = {"stage": label, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
+    nb.metadata["biasaudit"] = {"stage": stage or name, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
     nbformat.write(nb, target)
     if failure:
