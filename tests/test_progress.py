@@ -100,3 +100,79 @@ def test_a_terminal_gets_the_bar_live_on_the_stage_line():
     assert out.getvalue().count("\r") == 2 and "\n" not in out.getvalue()
     echo.clear()
     assert out.getvalue().endswith("\r")
+
+
+# --- a clean tree after the demo: the same code gives the same output bytes ---------------------------
+
+@pytest.mark.slow
+def test_an_executed_notebook_is_the_same_bytes_in_every_run(tmp_path):
+    """Two runs of one notebook (a progress bar whose clock and rate differ, a figure): the same
+    .ipynb, so dvc.lock records the same hash; the wall time is in reports/runs/, outside it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    nb = tmp_path / "bars.py"
+    nb.write_text(textwrap.dedent("""\
+        # %%
+        import time
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+        from tqdm.auto import tqdm
+        for _ in tqdm(range(3), desc="items", mininterval=0):
+            time.sleep(0.2)
+        fig, ax = plt.subplots()
+        ax.plot([0, 1])
+        display(fig)
+        print("done")
+        """))
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT / "src"))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "biasaudit.report.execute", str(nb), "bars"], cwd=tmp_path,
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append((tmp_path / "reports/notebooks/bars.ipynb").read_bytes())
+    assert runs[0] == runs[1]
+    text = runs[0].decode()
+    assert "3/3" in text and "it/s" not in text and "iopub" not in text and "wall_s" not in text
+    ledger = json.loads((tmp_path / "reports/runs/bars.json").read_text())
+    assert ledger["wall_s"] > 0.5 and ledger["status"] == "ok"
+
+
+def _git(repo, *args):
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                                   GIT_COMMITTER_EMAIL="t@t")).stdout.strip()
+
+
+def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_output(tmp_path, monkeypatch):
+    from datetime import datetime, timezone
+
+    from biasaudit import provenance
+
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "dvc.lock").write_text("a\n")
+    _git(tmp_path, "add", "-A")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-02T03:04:05+00:00")
+    _git(tmp_path, "commit", "-qm", "code")
+    code = _git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "dvc.lock").write_text("b\n")  # the lock a run wrote, committed on its own
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-02-03T04:05:06+00:00")
+    _git(tmp_path, "commit", "-qam", "lock")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    provenance._code_commit.cache_clear()
+    assert provenance.git_commit(tmp_path) == code != _git(tmp_path, "rev-parse", "HEAD")
+    assert provenance.utc_now() == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc).isoformat()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    assert provenance.utc_now() == "1970-01-01T00:00:00+00:00"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    (tmp_path / "code.py").write_text("x = 2\n")  # uncommitted code: marked, and timestamps are the clock's
+    provenance._code_commit.cache_clear()
+    assert provenance.git_commit(tmp_path) == code + "+dirty"
+    assert provenance.utc_now()[:4] >= "2026" and provenance.utc_now() != "2026-01-02T03:04:05+00:00"
+    provenance._code_commit.cache_clear()

@@ -63,6 +63,9 @@ REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
 NOTEBOOKS_OUT = REPORTS / "notebooks"
+# when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
+# tracked output (an executed notebook hashes the same in every run of the same code)
+RUNS_DIR = REPORTS / "runs"
 
 # Method A
 T2I = DATA / "t2i"

@@ -35,18 +35,32 @@ def library_versions_json() -> str:
     return json.dumps(library_versions(), sort_keys=True)
 
 
+# A tracked output must hash the same in every run of the same code (a fresh clone's `make demo` leaves
+# `git status` clean and a second run runs nothing), so provenance names the code, not the run: the last
+# commit that changed anything besides dvc.lock (committing the lock a run wrote changes no output), and
+# timestamps are that commit's time (the reproducible-builds convention; SOURCE_DATE_EPOCH overrides it).
+# When each stage really ran, and for how long, is in reports/runs/<stage>.json (biasaudit.report.execute).
+LOCK_ONLY = ":(exclude)dvc.lock"
+
+
 @lru_cache(maxsize=1)
-def git_commit(repo: str | os.PathLike = ".") -> str:
-    """HEAD commit, suffixed with '+dirty' when tracked files differ; 'unknown' outside git."""
+def _code_commit(repo: str) -> tuple[str, int | None]:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        # dvc.lock is rewritten by the very pipeline run being recorded: not a code change
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock"],
+        sha, _, stamp = subprocess.run(["git", "log", "-1", "--format=%H %ct", "--", ".", LOCK_ONLY], cwd=repo,
+                                       capture_output=True, text=True, check=True).stdout.strip().partition(" ")
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", LOCK_ONLY],
                                cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return "unknown", None
+    if not sha:
+        return "unknown", None
+    return sha + ("+dirty" if dirty else ""), (None if dirty else int(stamp))
+
+
+def git_commit(repo: str | os.PathLike = ".") -> str:
+    """The commit of the code: the last one that changed anything besides dvc.lock, suffixed with
+    '+dirty' when tracked files (dvc.lock apart) differ from it; 'unknown' outside git."""
+    return _code_commit(str(repo))[0]
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:
@@ -70,7 +84,11 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """The timestamp an output records: SOURCE_DATE_EPOCH when set, else the time of the code's commit
+    (git_commit), else — uncommitted changes, no git — the wall clock."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _code_commit(".")[1]
+    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch else datetime.now(timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 def run_info(params_section: Any = None) -> dict[str, Any]:

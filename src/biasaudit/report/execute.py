@@ -31,6 +31,7 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 LOG_EVERY_S = 30.0  # not a terminal (a log file, CI): a stage's progress bar as one line at most this often
 NOTEBOOKS_DIR = Path("reports/notebooks")
 _BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
+_BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00,  1.18item/s]": differs every run
 
 
 def resolve_type(value: str) -> Any:
@@ -229,6 +230,33 @@ def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
     nb.cells.insert(where, cell)
 
 
+def without_clocks(nb: Any) -> None:
+    """Drop what differs between two runs of the same code from an executed notebook (a DVC output,
+    whose hash dvc.lock records): progress bars' elapsed time and rate. Cells carry no execution
+    timestamps (the client does not record them) and the wall time goes to record_run."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and _BAR.search(out.get("text", "")):
+                out["text"] = _BAR_CLOCK.sub("", out["text"])
+
+
+def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Path | None = None) -> Path:
+    """When the stage ran, for how long, at which commit: `reports/runs/<name>.json`, outside every
+    tracked output."""
+    from datetime import datetime, timezone
+
+    from biasaudit import contracts as C
+    from biasaudit.io import atomic_write_json
+    from biasaudit.provenance import git_commit
+
+    path = (runs_dir or C.RUNS_DIR) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_json(path, {"stage": stage, "notebook": f"{name}.ipynb", "wall_s": round(seconds, 2),
+                                    "status": "failed" if failure else "ok", "reason": failure,
+                                    "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                    "git_commit": git_commit()})
+
+
 def _client(nb: Any, log: TextIO, echo: BarEcho | None):
     from nbclient import NotebookClient
 
@@ -239,7 +267,7 @@ def _client(nb: Any, log: TextIO, echo: BarEcho | None):
             return super().output(outs, msg, display_id, cell_index)
 
     return Client(nb, km=_quiet_kernel_manager(log), kernel_name="python3", timeout=None, startup_timeout=120,
-                  coalesce_streams=True, resources={"metadata": {"path": "."}})
+                  coalesce_streams=True, record_timing=False, resources={"metadata": {"path": "."}})
 
 
 def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
@@ -270,6 +298,8 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     kernel_env()
     nb = jupytext.read(notebook)
     inject_parameters(nb, parameters)
+    for i, cell in enumerate(nb.cells):  # nbformat draws random cell ids: the same notebook, the same ids
+        cell["id"] = f"cell-{i}"
     echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
@@ -286,9 +316,11 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
         echo.clear()
         terminal.write("\r\033[K")
     seconds = time.perf_counter() - start
-    nb.metadata["biasaudit"] = {"stage": stage or name, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
+    nb.metadata["biasaudit"] = {"stage": stage or name, "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
+    without_clocks(nb)
     nbformat.write(nb, target)
+    record_run(name, stage or name, seconds, failure, runs_dir=out_dir.parent / "runs")
     if failure:
         terminal.write(f"✗ {label}: {failure}\n  (failed after {seconds:.1f} s; traceback in {target})\n")
         terminal.flush()
