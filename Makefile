@@ -37,7 +37,7 @@ demo: setup
 # JupyterLab on the project: a notebooks/*.py opens as a notebook (jupytext; .jupyter/ sets the viewer), and its
 # kernel, although started in notebooks/, reads params.yaml and writes data/ at the root (stage_params)
 lab: setup
-	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: setup
 	$(BIN)/python -m pytest
