@@ -154,7 +154,8 @@ def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_outp
     from biasaudit import provenance
 
     _git(tmp_path, "init", "-q")
-    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "code.py").write_text("x = 1\n")
     (tmp_path / "dvc.lock").write_text("a\n")
     _git(tmp_path, "add", "-A")
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-02T03:04:05+00:00")
@@ -163,6 +164,9 @@ def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_outp
     (tmp_path / "dvc.lock").write_text("b\n")  # the lock a run wrote, committed on its own
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-02-03T04:05:06+00:00")
     _git(tmp_path, "commit", "-qam", "lock")
+    (tmp_path / "README.md").write_text("docs\n")  # and the docs after it
+    _git(tmp_path, "add", "README.md")
+    _git(tmp_path, "commit", "-qm", "docs")
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     monkeypatch.chdir(tmp_path)
     provenance._code_commit.cache_clear()
@@ -171,7 +175,10 @@ def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_outp
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
     assert provenance.utc_now() == "1970-01-01T00:00:00+00:00"
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
-    (tmp_path / "code.py").write_text("x = 2\n")  # uncommitted code: marked, and timestamps are the clock's
+    (tmp_path / "README.md").write_text("more docs\n")  # uncommitted docs: still the same code
+    provenance._code_commit.cache_clear()
+    assert provenance.git_commit(tmp_path) == code
+    (tmp_path / "src" / "code.py").write_text("x = 2\n")  # uncommitted code: marked, and timestamps are the clock's
     provenance._code_commit.cache_clear()
     assert provenance.git_commit(tmp_path) == code + "+dirty"
     assert provenance.utc_now()[:4] >= "2026" and provenance.utc_now() != "2026-01-02T03:04:05+00:00"

@@ -37,19 +37,23 @@ def library_versions_json() -> str:
 
 # A tracked output must hash the same in every run of the same code (a fresh clone's `make demo` leaves
 # `git status` clean and a second run runs nothing), so provenance names the code, not the run: the last
-# commit that changed anything besides dvc.lock (committing the lock a run wrote changes no output), and
-# timestamps are that commit's time (the reproducible-builds convention; SOURCE_DATE_EPOCH overrides it).
-# When each stage really ran, and for how long, is in reports/runs/<stage>.json (biasaudit.report.execute).
-LOCK_ONLY = ":(exclude)dvc.lock"
+# commit that changed what the pipeline runs (CODE_PATHS: committing the dvc.lock a run wrote, the docs or
+# the tests changes no output), and timestamps are that commit's time (the reproducible-builds
+# convention; SOURCE_DATE_EPOCH overrides it). When each stage really ran, and for how long, is in
+# reports/runs/<notebook>.json (biasaudit.report.execute).
+CODE_PATHS = ("src", "notebooks", "scripts", "dvc.yaml", "params.yaml", "profiles", "data/reference")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
 def _code_commit(repo: str) -> tuple[str, int | None]:
     try:
-        sha, _, stamp = subprocess.run(["git", "log", "-1", "--format=%H %ct", "--", ".", LOCK_ONLY], cwd=repo,
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        paths = ["--", *(p for p in CODE_PATHS if (Path(top) / p).exists())]
+        sha, _, stamp = subprocess.run(["git", "log", "-1", "--format=%H %ct", *paths], cwd=top,
                                        capture_output=True, text=True, check=True).stdout.strip().partition(" ")
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", LOCK_ONLY],
-                               cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *paths], cwd=top,
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown", None
     if not sha:
@@ -58,8 +62,8 @@ def _code_commit(repo: str) -> tuple[str, int | None]:
 
 
 def git_commit(repo: str | os.PathLike = ".") -> str:
-    """The commit of the code: the last one that changed anything besides dvc.lock, suffixed with
-    '+dirty' when tracked files (dvc.lock apart) differ from it; 'unknown' outside git."""
+    """The commit of the code: the last one that changed a CODE_PATHS path, suffixed with '+dirty'
+    when one of them differs from it; 'unknown' outside git."""
     return _code_commit(str(repo))[0]
 
 
