@@ -183,3 +183,28 @@ def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_outp
     assert provenance.git_commit(tmp_path) == code + "+dirty"
     assert provenance.utc_now()[:4] >= "2026" and provenance.utc_now() != "2026-01-02T03:04:05+00:00"
     provenance._code_commit.cache_clear()
+
+
+def test_the_work_logs_inside_persist_outputs_are_not_part_of_them(tmp_path):
+    """generate keeps its resumable log in the image folder (a persist output) and the FOCUS edits in
+    data/vlm/focus/.work/: the record order and the driver's pid differ per run, so DVC must not hash
+    them (.dvcignore), while every image and the manifest stay in the output."""
+    from dvc.ignore import DvcIgnoreFilter
+    from dvc.repo import Repo
+
+    from biasaudit import contracts as C
+    from biasaudit.engine import shard_log_path
+    from biasaudit.io import DriverLock, RecordLog
+
+    repo = Repo(str(ROOT))
+    ignore = DvcIgnoreFilter(repo.fs, str(ROOT))
+    images = ROOT / "data/t2i/images/planted-a"
+    log = RecordLog(tmp_path / "log.jsonl", "image_id")  # the names the engine gives them
+    work = [images / log.path.name, images / log.lock_path.name, images / log.torn_path.name,
+            images / DriverLock(log.path, "x").path.name, images / shard_log_path("log.jsonl", 2, 8).name,
+            ROOT / C.FOCUS_DIR / ".work" / "edits.jsonl"]
+    for path in work:
+        assert ignore.is_ignored(repo.fs, str(path)), path
+    for kept in (images / "manifest.parquet", images / "summary.json", images / "planted-a-occ_x-0.png",
+                 ROOT / C.FOCUS_DIR / "manifest.parquet", ROOT / "data/t2i/cache/classify/planted-a.jsonl"):
+        assert not ignore.is_ignored(repo.fs, str(kept)), kept
