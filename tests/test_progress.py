@@ -202,9 +202,10 @@ def test_the_work_logs_inside_persist_outputs_are_not_part_of_them(tmp_path):
     log = RecordLog(tmp_path / "log.jsonl", "image_id")  # the names the engine gives them
     work = [images / log.path.name, images / log.lock_path.name, images / log.torn_path.name,
             images / DriverLock(log.path, "x").path.name, images / shard_log_path("log.jsonl", 2, 8).name,
-            ROOT / C.FOCUS_DIR / ".work" / "edits.jsonl"]
+            ROOT / C.FOCUS_DIR / ".work" / "edits.jsonl", ROOT / "reports/thumbs/index.json"]
     for path in work:
         assert ignore.is_ignored(repo.fs, str(path)), path
     for kept in (images / "manifest.parquet", images / "summary.json", images / "planted-a-occ_x-0.png",
-                 ROOT / C.FOCUS_DIR / "manifest.parquet", ROOT / "data/t2i/cache/classify/planted-a.jsonl"):
+                 ROOT / C.FOCUS_DIR / "manifest.parquet", ROOT / "data/t2i/cache/classify/planted-a.jsonl",
+                 ROOT / "reports/thumbs/t2i/planted-a/x.jpg"):
         assert not ignore.is_ignored(repo.fs, str(kept)), kept
