@@ -1,6 +1,7 @@
 # biasaudit: two commands.
 #   make demo   set up .venv, then run the whole pipeline (offline profile) → reports/index.html
 #   make test   set up .venv, then run the test suite
+#   make lab    JupyterLab with the stage notebooks opening as notebooks
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs
+.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs lab
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ demo: setup
 	$(BIN)/python -m biasaudit check
 	$(BIN)/dvc repro --quiet    # one line per stage start and end (scripts/run-notebook)
 	@echo "Report: reports/index.html (images: reports/images.html, FOCUS edits: reports/focus.html)"
+
+# JupyterLab on the project: a notebooks/*.py opens as a notebook (jupytext; .jupyter/ sets the viewer), and its
+# kernel, although started in notebooks/, reads params.yaml and writes data/ at the root (stage_params)
+lab: setup
+	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: setup
 	$(BIN)/python -m pytest

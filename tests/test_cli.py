@@ -262,3 +262,82 @@ def test_an_interrupted_download_resumes_with_a_range_request(tmp_path):
         server.shutdown()
     assert ranges == ["bytes=300000-"] and dest.read_bytes() == payload
     assert digest == hashlib.sha256(payload).hexdigest() and not (tmp_path / "pack.zip.part").exists()
+
+
+# --- conventions: --version, help and choices on every argument, exit codes, wording ------------------
+
+@pytest.fixture
+def project(repo):
+    """The sandbox with dvc.yaml too (check --stage validates stage names against it)."""
+    shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    return repo
+
+
+def test_version_is_the_package_version(capsys):
+    import tomllib
+
+    expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"biasaudit {expected}"
+
+
+def _actions(parser):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield parser.prog, action
+
+
+def test_every_argument_has_help_and_profiles_are_choices():
+    for prog, action in _actions(cli.build_parser()):
+        assert action.help, f"{prog} {action.dest}: no help"
+        if action.dest in ("profile", "name"):
+            assert sorted(action.choices) == sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")), prog
+        if action.dest == "only":
+            assert list(action.choices) == [w.name for w in weights.WEIGHTS]
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--stage", "nosuch@x"], ["check", "--stage", "faces@nosuch"], ["check", "--profile", "nosuch"],
+    ["check", "--params", "nosuch.yaml"], ["weights", "verify", "--only", "nosuch"], ["weights", "nosuch"],
+    ["profile", "nosuch"], ["nosuch"], [],
+])
+def test_usage_errors_exit_2(project, argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    assert "error" in capsys.readouterr().err
+    assert (project / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()
+
+
+def test_one_missing_input_is_one_thing_and_not_a_weight(project, capsys):
+    """sources.input_dir (a photo folder) is the only need of `sources` in the paper profile."""
+    assert cli.main(["check", "--profile", "paper", "--stage", "sources"]) == 1
+    out = capsys.readouterr().out
+    assert "but 1 thing it needs is missing:" in out
+    line = next(line for line in out.splitlines() if line.startswith("  - "))
+    assert line.startswith("  - missing input data/vlm/source_photos"), line
+    assert "things" not in out and "weight" not in out
+
+
+def test_a_stage_that_needs_nothing_says_so(project, capsys):
+    assert cli.main(["check", "--stage", "faces@planted-a"]) == 0
+    out = capsys.readouterr().out
+    assert "needs nothing from outside this repository" in out and "all 0" not in out
+
+
+def test_the_help_examples_run(project, monkeypatch):
+    """Every `biasaudit …` line of the --help text, run as written (in a sandbox): none is a usage
+    error (2); 0 or 1 (something missing, listed) are both answers."""
+    examples = [line.split("#")[0].split()[1:] for line in cli.build_parser().format_help().splitlines()
+                if line.strip().startswith("biasaudit ")]
+    assert len(examples) >= 5
+    for argv in examples:
+        assert cli.main(argv) in (0, 1), argv
+    assert "profile: paper" in (project / "params.yaml").read_text()  # the last example switched the copy

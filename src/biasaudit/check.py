@@ -122,7 +122,15 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     written = write_check(cfg, out_dir)
-    print(f"{params_file}: valid (profile {cfg.profile}); wrote {len(written)} check files to {out_dir}")
+    from biasaudit.progress import position, write_plan
+
+    try:  # the order dvc repro runs the stages in, for the "k/N" of each stage line
+        write_plan()
+    except Exception:  # no DVC project here (run by hand): stage lines just lack k/N
+        pass
+    where = position("check")
+    print(f"✓ {where + ' ' if where else ''}check: {params_file} valid (profile {cfg.profile}); "
+          f"wrote {len(written)} check files to {out_dir}")
     from biasaudit.cli import describe_need
     from biasaudit.weights import missing
 
@@ -130,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     for need in lacking:
         print(f"warning: {describe_need(need)}", file=sys.stderr)
     if lacking:
-        print(f"check: {len(lacking)} weight(s)/key(s)/server(s) missing; the stages that need them will stop "
+        from biasaudit.cli import plural
+
+        print(f"check: {plural(len(lacking), 'thing')} missing; the stages that need them will stop "
               "before their notebook runs (`biasaudit check` lists them)", file=sys.stderr)
     return 0
 

@@ -1,12 +1,15 @@
-"""The `biasaudit` command (also `python -m biasaudit`).
+"""The `biasaudit` command (also `python -m biasaudit`): check what a run needs, fetch weights, switch profiles.
 
-    biasaudit check [--stage generate@sd35-large-turbo]   # params + every weight, key and server needed
-    biasaudit weights list|fetch|verify [--profile paper] [--only NAME]
-    biasaudit profile paper|offline                       # switch params.yaml (keeps comments)
+examples (each runs as written from the project's root):
+  biasaudit check                                   # params.yaml valid, and all it needs present?
+  biasaudit check --stage faces@planted-a           # only what one dvc stage needs
+  biasaudit check --profile paper                   # what the published setup needs, without switching
+  biasaudit weights list --profile paper            # the weights it needs: size, licence, where they go
+  biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
+  biasaudit profile paper                           # switch params.yaml (keeps comments); back: profile offline
 
-`check` works offline and lists everything missing in one pass, one line per item with the exact
-fix; it exits 1 when something is missing, 2 when the parameters are invalid, 0 otherwise.
-Profiles and parameter validation are biasaudit.config's (this module only calls them).
+exit status: 0 all present, 1 something needed is missing (each listed with its fix), 2 a usage error or
+invalid parameters. Profiles and parameter validation are biasaudit.config's (this module only calls them).
 """
 
 from __future__ import annotations
@@ -33,9 +36,41 @@ def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FIL
         return config.apply_profile(name, params_path=copy, profiles_dir=config.PROFILES_DIR)
 
 
+# --- wording: the noun for each kind of need, and counts with their plural -------------------------
+NEED_LABELS = {"weight": "missing weight", "input": "missing input", "key": "missing key",
+               "server": "server not reachable"}
+
+
+def plural(count: int, noun: str, many: str = "") -> str:
+    """'1 thing', '2 things', '0 things' (`many` for an irregular plural)."""
+    return f"{count} {noun if count == 1 else (many or noun + 's')}"
+
+
 def describe_need(n: Any) -> str:
-    label = {"weight": "missing weight", "key": "missing key", "server": "server not reachable", "input": "missing input"}[n.kind]
+    label = NEED_LABELS.get(n.kind, f"missing {n.kind}")
     return f"{label} {n.what} ({n.used_by}; {n.stage}): {n.fix}"
+
+
+class UsageError(Exception):
+    """A command line that names something that does not exist (exit 2, like argparse's own errors)."""
+
+
+def stage_names(cfg: Any, dvc_yaml: Path) -> list[str] | None:
+    """Every stage instance dvc.yaml defines for `cfg` (`faces@planted-a` for a foreach over models:),
+    or None without a dvc.yaml (nothing to check against)."""
+    import yaml
+
+    if not dvc_yaml.is_file():
+        return None
+    names: list[str] = []
+    for name, spec in ((yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {}).items():
+        over = (spec or {}).get("foreach")
+        if over is None:
+            names.append(name)
+            continue
+        keys = getattr(cfg, str(over).strip("${}"), None) if isinstance(over, str) else over
+        names += [f"{name}@{key}" for key in (keys or [])]
+    return names
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -46,15 +81,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.stage:
+        known = stage_names(cfg, Path(args.params).parent / "dvc.yaml")
+        if known is not None and args.stage not in known:
+            raise UsageError(f"unknown stage '{args.stage}' (profile {cfg.profile}); known: {', '.join(known)}")
     if warning := gpu_extra.onnxruntime_warning():  # InsightFace on the CPU
         print(warning, file=sys.stderr)
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
         n = len([x for x in weights.needs(cfg) if not args.stage or x.for_stage(args.stage)])
-        print(f"{args.params}: valid ({scope}); all {n} weights, keys and servers it needs are present")
+        have = (f"all {plural(n, 'weight, key or server', 'weights, keys and servers')} it needs "
+                f"{'is' if n == 1 else 'are'} present") if n else "it needs nothing from outside this repository"
+        print(f"{args.params}: valid ({scope}); {have}")
         return 0
-    print(f"{args.params}: valid ({scope}), but {len(gone)} things it needs are missing:")
+    print(f"{args.params}: valid ({scope}), but {plural(len(gone), 'thing')} it needs "
+          f"{'is' if len(gone) == 1 else 'are'} missing:")
     for n in gone:
         print("  - " + describe_need(n))
     return 1
@@ -63,10 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _selected(args: argparse.Namespace) -> list[Any]:
     from biasaudit import weights
 
-    if args.only:
-        unknown = [n for n in args.only if n not in weights.BY_NAME]
-        if unknown:
-            raise SystemExit(f"unknown weight(s) {unknown}; known: {', '.join(weights.BY_NAME)}")
+    if args.only:  # names are argparse choices (an unknown one is a usage error, exit 2)
         return [weights.BY_NAME[n] for n in args.only]
     if args.profile is None and not args.needed:
         return list(weights.WEIGHTS)
@@ -132,32 +171,77 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile_names(profiles_dir: Path = config.PROFILES_DIR) -> list[str]:
+    """The profiles a params.yaml can switch to: one per profiles/<name>.yaml."""
+    return sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("biasaudit")
+    except PackageNotFoundError:  # run from a source tree (PYTHONPATH=src)
+        from biasaudit import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from biasaudit import weights
+
+    profiles = profile_names() or None  # no choices outside the project's root (apply_profile then says why)
+    shown = f" ({' | '.join(profiles)})" if profiles else ""
+    params_help = "the parameters file (default: %(default)s)"
     parser = argparse.ArgumentParser(prog="biasaudit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="validate params and list every missing weight, key and server")
-    check.add_argument("--params", default=str(config.PARAMS_FILE))
-    check.add_argument("--profile", default=None, help="check this profile without switching to it")
-    check.add_argument("--stage", default=None, help="only what this dvc stage needs (e.g. faces@flux-schnell)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile}")
+    check = sub.add_parser("check", help="validate params and list every missing weight, input, key and server",
+                           description="Validate the parameters and list, in one pass, every weight, input folder, "
+                                       "API key and local server they need and this machine lacks, each with its fix. "
+                                       "Exit 0: all present; 1: something is missing; 2: usage error or invalid "
+                                       "parameters.")
+    check.add_argument("--params", default=str(config.PARAMS_FILE), metavar="FILE", help=params_help)
+    check.add_argument("--profile", default=None, choices=profiles,
+                       help=f"check this profile{shown} without switching params.yaml to it")
+    check.add_argument("--stage", default=None, metavar="STAGE",
+                       help="only what this dvc stage instance needs (e.g. faces@planted-a; `dvc stage list` names them)")
     check.set_defaults(func=cmd_check)
-    w = sub.add_parser("weights", help="the model weights: list, fetch, verify")
-    w.add_argument("action", choices=["list", "fetch", "verify"])
-    w.add_argument("--profile", default=None, help="the weights this profile needs (default list: all)")
-    w.add_argument("--params", default=str(config.PARAMS_FILE))
-    w.add_argument("--only", nargs="+", default=None, help="these weights by name")
+    w = sub.add_parser("weights", help="the model weights: list, fetch, verify",
+                       description="List, fetch or verify model weights (pinned revisions and checksums in "
+                                   "models/weights.lock.json). Exit 1 when a verification or a fetch fails.")
+    w.add_argument("action", choices=["list", "fetch", "verify"],
+                   help="list: size, licence and location; fetch: download what is missing; verify: check checksums")
+    w.add_argument("--profile", default=None, choices=profiles,
+                   help=f"the weights this profile{shown} needs (default for list: every known weight)")
+    w.add_argument("--params", default=str(config.PARAMS_FILE), metavar="FILE", help=params_help)
+    w.add_argument("--only", nargs="+", default=None, choices=list(weights.BY_NAME), metavar="NAME",
+                   help=f"these weights by name: {', '.join(weights.BY_NAME)}")
     w.add_argument("--needed", action="store_true", help="the weights the current params need")
     w.add_argument("--force", action="store_true", help="fetch again even if verified")
     w.set_defaults(func=cmd_weights)
-    p = sub.add_parser("profile", help="switch params.yaml to a profile (paper | offline)")
-    p.add_argument("name")
+    p = sub.add_parser("profile", help=f"switch params.yaml to a profile{shown}",
+                       description="Switch params.yaml to a profile in place (comments kept; switching back gives "
+                                   "the file back byte for byte).")
+    p.add_argument("name", choices=profiles, metavar="NAME" if not profiles else None,
+                   help=f"the profile{shown}: profiles/<name>.yaml")
     p.set_defaults(func=cmd_profile)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse's own usage errors exit 2
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        parser.exit(2, f"{parser.prog} {args.command}: error: {exc}\n")
+    except config.ParamsError as exc:  # invalid parameters (e.g. `weights list --profile paper`): no traceback
+        parser.exit(2, f"{exc}\n")
+    except FileNotFoundError as exc:  # e.g. --params naming no file
+        parser.exit(2, f"{parser.prog} {args.command}: error: {exc}\n")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
 NOTEBOOKS_OUT = REPORTS / "notebooks"
+# when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
+# tracked output (an executed notebook hashes the same in every run of the same code)
+RUNS_DIR = REPORTS / "runs"
 
 # Method A
 T2I = DATA / "t2i"
@@ -100,6 +103,8 @@ CHECK_DIR = DATA / "check"
 CHECK_OK = CHECK_DIR / "params.ok"
 # where the notebook runner keeps a stage's previous outputs while it runs (biasaudit/keep_outputs.py)
 PREV_OUTS_DIR = Path(".prev-outs")
+# the order `dvc repro` runs the stages in (the "k/N" of each stage line); DVC's own scratch folder, not an output
+STAGE_PLAN = Path(".dvc") / "tmp" / "biasaudit-stage-plan.json"
 
 
 def manifest_path(images_dir: str | Path, model: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,39 @@ from biasaudit.config import PARAMS_FILE, ParamsError, load_params
 from biasaudit.params import Params
 
 
+def repo_root(start: str | Path = ".") -> Path | None:
+    """The nearest folder at or above `start` that holds both dvc.yaml and params.yaml (the project's
+    root, where `dvc repro` runs every stage), or None."""
+    here = Path(start).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "dvc.yaml").is_file() and (folder / PARAMS_FILE).is_file():
+            return folder
+    return None
+
+
+def enter_repo_root() -> Path | None:
+    """Make the working directory the project's root when it is below it (JupyterLab starts a
+    notebook's kernel in `notebooks/`; `dvc repro` runs it from the root), so every relative path
+    (params.yaml, data/, reports/) names what it names under `dvc repro`. Returns the new root, or
+    None when nothing changed (already at the root, or outside any project)."""
+    root = repo_root()
+    if root is None or root == Path.cwd().resolve():
+        return None
+    os.chdir(root)
+    return root
+
+
 def stage_params(section: str, params_file: str | Path = PARAMS_FILE) -> tuple[Params, Any]:
     """The first cell of every stage notebook: load and validate params.yaml — the only source of
     parameter values — and seed the global RNGs. Returns (all params, the stage's section).
 
     Notebooks take no values from papermill except what varies per stage instance (the foreach key:
-    `model`, `vlm`), so a notebook run by hand reads exactly what `dvc repro` reads."""
+    `model`, `vlm`), and a notebook opened from `notebooks/` (JupyterLab) first moves to the project's
+    root, so a notebook run by hand reads exactly what `dvc repro` reads and writes where it writes."""
+    if not Path(params_file).is_absolute() and not Path(params_file).is_file():
+        moved = enter_repo_root()
+        if moved is not None:
+            print(f"working directory: {moved} (the project's root, as under dvc repro)")
     cfg = load_params(params_file)
     if section not in Params.model_fields:
         raise ParamsError(f"unknown params section '{section}'; known: {', '.join(Params.model_fields)}")

@@ -90,7 +90,8 @@ class OutputWriter:
             for ext in ("png", "svg"):
                 target = self.out / "figures" / f"{name}.{ext}"
                 target.parent.mkdir(parents=True, exist_ok=True)
-                with atomic_path(target) as tmp:
+                # no date, and element ids from a fixed salt (random by default): the same figure, the same bytes
+                with atomic_path(target) as tmp, plt.rc_context({"svg.hashsalt": "biasaudit"}):
                     fig.fig.savefig(tmp, format=ext, dpi=self.dpi, bbox_inches="tight",
                                     metadata={"Date": None} if ext == "svg" else None)
                 paths[ext] = target.relative_to(self.out).as_posix()

@@ -35,18 +35,36 @@ def library_versions_json() -> str:
     return json.dumps(library_versions(), sort_keys=True)
 
 
-@lru_cache(maxsize=1)
-def git_commit(repo: str | os.PathLike = ".") -> str:
-    """HEAD commit, suffixed with '+dirty' when tracked files differ; 'unknown' outside git."""
+# A tracked output must hash the same in every run of the same code (a fresh clone's `make demo` leaves
+# `git status` clean and a second run runs nothing), so provenance names the code, not the run: the last
+# commit that changed what the pipeline runs (CODE_PATHS: committing the dvc.lock a run wrote, the docs or
+# the tests changes no output), and timestamps are that commit's time (the reproducible-builds
+# convention; SOURCE_DATE_EPOCH overrides it). When each stage really ran, and for how long, is in
+# reports/runs/<notebook>.json (biasaudit.report.execute).
+CODE_PATHS = ("src", "notebooks", "scripts", "dvc.yaml", "params.yaml", "profiles", "data/reference")
+
+
+@lru_cache(maxsize=4)
+def _code_commit(repo: str) -> tuple[str, int | None]:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True,
                              check=True).stdout.strip()
-        # dvc.lock is rewritten by the very pipeline run being recorded: not a code change
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock"],
-                               cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
+        paths = ["--", *(p for p in CODE_PATHS if (Path(top) / p).exists())]
+        sha, _, stamp = subprocess.run(["git", "log", "-1", "--format=%H %ct", *paths], cwd=top,
+                                       capture_output=True, text=True, check=True).stdout.strip().partition(" ")
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *paths], cwd=top,
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return "unknown", None
+    if not sha:
+        return "unknown", None
+    return sha + ("+dirty" if dirty else ""), (None if dirty else int(stamp))
+
+
+def git_commit(repo: str | os.PathLike = ".") -> str:
+    """The commit of the code: the last one that changed a CODE_PATHS path, suffixed with '+dirty'
+    when one of them differs from it; 'unknown' outside git."""
+    return _code_commit(str(repo))[0]
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:
@@ -70,7 +88,11 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """The timestamp an output records: SOURCE_DATE_EPOCH when set, else the time of the code's commit
+    (git_commit), else — uncommitted changes, no git — the wall clock."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _code_commit(".")[1]
+    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch else datetime.now(timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 def run_info(params_section: Any = None) -> dict[str, Any]:

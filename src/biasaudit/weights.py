@@ -136,7 +136,7 @@ def for_vlm(spec: Any) -> Weight | None:
 @dataclass
 class Need:
     """One thing a stage needs: a weight (file/folder), an API key, or a running server."""
-    kind: str          # weight | key | server | input (data the user provides: photos, a label CSV)
+    kind: str          # weight | input (a data folder or file, not a model) | key | server
     what: str          # path, variable name or URL
     used_by: str       # the params key / stage that needs it
     fix: str           # the exact step that provides it

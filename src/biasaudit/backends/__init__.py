@@ -1,0 +1,1 @@
+"""Model backends: generators, VLMs, editors, and the HTTP transport they share."""

@@ -12,7 +12,8 @@ stays in the executed notebook. The kernel:
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
   a file, not the terminal; cell output is unaffected;
-- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live;
+- shows tqdm bars as text (no ipywidgets warning); in a terminal they are also echoed live, in a log
+  as a line every LOG_EVERY_S seconds.
 - ends when this process ends, however it ends (`report/kernel.py`), and so do its pool workers.
 """
 
@@ -28,8 +29,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+LOG_EVERY_S = 30.0  # not a terminal (a log file, CI): a stage's progress bar as one line at most this often
 NOTEBOOKS_DIR = Path("reports/notebooks")
 _BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
+_BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00,  1.18item/s]": differs every run
 
 
 def resolve_type(value: str) -> Any:
@@ -78,24 +81,35 @@ def kernel_env() -> None:
 
 
 class BarEcho:
-    """Echoes tqdm bars from the notebook's stderr to a terminal, live."""
+    """Echoes tqdm bars from the notebook's stderr: in a terminal live, on the stage's own line; in a
+    log (`live=False`) as a line of its own at most every `every_s` seconds, so a long per-item stage
+    (faces, reflect) shows where it is while a short one adds nothing."""
 
-    def __init__(self, stream: TextIO, prefix: str):
+    def __init__(self, stream: TextIO, prefix: str, live: bool = True, every_s: float = LOG_EVERY_S,
+                 clock: Any = time.monotonic):
         self.stream, self.prefix, self.shown = stream, prefix, False
+        self.live, self.every_s, self.clock = live, every_s, clock
+        self.last = clock()
 
     def write(self, text: str) -> None:
         bars = [part for part in re.split(r"[\r\n]", text) if _BAR.search(part)]
-        if bars:
-            width = 118 - len(self.prefix)
+        if not bars:
+            return
+        width = 118 - len(self.prefix)
+        if self.live:
             self.stream.write(f"\r{self.prefix}{bars[-1].strip()[:width]:<{width}}")
             self.stream.flush()
             self.shown = True
+        elif self.clock() - self.last >= self.every_s:
+            self.stream.write(f"{self.prefix}{bars[-1].strip()[:width]}\n")
+            self.stream.flush()
+            self.last = self.clock()
 
     def flush(self) -> None:
         pass
 
     def clear(self) -> None:
-        if self.shown:
+        if self.live and self.shown:
             self.stream.write("\r" + " " * 120 + "\r")
             self.stream.flush()
 
@@ -211,7 +225,9 @@ def preflight(stage: str) -> str:
         return first_line("ParamsError", str(exc))
     lacking = missing_needs(stage)
     if lacking:
-        return (f"needs {len(lacking)} thing(s) this machine lacks (not run):\n"
+        from biasaudit.cli import plural
+
+        return (f"needs {plural(len(lacking), 'thing')} this machine lacks (not run):\n"
                 + "".join(f"  - {line}\n" for line in lacking)).rstrip("\n")
     return ""
 
@@ -230,6 +246,33 @@ def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
     nb.cells.insert(where, cell)
 
 
+def without_clocks(nb: Any) -> None:
+    """Drop what differs between two runs of the same code from an executed notebook (a DVC output,
+    whose hash dvc.lock records): progress bars' elapsed time and rate. Cells carry no execution
+    timestamps (the client does not record them) and the wall time goes to record_run."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and _BAR.search(out.get("text", "")):
+                out["text"] = _BAR_CLOCK.sub("", out["text"])
+
+
+def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Path | None = None) -> Path:
+    """When the stage ran, for how long, at which commit: `reports/runs/<name>.json`, outside every
+    tracked output."""
+    from datetime import datetime, timezone
+
+    from biasaudit import contracts as C
+    from biasaudit.io import atomic_write_json
+    from biasaudit.provenance import git_commit
+
+    path = (runs_dir or C.RUNS_DIR) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_json(path, {"stage": stage, "notebook": f"{name}.ipynb", "wall_s": round(seconds, 2),
+                                    "status": "failed" if failure else "ok", "reason": failure,
+                                    "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                    "git_commit": git_commit()})
+
+
 def _client(nb: Any, log: TextIO, echo: BarEcho | None):
     from nbclient import NotebookClient
 
@@ -240,7 +283,7 @@ def _client(nb: Any, log: TextIO, echo: BarEcho | None):
             return super().output(outs, msg, display_id, cell_index)
 
     return Client(nb, km=_quiet_kernel_manager(log), kernel_name="python3", timeout=None, startup_timeout=120,
-                  coalesce_streams=True, resources={"metadata": {"path": "."}})
+                  coalesce_streams=True, record_timing=False, resources={"metadata": {"path": "."}})
 
 
 def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
@@ -252,7 +295,10 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    label = stage or name
+    from biasaudit.progress import position
+
+    where = position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+    label = f"{where} {stage}" if where else (stage or name)
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{name}.ipynb"
@@ -271,7 +317,9 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     kernel_env()
     nb = jupytext.read(notebook)
     inject_parameters(nb, parameters)
-    echo = BarEcho(terminal, f"▶ {label} ") if tty else None
+    for i, cell in enumerate(nb.cells):  # nbformat draws random cell ids: the same notebook, the same ids
+        cell["id"] = f"cell-{i}"
+    echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
         client = _client(nb, log, echo)
@@ -283,13 +331,15 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
             log.seek(0)
             tail = log.read().strip().splitlines()[-5:]
             failure = first_line(type(exc).__name__, str(exc)) + "".join(f"\n  kernel: {t}" for t in tail)
-    if echo:
+    if tty:
         echo.clear()
         terminal.write("\r\033[K")
     seconds = time.perf_counter() - start
-    nb.metadata["biasaudit"] = {"stage": label, "wall_s": round(seconds, 2), "status": "failed" if failure else "ok",
+    nb.metadata["biasaudit"] = {"stage": stage or name, "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
+    without_clocks(nb)
     nbformat.write(nb, target)
+    record_run(name, stage or name, seconds, failure, runs_dir=out_dir.parent / "runs")
     if failure:
         back = kept.restore()  # a failed stage keeps its previous outputs
         if back:

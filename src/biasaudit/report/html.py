@@ -79,14 +79,14 @@ SECTION = """<h1>{{ s.title }} <span class="status s-{{ s.status|replace(' ', ''
 """
 
 NOTEBOOKS = """<h1>Notebooks: what each stage read, wrote and how long it took</h1><p><a href="index.html">← front page</a></p>
-<p class="note">{{ stage_summary }}</p><div class="scroll"><table class="t"><tr><th>stage</th><th>notebook</th><th>read</th><th>wrote</th><th>time</th><th>status</th></tr>
+<p class="note">{{ stage_summary }}</p><div class="scroll"><table class="t"><tr><th>stage</th><th>notebook</th><th>read</th><th>wrote</th><th>status</th></tr>
 {% for s in stage_rows %}<tr><td>{{ s.stage }}</td><td>{% if s.html %}<a href="{{ s.html }}">HTML</a> {% endif %}{% if s.ipynb %}<a href="{{ s.ipynb }}">ipynb</a>{% endif %}</td>
-<td><small>{{ s.reads }}</small></td><td><small>{{ s.writes }}</small></td><td>{{ s.time }}</td><td><span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span> {{ s.reason }}</td></tr>{% endfor %}</table></div>
+<td><small>{{ s.reads }}</small></td><td><small>{{ s.writes }}</small></td><td><span class="status s-{{ s.status|replace(' ', '') }}">{{ s.status }}</span> {{ s.reason }}</td></tr>{% endfor %}</table></div>
 </body></html>
 """
 
 TEMPLATE = """<h1>{{ title }}</h1>
-<p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · built {{ built }}
+<p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · commit date {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
 <nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="pages/notebooks.html">Notebooks</a></nav>
 
@@ -222,21 +222,19 @@ def key_figures(sections: list[dict[str, Any]], reports: Path) -> list[dict[str,
 
 
 def stage_rows(infos: list[StageInfo], reports: Path) -> tuple[list[dict[str, Any]], str]:
-    rows, total = [], 0.0
+    rows, ran = [], 0
     for s in infos:
         html_path = reports / "html" / f"{s.notebook}.html"
         ipynb = reports / "notebooks" / f"{s.notebook}.ipynb"
-        if s.seconds is not None:
-            total += float(s.seconds)
+        ran += ipynb.exists()
         rows.append({"stage": s.stage, "html": f"html/{s.notebook}.html" if html_path.exists() else "",
                      "ipynb": f"notebooks/{s.notebook}.ipynb" if ipynb.exists() else "",
                      "reads": ", ".join(short_path(p) for p in s.reads if not p.startswith(("notebooks/", "src/"))),
                      "writes": ", ".join(short_path(p) for p in s.writes),
-                     "time": f"{s.seconds:.1f} s" if s.seconds is not None else "—", "status": s.status,
-                     "reason": s.reason})
-    ran = sum(1 for s in infos if s.seconds is not None)
-    summary = (f"{len(infos)} stages, {ran} with an executed notebook, {total:.0f} s in total "
-               "(wall time per stage including the kernel start; 'read' omits the notebook and src/ code each stage also depends on).")
+                     "status": s.status, "reason": s.reason})
+    summary = (f"{len(infos)} stages, {ran} with an executed notebook ('read' omits the notebook and src/ code each "
+               "stage also depends on). Wall times of each stage's last run: reports/runs/<notebook>.json, kept out "
+               "of this page so that re-running unchanged code changes no output.")
     return rows, summary
 
 

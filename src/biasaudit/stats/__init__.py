@@ -1,0 +1,1 @@
+"""Statistics: TVD and its corrections, resampling, homogeneity, regression."""

@@ -1,0 +1,1 @@
+"""Text-to-image audit (Method A): benchmarks, prompts, generation, classification and analysis."""

@@ -12,9 +12,9 @@
   atomically. A SIGKILL at any moment loses at most the batch in flight.
 * Reasons, not crashes: refusals, safety-filtered (black) images and API failures become rows.
 
-    python -m biasaudit.t2i.generate --model tiny-sd3 [--limit 10]   # the stage without the notebook
-    python -m biasaudit.t2i.generate --model tiny-sd3 --shard-index 0 --shard-count 4   # one shard
-    python -m biasaudit.t2i.generate --model tiny-sd3 --runner ray --ray-address auto   # on a Ray cluster
+    python -m biasaudit.t2i.generate --model planted-a [--limit 10]   # the stage without the notebook
+    python -m biasaudit.t2i.generate --model planted-a --shard-index 0 --shard-count 4   # one shard
+    python -m biasaudit.t2i.generate --model planted-a --runner ray --ray-address auto   # on a Ray cluster
 """
 
 from __future__ import annotations
