@@ -21,6 +21,7 @@
 #   `reports/focus.html` (each source photo and its 10 face-only edits with their checks);
 # - `reports/index.html`: banner, findings written from the numbers, the model comparison, the
 #   Method B headline, checks, and per stage what it read, wrote and how long it took;
+# - `reports/audit/`: one audit card (HTML + CSV) per audited model and all models side by side;
 # - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
 #
 # Settings come from the `report:` section of params.yaml.
@@ -38,6 +39,7 @@ from IPython.display import Markdown, display
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
+from biasaudit.report.audit_card import Resampling, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
 from biasaudit.report.trail import export_all
@@ -55,6 +57,20 @@ display(Markdown(f"Exported {len(list((reports / 'html').glob('*.html')))} noteb
 stand_in = cfg.profile == "offline"
 gallery = build_gallery(Path("."), reports, px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
 display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
+
+# %% [markdown]
+# ## Audit cards
+# One page and one CSV per audited model under `reports/audit/` (Method A: representation ratios against the
+# benchmark, parity and the group set's stated targets, and the TVDs; Method B: LL144-style selection and
+# scoring rates with impact ratios), and `reports/audit/index.html`, all models side by side.
+
+# %%
+ra = cfg.reflect_analysis
+cards = build_cards(reports, C.RESPONSES_DIR,
+                    Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
+                    Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
+                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in)
+display(cards)
 
 # %%
 index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,

@@ -63,6 +63,7 @@ REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
 NOTEBOOKS_OUT = REPORTS / "notebooks"
+AUDIT_DIR = REPORTS / "audit"                        # audit cards: <model>.html|csv, index.html, all_models.csv
 
 # Method A
 T2I = DATA / "t2i"

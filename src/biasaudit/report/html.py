@@ -74,7 +74,7 @@ of prompts. They test that the audit recovers what was planted; switch to the pa
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · built {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
-<nav>{% for id, name in nav %}<a href="#{{ id }}">{{ name }}</a>{% endfor %}<a href="images.html">Images</a><a href="focus.html">FOCUS edits</a></nav>
+<nav>{% for id, name in nav %}<a href="#{{ id }}">{{ name }}</a>{% endfor %}<a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a></nav>
 
 <h2 id="findings">Main findings</h2>
 {% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
