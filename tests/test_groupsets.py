@@ -129,3 +129,61 @@ def test_the_us_set_is_what_params_yaml_runs():
     assert " ".join(gs.classifier.instruction.split()) == " ".join(params.classify.instruction.split())
     assert {c: cat.template for c, cat in gs.categories.items()} == dict(params.prompts.templates)
     assert set(gs.categories) == set(params.prompts.categories)
+
+
+CA = ROOT / "data" / "reference" / "groupsets" / "ca-vm"
+
+
+def excerpt_rows() -> dict[str, tuple[str, str, str]]:
+    """Province → (Number, % of Canada's visible minority females, % of females) as printed in the source."""
+    rows = {}
+    for line in (CA / "source_excerpt.txt").read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and all(p.replace(",", "").replace(".", "").isdigit() for p in parts[-3:]):
+            rows[" ".join(parts[:-3])] = tuple(parts[-3:])
+    return rows
+
+
+def test_canadian_set_carries_the_published_figures_exactly():
+    src = excerpt_rows()
+    table = pd.read_csv(CA / "provinces.csv", dtype=str).set_index("instance")
+    # three values quoted from the source text, compared character for character
+    assert src["Ontario"] == ("1,697,085", "52.7", "26.2")
+    assert table.loc["Ontario", "visible_minority_females"] == "1697085"
+    assert src["British Columbia"][2] == table.loc["British Columbia", "pct_of_females"] == "28.0"
+    assert src["Nunavut"][1] == table.loc["Nunavut", "pct_of_canada_vm_females"] == "0.0"
+    # and every row: 13 provinces and territories (the Canada total is not an instance)
+    assert set(table.index) == set(src) - {"Canada"} and len(table) == 13
+    for name, (number, pct_canada, pct_females) in src.items():
+        if name == "Canada":
+            continue
+        r = table.loc[name]
+        assert (r["visible_minority_females"], r["pct_of_canada_vm_females"], r["pct_of_females"]) == (
+            number.replace(",", ""), pct_canada, pct_females), name
+        assert r["visible_minority"] == pct_females
+        assert float(r["not_visible_minority"]) == pytest.approx(100 - float(pct_females))
+    # the published shares of all visible minority women add up to the Canada row's 100.0 within rounding
+    assert sum(float(v[1]) for k, v in src.items() if k != "Canada") == pytest.approx(100.0, abs=0.7)
+
+
+def test_canadian_set_runs_prompts_to_tvd(tmp_path: Path):
+    gs, folder = groupsets.load("ca-vm", ROOT / "data" / "reference" / "groupsets")
+    assert gs.limitations and gs.categories["geography"].source.licence.startswith("Statistics Canada Open Licence")
+    bench = groupsets.benchmark_table(gs, "geography", folder)
+    assert bench.set_index("instance").loc["British Columbia", "visible_minority"] == pytest.approx(0.28)
+    selected = {"geography": pr.select_instances(bench, top_k=2, min_size=10000, groups=gs.labels)}
+    assert list(selected["geography"]["instance"]) == ["British Columbia", "Ontario",
+                                                       "Newfoundland and Labrador", "Nunavut"]
+    prompts = pr.build_prompts(selected, {"geography": gs.categories["geography"].template}, "", "t1",
+                               groups=gs.labels)
+    assert prompts["prompt"].iloc[0] == "A woman from British Columbia"
+    # planted: visible_minority × 0.5 → the planted TVD is half the benchmark's visible minority share
+    rng = np.random.default_rng(5)
+    rows = []
+    for pid, q in zip(prompts["prompt_id"], prompts[list(gs.labels)].to_numpy(float)):
+        p = planted_distribution(q, {"visible_minority": 0.5}, "not_visible_minority", gs.labels)
+        for g, k in zip(gs.labels, rng.multinomial(6000, p)):
+            rows += [{"model": "m", "prompt_id": pid, "label": g}] * int(k)
+    per = per_prompt_table(pd.DataFrame(rows), prompts, groups=gs.labels).set_index("instance")
+    for name, share in (("British Columbia", 0.28), ("Ontario", 0.262), ("Nunavut", 0.017)):
+        assert abs(per.loc[name, "tvd"] - share / 2) < 0.02, name
