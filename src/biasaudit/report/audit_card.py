@@ -174,6 +174,8 @@ def category(race: pd.Series, gender: pd.Series, dimension: str) -> pd.Series:
 
 
 DIMENSIONS = ("race", "gender", "race × gender")
+# the columns of data/vlm/responses/<vlm>.parquet (vlm/tasks.py: RESPONSE_COLUMNS) a card reads
+RESPONSE_COLUMNS = ["kind", "task", "status", "unit", "group_a", "group_b", "choice", "race", "gender", "value_usd"]
 
 
 def two_afc_selections(two_afc: pd.DataFrame, dimension: str) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -413,7 +415,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
             cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model))], ignore_index=True)
     for path in sorted(Path(responses_dir).glob("*.parquet")):
         vlm = path.stem
-        responses = pd.read_parquet(path)
+        responses = pd.read_parquet(path, columns=RESPONSE_COLUMNS)
         cards[vlm] = method_b_rows(responses, boot_b, mcq_values, vlm)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = []
