@@ -37,6 +37,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from biasaudit import contracts as C
+from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
 from biasaudit.report.audit_card import Resampling, build_cards
@@ -66,10 +67,11 @@ display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; t
 
 # %%
 ra = cfg.reflect_analysis
+gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown beside the benchmark and parity
 cards = build_cards(reports, C.RESPONSES_DIR,
                     Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
                     Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
-                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in)
+                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets)
 display(cards)
 
 # %%
