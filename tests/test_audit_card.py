@@ -163,3 +163,26 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     z = table.set_index("model").loc["vlm-z"]
     # the lowest impact ratio: Black woman, 0 wins in 2 comparisons (race × gender, hand computation above)
     assert z["lowest_ratio"].startswith("0.000") and z["lowest_ratio_of"].startswith("Black woman")
+
+
+def test_representation_ratio_recovers_a_planted_scale():
+    # The planted generator scales black's benchmark share by 0.5 on every prompt, so the pooled ratio
+    # Σ n·0.5·q / Σ n·q is exactly 0.5 (by the definition): the estimate from drawn labels must be near it
+    # and its interval must hold it.
+    from biasaudit import GROUPS
+    from biasaudit.backends.generators.planted import planted_distribution
+
+    rng = np.random.default_rng(11)
+    bench = rng.dirichlet(np.ones(len(GROUPS)), size=30)
+    rows = []
+    for i, q in enumerate(bench):
+        counts = rng.multinomial(400, planted_distribution(q, {"black": 0.5}, "white"))
+        rows.append({"model": "m", "prompt_id": f"p{i}", "n": int(counts.sum()),
+                     **{f"n_{g}": int(k) for g, k in zip(GROUPS, counts)},
+                     **{f"share_{g}": k / counts.sum() for g, k in zip(GROUPS, counts)},
+                     **{f"bench_{g}": v for g, v in zip(GROUPS, q)}})
+    t = ac.representation_ratios(pd.DataFrame(rows), BOOT, None, "m")
+    black = t[(t["reference"] == "benchmark") & (t["category"] == "black")].iloc[0]
+    assert abs(black["ratio"] - 0.5) < 0.06
+    assert black["ratio_low"] <= 0.5 <= black["ratio_high"]
+    assert black["below_four_fifths"]
