@@ -186,3 +186,6 @@ def test_representation_ratio_recovers_a_planted_scale():
     assert abs(black["ratio"] - 0.5) < 0.06
     assert black["ratio_low"] <= 0.5 <= black["ratio_high"]
     assert black["below_four_fifths"]
+    for g in ("asian", "hispanic", "other"):  # unscaled groups: ratio 1 by the definition
+        r = t[(t["reference"] == "benchmark") & (t["category"] == g)].iloc[0]
+        assert r["ratio_low"] <= 1.0 <= r["ratio_high"], g
