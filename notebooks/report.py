@@ -71,7 +71,8 @@ gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown
 cards = build_cards(reports, C.RESPONSES_DIR,
                     Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
                     Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
-                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets)
+                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
+                    display=gs.display)
 display(cards)
 
 # %%

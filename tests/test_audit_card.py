@@ -150,13 +150,16 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     responses.mkdir()
     two_afc(COMPARISONS).to_parquet(responses / "vlm-z.parquet")
     out = tmp_path / "audit"
-    table = ac.build_cards(reports, responses, BOOT, BOOT, {}, stand_in=True, out_dir=out)
+    table = ac.build_cards(reports, responses, BOOT, BOOT, {}, stand_in=True, out_dir=out,
+                           display={"a": "Group A"})
     assert sorted(table["model"]) == ["gen-x", "gen-y", "vlm-z"]
     for m in ("gen-x", "gen-y", "vlm-z"):
         assert (out / f"{m}.html").exists()
         card = pd.read_csv(out / f"{m}.csv")
         assert list(card.columns) == ac.CARD_COLUMNS and set(card["model"]) == {m}
+    assert "<td>Group A</td>" in (out / "gen-x.html").read_text()  # the set's display name on the page …
     x = pd.read_csv(out / "gen-x.csv")
+    assert "a" in set(x["category"])  # … and its label in the CSV
     assert x.loc[x["measure"] == "tvd_bias_corrected", "rate"].item() == 0.25
     index = (out / "index.html").read_text()
     assert 'href="vlm-z.html"' in index and 'href="gen-x.csv"' in index and "STAND-IN" in index

@@ -5,7 +5,7 @@ list) and the alternative reference distributions a user declares beside the ben
 A set is one YAML file, `data/reference/groupsets/<name>/groupset.yaml`, validated by `GroupSet` (extra keys are
 errors); its instance tables are CSV files beside it. The format is documented in docs/groupsets.md. The U.S. set
 (`us`) is the first set: its instance tables are built by the benchmarks stage from the Census and BLS files
-(`builder: us-census-bls`), and its labels are `contracts.GROUPS` (tested equal). Any other set carries its
+(each category names its `builder`), and its labels are `contracts.GROUPS` (tested equal). Any other set carries its
 tables itself, and `benchmark_table` turns one into the benchmarks' format: `instance, <one share column per
 label>, size` (shares sum to 1), which `t2i.prompts.select_instances(..., groups=labels)` and the analysis read.
 """

@@ -325,7 +325,9 @@ RATIO_COLUMNS: dict[str, Callable[[pd.Series], str]] = {
     "reading": lambda r: r.get("reading", "") or "", "reason": lambda r: r.get("reason", "") or ""}
 
 
-def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling) -> str:
+def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
+              display: dict[str, str] | None = None) -> str:
+    """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels)."""
     parts = []
     a, b = card[card["method"] == "A"], card[card["method"] == "B"]
     if len(a):
@@ -336,6 +338,7 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling) 
         rep = a[a["measure"] == "representation"]
         for ref, sub in rep.groupby("reference", sort=False):
             cols = dict(RATIO_COLUMNS)
+            cols["category"] = lambda r: (display or {}).get(r["category"], r["category"])
             cols["reference share"] = lambda r: _fmt(r["reference_share"])
             parts.append(f"<h3>Reference: {html.escape(str(ref))}</h3>" + _table(sub, cols))
         tvd = a[a["measure"] != "representation"]
@@ -403,7 +406,8 @@ def index_html(summary: pd.DataFrame, stand_in: bool) -> str:
 
 def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: Resampling,
                 mcq_values: dict[str, dict[str, float]], stand_in: bool,
-                references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR) -> pd.DataFrame:
+                references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
+                display: dict[str, str] | None = None) -> pd.DataFrame:
     """Write every card, the index and all_models.csv; return the side-by-side table."""
     t2i = Outputs.load(reports / "t2i")
     cards: dict[str, pd.DataFrame] = {}
@@ -423,7 +427,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
         card = card.assign(model=model).reindex(columns=CARD_COLUMNS)
         atomic_write_table(card, out_dir / f"{model}.csv")
         boot = boot_a if (card["method"] == "A").any() else boot_b
-        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot))
+        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display))
         summary.append(summary_row(model, card))
     table = pd.DataFrame(summary)
     atomic_write_table(table, out_dir / "all_models.csv")
