@@ -157,7 +157,10 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
         assert (out / f"{m}.html").exists()
         card = pd.read_csv(out / f"{m}.csv")
         assert list(card.columns) == ac.CARD_COLUMNS and set(card["model"]) == {m}
-    assert "<td>Group A</td>" in (out / "gen-x.html").read_text()  # the set's display name on the page …
+    page = (out / "gen-x.html").read_text()
+    assert "<td>Group A</td>" in page  # the set's display name on the page …
+    # shaded rows: exactly the ratios under 0.8 (never a TVD row, whose mark is empty)
+    assert page.count('<tr class="below">') == int(pd.read_csv(out / "gen-x.csv")["below_four_fifths"].eq(True).sum())
     x = pd.read_csv(out / "gen-x.csv")
     assert "a" in set(x["category"])  # … and its label in the CSV
     assert x.loc[x["measure"] == "tvd_bias_corrected", "rate"].item() == 0.25

@@ -312,7 +312,8 @@ def _table(df: pd.DataFrame, columns: dict[str, Callable[[pd.Series], str]]) -> 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for _, r in df.iterrows():
-        cls = ' class="below"' if bool(r.get("below_four_fifths", False)) else ""
+        below = r.get("below_four_fifths", False)
+        cls = ' class="below"' if pd.notna(below) and bool(below) else ""  # NaN (a TVD row) is not a mark
         body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(str(f(r)))}</td>" for f in columns.values()) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -339,7 +340,9 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
         for ref, sub in rep.groupby("reference", sort=False):
             cols = dict(RATIO_COLUMNS)
             cols["category"] = lambda r: (display or {}).get(r["category"], r["category"])
-            cols["reference share"] = lambda r: _fmt(r["reference_share"])
+            cols = {k: cols[k] for k in ("category", "count", "selected", "rate [CI]")} | {
+                "reference share": lambda r: _fmt(r["reference_share"])} | {
+                k: cols[k] for k in ("ratio [CI]", "reading", "reason")}
             parts.append(f"<h3>Reference: {html.escape(str(ref))}</h3>" + _table(sub, cols))
         tvd = a[a["measure"] != "representation"]
         if len(tvd):
