@@ -24,6 +24,7 @@
 #   interval), the key figures, and one line per section linking to its page under `reports/pages/`
 #   (model comparison, Method B, validation, instrument bias, calibration, every analysis section,
 #   and per stage what it read, wrote and how long it took);
+# - `reports/audit/`: one audit card (HTML + CSV) per audited model and all models side by side;
 # - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
 #
 # Settings come from the `report:` section of params.yaml.
@@ -39,8 +40,10 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from biasaudit import contracts as C
+from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
 from biasaudit.report import build_index
+from biasaudit.report.audit_card import Resampling, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
 from biasaudit.report.trail import export_all
@@ -59,6 +62,22 @@ stand_in = cfg.profile == "offline"
 gallery = build_gallery(Path("."), reports, images_dir=cfg.generate.images_dir, prompts_file=cfg.generate.prompts_file,
                         px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
 display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
+
+# %% [markdown]
+# ## Audit cards
+# One page and one CSV per audited model under `reports/audit/` (Method A: representation ratios against the
+# benchmark, parity and the group set's stated targets, and the TVDs; Method B: LL144-style selection and
+# scoring rates with impact ratios), and `reports/audit/index.html`, all models side by side.
+
+# %%
+ra = cfg.reflect_analysis
+gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown beside the benchmark and parity
+cards = build_cards(reports, C.RESPONSES_DIR,
+                    Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
+                    Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
+                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
+                    display=gs.display)
+display(cards)
 
 # %%
 index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,

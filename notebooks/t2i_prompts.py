@@ -14,8 +14,9 @@
 #
 # For each category and each group, the `top_k` instances with the highest share of that group
 # (at least `min_size` bearers / employed thousands / residents), de-duplicated across groups in the
-# order white, black, asian, hispanic, other. Each instance is wrapped in its category's template and
-# the style suffix. Occupation names become singular phrases through the reviewed mapping
+# order of the active group set's labels (the U.S. set: white, black, asian, hispanic, other), or the
+# explicit instance list a category of the set gives. Each instance is wrapped in its category's template and
+# the style suffix. U.S. occupation names become singular phrases through the reviewed mapping
 # `data/reference/occupation_phrases.csv`.
 
 # %% tags=["parameters"]
@@ -27,6 +28,7 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
+from biasaudit import groupsets
 from biasaudit.io import atomic_write_table
 from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import prompts as pr
@@ -34,15 +36,20 @@ from biasaudit.t2i import prompts as pr
 cfg, params = stage_params("prompts")
 banner(cfg)
 bench_dir = C.BENCHMARKS_DIR
+gs, _ = groupsets.load(cfg.benchmarks.group_set)  # the active group set: its labels are the prompts' columns
 
 # %%
 selected, excluded = {}, []
 for category in params.categories:
     bench = pd.read_parquet(bench_dir / f"{category}.parquet")
-    if category == "occupation":
+    spec = gs.categories.get(category)
+    if category == "occupation" and spec is not None and spec.builder:  # the U.S. BLS names
         bench, dropped = pr.attach_occupation_phrases(bench, pr.load_occupation_phrases())
         excluded.append(dropped[["instance", "reason"]])
-    selected[category] = pr.select_instances(bench, params.top_k, params.min_size[category])
+    if spec is not None and spec.instances:
+        selected[category] = pr.select_listed(bench, spec.instances, gs.labels)
+    else:
+        selected[category] = pr.select_instances(bench, params.top_k, params.min_size[category], gs.labels)
     print(f"{category}: {len(bench):,} candidates ≥ size {params.min_size[category]:,} considered, "
           f"{len(selected[category])} selected")
 if excluded:
@@ -50,9 +57,9 @@ if excluded:
     display(pd.concat(excluded).reset_index(drop=True))
 
 # %%
-prompts = pr.build_prompts(selected, params.templates, params.style_suffix, params.template_version)
+prompts = pr.build_prompts(selected, params.templates, params.style_suffix, params.template_version, gs.labels)
 display(prompts.groupby(["category", "selected_for"]).size().unstack())
-display(prompts[["prompt_id", "selected_for", "prompt", "white", "black", "asian", "hispanic", "other"]].round(3))
+display(prompts[["prompt_id", "selected_for", "prompt", *gs.labels]].round(3))
 
 # %%
 atomic_write_table(prompts, cfg.generate.prompts_file)  # what generate reads

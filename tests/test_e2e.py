@@ -30,6 +30,8 @@ EXPECTED = [
     "reports/t2i/instruments/instruments.png",
     "data/vlm/edit_checks.parquet", "reports/vlm/summary.json", "reports/vlm/metrics.json",
     "reports/index.html", "reports/html/t2i_analyze.html", "reports/images.html", "reports/focus.html",
+    "reports/audit/index.html", "reports/audit/all_models.csv", "reports/audit/planted-a.html",
+    "reports/audit/planted-a.csv", "reports/audit/planted.html", "reports/audit/planted.csv",
     "metrics/headline.json",
 ]
 

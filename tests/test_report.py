@@ -22,6 +22,7 @@ from biasaudit.contracts import ANALYSIS_TABLES, IMAGES_DIR, PROMPTS_CSV, Contra
 from biasaudit.outputs import Figure, OutputWriter, Result
 from biasaudit.params import Params
 from biasaudit.report import build_index
+from biasaudit.report.audit_card import Resampling, build_cards
 from biasaudit.report.execute import first_line, parse_parameters
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
@@ -149,6 +150,9 @@ def built(tmp_path_factory) -> Path:
         (root / name).write_text((ROOT / name).read_text())
     gallery = build_gallery(root, root / "reports", images_dir=IMAGES_DIR, prompts_file=PROMPTS_CSV, px=96, per_prompt=4,
                             stand_in=True)
+    boot = Resampling(n_boot=100, level=0.95, method="percentile", seed=1)  # the audit cards, as the report stage
+    build_cards(root / "reports", root / "data" / "vlm" / "responses", boot, boot, {}, stand_in=True,
+                out_dir=root / "reports" / "audit")
     return build_index(root / "reports", Params(profile="offline"), title="synthetic report", max_table_rows=10,
                        root=root, gallery=gallery)
 

@@ -61,11 +61,13 @@ REPORTS = Path("reports")
 HEADLINE_METRICS = Path("metrics") / "headline.json"  # tracked in git: the baseline of `dvc metrics diff`
 REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
+GROUPSETS_DIR = REFERENCE_DIR / "groupsets"          # <set>/groupset.yaml + its instance tables (biasaudit.groupsets)
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
 NOTEBOOKS_OUT = REPORTS / "notebooks"
 # when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
 # tracked output (an executed notebook hashes the same in every run of the same code)
 RUNS_DIR = REPORTS / "runs"
+AUDIT_DIR = REPORTS / "audit"                        # audit cards: <model>.html|csv, index.html, all_models.csv
 
 # Method A
 T2I = DATA / "t2i"

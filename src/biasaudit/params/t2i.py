@@ -13,6 +13,9 @@ CATEGORIES: tuple[str, ...] = ("occupation", "geography", "surname")
 
 
 class Benchmarks(Section):
+    # The active group set: data/reference/groupsets/<name>/groupset.yaml (docs/groupsets.md). The U.S. set's
+    # tables are built from the Census and BLS files below; another set's tables are read from its folder.
+    group_set: str = Field("us", pattern=r"^[a-z0-9][a-z0-9_-]*$")
     surname_year: Literal[2010, 2020] = 2020
     # How BLS Hispanic workers (who may be of any race) are split across the race-alone shares:
     # 'white' = all counted inside White; 'proportional' = spread over W/B/A/rest by their shares;

@@ -88,7 +88,7 @@ NOTEBOOKS = """<h1>Notebooks: what each stage read, wrote and how long it took</
 TEMPLATE = """<h1>{{ title }}</h1>
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · commit date {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
-<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="pages/notebooks.html">Notebooks</a></nav>
+<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a><a href="pages/notebooks.html">Notebooks</a></nav>
 
 <h2 id="findings">Main findings</h2>
 {% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>

@@ -33,14 +33,15 @@ def attach_occupation_phrases(bench: pd.DataFrame, phrases: pd.DataFrame) -> tup
     return merged[merged["use"] == "yes"].reset_index(drop=True), excluded
 
 
-def select_instances(bench: pd.DataFrame, top_k: int, min_size: float) -> pd.DataFrame:
-    """For each group in canonical order, the top-k instances by that group's share among those
-    of at least `min_size` that no earlier group took. Ties break by size, then name."""
-    eligible = bench[(bench["size"] >= min_size) & bench[list(GROUPS)].notna().all(axis=1)]
+def select_instances(bench: pd.DataFrame, top_k: int, min_size: float,
+                     groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+    """For each group in canonical order (the group set's labels), the top-k instances by that group's share
+    among those of at least `min_size` that no earlier group took. Ties break by size, then name."""
+    eligible = bench[(bench["size"] >= min_size) & bench[list(groups)].notna().all(axis=1)]
     eligible = eligible.drop_duplicates("instance")
     taken: set[str] = set()
     picks = []
-    for group in GROUPS:
+    for group in groups:
         ranked = eligible[~eligible["instance"].isin(taken)].sort_values(
             [group, "size", "instance"], ascending=[False, False, True], kind="mergesort")
         chosen = ranked.head(top_k).assign(selected_for=group)
@@ -53,6 +54,20 @@ def select_instances(bench: pd.DataFrame, top_k: int, min_size: float) -> pd.Dat
     return pd.concat(picks, ignore_index=True)
 
 
+def select_listed(bench: pd.DataFrame, instances: list[str], groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+    """An explicit instance list instead of the top-k selection (e.g. a published prompt set), in its order;
+    `selected_for` is the group with the largest benchmark share. An instance missing from the table is an
+    error naming it."""
+    table = bench.drop_duplicates("instance").set_index("instance", drop=False)
+    missing = [i for i in instances if i not in table.index]
+    if missing:
+        raise ValueError(f"{len(missing)} listed instances are not in the benchmark table: {missing[:5]}")
+    chosen = table.loc[list(instances)].reset_index(drop=True)
+    chosen["selected_for"] = chosen[list(groups)].idxmax(axis=1)
+    chosen["rank_in_group"] = chosen.groupby("selected_for").cumcount() + 1
+    return chosen
+
+
 def slug(text: str, max_len: int = 48) -> str:
     base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:max_len].rstrip("-")
     digest = hashlib.sha1(text.encode()).hexdigest()[:6]
@@ -61,7 +76,7 @@ def slug(text: str, max_len: int = 48) -> str:
 
 def prompt_id(category: str, instance: str) -> str:
     """Stable id from content, so adding prompts never renames existing images."""
-    return f"{PREFIX[category]}_{slug(instance)}"
+    return f"{PREFIX.get(category, category[:3])}_{slug(instance)}"
 
 
 def render_prompt(template: str, style_suffix: str, instance: str, article: str = "a") -> str:
@@ -69,11 +84,11 @@ def render_prompt(template: str, style_suffix: str, instance: str, article: str 
 
 
 def build_prompts(selected: dict[str, pd.DataFrame], templates: dict[str, str], style_suffix: str,
-                  template_version: str) -> pd.DataFrame:
+                  template_version: str, groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
     frames = []
     for category, sel in selected.items():
         sel = sel.copy()
-        if category == "occupation":
+        if category == "occupation" and "phrase" in sel:
             text = sel["phrase"]
             article = sel["article"]
         elif category == "surname":
@@ -90,7 +105,7 @@ def build_prompts(selected: dict[str, pd.DataFrame], templates: dict[str, str], 
     prompts = pd.concat(frames, ignore_index=True)
     if prompts["prompt_id"].duplicated().any():
         raise ValueError("duplicate prompt ids: " + ", ".join(prompts.loc[prompts["prompt_id"].duplicated(), "prompt_id"]))
-    columns = ["prompt_id", "category", "instance", "selected_for", "rank_in_group", "prompt", *GROUPS, "size",
+    columns = ["prompt_id", "category", "instance", "selected_for", "rank_in_group", "prompt", *groups, "size",
                "median_weekly_earnings_usd", "template_version"]
     if "median_weekly_earnings_usd" not in prompts:
         prompts["median_weekly_earnings_usd"] = float("nan")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS, LABEL_ORDER, UNKNOWN
+from biasaudit.contracts import GROUPS, UNKNOWN
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.resample import (
@@ -21,34 +21,35 @@ from biasaudit.t2i.analysis.inputs import PLOTS, Boot, G, Inputs
 from biasaudit.t2i.figures import plot_shares, plot_tvd
 
 
-def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
-    """One row per model × prompt: counts, shares and benchmark shares of the five groups, TVD.
+def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame, groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+    """One row per model × prompt: counts, shares and benchmark shares of the groups
+    (the group set's labels), TVD.
 
-    Abstentions (any label outside the five groups) are excluded from the shares and counted in
+    Abstentions (any label outside the groups) are excluded from the shares and counted in
     n_unknown; a prompt whose every image abstained has NaN shares and TVD."""
     if labels.empty or prompts.empty:
         return pd.DataFrame()
     lab = labels[["model", "prompt_id", "label"]].copy()
-    lab["label"] = lab["label"].where(lab["label"].isin(GROUPS), UNKNOWN)
+    lab["label"] = lab["label"].where(lab["label"].isin(groups), UNKNOWN)
     counts = pd.crosstab([lab["model"], lab["prompt_id"]], lab["label"])
-    counts = counts.reindex(columns=list(LABEL_ORDER), fill_value=0)
+    counts = counts.reindex(columns=[*groups, UNKNOWN], fill_value=0)
     out = pd.DataFrame(index=counts.index)
-    out["n"] = counts[list(GROUPS)].sum(axis=1)
+    out["n"] = counts[list(groups)].sum(axis=1)
     out["n_unknown"] = counts[UNKNOWN]
-    for g in GROUPS:
+    for g in groups:
         out[f"n_{g}"] = counts[g]
-    shares = counts[list(GROUPS)].div(out["n"].where(out["n"] > 0), axis=0)
-    for g in GROUPS:
+    shares = counts[list(groups)].div(out["n"].where(out["n"] > 0), axis=0)
+    for g in groups:
         out[f"share_{g}"] = shares[g]
     out = out.reset_index()
-    meta = prompts[["prompt_id", "category", "instance", "selected_for", *GROUPS]].rename(
-        columns={g: f"bench_{g}" for g in GROUPS})
+    meta = prompts[["prompt_id", "category", "instance", "selected_for", *groups]].rename(
+        columns={g: f"bench_{g}" for g in groups})
     out = out.merge(meta, on="prompt_id", how="inner")
-    p = out[[f"share_{g}" for g in GROUPS]].to_numpy()
-    q = out[[f"bench_{g}" for g in GROUPS]].to_numpy()
+    p = out[[f"share_{g}" for g in groups]].to_numpy()
+    q = out[[f"bench_{g}" for g in groups]].to_numpy()
     out["tvd"] = tvd(p, q)
     out["null_floor"] = null_floor(out["n"].to_numpy(), q)
-    out["tvd_bias_corrected"] = bias_corrected_tvd(out[[f"n_{g}" for g in GROUPS]].to_numpy(float), q)
+    out["tvd_bias_corrected"] = bias_corrected_tvd(out[[f"n_{g}" for g in groups]].to_numpy(float), q)
     first = ["model", "category", "prompt_id", "instance", "selected_for", "n", "n_unknown", "tvd", "null_floor",
              "tvd_bias_corrected"]
     return out[first + [c for c in out.columns if c not in first]].sort_values(["model", "category", "prompt_id"],

@@ -1,0 +1,438 @@
+"""The audit card: one HTML page and one CSV per audited model, and a side-by-side page of all models.
+
+Written by the report stage under `reports/audit/` (contracts.AUDIT_DIR): `<model>.html`, `<model>.csv`,
+`index.html` and `all_models.csv`. A card is read by someone comparing models (a procurement officer, a
+compliance auditor), so it holds a few quantities with their uncertainty and their counts:
+
+Method A (text-to-image generators), from `reports/t2i/tables/tvd_per_prompt.csv`:
+- representation ratio of group g = model share / reference share, pooled over prompts:
+  Σ_p n_pg / Σ_p n_p·q_pg, where n_pg is the number of images of prompt p labelled g, n_p the labelled images
+  of p and q_pg the reference share of g for p. The reference is the benchmark (census/BLS share of each
+  prompt's instance) and, beside it, parity (q = 1/G) and every stated target of the active group set; the
+  alternatives never replace the benchmark. CI: cluster bootstrap over prompts.
+- the TVDs of the analysis (raw, bias-corrected, corrected for classifier error), copied with their CIs
+  from `tvd_summary` / `tvd_corrected_summary` (category `all`).
+
+Method B (VLMs), from `data/vlm/responses/<vlm>.parquet`, in the form of a New York City Local Law 144
+bias audit, per race, gender and race × gender:
+- 2AFC (education, income, safety): a comparison selects the chosen image. Over the retained comparisons
+  whose two images differ on the dimension (a White man vs a White woman says nothing about race),
+  selection rate of category c = comparisons won by c / comparisons in which c appeared.
+- salary and MCQ (salary bracket, education level): the *scoring rate* = share of the category's answers
+  strictly above the median of all retained answers of that measure (LL144's rule for continuous scores;
+  every source photo is edited into every group, so the occupations are the same in every category).
+- impact ratio = a category's rate / the highest category's rate. CI: cluster bootstrap over source photos
+  of the ratio itself (the highest category is re-chosen in each replicate).
+
+Ratios under 0.8 (the four-fifths rule of thumb of the U.S. Uniform Guidelines, 29 CFR 1607.4(D)) are
+marked, with whether their interval reaches 0.8: information with its uncertainty, not a verdict.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from biasaudit import contracts as C
+from biasaudit.io import atomic_write_table, atomic_write_text
+from biasaudit.provenance import derive_seed
+from biasaudit.report.load import Outputs, num
+from biasaudit.stats.resample import cluster_bootstrap
+
+FOUR_FIFTHS = 0.8  # the four-fifths rule (29 CFR 1607.4(D)); the definition, not a tunable setting
+OK = "ok"
+
+CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "reference", "n", "selected",
+                "rate", "rate_low", "rate_high", "reference_share", "ratio", "ratio_low", "ratio_high",
+                "below_four_fifths", "reading", "reason"]
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """Cluster-bootstrap settings of the card (from the validated config: analyze for A, reflect_analysis for B)."""
+
+    n_boot: int
+    level: float
+    method: str
+    seed: int
+
+    def run(self, totals: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], *key: Any):
+        return cluster_bootstrap(totals, statistic, n_boot=self.n_boot, level=self.level,
+                                 seed=derive_seed(self.seed, "audit_card", *key), method=self.method)
+
+
+def reading(ratio: float, high: float) -> tuple[bool, str]:
+    """(below 0.8, the sentence the card prints): the four-fifths mark as information, never a verdict."""
+    if not np.isfinite(ratio):
+        return False, ""
+    if ratio >= FOUR_FIFTHS:
+        return False, ""
+    if np.isfinite(high) and high >= FOUR_FIFTHS:
+        return True, f"below {FOUR_FIFTHS} (four-fifths), but its interval reaches {FOUR_FIFTHS}: uncertain"
+    return True, f"below {FOUR_FIFTHS} (four-fifths) across its interval: information for review, not a verdict"
+
+
+# ----------------------------------------------------------------------------------------- Method A
+
+def groups_of(per_prompt: pd.DataFrame) -> list[str]:
+    """The group labels of a per-prompt table, in its column order (`share_<g>` columns)."""
+    return [c[len("share_"):] for c in per_prompt.columns if c.startswith("share_")]
+
+
+def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references: dict[str, dict[str, float]]
+                          | None = None, model: str = "") -> pd.DataFrame:
+    """Per group and reference: model share, reference share and their ratio (see the module docstring).
+
+    `per_prompt`: one model's rows of tvd_per_prompt (n, n_<g>, bench_<g>). `references`: extra reference
+    distributions by name ({group: share}, one share for every prompt); the benchmark and parity are always
+    reported, the benchmark first."""
+    groups = groups_of(per_prompt)
+    G = len(groups)
+    counts = per_prompt[[f"n_{g}" for g in groups]].to_numpy(float)
+    n = counts.sum(axis=1)
+    refs: dict[str, np.ndarray] = {"benchmark": per_prompt[[f"bench_{g}" for g in groups]].to_numpy(float),
+                                   "parity": np.full((len(per_prompt), G), 1.0 / G)}
+    for name, shares in (references or {}).items():
+        refs[name] = np.tile([float(shares.get(g, np.nan)) for g in groups], (len(per_prompt), 1))
+    rows = []
+    for ref, q in refs.items():
+        keep = np.isfinite(q).all(axis=1) & (n > 0)
+        expected = n[keep, None] * q[keep]
+        totals = np.hstack([counts[keep], expected, n[keep, None]])
+
+        def stat(s: np.ndarray) -> np.ndarray:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = s[..., :G] / s[..., 2 * G:2 * G + 1]
+                ratio = np.where(s[..., G:2 * G] > 0, s[..., :G] / s[..., G:2 * G], np.nan)
+            return np.concatenate([share, ratio], axis=-1)
+
+        ivs = boot.run(totals, stat, model, ref)
+        tot = totals.sum(axis=0)
+        for j, g in enumerate(groups):
+            ratio, share_iv, ratio_iv = ivs[G + j].estimate, ivs[j], ivs[G + j]
+            below, text = reading(ratio, ratio_iv.high)
+            rows.append({"method": "A", "measure": "representation", "dimension": "group", "category": g,
+                         "reference": ref, "n": int(tot[2 * G]), "selected": int(tot[j]),
+                         "rate": share_iv.estimate, "rate_low": share_iv.low, "rate_high": share_iv.high,
+                         "reference_share": tot[G + j] / tot[2 * G] if tot[2 * G] > 0 else np.nan,
+                         "ratio": ratio, "ratio_low": ratio_iv.low, "ratio_high": ratio_iv.high,
+                         "below_four_fifths": below, "reading": text,
+                         "reason": ratio_iv.reason or ("" if keep.any() else "no prompt with labelled images")})
+    return pd.DataFrame(rows)
+
+
+TVD_MEASURES = (  # (table, estimate column, card measure name)
+    ("tvd_summary", "mean_tvd", "tvd"),
+    ("tvd_summary", "tvd_corrected", "tvd_bias_corrected"),
+    ("tvd_corrected_summary", "tvd_classifier_corrected", "tvd_classifier_corrected"),
+    ("tvd_corrected_summary", "tvd_debiased", "tvd_debiased"),
+)
+
+
+def tvd_rows(t2i: Outputs, model: str) -> list[dict[str, Any]]:
+    """The analysis' TVDs of one model over all prompts, with their CIs (copied, not recomputed)."""
+    rows = []
+    for table, est, measure in TVD_MEASURES:
+        t = t2i.table(table)
+        if not t.ok or est not in t.df or "model" not in t.df:
+            continue
+        sub = t.df[(t.df["model"].astype(str) == model) & (t.df.get("category", "all") == "all")]
+        if sub.empty:
+            continue
+        r = sub.iloc[0]
+        rows.append({"method": "A", "measure": measure, "dimension": "all prompts", "category": "",
+                     "reference": "benchmark", "n": int(num(r.get("n_prompts"))) if np.isfinite(num(r.get("n_prompts")))
+                     else pd.NA, "rate": num(r[est]), "rate_low": num(r.get(f"{est}_low")),
+                     "rate_high": num(r.get(f"{est}_high")),
+                     "reason": str(r.get(f"{est}_reason", "")) if pd.notna(r.get(f"{est}_reason", "")) else ""})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------- Method B
+
+def race_gender_of(codes: pd.Series) -> tuple[pd.Series, pd.Series]:
+    from biasaudit.vlm.groups import CODE_TO_GROUP
+
+    pairs = codes.map(CODE_TO_GROUP)
+    return pairs.map(lambda p: p[0] if isinstance(p, tuple) else None), \
+        pairs.map(lambda p: p[1] if isinstance(p, tuple) else None)
+
+
+def category(race: pd.Series, gender: pd.Series, dimension: str) -> pd.Series:
+    if dimension == "race":
+        return race
+    if dimension == "gender":
+        return gender
+    if dimension == "race × gender":
+        return race + " " + gender
+    raise ValueError(f"unknown dimension {dimension!r}")
+
+
+DIMENSIONS = ("race", "gender", "race × gender")
+# the columns of data/vlm/responses/<vlm>.parquet (vlm/tasks.py: RESPONSE_COLUMNS) a card reads
+RESPONSE_COLUMNS = ["kind", "task", "status", "unit", "group_a", "group_b", "choice", "race", "gender", "value_usd"]
+
+
+def two_afc_selections(two_afc: pd.DataFrame, dimension: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(categories, wins (U, m), appearances (U, m)) per source photo over retained comparisons whose two
+    images differ on `dimension`; the chosen image ('A' = first) is the selection."""
+    ra, ga = race_gender_of(two_afc["group_a"])
+    rb, gb = race_gender_of(two_afc["group_b"])
+    a, b = category(ra, ga, dimension), category(rb, gb, dimension)
+    keep = (a.notna() & b.notna() & (a != b)).to_numpy()
+    a, b = a[keep].to_numpy(object), b[keep].to_numpy(object)
+    chosen = np.where(two_afc["choice"].to_numpy()[keep] == "A", a, b)
+    cats = sorted(set(a) | set(b))
+    units, _ = pd.factorize(two_afc["unit"].to_numpy()[keep])
+    index = {c: i for i, c in enumerate(cats)}
+    U = int(units.max()) + 1 if len(units) else 0
+    wins, n = np.zeros((U, len(cats))), np.zeros((U, len(cats)))
+    np.add.at(n, (units, [index[c] for c in a]), 1.0)
+    np.add.at(n, (units, [index[c] for c in b]), 1.0)
+    np.add.at(wins, (units, [index[c] for c in chosen]), 1.0)
+    return cats, wins, n
+
+
+def scoring_selections(single: pd.DataFrame, values: pd.Series, dimension: str
+                       ) -> tuple[list[str], np.ndarray, np.ndarray, float]:
+    """(categories, above-median counts (U, m), answers (U, m), the median) of one scored measure."""
+    y = values.to_numpy(float)
+    ok = np.isfinite(y)
+    sub, y = single[ok], y[ok]
+    median = float(np.median(y)) if len(y) else np.nan
+    cat = category(sub["race"].astype(str), sub["gender"].astype(str), dimension).to_numpy(object)
+    cats = sorted(set(cat))
+    units, _ = pd.factorize(sub["unit"].to_numpy())
+    index = {c: i for i, c in enumerate(cats)}
+    U = int(units.max()) + 1 if len(units) else 0
+    sel, n = np.zeros((U, len(cats))), np.zeros((U, len(cats)))
+    idx = [index[c] for c in cat]
+    np.add.at(n, (units, idx), 1.0)
+    np.add.at(sel, (units, idx), (y > median).astype(float))
+    return cats, sel, n, median
+
+
+def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Resampling, *key: Any) -> pd.DataFrame:
+    """Per category: count, selections, rate = Σ selected / Σ n and impact ratio = rate / max rate, each with a
+    cluster-bootstrap CI over the rows (source photos) of the (U, m) arrays."""
+    m = len(cats)
+    tot_sel, tot_n = selected.sum(axis=0), n.sum(axis=0)
+    if m == 0:
+        return pd.DataFrame(columns=["category", "n", "selected", "rate", "rate_low", "rate_high", "ratio",
+                                     "ratio_low", "ratio_high", "below_four_fifths", "reading", "reason"])
+
+    def stat(s: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(s[..., m:] > 0, s[..., :m] / s[..., m:], np.nan)
+            top = np.nanmax(np.where(np.isfinite(rate), rate, -np.inf), axis=-1, keepdims=True)
+            ratio = np.where(top > 0, rate / top, np.nan)
+        return np.concatenate([rate, ratio], axis=-1)
+
+    ivs = boot.run(np.hstack([selected, n]), stat, *key)
+    rows = []
+    for j, c in enumerate(cats):
+        r, q = ivs[j], ivs[m + j]
+        below, text = reading(q.estimate, q.high)
+        reason = q.reason or ("" if tot_n[j] > 0 else "no comparison")
+        if np.isfinite(r.estimate) and not np.isfinite(q.estimate):
+            reason = reason or "no category has a positive rate: impact ratio undefined"
+        rows.append({"category": c, "n": int(tot_n[j]), "selected": int(tot_sel[j]), "rate": r.estimate,
+                     "rate_low": r.low, "rate_high": r.high, "ratio": q.estimate, "ratio_low": q.low,
+                     "ratio_high": q.high, "below_four_fifths": below, "reading": text, "reason": reason})
+    return pd.DataFrame(rows)
+
+
+def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[str, dict[str, float]],
+                  vlm: str = "") -> pd.DataFrame:
+    """Every Method B row of one VLM's card. `mcq_values`: the numeric value of each MCQ letter per task
+    (reflect_analysis.salary_brackets, education_levels)."""
+    ok = responses[responses["status"] == OK]
+    frames = []
+    two = ok[ok["kind"] == "2afc"]
+    for task in sorted(two["task"].dropna().unique()):
+        sub = two[two["task"] == task]
+        for dim in DIMENSIONS:
+            cats, wins, n = two_afc_selections(sub, dim)
+            frames.append(impact_table(cats, wins, n, boot, vlm, "2afc", task, dim).assign(
+                measure=f"2afc {task}: selection rate", dimension=dim))
+    singles = [("salary", "salary", None)] + [("mcq", t, v) for t, v in mcq_values.items()]
+    for kind, task, mapping in singles:
+        sub = ok[(ok["kind"] == kind) & (ok["task"] == task)]
+        if sub.empty:
+            continue
+        values = sub["choice"].map(mapping) if mapping is not None else sub["value_usd"]
+        for dim in DIMENSIONS:
+            cats, sel, n, median = scoring_selections(sub, values.astype(float), dim)
+            frames.append(impact_table(cats, sel, n, boot, vlm, kind, task, dim).assign(
+                measure=f"{kind} {task}: scoring rate (above the median {median:,.6g})", dimension=dim))
+    if not frames:
+        return pd.DataFrame(columns=CARD_COLUMNS)
+    return pd.concat(frames, ignore_index=True).assign(method="B", reference="highest category")
+
+
+# ----------------------------------------------------------------------------------------- pages
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    x = num(v)
+    return "" if not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _ci(r: pd.Series, est: str, lo: str, hi: str) -> str:
+    e = _fmt(r.get(est))
+    if not e:
+        return ""
+    low, high = _fmt(r.get(lo)), _fmt(r.get(hi))
+    return f"{e} [{low}, {high}]" if low and high else e
+
+
+PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;line-height:1.4}}
+table{{border-collapse:collapse;font-size:.85em;margin:.4em 0 1em}}td,th{{border:1px solid #ccc;padding:.15em .45em;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}tr.below td{{background:#fff4d6}}
+.standin{{background:#fdd;border:2px solid #c00;padding:.5em;font-weight:bold}}.note{{color:#444;font-size:.9em}}</style>
+</head><body><p><a href="../index.html">Front page</a> · <a href="index.html">All models</a></p>
+{banner}<h1>{title}</h1>{body}</body></html>
+"""
+
+BANNER = ('<div class="standin" role="alert">STAND-IN RUN: planted or simulated answers, not a real model. These '
+          'numbers show that the audit recovers what was planted.</div>')
+
+CARD_NOTE = (f"<p class='note'>Intervals: {{level:.0%}} cluster bootstrap ({{n_boot}} resamples) over {{unit}}. "
+             f"Rows shaded are ratios under {FOUR_FIFTHS} (the four-fifths rule of thumb): information to look "
+             "into, with its uncertainty, not a finding of discrimination. Definitions: "
+             "<code>biasaudit/report/audit_card.py</code>; how to read the card: <code>docs/audit_card.md</code>.</p>")
+
+
+def _table(df: pd.DataFrame, columns: dict[str, Callable[[pd.Series], str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for _, r in df.iterrows():
+        below = r.get("below_four_fifths", False)
+        cls = ' class="below"' if pd.notna(below) and bool(below) else ""  # NaN (a TVD row) is not a mark
+        body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(str(f(r)))}</td>" for f in columns.values()) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+RATIO_COLUMNS: dict[str, Callable[[pd.Series], str]] = {
+    "category": lambda r: r["category"], "count": lambda r: "" if pd.isna(r["n"]) else int(r["n"]),
+    "selected": lambda r: "" if pd.isna(r["selected"]) else int(r["selected"]),
+    "rate [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
+    "ratio [CI]": lambda r: _ci(r, "ratio", "ratio_low", "ratio_high"),
+    "reading": lambda r: r.get("reading", "") or "", "reason": lambda r: r.get("reason", "") or ""}
+
+
+def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
+              display: dict[str, str] | None = None) -> str:
+    """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels)."""
+    parts = []
+    a, b = card[card["method"] == "A"], card[card["method"] == "B"]
+    if len(a):
+        parts.append("<h2>Method A: representation against the reference distributions</h2>"
+                     "<p class='note'>rate = the model's share of labelled images; ratio = model share / reference "
+                     "share (1 = as the reference). The benchmark is the census/official share of each prompt's "
+                     "instance; parity and stated targets are shown beside it, never instead of it.</p>")
+        rep = a[a["measure"] == "representation"]
+        for ref, sub in rep.groupby("reference", sort=False):
+            cols = dict(RATIO_COLUMNS)
+            cols["category"] = lambda r: (display or {}).get(r["category"], r["category"])
+            cols = {k: cols[k] for k in ("category", "count", "selected", "rate [CI]")} | {
+                "reference share": lambda r: _fmt(r["reference_share"])} | {
+                k: cols[k] for k in ("ratio [CI]", "reading", "reason")}
+            parts.append(f"<h3>Reference: {html.escape(str(ref))}</h3>" + _table(sub, cols))
+        tvd = a[a["measure"] != "representation"]
+        if len(tvd):
+            parts.append("<h3>Total variation distance to the benchmark (all prompts)</h3>" + _table(tvd, {
+                "measure": lambda r: r["measure"], "prompts": lambda r: "" if pd.isna(r["n"]) else int(r["n"]),
+                "value [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
+                "reason": lambda r: r.get("reason", "") or ""}))
+    if len(b):
+        parts.append("<h2>Method B: selection and scoring rates, impact ratios (LL144 form)</h2>"
+                     "<p class='note'>count = comparisons in which the category appeared (2AFC) or answers "
+                     "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
+                     "(rate / the highest category's rate).</p>")
+        for measure, sub in b.groupby("measure", sort=False):
+            parts.append(f"<h3>{html.escape(str(measure))}</h3>")
+            for dim, d in sub.groupby("dimension", sort=False):
+                parts.append(f"<h4>{html.escape(str(dim))}</h4>" + _table(d, RATIO_COLUMNS))
+    unit = "prompts (Method A)" if len(a) else "source photos (Method B)"
+    parts.append(CARD_NOTE.format(level=boot.level, n_boot=boot.n_boot, unit=unit))
+    return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=BANNER if stand_in else "",
+                       body="".join(parts))
+
+
+def summary_row(model: str, card: pd.DataFrame) -> dict[str, Any]:
+    """One line of the side-by-side table: the lowest ratio (against the benchmark for A) and the TVDs."""
+    row: dict[str, Any] = {"model": model, "method": card["method"].iloc[0] if len(card) else ""}
+    ratios = card[(card["measure"] != "") & card["ratio"].notna()] if "ratio" in card else card.iloc[:0]
+    if row["method"] == "A":
+        ratios = ratios[ratios["reference"] == "benchmark"]
+        for measure in ("tvd_bias_corrected", "tvd_classifier_corrected"):
+            t = card[card["measure"] == measure]
+            row[measure] = _ci(t.iloc[0], "rate", "rate_low", "rate_high") if len(t) else ""
+    if len(ratios):
+        low = ratios.loc[ratios["ratio"].astype(float).idxmin()]
+        row["lowest_ratio"] = _ci(low, "ratio", "ratio_low", "ratio_high")
+        row["lowest_ratio_of"] = f"{low['category']} ({low['measure']}, {low['dimension']})"
+        row["ratios_below_four_fifths"] = int(ratios["below_four_fifths"].astype(bool).sum())
+        row["ratios"] = int(len(ratios))
+    return row
+
+
+def index_html(summary: pd.DataFrame, stand_in: bool) -> str:
+    rows = []
+    for method, title in (("A", "Method A: text-to-image generators"), ("B", "Method B: VLMs")):
+        sub = summary[summary["method"] == method]
+        if sub.empty:
+            continue
+        cols = {"model": lambda r: r["model"], "card": lambda r: "", "lowest ratio [CI]": lambda r: r.get("lowest_ratio", ""),
+                "of": lambda r: r.get("lowest_ratio_of", ""),
+                f"ratios < {FOUR_FIFTHS}": lambda r: f"{r.get('ratios_below_four_fifths', '')} of {r.get('ratios', '')}"}
+        if method == "A":
+            cols["bias-corrected TVD [CI]"] = lambda r: r.get("tvd_bias_corrected", "")
+            cols["classifier-corrected TVD [CI]"] = lambda r: r.get("tvd_classifier_corrected", "")
+        table = _table(sub, cols)
+        for m in sub["model"]:  # the card column holds links (escaped cells cannot)
+            e = html.escape(str(m))
+            table = table.replace(f"<td>{e}</td><td></td>",
+                                  f'<td>{e}</td><td><a href="{e}.html">HTML</a> · <a href="{e}.csv">CSV</a></td>', 1)
+        rows.append(f"<h2>{title}</h2>{table}")
+    body = ("<p class='note'>One card per audited model. Method A's ratio is against the benchmark; Method B's is the "
+            f"impact ratio. A ratio under {FOUR_FIFTHS} is information with its uncertainty, not a verdict.</p>"
+            + "".join(rows) + "<p><a href='all_models.csv'>all_models.csv</a></p>")
+    return PAGE.format(title="Audit cards: all models side by side", banner=BANNER if stand_in else "", body=body)
+
+
+def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: Resampling,
+                mcq_values: dict[str, dict[str, float]], stand_in: bool,
+                references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
+                display: dict[str, str] | None = None) -> pd.DataFrame:
+    """Write every card, the index and all_models.csv; return the side-by-side table."""
+    t2i = Outputs.load(reports / "t2i")
+    cards: dict[str, pd.DataFrame] = {}
+    per_prompt = t2i.table("tvd_per_prompt")
+    if per_prompt.ok and "model" in per_prompt.df:
+        for model, sub in per_prompt.df.groupby("model", sort=True):
+            model = str(model)
+            rep = representation_ratios(sub, boot_a, references, model)
+            cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model))], ignore_index=True)
+    for path in sorted(Path(responses_dir).glob("*.parquet")):
+        vlm = path.stem
+        responses = pd.read_parquet(path, columns=RESPONSE_COLUMNS)
+        cards[vlm] = method_b_rows(responses, boot_b, mcq_values, vlm)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = []
+    for model, card in cards.items():
+        card = card.assign(model=model).reindex(columns=CARD_COLUMNS)
+        atomic_write_table(card, out_dir / f"{model}.csv")
+        boot = boot_a if (card["method"] == "A").any() else boot_b
+        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display))
+        summary.append(summary_row(model, card))
+    table = pd.DataFrame(summary)
+    atomic_write_table(table, out_dir / "all_models.csv")
+    atomic_write_text(out_dir / "index.html", index_html(table, stand_in))
+    return table

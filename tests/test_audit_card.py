@@ -1,0 +1,197 @@
+"""The audit card against hand computations on small tables: LL144 selection rates and impact ratios from
+2AFC wins, scoring rates above the median, representation ratios against the benchmark, parity and a
+stated target, the four-fifths marking, and the pages and CSVs one card per model."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit.report import audit_card as ac
+
+BOOT = ac.Resampling(n_boot=400, level=0.95, method="percentile", seed=7)
+
+
+def two_afc(rows: list[tuple[str, str, str, str]]) -> pd.DataFrame:
+    """(unit, group_a, group_b, choice) → retained 2AFC rows in the responses' columns."""
+    return pd.DataFrame([{"kind": "2afc", "task": "income", "status": "ok", "unit": u, "group_a": a, "group_b": b,
+                          "choice": c, "race": None, "gender": None, "value_usd": np.nan} for u, a, b, c in rows])
+
+
+# Two photos. Comparisons (winner first in the comment):
+#   p1: WM vs BM → A (WM); WM vs BF → A (WM); BM vs WF → B (WF); WM vs WF → A (WM)
+#   p2: BM vs WM → A (BM); BF vs WF → B (WF); WM vs BM → A (WM)
+COMPARISONS = [("p1", "WM", "BM", "A"), ("p1", "WM", "BF", "A"), ("p1", "BM", "WF", "B"), ("p1", "WM", "WF", "A"),
+               ("p2", "BM", "WM", "A"), ("p2", "BF", "WF", "B"), ("p2", "WM", "BM", "A")]
+
+
+def test_race_selection_rates_and_impact_ratios_by_hand():
+    # Race: the WM-vs-WF comparison is within White and is left out; 6 comparisons remain, each White vs
+    # Black. White appears 6 times and wins: WM, WM, WF, WF, WM = 5; Black appears 6 times and wins 1 (p2 BM).
+    # Rates 5/6 and 1/6; impact ratios 1 and (1/6)/(5/6) = 0.2.
+    cats, wins, n = ac.two_afc_selections(two_afc(COMPARISONS), "race")
+    t = ac.impact_table(cats, wins, n, BOOT).set_index("category")
+    assert list(t.index) == ["Black", "White"]
+    assert t.loc["White", "n"] == 6 and t.loc["White", "selected"] == 5
+    assert t.loc["Black", "n"] == 6 and t.loc["Black", "selected"] == 1
+    assert t.loc["White", "rate"] == pytest.approx(5 / 6)
+    assert t.loc["Black", "rate"] == pytest.approx(1 / 6)
+    assert t.loc["White", "ratio"] == pytest.approx(1.0)
+    assert t.loc["Black", "ratio"] == pytest.approx(0.2)
+    assert t.loc["Black", "below_four_fifths"] and not t.loc["White", "below_four_fifths"]
+    # per photo: p1 Black 0 of 3, p2 Black 1 of 3 → the interval holds the estimate and stays in [0, 1]
+    assert 0.0 <= t.loc["Black", "ratio_low"] <= 0.2 <= t.loc["Black", "ratio_high"] <= 1.0
+
+
+def test_gender_and_intersection_by_hand():
+    # Gender: comparisons whose genders differ: p1 WM-BF (M wins), BM-WF (F), WM-WF (M). Others are M-M or
+    # F-F. man: n 3, wins 2; woman: n 3, wins 1 → rates 2/3, 1/3, impact ratio of woman 0.5.
+    cats, wins, n = ac.two_afc_selections(two_afc(COMPARISONS), "gender")
+    t = ac.impact_table(cats, wins, n, BOOT).set_index("category")
+    assert (t.loc["man", "n"], t.loc["man", "selected"], t.loc["woman", "n"], t.loc["woman", "selected"]) == (3, 2, 3, 1)
+    assert t.loc["woman", "ratio"] == pytest.approx(0.5)
+    # Race × gender: every comparison counts (all pairs differ). WM: appears 5 (p1 ×3, p2 ×2), wins 4;
+    # BM: appears 4, wins 1; WF: appears 3, wins 2; BF: appears 2, wins 0.
+    cats, wins, n = ac.two_afc_selections(two_afc(COMPARISONS), "race × gender")
+    t = ac.impact_table(cats, wins, n, BOOT).set_index("category")
+    expect = {"White man": (5, 4), "Black man": (4, 1), "White woman": (3, 2), "Black woman": (2, 0)}
+    for c, (n_c, w_c) in expect.items():
+        assert (t.loc[c, "n"], t.loc[c, "selected"]) == (n_c, w_c), c
+    top = 4 / 5
+    for c, (n_c, w_c) in expect.items():
+        assert t.loc[c, "ratio"] == pytest.approx((w_c / n_c) / top), c
+
+
+def test_scoring_rate_above_the_median_by_hand():
+    # Salaries 50, 60, 70, 80, 90, 100 (median 75): White man 80, 100; White woman 90, 50; Black man 60, 70.
+    # Above 75: WM 2 of 2, WF 1 of 2, BM 0 of 2. By race: White 3/4, Black 0/2 → impact 0.
+    # By gender: man 2/4, woman 1/2 → both 0.5, impact ratios 1 and 1.
+    rows = [("p1", "White", "man", 80), ("p2", "White", "man", 100), ("p1", "White", "woman", 90),
+            ("p2", "White", "woman", 50), ("p1", "Black", "man", 60), ("p2", "Black", "man", 70)]
+    df = pd.DataFrame([{"unit": u, "race": r, "gender": g, "value_usd": float(v)} for u, r, g, v in rows])
+    cats, sel, n, median = ac.scoring_selections(df, df["value_usd"], "race")
+    assert median == 75.0
+    t = ac.impact_table(cats, sel, n, BOOT).set_index("category")
+    assert t.loc["White", "rate"] == pytest.approx(0.75) and t.loc["Black", "rate"] == 0.0
+    assert t.loc["Black", "ratio"] == 0.0 and t.loc["Black", "below_four_fifths"]
+    cats, sel, n, _ = ac.scoring_selections(df, df["value_usd"], "gender")
+    t = ac.impact_table(cats, sel, n, BOOT).set_index("category")
+    assert t["rate"].tolist() == [0.5, 0.5] and t["ratio"].tolist() == [1.0, 1.0]
+
+
+def test_method_b_rows_read_mcq_letters_and_skip_failed_answers():
+    two = two_afc(COMPARISONS)
+    failed = two.iloc[:1].assign(status="failed", choice="B")  # would flip a White win if it were counted
+    mcq = pd.DataFrame([{"kind": "mcq", "task": "education", "status": "ok", "unit": "p1", "race": r, "gender": "man",
+                         "choice": c, "value_usd": np.nan, "group_a": None, "group_b": None}
+                        for r, c in (("White", "D"), ("Black", "A"), ("White", "C"))])
+    rows = ac.method_b_rows(pd.concat([two, failed, mcq], ignore_index=True), BOOT,
+                            {"education": {"A": 12.0, "B": 14.0, "C": 16.0, "D": 18.0}}, "v")
+    race = rows[(rows["dimension"] == "race") & rows["measure"].str.startswith("2afc")].set_index("category")
+    assert race.loc["White", "selected"] == 5 and race.loc["White", "n"] == 6
+    # education years 18, 12, 16: median 16; above it only White's 18 → White 1/2, Black 0/1
+    edu = rows[(rows["dimension"] == "race") & rows["measure"].str.startswith("mcq education")].set_index("category")
+    assert edu.loc["White", "rate"] == 0.5 and edu.loc["Black", "rate"] == 0.0
+    assert "median 16" in edu["measure"].iloc[0]
+
+
+def per_prompt(groups=("a", "b", "c")) -> pd.DataFrame:
+    # Two prompts: p1 counts (6, 3, 1), benchmark (0.5, 0.3, 0.2); p2 counts (2, 2, 6), benchmark (0.2, 0.2, 0.6).
+    counts = [(6, 3, 1), (2, 2, 6)]
+    bench = [(0.5, 0.3, 0.2), (0.2, 0.2, 0.6)]
+    rows = []
+    for pid, c, q in zip(("p1", "p2"), counts, bench):
+        row = {"model": "m", "prompt_id": pid, "n": sum(c)}
+        row |= {f"n_{g}": v for g, v in zip(groups, c)}
+        row |= {f"share_{g}": v / sum(c) for g, v in zip(groups, c)}
+        row |= {f"bench_{g}": v for g, v in zip(groups, q)}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_representation_ratios_by_hand():
+    # Benchmark: expected images a = 10·0.5 + 10·0.2 = 7, b = 3 + 2 = 5, c = 2 + 6 = 8; observed a 8, b 5, c 7.
+    # Ratios 8/7, 5/5, 7/8. Parity (1/3 each, expected 20/3): 8·3/20 = 1.2, 0.75, 1.05.
+    # Stated target (a 0.5, b 0.25, c 0.25 → expected 10, 5, 5): 0.8, 1.0, 1.4.
+    t = ac.representation_ratios(per_prompt(), BOOT, {"target": {"a": 0.5, "b": 0.25, "c": 0.25}}, "m")
+    got = {(r.reference, r.category): r.ratio for r in t.itertuples()}
+    expect = {("benchmark", "a"): 8 / 7, ("benchmark", "b"): 1.0, ("benchmark", "c"): 7 / 8,
+              ("parity", "a"): 1.2, ("parity", "b"): 0.75, ("parity", "c"): 1.05,
+              ("target", "a"): 0.8, ("target", "b"): 1.0, ("target", "c"): 1.4}
+    assert got.keys() == expect.keys()
+    for k, v in expect.items():
+        assert got[k] == pytest.approx(v), k
+    assert list(dict.fromkeys(t["reference"])) == ["benchmark", "parity", "target"]  # the benchmark first
+    bench = t[t["reference"] == "benchmark"].set_index("category")
+    assert bench.loc["a", "rate"] == pytest.approx(8 / 20) and bench.loc["a", "reference_share"] == pytest.approx(7 / 20)
+    par = t[t["reference"] == "parity"].set_index("category")
+    assert par.loc["b", "below_four_fifths"] and not par.loc["a", "below_four_fifths"]  # parity: b 0.75 < 0.8, a 1.2
+
+
+def test_reading_marks_uncertainty_not_a_verdict():
+    assert ac.reading(0.9, 1.0) == (False, "")
+    below, text = ac.reading(0.7, 0.95)
+    assert below and "uncertain" in text
+    below, text = ac.reading(0.5, 0.7)
+    assert below and "not a verdict" in text
+    assert ac.reading(float("nan"), 1.0) == (False, "")
+
+
+def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
+    reports = tmp_path / "reports"
+    (reports / "t2i" / "tables").mkdir(parents=True)
+    pp = pd.concat([per_prompt().assign(model="gen-x"), per_prompt().assign(model="gen-y")], ignore_index=True)
+    pp.to_csv(reports / "t2i" / "tables" / "tvd_per_prompt.csv", index=False)
+    pd.DataFrame([{"model": "gen-x", "category": "all", "n_prompts": 2, "mean_tvd": 0.3, "mean_tvd_low": 0.2,
+                   "mean_tvd_high": 0.4, "tvd_corrected": 0.25, "tvd_corrected_low": 0.1, "tvd_corrected_high": 0.35}]
+                 ).to_csv(reports / "t2i" / "tables" / "tvd_summary.csv", index=False)
+    responses = tmp_path / "responses"
+    responses.mkdir()
+    two_afc(COMPARISONS).to_parquet(responses / "vlm-z.parquet")
+    out = tmp_path / "audit"
+    table = ac.build_cards(reports, responses, BOOT, BOOT, {}, stand_in=True, out_dir=out,
+                           display={"a": "Group A"})
+    assert sorted(table["model"]) == ["gen-x", "gen-y", "vlm-z"]
+    for m in ("gen-x", "gen-y", "vlm-z"):
+        assert (out / f"{m}.html").exists()
+        card = pd.read_csv(out / f"{m}.csv")
+        assert list(card.columns) == ac.CARD_COLUMNS and set(card["model"]) == {m}
+    page = (out / "gen-x.html").read_text()
+    assert "<td>Group A</td>" in page  # the set's display name on the page …
+    # shaded rows: exactly the ratios under 0.8 (never a TVD row, whose mark is empty)
+    assert page.count('<tr class="below">') == int(pd.read_csv(out / "gen-x.csv")["below_four_fifths"].eq(True).sum())
+    x = pd.read_csv(out / "gen-x.csv")
+    assert "a" in set(x["category"])  # … and its label in the CSV
+    assert x.loc[x["measure"] == "tvd_bias_corrected", "rate"].item() == 0.25
+    index = (out / "index.html").read_text()
+    assert 'href="vlm-z.html"' in index and 'href="gen-x.csv"' in index and "STAND-IN" in index
+    z = table.set_index("model").loc["vlm-z"]
+    # the lowest impact ratio: Black woman, 0 wins in 2 comparisons (race × gender, hand computation above)
+    assert z["lowest_ratio"].startswith("0.000") and z["lowest_ratio_of"].startswith("Black woman")
+
+
+def test_representation_ratio_recovers_a_planted_scale():
+    # The planted generator scales black's benchmark share by 0.5 on every prompt, so the pooled ratio
+    # Σ n·0.5·q / Σ n·q is exactly 0.5 (by the definition): the estimate from drawn labels must be near it
+    # and its interval must hold it.
+    from biasaudit import GROUPS
+    from biasaudit.backends.generators.planted import planted_distribution
+
+    rng = np.random.default_rng(11)
+    bench = rng.dirichlet(np.ones(len(GROUPS)), size=30)
+    rows = []
+    for i, q in enumerate(bench):
+        counts = rng.multinomial(400, planted_distribution(q, {"black": 0.5}, "white"))
+        rows.append({"model": "m", "prompt_id": f"p{i}", "n": int(counts.sum()),
+                     **{f"n_{g}": int(k) for g, k in zip(GROUPS, counts)},
+                     **{f"share_{g}": k / counts.sum() for g, k in zip(GROUPS, counts)},
+                     **{f"bench_{g}": v for g, v in zip(GROUPS, q)}})
+    t = ac.representation_ratios(pd.DataFrame(rows), BOOT, None, "m")
+    black = t[(t["reference"] == "benchmark") & (t["category"] == "black")].iloc[0]
+    assert abs(black["ratio"] - 0.5) < 0.06
+    assert black["ratio_low"] <= 0.5 <= black["ratio_high"]
+    assert black["below_four_fifths"]
+    for g in ("asian", "hispanic", "other"):  # unscaled groups: ratio 1 by the definition
+        r = t[(t["reference"] == "benchmark") & (t["category"] == g)].iloc[0]
+        assert r["ratio_low"] <= 1.0 <= r["ratio_high"], g
