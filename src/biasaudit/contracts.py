@@ -153,10 +153,18 @@ class ContractError(ValueError):
 class Table:
     """One analysis table: its name (`<out>/tables/<name>.csv`; a `{vlm}` / `{task}` placeholder for the
     per-VLM tables), the columns every reader may rely on, and optional ones (read only when present).
-    `OutputWriter.add` checks every table it writes against this; the report reads only these columns."""
+    `OutputWriter.add` checks every table it writes against this; the report reads only these columns
+    (and those starting with one of `prefixes`: per-group columns such as n_<group>, whose groups the
+    active group set names)."""
 
-    def __init__(self, name: str, columns: tuple[str, ...], optional: tuple[str, ...] = (), method: str = "t2i"):
+    def __init__(self, name: str, columns: tuple[str, ...], optional: tuple[str, ...] = (), method: str = "t2i",
+                 prefixes: tuple[str, ...] = ()):
         self.name, self.columns, self.optional, self.method = name, columns, optional, method
+        self.prefixes = prefixes
+
+    def keeps(self, column: str) -> bool:
+        """Whether a reader may rely on `column` (declared, optional or with a declared prefix)."""
+        return column in self.columns or column in self.optional or column.startswith(self.prefixes or ("\0",))
 
     def __repr__(self) -> str:
         return f"Table({self.name!r})"
@@ -185,10 +193,14 @@ _CI = ("low", "high")
 # Method A (reports/t2i/tables/, written by the t2i/analysis sections)
 TVD_SUMMARY = Table("tvd_summary", ("model", "category", "n_prompts", "mean_tvd", "mean_tvd_low", "mean_tvd_high"),
                     ("null_floor", "tvd_corrected", "tvd_corrected_low", "tvd_corrected_high"))
+TVD_PER_PROMPT = Table("tvd_per_prompt", ("model", "prompt_id", "n"),
+                       ("category", "tvd", "instance", "selected_for", "n_unknown", "null_floor", "tvd_bias_corrected"),
+                       prefixes=("n_", "share_", "bench_"))  # one column per group of the active set
 TVD_PAIRED = Table("tvd_paired", ("model_a", "model_b", "category", "diff", *_CI, "p_value", "p_adjusted"))
 TVD_CORRECTED_SUMMARY = Table("tvd_corrected_summary", (
     "model", "category", "mean_tvd_raw", "tvd_debiased", "tvd_debiased_low", "tvd_debiased_high", "identifiable"),
-    ("condition_number", "reason", "tvd_point", "tvd_point_source", "tvd_debiased_width"))
+    ("condition_number", "reason", "tvd_point", "tvd_point_source", "tvd_debiased_width", "tvd_classifier_corrected",
+     "tvd_classifier_corrected_low", "tvd_classifier_corrected_high", "n_prompts"))
 SKIN_SUMMARY_BY_LABEL = Table("skin_summary_by_label", ("model", "label", "n", "L_mean", "L_mean_lo", "L_mean_hi"),
                               ("diversity_de2000", "diversity_pairs"))
 SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
@@ -219,7 +231,7 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
                        method="vlm")
 
 ANALYSIS_TABLES: tuple[Table, ...] = (
-    TVD_SUMMARY, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
+    TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
 

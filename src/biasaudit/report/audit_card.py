@@ -127,10 +127,10 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
 
 
 TVD_MEASURES = (  # (table, estimate column, card measure name)
-    ("tvd_summary", "mean_tvd", "tvd"),
-    ("tvd_summary", "tvd_corrected", "tvd_bias_corrected"),
-    ("tvd_corrected_summary", "tvd_classifier_corrected", "tvd_classifier_corrected"),
-    ("tvd_corrected_summary", "tvd_debiased", "tvd_debiased"),
+    (C.TVD_SUMMARY, "mean_tvd", "tvd"),
+    (C.TVD_SUMMARY, "tvd_corrected", "tvd_bias_corrected"),
+    (C.TVD_CORRECTED_SUMMARY, "tvd_classifier_corrected", "tvd_classifier_corrected"),
+    (C.TVD_CORRECTED_SUMMARY, "tvd_debiased", "tvd_debiased"),
 )
 
 
@@ -414,7 +414,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
     """Write every card, the index and all_models.csv; return the side-by-side table."""
     t2i = Outputs.load(reports / "t2i")
     cards: dict[str, pd.DataFrame] = {}
-    per_prompt = t2i.table("tvd_per_prompt")
+    per_prompt = t2i.table(C.TVD_PER_PROMPT)
     if per_prompt.ok and "model" in per_prompt.df:
         for model, sub in per_prompt.df.groupby("model", sort=True):
             model = str(model)

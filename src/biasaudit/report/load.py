@@ -109,7 +109,8 @@ def _checked(spec: Table, name: str, path: Path, section: str = "") -> Loaded:
     if missing:
         return Loaded(name, None, path, f"{CONTRACT_BROKEN}: {path.name} lacks column(s) {', '.join(missing)} "
                                         "declared in biasaudit/contracts.py")
-    df = df[[c for c in (*spec.columns, *spec.optional) if c in df.columns]]
+    df = df[[c for c in (*spec.columns, *spec.optional) if c in df.columns]
+            + [c for c in df.columns if spec.prefixes and c not in spec.columns and c not in spec.optional and spec.keeps(c)]]
     return Loaded(name, df, path, "" if len(df) else f"{path.name} has no rows", section)
 
 

@@ -216,7 +216,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     long = shares_long(pp)
     deviations = deviation_summary(pp, boot)
     thr, thr_detail = threshold_analysis(pp, a.threshold_group, a.threshold_share)
-    res.tables = {C.TVD_SUMMARY.name: summary, C.TVD_PAIRED.name: paired, "tvd_per_prompt": pp,
+    res.tables = {C.TVD_SUMMARY.name: summary, C.TVD_PAIRED.name: paired, C.TVD_PER_PROMPT.name: pp,
                   "deviation_by_race": deviations, "threshold_summary": thr, "threshold_prompts": thr_detail}
     res.plots = {"shares": long[PLOTS["shares"]], "tvd": summary[PLOTS["tvd"]]}
     if len(long):
