@@ -62,7 +62,7 @@ if checks_path.exists():
 if spec.max_source_units:  # a slow wiring test (e.g. the tiny stand-in) asks about the first photos only
     images = tasks.first_units(images, spec.max_source_units)
     print(f"max_source_units {spec.max_source_units}: asking about {sorted(images['base_id'].unique())}")
-kinds = pd.Series([i["kind"] for i in tasks.build_items(images, params)]).value_counts()
+kinds = tasks.question_counts(images, params)
 print(f"{len(images)} images of {images.groupby(['occupation', 'base_id']).ngroups} source photos → "
       f"{int(kinds.sum())} questions:", kinds.to_dict())
 

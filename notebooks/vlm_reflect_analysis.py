@@ -35,7 +35,7 @@ from biasaudit.notebook import banner, stage_params
 from biasaudit.outputs import OutputWriter, json_safe
 from biasaudit.provenance import write_run_info
 from biasaudit.vlm import analysis as an
-from biasaudit.vlm.recovery import recovery
+from biasaudit.vlm.recovery import planted_truth, recovery
 
 cfg, params = stage_params("reflect_analysis")
 banner(cfg)
@@ -62,7 +62,7 @@ for v, path in paths.items():
                           "degenerate": res["degenerate"], "notes": res["notes"]}
     print(f"== {v} ({first.get('model_id')}){' STAND-IN' if stand_in else ''}: retained {res['retained']}")
     display(res["tables"]["retention"])
-    if responses["backend"].eq("planted").any() and v in cfg.vlms:  # PLANTED truth: the validation section
+    if planted_truth(first.get("backend", "")) and v in cfg.vlms:  # PLANTED truth: the validation section
         check = recovery(v, responses, res, cfg.vlms[v].planted, params)
         writer.add(check)
         summary["vlms"][v]["validation"] = check.metrics

@@ -102,7 +102,7 @@ def test_missing_photo_folder_keeps_the_sources_outputs(tmp_path):
     # 1. the folder is missing: the stage cannot start (the runner's preflight stops it before the kernel)
     # 2. the folder exists but holds no photo: the notebook itself fails, after the runner moved the
     #    outputs aside, and the runner puts them back
-    for folder, cause in (("data/vlm/no_such_folder", "missing weight data/vlm/no_such_folder"),
+    for folder, cause in (("data/vlm/no_such_folder", "missing input data/vlm/no_such_folder"),
                           ("data/vlm/empty_folder", "no photos under data/vlm/empty_folder")):
         (root / "data/vlm/empty_folder").mkdir(exist_ok=True)
         set_params(root / "params.yaml", sources__source="folder", sources__input_dir=folder)

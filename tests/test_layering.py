@@ -17,8 +17,8 @@ def module_name(path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module → the biasaudit modules it imports (anywhere in its source); edges to a module's own
-    parent packages are left out (a package __init__ running first is not a dependency circle)."""
+    """module → the biasaudit modules it imports (anywhere in its source), and the packages whose
+    __init__ each import runs on the way; edges to a module's own parent packages are left out."""
     graph: dict[str, set[str]] = {}
     for path in sorted((SRC / "biasaudit").rglob("*.py")):
         name = module_name(path)
@@ -28,8 +28,12 @@ def import_graph() -> dict[str, set[str]]:
             file = module_file(imported)
             if file is not None:
                 target = module_name(file)
-                if target != name and not name.startswith(target + ".") and target != "biasaudit":
-                    targets.add(target)
+                # importing a.b.c runs the __init__ of a.b first: an edge to every parent package too
+                parts = target.split(".")
+                for k in range(2, len(parts) + 1):
+                    step = ".".join(parts[:k])
+                    if step != name and not name.startswith(step + "."):
+                        targets.add(step)
         graph[name] = targets
     return graph
 
@@ -114,9 +118,12 @@ def test_no_backend_name_is_compared_outside_its_own_module_and_the_registry():
     found = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.Compare):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("eq", "ne", "isin", "startswith"):
+                sides = [node.func.value, *node.args]  # pandas' x["backend"].eq("planted") is a comparison too
+            elif isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+            else:
                 continue
-            sides = [node.left, *node.comparators]
             literals = {c.value for s in sides for c in ast.walk(s)
                         if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in names}
             if literals and any(_names_backend(s) for s in sides):
@@ -139,7 +146,8 @@ def test_every_backend_declares_only_known_traits():
             assert set(declared) <= known, (kind, name, set(declared) - known)
 
 
-PER_ITEM_ITERATION = ("iterrows", "itertuples", "to_dict", "select_sources", "records")
+PER_ITEM_ITERATION = ("iterrows", "itertuples", "to_dict", "select_sources", "records", "build_items", "_items(",
+                      "candidates")
 
 
 def test_notebooks_hold_no_logic():
@@ -156,3 +164,14 @@ def test_notebooks_hold_no_logic():
                 if any(word in iterated for word in PER_ITEM_ITERATION):
                     found.append(f"{where}: loop over {iterated}")
     assert found == []
+
+
+def test_the_analyze_stage_depends_on_no_runner_model_or_backend_module():
+    """dvc.yaml's deps of `analyze` (what re-runs it) name no module of the engine, its runners, the tiny
+    models or the backends: an edit to the Ray runner or a generator does not re-run the analysis."""
+    import yaml
+
+    deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["analyze"]["deps"]
+    banned = ("src/biasaudit/engine.py", "src/biasaudit/work.py", "src/biasaudit/scale", "src/biasaudit/tiny",
+              "src/biasaudit/backends")
+    assert [d for d in deps if d.startswith(banned)] == []

@@ -43,7 +43,7 @@ def test_a_fake_key_appears_in_no_output(tmp_path):
     root, env = make_pipeline_copy(tmp_path)
     key = "sk-test-" + secrets.token_hex(20)
     env["BIASAUDIT_TEST_API_KEY"] = key
-    with EchoingServer(script=["401echo", "500", "401echo"]) as server:
+    with EchoingServer(script=["401echo", "refuse", "401echo"]) as server:
         set_params(root / "params.yaml",
                    models={"packaged-photos": {"backend": "packaged-photos", "width": 512, "height": 512}},
                    prompts__top_k=1, generate__images_per_prompt=1,

@@ -186,3 +186,31 @@ def make_echo():
 
 def echo(items):
     return [it | {"status": "ok"} for it in items]
+
+
+def test_a_transient_failure_that_never_goes_away_becomes_final_after_max_transient_runs(tmp_path):
+    """A deterministic numerical fault (same seed, same hardware) is asked again on each of
+    execution.max_transient_runs runs, then recorded final with the reason saying why: the stage can end."""
+    attempts = {"n": 0}
+
+    def fn(items):
+        attempts["n"] += len(items)
+        return [{"id": it["id"], "status": "failed" if it["id"] == "a" else "ok",
+                 "reason": "numerical: NaN in the image" if it["id"] == "a" else ""} for it in items]
+
+    items = [{"id": x} for x in "abcd"]
+    ex = Execution(max_transient_runs=3)
+    stage = Stage("toy", items, "id", "s", lambda: fn, tmp_path / "log.jsonl", code=None)
+    for run in (1, 2):
+        r = run_stage(stage, ex, progress=False)
+        assert r.summary.transient == 1, run
+        with pytest.raises(StageIncomplete):
+            r.finish()
+    third = run_stage(stage, ex, progress=False)
+    assert attempts["n"] == 4 + 1 + 1  # the three other items once, "a" on each of the 3 runs
+    assert third.summary.transient == 0 and third.summary.final == {"failed": 1}
+    record = third.current[("a",)]
+    assert record["transient_runs"] == 3 and record["reason"].startswith("final after 3 runs that failed transiently")
+    third.finish()  # 1/4 final ≤ 0.5
+    run_stage(stage, ex, progress=False)
+    assert attempts["n"] == 6  # final now: not asked again

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from biasaudit.closure import code_fingerprint
 from biasaudit.io import DriverLock, RecordLog, atomic_write_text
 from biasaudit.provenance import sha256_file, stable_hash
-from biasaudit.work import BatchFn, Item, RunSummary, is_transient
+from biasaudit.work import BatchFn, Item, RunSummary, cap_transient, is_transient
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"
@@ -367,6 +367,8 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     made: list[BatchFn] = []
     pool: dict[str, Any] | None = None  # what the local process pool reports (workers, deaths, peak memory)
     pending = {stage.key_of(i) for i in todo}
+    earlier = log.records() if summary.retried_transient else {}  # for the cap on transient retries
+    max_runs = execution.max_transient_runs
 
     def sink(records: list[Item]) -> None:
         stamped = []
@@ -375,6 +377,7 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
             if k not in pending:  # a batch re-run by Ray after a worker died, or a stray record
                 continue
             pending.discard(k)
+            r = cap_transient(r, earlier.get(k), max_runs)
             stamped.append(r | {SETTINGS_FIELD: fps[k][0], INPUT_FIELD: fps[k][1]})
         log.append(stamped)
         appended.extend(stamped)

@@ -17,6 +17,7 @@ BatchFn = Callable[[list[Item]], list[Item]]
 # A record may also say so itself (`transient: true|false`). Every other status is *final*: refused,
 # unparsed or implausible answers, no face, an unreadable file, a rejected request (HTTP 4xx).
 TRANSIENT_REASONS = ("gave up after", "numerical:")
+TRANSIENT_RUNS = "transient_runs"  # how many runs in a row the item failed transiently (engine: capped)
 NOT_ATTEMPTED = frozenset({"ok", "skipped", "not_used"})  # not failures of this stage (skipped: upstream)
 
 
@@ -24,7 +25,20 @@ def is_transient(record: Item) -> bool:
     """Whether `record` is a failure that the next run must try again (see TRANSIENT_REASONS)."""
     if record.get("transient") is not None:
         return bool(record["transient"])
-    return str(record.get("status", "ok")) == "failed" and str(record.get("reason") or "").startswith(TRANSIENT_REASONS)
+    return str(record.get("status", "ok")) == "failed" and str(record.get("reason") or "").lower().startswith(TRANSIENT_REASONS)
+
+
+def cap_transient(record: Item, previous: Item | None, max_runs: int) -> Item:
+    """`record` with the count of runs in a row that failed it transiently; at `max_runs` it becomes final
+    (`transient: false`, the reason saying so), so a failure that never goes away cannot keep a stage from
+    ending."""
+    if not is_transient(record):
+        return record
+    runs = int((previous or {}).get(TRANSIENT_RUNS, 0) if previous is not None and is_transient(previous) else 0) + 1
+    if runs >= max_runs:
+        return record | {TRANSIENT_RUNS: runs, "transient": False,
+                         "reason": f"final after {runs} runs that failed transiently: {record.get('reason', '')}"}
+    return record | {TRANSIENT_RUNS: runs}
 
 
 @dataclass

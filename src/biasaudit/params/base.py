@@ -7,77 +7,17 @@ that names the field but never repeats the value.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-# Provider key prefixes (OpenAI/Anthropic sk-, Google AIza, GitHub ghp_/gho_/github_pat_, HF hf_, Slack xox…)
-_KEY_PREFIX = re.compile(r"^(sk-|sk_|AIza|ghp_|gho_|ghs_|github_pat_|hf_|xox[abpr]-|ya29\.|AKIA)", re.IGNORECASE)
-
-
-def looks_like_secret(value: Any) -> bool:
-    """True for strings shaped like an API key or token: a known provider prefix, or one long run
-    (≥ 20 characters) mixing letters and digits without the underscores that separate words in a name."""
-    if not isinstance(value, str) or not value:
-        return False
-    if _KEY_PREFIX.match(value.strip()):
-        return True
-    for run in re.split(r"[_\s]+", value):
-        if len(run) >= 20 and re.search(r"\d", run) and re.search(r"[A-Za-z]", run):
-            return True
-    return False
-
-
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
-_PREFIXED_TOKEN = re.compile(r"(sk-|sk_|AIza|ghp_|gho_|ghs_|github_pat_|hf_|xox[abpr]-|ya29\.|AKIA)[A-Za-z0-9_\-\.]{6,}")
-
-
-def redact(text: str) -> str:
-    """`text` with every secret replaced by '<redacted>': the values of environment variables whose
-    names end in KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS, and provider-prefixed tokens. Used on
-    every `reason` a backend records (an API error may quote the key it was sent)."""
-    if not text:
-        return text
-    import os
-
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, "<redacted>")
-    return _PREFIXED_TOKEN.sub("<redacted>", text)
-
-
-_TOKEN = re.compile(r"[A-Za-z0-9]+")
-_URL_SECRET = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s]+:[^/@\s]*@|[?&](key|api_key|apikey|access_token|token|"
-                         r"secret|sig|signature|password|auth)=", re.IGNORECASE)
-
-
-def embeds_secret(value: str) -> bool:
-    """True for a string that carries a key inside ordinary text (a model id, a URL, a prompt): a known
-    provider prefix at the start of a token, a long token mixing upper case, lower case and digits (a
-    lowercase hex digest such as a git revision is not one), or a URL with credentials or a `key=` query."""
-    if _URL_SECRET.search(value):
-        return True
-    for match in re.finditer(r"[A-Za-z0-9_\-\.]+", value):
-        word = match.group(0)
-        if _KEY_PREFIX.match(word) and len(word) >= 20:
-            return True
-        for token in _TOKEN.findall(word):
-            if len(token) >= 24 and re.search(r"\d", token) and re.search(r"[a-z]", token) and re.search(r"[A-Z]", token):
-                return True
-    return False
-
-
-def secret_fields(data: Any, prefix: str = "") -> list[str]:
-    """The dotted names of every string (in nested dicts and lists) that embeds a secret."""
-    if isinstance(data, str):
-        return [prefix] if embeds_secret(data) else []
-    if isinstance(data, dict):
-        return [f for k, v in data.items() for f in secret_fields(v, f"{prefix}.{k}" if prefix else str(k))]
-    if isinstance(data, (list, tuple)):
-        return [f for i, v in enumerate(data) for f in secret_fields(v, f"{prefix}[{i}]")]
-    return []
+from biasaudit.secrets import (  # noqa: F401  (re-exported: the schema's and the backends' import path)
+    ENV_NAME,
+    embeds_secret,
+    looks_like_secret,
+    redact,
+    secret_fields,
+)
 
 
 def env_name_problem(field: str, value: Any) -> str | None:

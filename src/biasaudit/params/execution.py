@@ -29,6 +29,9 @@ class Execution(Section):
     # final failure (refused, unparsed, implausible, no face …; engine.StageRun.finish): one bound for every
     # per-item stage, since each stage instance is one model and the share is reported per instance
     max_final_share: float = Field(0.5, ge=0.0, le=1.0)
+    # a transient failure (work.is_transient) is asked again on every run; after this many runs that all
+    # failed it transiently (a deterministic NaN at a fixed seed, a server that always answers 500) it is final
+    max_transient_runs: int = Field(3, ge=1)
     ray: RayOptions = Field(default_factory=RayOptions)
 
     @model_validator(mode="after")

@@ -29,6 +29,15 @@ RANGE = {"win_rate": 1.0, "race_win_rate": 1.0, "share_first": 1.0, "refusal_rat
 COLUMNS = ["vlm", "task", "group"] + K.COLUMNS
 
 
+
+def planted_truth(backend: str) -> bool:
+    """Whether a VLM's answers come from declared effects (a backend with the `planted` trait), so its
+    estimates can be set beside exact values."""
+    from biasaudit import registry
+
+    return bool(registry.trait("vlm", str(backend), "planted", False))
+
+
 def design(responses: pd.DataFrame) -> pd.DataFrame:
     """The source photos asked about (unit, occupation), each once."""
     return responses[["unit", "occupation"]].drop_duplicates("unit").sort_values("unit").reset_index(drop=True)

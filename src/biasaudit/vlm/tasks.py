@@ -48,6 +48,11 @@ def _variants(images: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["occupation", "base_id", "group"]).reset_index(drop=True)
 
 
+def question_counts(images: pd.DataFrame, params: Any) -> pd.Series:
+    """How many questions of each kind (2afc, mcq, salary) the REFLECT items of `images` make."""
+    return pd.Series([item["kind"] for item in build_items(images, params)], dtype=object).value_counts()
+
+
 def first_units(images: pd.DataFrame, n: int) -> pd.DataFrame:
     """The images of the first `n` source photos (occupation/base_id in sorted order)."""
     unit = images["occupation"] + "/" + images["base_id"]
