@@ -236,9 +236,11 @@ def test_execution_params_are_validated_and_shared():
     from biasaudit.config import ParamsError
 
     raw = read_yaml(ROOT / "params.yaml")
-    assert set(raw["execution"]) == {"runner", "local_workers", "shard_index", "shard_count", "max_final_share", "ray"}
+    assert set(raw["execution"]) == {"runner", "local_workers", "shard_index", "shard_count", "max_final_share",
+                                     "max_transient_runs", "ray"}
     for bad, key in (({"runner": "dask"}, "execution.runner"), ({"shard_index": 3, "shard_count": 2}, "shard_index"),
                      ({"max_final_share": 1.5}, "execution.max_final_share"),
+                     ({"max_transient_runs": 0}, "execution.max_transient_runs"),
                      ({"ray": {"num_workers": 0}}, "execution.ray.num_workers"),
                      ({"local_workers": 0}, "execution.local_workers")):
         r = read_yaml(ROOT / "params.yaml")
