@@ -121,7 +121,7 @@ def faces_driver() -> None:
                     emb_dir="emb")
     peaks = {"driver": hwm_mib(), "fork_server": hwm_mib(forkserver._forkserver._forkserver_pid)}
     faces = out["faces"][["image_id", "status", "reason", "image_scale", "L", "n_faces"]]
-    print(json.dumps({"pool": out["execution"].get("pool"), "faces": faces.to_dict("records"), "peaks": peaks},
+    print(json.dumps({"pool": out["execution"].get("pool", {}) | out["measured"], "faces": faces.to_dict("records"), "peaks": peaks},
                      default=float))
 
 

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,9 @@ class StageRun:
     adopted: dict[str, Any]
     execution: dict[str, Any]
     made: list[BatchFn]  # batch functions built in this process (close their models, read their state)
+    # what varies from run to run of the same work (the pool workers' peak memory): printed, kept here,
+    # never written into an output, so re-running unchanged code changes no output's hash
+    measured: dict[str, Any] = field(default_factory=dict)
 
     def finish(self) -> None:
         """engine.finish of this run (the last step of its stage)."""
@@ -429,9 +432,11 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     info = {"stage": stage.name, "runner": execution.runner, "local_workers": workers, "shard_index": execution.shard_index,
             "shard_count": execution.shard_count, "log": log.path.as_posix(), "adopted_shards": adopted or {"adopted": []},
             "max_final_share": execution.max_final_share}
+    measured: dict[str, Any] = {}
     if pool is not None:
-        info["pool"] = pool
-    return StageRun(stage, summary, log, current, appended, adopted or {"adopted": []}, info, made)
+        info["pool"] = {k: v for k, v in pool.items() if k != "worker_peak_rss_mib"}
+        measured["worker_peak_rss_mib"] = pool.get("worker_peak_rss_mib")
+    return StageRun(stage, summary, log, current, appended, adopted or {"adopted": []}, info, made, measured)
 
 
 def died_record(key: tuple[str, ...], item: Item, reason: str) -> Item:

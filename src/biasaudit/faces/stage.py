@@ -321,7 +321,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
                           | {"model": model, "execution": execution})
     return {"manifest": manifest, "faces": faces, "index": index, "clip": clip, "face": face, "emb_meta": emb_meta,
             "summary": summary, "measurer": measurer, "execution": execution, "faces_path": faces_path,
-            "emb_dir": emb_dir}
+            "emb_dir": emb_dir, "measured": run.measured}
 
 
 def assemble(records: pd.DataFrame, order: list[str], parts_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
