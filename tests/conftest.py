@@ -29,3 +29,15 @@ def in_repo(monkeypatch):
     """Run from the repository root (relative data/reference paths)."""
     monkeypatch.chdir(ROOT)
     return ROOT
+
+
+def calibration_module():
+    """benchmarks/calibration.py loaded as a module (it is a script, not part of the package)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "calibration.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["calibration"] = module  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(module)
+    return module

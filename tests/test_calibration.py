@@ -3,23 +3,14 @@ with known truth (issue 17). Coverage / rejection must lie within Monte-Carlo er
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 
-from .conftest import ROOT
+from .conftest import calibration_module as _calibration
 
 REPS = 80
 
 
-def _calibration():
-    spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = module  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow

@@ -5,9 +5,6 @@ from the estimator."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -27,16 +24,7 @@ from biasaudit.stats.correction import (
 from biasaudit.stats.tvd import tvd
 from biasaudit.t2i.analysis.calibration import band_count
 
-from .conftest import ROOT
-
-
-def _calibration():
-    spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = module  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
+from .conftest import calibration_module as _calibration
 
 M = np.array([[0.95, 0.01, 0.01, 0.02, 0.01], [0.02, 0.94, 0.01, 0.02, 0.01], [0.01, 0.01, 0.95, 0.02, 0.01],
               [0.20, 0.02, 0.10, 0.65, 0.03], [0.10, 0.05, 0.10, 0.10, 0.65]])
