@@ -9,6 +9,7 @@ Settings: paper scale (50 prompts × 100 images; 48 source photos × 10 groups) 
 (10 prompts; 12 and 6 source photos, answers from the planted VLM of biasaudit.vlm.planted). A row is `ok` when coverage lies in [0.93, 0.97] (rejection in
 [0.03, 0.07]); a small-scale row outside it is labelled `falls short (small scale)`, a paper-scale
 one `FAILS at paper scale`; rows of a documented limitation say so (e.g. "n < 50, skewed: under-covers").
+A coverage row whose check reports its intervals' widths (`Covered`) gives their mean (`mean_width`).
 Beyond the scenarios the estimators were built with, it draws the corrected TVD's audits from a random
 grid of distortions and confusion matrices (GRID_FILE; the share of audits where its estimate is closer
 to the truth than raw must reach BEATS_RAW) and checks the bootstrap on a skewed mean at small n.
@@ -32,9 +33,9 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS
+from biasaudit.contracts import COVERAGE_BAND, REJECTION_BAND
 
 NOMINAL_COVERAGE, NOMINAL_LEVEL = 0.95, 0.05
-COVERAGE_BAND, REJECTION_BAND = (0.93, 0.97), (0.03, 0.07)
 BEATS_RAW = 0.60  # a corrected estimate earns its place when closer to the truth than raw this often
 OUT = Path("reports/calibration/calibration.csv")
 
@@ -45,12 +46,21 @@ class Check:
     kind: str  # coverage | rejection
     setting: str
     scale: str  # paper | small
-    run: Callable[[np.random.Generator, int], bool | tuple[bool, ...]]  # one replication → covered / rejected
+    run: Callable[[np.random.Generator, int], "bool | Covered | tuple[bool | Covered, ...]"]  # one replication
     note: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
         return self.name if isinstance(self.name, tuple) else (self.name,)
+
+
+@dataclass(frozen=True)
+class Covered:
+    """One replication of an interval: whether it covers the truth, and its width (the table's
+    mean_width: how much a coverage is bought with)."""
+
+    hit: bool
+    width: float
 
 
 # ---------------------------------------------------------------- Method A: TVD
@@ -399,7 +409,7 @@ def wp_gap_check(P: int, m: int, group: str, n_boot: int, paper: bool = False):
                                 n_perm=0, seed=rep, paper=paper)["race"].set_index("group").loc[group]
         truth = _wp_estimand(group, m)
         lo, hi = (t["gap_lo"], t["gap_hi"]) if paper else (t["wp_gap_lo"], t["wp_gap_hi"])
-        return bool(lo <= truth <= hi)
+        return Covered(bool(lo <= truth <= hi), float(hi - lo))
 
     return run
 
@@ -596,6 +606,14 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                        "within-prompt global test, power (one homogeneous group)"), "rejection",
                       wp + ", one homogeneous group", scale, wp_test_check(P, 100, n_perm, WP_RHO),
                       "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)"),
+                Check(("within-prompt test, null group beside a homogeneous one (white), 10% near-duplicates",
+                       "within-prompt tests, Holm family-wise over the 4 null groups beside a homogeneous one, "
+                       "10% near-duplicates",
+                       "within-prompt test, power for the homogeneous group (ρ = 0.05), 10% near-duplicates",
+                       "within-prompt global test, power (one homogeneous group), 10% near-duplicates"), "rejection",
+                      wp + ", one homogeneous group, 10% near-duplicates", scale,
+                      wp_test_check(P, 100, n_perm, WP_RHO, near_dup=0.10),
+                      "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)"),
                 Check(("within-prompt test, null (white), 10% near-duplicates",
                        "within-prompt tests, Holm family-wise (5 groups), 10% near-duplicates",
                        "within-prompt test (black), null, 10% near-duplicates",
@@ -679,7 +697,10 @@ def flag(row: dict, note: str) -> str:
 def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng([seed, zlib.crc32((check.names[0] + check.setting).encode())])
     t = time.perf_counter()
-    hits = np.array([np.atleast_1d(check.run(rng, r)) for r in range(reps)], dtype=bool)
+    out = [check.run(rng, r) for r in range(reps)]
+    out = [o if isinstance(o, tuple) else (o,) for o in out]
+    hits = np.array([[bool(getattr(v, "hit", v)) for v in o] for o in out], dtype=bool)
+    widths = np.array([[getattr(v, "width", np.nan) for v in o] for o in out], dtype=float)
     seconds = round(time.perf_counter() - t, 1)
     rows = []
     for k, name in enumerate(check.names):
@@ -689,9 +710,12 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
         row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,
                "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL}.get(kind, np.nan), "observed": rate,
                "replications": reps, "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / reps)),
+               "mean_width": float(np.nanmean(widths[:, k])) if np.isfinite(widths[:, k]).any() else np.nan,
                "seconds": seconds}
         row["flag"] = flag(row, check.note)
-        print(f"{rate:.3f} ± {row['mc_se']:.3f}  {name} · {check.setting} · {row['flag']} ({seconds} s)", flush=True)
+        width = f", mean width {row['mean_width']:.4f}" if np.isfinite(row["mean_width"]) else ""
+        print(f"{rate:.3f} ± {row['mc_se']:.3f}  {name} · {check.setting} · {row['flag']} ({seconds} s{width})",
+              flush=True)
         rows.append(row)
     return rows
 

@@ -27,7 +27,7 @@ from biasaudit.report.execute import first_line, parse_parameters
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, headline_metrics
 from biasaudit.report.html import json_tables
-from biasaudit.report.load import CONTRACT_BROKEN
+from biasaudit.report.load import CONTRACT_BROKEN, Outputs
 from biasaudit.t2i.analysis import homogeneity, provenance, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, load_inputs
 
@@ -200,6 +200,11 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     assert "Face loss is highest for black (synth-a, 0.300 [0.100, 0.600]) and lowest for white (synth-a, " \
            "0.100 [0.000, 0.400])" in pages["instruments"] and "flagged above 0.20" in pages["instruments"]
     assert "Calibration by simulation: 1 of 2 paper-scale intervals and tests are within their band" in page
+    # homogeneity: the within-prompt gap leads (front page line and its page), the paper's gap beside it, labelled
+    line = page.split('href="pages/homogeneity.html"', 1)[1].split("</li>", 1)[0]
+    assert "within-prompt homogeneity gap" in line and "within-prompt gap [95% prompt-cluster bootstrap CI]" in \
+        pages["homogeneity"] and "paper (unstratified): the paper&#39;s gap over all pairs, shown for replication" in \
+        pages["homogeneity"]
     assert "1 row is labelled" in pages["calibration"]
     # the trail: function names and a link to the cell that called them
     assert "biasaudit.t2i.analysis.representation.compute" in pages["tvd"]
@@ -291,6 +296,50 @@ def test_headline_metrics_are_few_and_exact(built):
     assert m["tvd"] == {"synth-a": 0.5, "synth-b": 0.3} and m["tvd_corrected"] == {"synth-a": 0.42, "synth-b": 0.19}
     assert m["dg_max"] == {"synthvlm": 12.5} and m["planted_covered"] == 0.5
     assert "n_sig" not in m  # no sign-flip/OLS table in the fixture: absent, not 0
+
+
+def test_headline_gap_is_the_within_prompt_gap_with_the_papers_beside_it(tmp_path):
+    """wp_gap_max is the largest |within-prompt gap| (CLIP space) per model, paper_gap_max the largest
+    |paper's unstratified gap|, read from different columns (here they peak at different groups)."""
+    tables = tmp_path / "t2i" / "tables"
+    tables.mkdir(parents=True)
+    (tmp_path / "t2i" / "manifest.json").write_text(json.dumps({"sections": []}))
+    pd.DataFrame({"model": ["m"] * 4, "space": ["clip", "clip", "face", "face"],
+                  "group": ["black", "white", "black", "white"],
+                  "wp_gap": [0.02, -0.03, 0.5, 0.5], "wp_gap_lo": [0.0, -0.05, 0.4, 0.4], "wp_gap_hi": [0.04, -0.01, 0.6, 0.6],
+                  "gap": [0.11, 0.01, 0.9, 0.9], "gap_lo": [0.09, 0.0, 0.8, 0.8], "gap_hi": [0.13, 0.02, 1.0, 1.0]}
+                 ).to_csv(tables / "homogeneity_by_race.csv", index=False)
+    m = headline_metrics(tmp_path)
+    assert m["wp_gap_max"] == {"m": 0.03} and m["paper_gap_max"] == {"m": 0.11}
+    assert "gap_max" not in m
+
+
+def test_calibration_line_counts_rows_below_the_band_and_reads_the_grid_row(tmp_path):
+    """The front page's calibration line: rows within their band, rows labelled, how many of those lie
+    on the unsafe side (coverage < 0.93, null rejection > 0.07), and the corrected TVD's share of audits
+    closer to the truth than raw over the random grid at paper scale, as the table holds them."""
+    from biasaudit.report.front import calibration_block
+
+    t2i = tmp_path / "t2i"
+    (t2i / "tables").mkdir(parents=True)
+    (t2i / "manifest.json").write_text(json.dumps({"sections": []}))
+    grid = "debiased_tvd estimate closer to the true TVD than raw (random grid of 12, M vs consensus labels)"
+    pd.DataFrame({"method": ["a CI", "b CI", "c test", "d test", grid, grid],
+                  "kind": ["coverage", "coverage", "rejection", "rejection", "share", "share"],
+                  "setting": ["s"] * 4 + ["50 prompts × 100 images", "5 prompts × 12 images"],
+                  "scale": ["paper"] * 5 + ["small"], "nominal": [0.95, 0.95, 0.05, 0.05, np.nan, np.nan],
+                  "observed": [0.944, 0.90, 0.02, 0.10, 0.716, 0.584], "mc_se": [0.004, 0.01, 0.006, 0.01, 0.02, 0.02],
+                  "flag": ["ok", "n < 50, skewed: under-covers", "conservative: FAILS at paper scale",
+                           "over-rejects: FAILS at paper scale", "measured: beats raw", "measured: does not beat raw"],
+                  "replications": [4000, 500, 500, 500, 500, 500], "mean_width": [0.019, 0.3, np.nan, np.nan, np.nan, np.nan]}
+                 ).to_csv(t2i / "tables" / "calibration.csv", index=False)
+    b = calibration_block(Outputs.load(t2i), tmp_path, "95%")
+    line = b.summary
+    assert line.startswith("Calibration by simulation: 1 of 4 paper-scale intervals and tests are within their band")
+    assert "3 rows are labelled" in line and "2 of them below the band" in line
+    assert ("(50 prompts × 100 images), the corrected TVD is closer to the truth than the raw TVD in 72% of 500 "
+            "simulated audits (measured: beats raw)") in line and "58%" not in line  # paper scale only
+    assert "mean interval width" in b.html and "0.019" in b.html
 
 
 def test_json_summaries_become_tables():

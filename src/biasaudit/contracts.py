@@ -213,7 +213,10 @@ VALIDATION = Table("validation", ("model", "category_or_group", "quantity", "pla
                    ("width", "informative", "check", "note"))
 FACE_LOSS = Table("face_loss", ("model", "by", "group", "n_images", "no_face_rate", *_CI, "threshold", "flagged"))
 CROSS_DETECTOR = Table("cross_detector", ("model", "by", "group", "n_images", "share_main_only", "share_cross_only"))
-CALIBRATION = Table("calibration", ("method", "kind", "setting", "scale", "nominal", "observed", "mc_se", "flag"))
+CALIBRATION = Table("calibration", ("method", "kind", "setting", "scale", "nominal", "observed", "mc_se", "flag"),
+                    ("replications", "mean_width"))
+# a calibration row is `ok` when its observed rate lies in its band (benchmarks/calibration.py)
+COVERAGE_BAND, REJECTION_BAND = (0.93, 0.97), (0.03, 0.07)
 INSTRUMENTS_SUMMARY = Table("instruments_summary", ("method", "mode", "target_L", "n", "detection_rate",
                                                     "mean_abs_L_error"))
 # the reliability stage's files (reports/t2i/reliability/<name>.csv)

@@ -3,9 +3,11 @@
 `metrics/headline.json` is tracked in git (outside the gitignored reports/), so every commit carries a
 baseline and `dvc exp run -S analyze.n_boot=100 && dvc metrics diff` prints a real before/after.
 Keys are short so `dvc exp show --only-changed` fits a terminal: per model the mean per-prompt TVD
-(all prompts), its bias-corrected value, the TVD also corrected for classifier error (tvd_debiased), mean skin L*, the largest |homogeneity gap|; one mean CI
-width (the number a change of n_boot moves); classifier κ; per VLM the largest |Δg| and the count of
-significant effects. A quantity without data is left out (DVC shows "-"), never written as 0.
+(all prompts), its bias-corrected value, the TVD also corrected for classifier error (tvd_debiased), mean skin L*,
+the largest |within-prompt homogeneity gap| in CLIP space (wp_gap_max, the headline: pairs that share a prompt)
+and beside it, for replication, the largest |paper's unstratified gap| (paper_gap_max: pairs across prompts
+too); one mean CI width (the number a change of n_boot moves); classifier κ; per VLM the largest |Δg| and the
+count of significant effects. A quantity without data is left out (DVC shows "-"), never written as 0.
 """
 
 from __future__ import annotations
@@ -64,9 +66,10 @@ def headline_metrics(reports: Path) -> dict[str, Any]:
     if hom.ok:
         df = hom.df[hom.df["space"] == "clip"]
         for model, sub in df.groupby("model", sort=False):
-            g = sub["gap"].map(num).abs().dropna()
-            if len(g):
-                _put(out, "gap_max", str(model), g.max())
+            for key, column in (("wp_gap_max", "wp_gap"), ("paper_gap_max", "gap")):  # headline, then replication
+                g = sub[column].map(num).abs().dropna()
+                if len(g):
+                    _put(out, key, str(model), g.max())
     mk = t2i.table(C.MEAN_KAPPA, where="reliability")
     if mk.ok:
         hc = mk.df[mk.df["kind"] == "human-classifier"]
