@@ -47,6 +47,10 @@ def test_non_finite_confusion_gives_nan_with_a_reason(bad):
     E[0, 0] = bad
     raw, corr, cinfo = classifier_corrected_tvd(counts, BENCH, E, GROUPS, n_boot=30)
     assert np.isnan(corr.estimate) and "non-finite" in corr.reason and np.isfinite(raw.estimate)
+    iv, info = debiased_tvd(counts, BENCH, E, GROUPS, n_boot=20)  # the same estimated M in the corrected TVD
+    assert np.isnan(iv.estimate) and "non-finite" in iv.reason and not info["identifiable"]
+    assert all(np.isnan(d.estimate) and "non-finite" in d.reason
+               for d in corrected_deviation(counts, BENCH, E, GROUPS, n_boot=20))
     # batched: only the broken matrix is NaN
     cond = condition_number(np.stack([M, Mbad, np.eye(5)]))
     assert np.isfinite(cond[0]) and np.isnan(cond[1]) and cond[2] == pytest.approx(1.0)

@@ -300,7 +300,8 @@ def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k
     bench = np.asarray(bench, dtype=np.float64)
     keep = counts.sum(axis=1) > 0
     counts, bench = counts[keep], bench[keep]
-    have_E = E is not None and np.asarray(E).size and np.asarray(E).sum() > 0
+    # a non-finite count is data with a defect (NaN with its reason below), not "no annotated images"
+    have_E = E is not None and np.asarray(E).size and not np.asarray(E, dtype=np.float64).sum() <= 0
     if not have_E and M is None:
         raise ValueError("needs the annotated images E or a confusion matrix M")
     E = np.asarray(E, dtype=np.float64) if have_E else np.zeros((0, k * k))
