@@ -314,6 +314,24 @@ def test_headline_gap_is_the_within_prompt_gap_with_the_papers_beside_it(tmp_pat
     assert "gap_max" not in m
 
 
+def test_homogeneity_line_leads_with_the_within_prompt_gap_and_the_papers_beside_it():
+    """The front page's homogeneity line names the largest |within-prompt gap| (significant ones first)
+    and the paper's unstratified gap of the same group beside it, labelled replication."""
+    from biasaudit.report.front import homogeneity_findings
+
+    df = pd.DataFrame({"model": ["m", "m"], "space": ["clip", "clip"], "group": ["black", "white"],
+                       "wp_gap": [0.01, -0.03], "wp_gap_lo": [0.0, -0.05], "wp_gap_hi": [0.02, -0.01],
+                       "gap": [0.11, 0.002], "p_adjusted": [0.5, 0.9]})
+    line = homogeneity_findings(df, "p_adjusted")[0]
+    assert line == ("No within-prompt homogeneity gap is significant after adjustment (2 gaps); the largest: white in "
+                    "m (clip embeddings), within-prompt gap -0.030 [-0.050, -0.010]; beside it the paper's "
+                    "unstratified gap (replication) 0.002.")
+    line = homogeneity_findings(df.assign(p_adjusted=[0.01, 0.9]), "p_adjusted")[0]
+    assert line.startswith("1 of 2 within-prompt homogeneity gaps are significant after adjustment; the largest: "
+                           "black in m (clip embeddings), within-prompt gap 0.010 [0.000, 0.020]; beside it the "
+                           "paper's unstratified gap (replication) 0.110")
+
+
 def test_calibration_line_counts_rows_below_the_band_and_reads_the_grid_row(tmp_path):
     """The front page's calibration line: rows within their band, rows labelled, how many of those lie
     on the unsafe side (coverage < 0.93, null rejection > 0.07), and the corrected TVD's share of audits

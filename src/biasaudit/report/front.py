@@ -316,14 +316,18 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None) -> list[str]:
     what = "after adjustment" if key == "p_adjusted" else "(permutation test, unadjusted)"
     n = int(df["wp_gap"].notna().sum())
     out = []
+    pool = sig if len(sig) else df.dropna(subset=["wp_gap"])
+    largest = ""
+    if len(pool):  # the largest within-prompt gap, with the paper's gap of the same group beside it
+        top = pool.reindex(pool["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
+        largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
+                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])}; beside it the paper's unstratified "
+                   f"gap (replication) {fmt(top['gap'])}")
     if len(sig):
-        top = sig.reindex(sig["wp_gap"].abs().sort_values(ascending=False).index).iloc[0]
-        out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: "
-                   f"{top['group']} in {top['model']} ({top['space']} embeddings), gap "
-                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])}; paper (unstratified) gap "
-                   f"{fmt(top['gap'])}.")
+        out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:
-        out.append(f"No within-prompt homogeneity gap is significant {what} ({n} gaps).")
+        out.append(f"No within-prompt homogeneity gap is significant {what} ({n} gaps)"
+                   + (f"; the largest: {largest}." if largest else "."))
     both = df[["wp_gap", "gap"]].map(num).dropna()
     if len(both):
         out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
