@@ -357,7 +357,7 @@ def test_calibration_line_counts_rows_below_the_band_and_reads_the_grid_row(tmp_
     assert line.startswith("Calibration by simulation: 1 of 4 paper-scale intervals and tests are within their band")
     assert "3 rows are labelled" in line and "2 of them below the band" in line
     assert ("(50 prompts × 100 images), the corrected TVD is closer to the truth than the raw TVD in 72% of 500 "
-            "simulated audits (measured: beats raw)") in line and "58%" not in line  # paper scale only
+            "simulated audits; measured: beats raw.") in line and "58%" not in line  # paper scale only
     assert "mean interval width" in b.html and "0.019" in b.html
 
 
