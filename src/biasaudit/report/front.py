@@ -654,7 +654,7 @@ def calibration_block(t2i: Outputs, reports: Path, level: str) -> Block:
     for _, r in grid.iterrows():
         reps = f" of {int(num(r['replications']))}" if "replications" in grid and num(r["replications"]) > 0 else ""
         text += (f" Over the random grid of distortions and confusion matrices ({r['setting']}), the corrected TVD is "
-                 f"closer to the truth than the raw TVD in {num(r['observed']):.0%}{reps} simulated audits "
+                 f"closer to the truth than the raw TVD in {num(r['observed']):.0%}{reps} simulated audits"
                  f"; {r['flag']}.")
     b.findings.append(text)
     return b
