@@ -646,8 +646,8 @@ def calibration_block(t2i: Outputs, reports: Path, level: str) -> Block:
     paper = df["scale"].eq("paper") & rated
     good = df["flag"].eq("ok")
     text = (f"Calibration by simulation: {int((good & paper).sum())} of {int(paper.sum())} "
-            "paper-scale intervals and tests are within their band (coverage 0.93–0.97, null "
-            f"rejection 0.03–0.07); {_n((~good & rated).sum(), 'row is', 'rows are')} labelled (small "
+            f"paper-scale intervals and tests are within their band (coverage {_band(C.COVERAGE_BAND)}, null "
+            f"rejection {_band(C.REJECTION_BAND)}); {_n((~good & rated).sum(), 'row is', 'rows are')} labelled (small "
             "scale, another estimand, a documented limit, or conservative by design) in the table, "
             f"{int(below_band(df).sum())} of them below the band (under-covering or over-rejecting).")
     grid = df[df["kind"].eq("share") & df["scale"].eq("paper") & df["method"].str.contains("random grid", regex=False)]
@@ -658,6 +658,10 @@ def calibration_block(t2i: Outputs, reports: Path, level: str) -> Block:
                  f"; {r['flag']}.")
     b.findings.append(text)
     return b
+
+
+def _band(band: tuple[float, float]) -> str:
+    return f"{band[0]:.2f}–{band[1]:.2f}"
 
 
 def below_band(table: pd.DataFrame) -> pd.Series:
