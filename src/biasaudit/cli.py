@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit import config
+from biasaudit.check import describe_need, plural
 
 
 def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FILE) -> Any:
@@ -34,21 +35,6 @@ def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FIL
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(params_path, copy)
         return config.apply_profile(name, params_path=copy, profiles_dir=config.PROFILES_DIR)
-
-
-# --- wording: the noun for each kind of need, and counts with their plural -------------------------
-NEED_LABELS = {"weight": "missing weight", "input": "missing input", "key": "missing key",
-               "server": "server not reachable"}
-
-
-def plural(count: int, noun: str, many: str = "") -> str:
-    """'1 thing', '2 things', '0 things' (`many` for an irregular plural)."""
-    return f"{count} {noun if count == 1 else (many or noun + 's')}"
-
-
-def describe_need(n: Any) -> str:
-    label = NEED_LABELS.get(n.kind, f"missing {n.kind}")
-    return f"{label} {n.what} ({n.used_by}; {n.stage}): {n.fix}"
 
 
 class UsageError(Exception):
@@ -73,6 +59,27 @@ def stage_names(cfg: Any, dvc_yaml: Path) -> list[str] | None:
     return names
 
 
+def refresh_fingerprints(cfg: Any, params_path: Path) -> list[Path]:
+    """In a DVC project's root, checking its params.yaml: rewrite the check stage's fingerprints of the
+    external input folders where their content changed (biasaudit.check), so that the next `dvc repro`
+    re-runs exactly the stages that read a changed folder (DVC cannot hash those folders itself: their
+    paths depend on the backend). Returns the files that changed; elsewhere nothing is written."""
+    from biasaudit import check
+    from biasaudit import contracts as C
+
+    root = Path.cwd()
+    if params_path.resolve() != (root / config.PARAMS_FILE).resolve() or not (root / "dvc.yaml").is_file() \
+            or not (root / ".dvc").is_dir():
+        return []
+    before = {p.name for p in (root / C.CHECK_DIR).glob("*.inputs.json")}
+    changed = check.refresh(cfg, root / C.CHECK_DIR)
+    inputs = [p.name.removesuffix(".inputs.json") for p in changed if p.name in before and p.exists()]
+    if inputs:
+        print(f"inputs changed for {', '.join(inputs)} ({C.CHECK_DIR}/): `dvc repro` re-runs the stages that read "
+              f"{'it' if len(inputs) == 1 else 'them'}", file=sys.stderr)
+    return changed
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from biasaudit import gpu_extra, weights
 
@@ -87,6 +94,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown stage '{args.stage}' (profile {cfg.profile}); known: {', '.join(known)}")
     if warning := gpu_extra.onnxruntime_warning():  # InsightFace on the CPU
         print(warning, file=sys.stderr)
+    if args.profile is None:
+        refresh_fingerprints(cfg, Path(args.params))
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
