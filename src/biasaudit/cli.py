@@ -6,7 +6,7 @@ examples (each runs as written from the project's root):
   biasaudit check --profile paper                   # what the published setup needs, without switching
   biasaudit weights list --profile paper            # the weights it needs: size, licence, where they go
   biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
-  biasaudit profile paper                           # switch params.yaml (keeps comments); back: profile offline
+  biasaudit profile paper                           # switch params.yaml, stash these outputs; back: profile offline
 
 exit status: 0 all present, 1 something needed is missing (each listed with its fix), 2 a usage error or
 invalid parameters. Profiles and parameter validation are biasaudit.config's (this module only calls them).
@@ -34,6 +34,9 @@ def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FIL
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(params_path, copy)
+        restore = config._restore_path(params_path)  # what the current profile replaced (to undo it on the copy)
+        if restore.is_file():
+            shutil.copyfile(restore, config._restore_path(copy))
         return config.apply_profile(name, params_path=copy, profiles_dir=config.PROFILES_DIR)
 
 
@@ -171,12 +174,30 @@ def cmd_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    """Switch params.yaml; in a DVC project also stash the outputs of the profile left and restore those
+    of the profile switched to (biasaudit.profile_stash: DVC's run cache cannot, every output is persist)."""
+    from biasaudit import profile_stash
+
+    try:
+        profile_params(args.name)  # the new profile validates (on a copy) before anything moves
+        current = config.read_yaml(config.PARAMS_FILE).get("profile", config.DEFAULT_PROFILE)
+    except config.ParamsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    keep = args.no_stash or current == args.name or not profile_stash.is_dvc_project()
+    if not keep:
+        print(profile_stash.describe_stash(profile_stash.stash(current)))
     try:
         config.apply_profile(args.name)
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
+        if not keep:  # params.yaml is unchanged: its outputs go back
+            print(profile_stash.describe_restore(profile_stash.restore(current), current))
         return 2
-    print(f"params.yaml now uses profile '{args.name}'; next: biasaudit check")
+    print(f"params.yaml now uses profile '{args.name}'")
+    if not keep:
+        print(profile_stash.describe_restore(profile_stash.restore(args.name), args.name))
+    print("next: biasaudit check, then dvc repro")
     return 0
 
 
@@ -233,9 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=cmd_weights)
     p = sub.add_parser("profile", help=f"switch params.yaml to a profile{shown}",
                        description="Switch params.yaml to a profile in place (comments kept; switching back gives "
-                                   "the file back byte for byte).")
+                                   "the file back byte for byte). In a DVC project the outputs of the profile left "
+                                   "are stashed (moved to .dvc/tmp/profile-stash/) and those of the profile switched "
+                                   "to restored, with their dvc.lock entries, so that switching back runs no stage.")
     p.add_argument("name", choices=profiles, metavar="NAME" if not profiles else None,
                    help=f"the profile{shown}: profiles/<name>.yaml")
+    p.add_argument("--no-stash", action="store_true",
+                   help="switch params.yaml only: leave every output where it is (no stash, no restore)")
     p.set_defaults(func=cmd_profile)
     return parser
 
