@@ -152,3 +152,22 @@ def test_an_invalid_profile_moves_nothing(project, capsys):
     assert cli.main(["profile", "broken"]) == 2
     assert tree(root) == before and not (root / ".dvc/tmp/profile-stash").exists()
     assert git(root, "status", "--porcelain") == "?? profiles/broken.yaml\n"
+
+
+@pytest.mark.slow
+def test_an_older_stash_of_the_current_profile_is_put_back_not_deleted(project, capsys):
+    """params.yaml switched back by hand (git checkout) while the offline outputs wait in their stash:
+    the next switch puts them back first (nothing holds their paths), stashes them again with the lock
+    entries, and switching back then finds them all up to date."""
+    root = project
+    offline = tree(root)
+    assert cli.main(["profile", "paper"]) == 0
+    capsys.readouterr()
+    git(root, "checkout", "--", "params.yaml", "dvc.lock")  # back to offline without the command
+    (root / ".params-restore.yaml").unlink()
+    assert not (root / "out/summary.txt").exists()
+    assert cli.main(["profile", "paper"]) == 0
+    assert "(4 outputs of 3 stages)" in capsys.readouterr().out  # the older stash's outputs, stashed again
+    assert cli.main(["profile", "offline"]) == 0
+    assert "DVC finds every one up to date" in capsys.readouterr().out
+    assert status(root) == {} and tree(root) == offline

@@ -15,7 +15,9 @@ besides the `cache: false` ones it never saves. So `biasaudit profile <name>` do
    what they were made from) and what depends on them; the message names them. The others are up to
    date, so `dvc repro` after switching back runs no stage.
 
-A stash is consumed when restored; stashing a profile again replaces its older stash. The stash lives in
+A stash is consumed when restored. Stashing a profile that has an older stash (a switch killed halfway,
+or one made with `--no-stash`) first puts back what that stash holds where nothing holds its path now,
+and drops the rest (the outputs in place supersede it). The stash lives in
 DVC's scratch folder (ignored by git), on the same filesystem, so both steps are renames, not copies.
 """
 
@@ -107,6 +109,18 @@ def _dump_lock(data: Any) -> str:
     return dumps_yaml(data)
 
 
+def _put_back_where_free(target: Path, root: Path) -> None:
+    """An older stash of the current profile: what it holds goes back where nothing holds its path (a
+    switch killed halfway); the rest is superseded by the outputs now in place and removed."""
+    manifest = target / "manifest.json"
+    outputs = json.loads(manifest.read_text()).get("outputs", []) if manifest.is_file() else []
+    for out in outputs:
+        src, dst = target / out["slot"], root / out["path"]
+        if (src.exists() or src.is_symlink()) and not (dst.exists() or dst.is_symlink()):
+            _move(src, dst)
+    _remove(target)
+
+
 def stash(profile: str, root: str | os.PathLike = ".") -> Report:
     """Move the outputs of `profile` (the current one) and their dvc.lock entries into its stash."""
     from dvc.repo import Repo, lock_repo
@@ -121,13 +135,13 @@ def stash(profile: str, root: str | os.PathLike = ".") -> Report:
         lock_text = lock_path.read_text(encoding="utf-8") if lock_path.is_file() else ""
         lock = _load_lock(lock_text) if lock_text else {}
         entries = lock.get("stages") or {}
+        target = stash_dir(profile, root)
+        if target.exists():  # an older stash of this profile (a switch that was killed, or made without one)
+            _put_back_where_free(target, root)
         present = {s: [p for p in outs if (root / p).exists() or (root / p).is_symlink()] for s, outs in outputs.items()}
         stages = [s for s in outputs if present[s] or s in entries]
         if not stages:
             return report
-        target = stash_dir(profile, root)
-        if target.exists():  # an older stash of this profile: these outputs supersede it
-            _remove(target)
         (target / "outs").mkdir(parents=True)
         tracked = _git_tracked(root, [p for s in stages for p in present[s]])
         moved: list[dict[str, str]] = []
