@@ -186,7 +186,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return 2
     keep = args.no_stash or current == args.name or not profile_stash.is_dvc_project()
     if not keep:
-        print(profile_stash.describe_stash(profile_stash.stash(current)))
+        from dvc.lock import LockError
+
+        try:
+            print(profile_stash.describe_stash(profile_stash.stash(current)))
+        except LockError as exc:  # a `dvc repro` is running: nothing moved, params.yaml unchanged
+            print(f"profile: {exc}; switch when it has finished", file=sys.stderr)
+            return 1
     try:
         config.apply_profile(args.name)
     except config.ParamsError as exc:
