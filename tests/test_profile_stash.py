@@ -77,6 +77,11 @@ def project(tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     dvc(root, "repro", "--quiet")
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
+
+    lock = parse_yaml_for_update((root / "dvc.lock").read_text(), "dvc.lock")  # a stage dvc.yaml no longer has
+    lock["stages"].insert(0, "gone", {"cmd": "echo gone", "outs": [{"path": "gone.txt", "hash": "md5", "md5": "0" * 32}]})
+    (root / "dvc.lock").write_text(dumps_yaml(lock))  # (DVC keeps such entries; the lock is restored with it)
     git(root, "add", "-A")
     git(root, "commit", "-qm", "offline run")
     assert ran(root, 0) == ["out/gen/planted-a", "out/gen/planted-b", "out/summary.txt", "metrics/m.json"]

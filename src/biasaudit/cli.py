@@ -78,8 +78,8 @@ def refresh_fingerprints(cfg: Any, params_path: Path) -> list[Path]:
     changed = check.refresh(cfg, root / C.CHECK_DIR)
     inputs = [p.name.removesuffix(".inputs.json") for p in changed if p.name in before and p.exists()]
     if inputs:
-        print(f"inputs changed for {', '.join(inputs)} ({C.CHECK_DIR}/): `dvc repro` re-runs the stages that read "
-              f"{'it' if len(inputs) == 1 else 'them'}", file=sys.stderr)
+        print(f"inputs changed for {', '.join(inputs)} (their fingerprints in {C.CHECK_DIR}/): `dvc repro` re-runs "
+              "each stage whose inputs differ from what dvc.lock recorded", file=sys.stderr)
     return changed
 
 

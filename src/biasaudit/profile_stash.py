@@ -139,11 +139,12 @@ def stash(profile: str, root: str | os.PathLike = ".") -> Report:
         if target.exists():  # an older stash of this profile (a switch that was killed, or made without one)
             _put_back_where_free(target, root)
         present = {s: [p for p in outs if (root / p).exists() or (root / p).is_symlink()] for s, outs in outputs.items()}
-        stages = [s for s in outputs if present[s] or s in entries]
+        tracked = _git_tracked(root, [p for s in outputs for p in present[s]])
+        # a stage with a lock entry or an output of its own (a git-tracked file alone is the tree's, not a run's)
+        stages = [s for s in outputs if s in entries or any(p not in tracked for p in present[s])]
         if not stages:
             return report
         (target / "outs").mkdir(parents=True)
-        tracked = _git_tracked(root, [p for s in stages for p in present[s]])
         moved: list[dict[str, str]] = []
         manifest = target / "manifest.json"
         for stage in stages:
@@ -200,13 +201,15 @@ def restore(profile: str, root: str | os.PathLike = ".") -> Report | None:
         stashed = _load_lock(stashed_text) if stashed_text else {}
         entries = stashed.get("stages") or {}
         kept = {s: e for s, e in (current.get("stages") or {}).items() if s not in report.stages}
-        restored = [s for s in entries if s in report.stages]
-        if restored or kept:
-            if not kept and restored == list(entries):
+        # the stashed order; an entry of a stage not restored is the current lock's (or gone), then the rest
+        merged = {s: (entries[s] if s in report.stages else kept[s]) for s in entries if s in report.stages or s in kept}
+        merged |= {s: e for s, e in kept.items() if s not in merged}
+        if merged:
+            if merged == dict(entries):
                 text = stashed_text  # byte for byte what dvc.lock was when the profile was left
             else:
                 data = stashed if stashed else {"schema": "2.0"}
-                data["stages"] = {**{s: entries[s] for s in restored}, **kept}
+                data["stages"] = merged
                 text = _dump_lock(data)
             atomic_write_text(lock_path, text)
         _remove(source)
