@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from biasaudit import contracts as C
@@ -51,6 +52,17 @@ def write_plan(root: str | Path = ".", path: Path = C.STAGE_PLAN) -> list[str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"key": key, "stages": stages}) + "\n")
     return stages
+
+
+def current_position(stage: str, root: str | Path = ".") -> str:
+    """position(); under `dvc repro` (DVC sets DVC_STAGE for a stage's command) the plan is made first
+    when it is missing or stale: the check stage, which makes it, does not run when only dvc.yaml changed."""
+    if os.environ.get("DVC_STAGE"):
+        try:
+            write_plan(root)
+        except Exception:  # no plan: the stage line lacks k/N
+            pass
+    return position(stage, root)
 
 
 def position(stage: str, root: str | Path = ".", path: Path = C.STAGE_PLAN) -> str:

@@ -295,14 +295,9 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    from biasaudit.progress import position, write_plan
+    from biasaudit.progress import current_position
 
-    if stage and os.environ.get("DVC_STAGE"):  # under dvc repro: its plan, made once per dvc.yaml and params.yaml
-        try:  # (the check stage makes it when it runs; it does not run when only dvc.yaml changed)
-            write_plan()
-        except Exception:  # no plan: the stage line lacks k/N
-            pass
-    where = position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+    where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
     label = f"{where} {stage}" if where else (stage or name)
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
