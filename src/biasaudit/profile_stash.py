@@ -187,8 +187,8 @@ def restore(profile: str, root: str | os.PathLike = ".") -> Report | None:
         report.skipped = [s for s in manifest["stages"] if s not in now or s in occupied]
         report.stages = [s for s in manifest["stages"] if s not in report.skipped]
         for out in manifest["outputs"]:
-            if out["stage"] not in report.stages:
-                continue
+            if out["stage"] not in report.stages or out["path"] not in now[out["stage"]]:
+                continue  # (an output dvc.yaml no longer declares is dropped with the stash)
             dst, src = root / out["path"], source / out["slot"]
             if out["how"] == "copied":
                 _remove(dst)
