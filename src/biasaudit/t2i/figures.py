@@ -107,7 +107,8 @@ def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:
     order = [g for g in LABEL_ORDER if g in set(skin["label"])]
     fig, ax = plt.subplots(figsize=(7.5, 4))
     sns.boxplot(skin, x="label", y="L", hue="model", order=order, ax=ax, fliersize=0, boxprops={"alpha": 0.5})
-    sns.stripplot(skin, x="label", y="L", hue="model", order=order, ax=ax, dodge=True, size=3, legend=False)
+    sns.stripplot(skin, x="label", y="L", hue="model", order=order, ax=ax, dodge=True, size=3, legend=False,
+                  rasterized=True)  # one marker per image: a bitmap inside the SVG, the axes and text stay vector
     dark_L = float(dark["L_threshold"].iloc[0]) if len(dark) else np.nan
     ax.axhline(dark_L, color="0.4", ls=":", lw=1)
     ax.set(xlabel="classified race", ylabel="skin lightness L*", ylim=(0, 100), title="Skin lightness by label")
@@ -126,7 +127,7 @@ def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
         for g in LABEL_ORDER:
             s = sub[sub["label"] == g]
             if len(s):
-                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=PALETTE[g], label=g)
+                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=PALETTE[g], label=g, rasterized=True)  # per image
         ax.set(title=model, xlabel="chroma C*", ylabel="lightness L*" if j == 0 else "")
     handles, names = [], []
     for ax in axes[0]:
@@ -147,7 +148,7 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame) -> Figure:
     for j, model in enumerate(models):
         ax = axes[0, j]
         s = skin[(skin["model"] == model) & (skin["label"] == group) & (skin.get("category") == "occupation")]
-        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=PALETTE[group])
+        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=PALETTE[group], rasterized=True)
         f = fits.set_index("model").loc[model]
         if np.isfinite(f["slope"]):
             xs = np.linspace(s["median_weekly_earnings_usd"].min(), s["median_weekly_earnings_usd"].max(), 50)
