@@ -464,29 +464,56 @@ Z_BUDGET = 4_000_000  # float32 cells of one one-hot batch (16 MB): prompts of a
 def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.ndarray]:
     """Per labelling: (k, b, 4G) per-prompt terms [w·Δ, w·intra, w·inter, w] for (k, b, n) label codes
     (−1 = no group) of k equal-size prompts with Gram matrices Gs (k × n × n). Every labelling's one-hot
-    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled."""
+    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled. The GEMM's
+    left side carries, below G, the rows diag(G)ᵀ (→ Σ‖x‖² per group), 1ᵀ (→ counts) and, for each
+    labelling whose labelled rows are the same in every draw, (G 1_labelled)ᵀ (→ S_pg·S_p), so one pass
+    over the one-hot columns gives every term but ‖S_pg‖²."""
     k, n, _ = Gs.shape
     b = codes[0].shape[1]
     C = int(sum(sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    Z = np.concatenate([np.swapaxes(c, 1, 2)[..., None] == np.arange(g, dtype=c.dtype) for c, g in zip(codes, sizes)],
-                       axis=-1).astype(np.float32)  # k × n × b × C one-hot (code −1 matches no column)
-    GZ = np.matmul(Gs, Z.reshape(k, n, b * C)).reshape(k, n, b, C)
-    sq = np.einsum("knbc,knbc->kbc", Z, GZ).astype(np.float64)  # float32 sums of ≤ n terms, then float64
-    del GZ
-    diag = np.diagonal(Gs, axis1=1, axis2=2)
-    q = np.einsum("kn,knbc->kbc", diag, Z).astype(np.float64)
-    cnt = Z.sum(axis=1).astype(np.float64)
-    out = []
-    for j, c in enumerate(codes):
+    Z = _one_hot(codes, sizes)  # k × n × b × C, C-contiguous so that the GEMM reads it in place
+    labs = [(c >= 0).astype(np.float32) for c in codes]  # k × b × n
+    same = [b == 1 or bool((lab == lab[:, :1]).all()) for lab in labs]  # within-prompt shuffles keep them
+    extra = [np.diagonal(Gs, axis1=1, axis2=2)[:, None, :], np.ones((k, 1, n), np.float32)]
+    extra += [np.matmul(lab[:, :1], Gs) for lab, sm in zip(labs, same) if sm]  # (G 1_labelled)ᵀ: k × 1 × n
+    L = np.concatenate([Gs, *extra], axis=1)
+    GZ = np.matmul(L, Z.reshape(k, n, b * C)).reshape(k, len(L[0]), b, C)
+    sq = np.einsum("knbc,knbc->kbc", Z, GZ[:, :n]).astype(np.float64)  # float32 sums of ≤ n terms, then float64
+    q = GZ[:, n].astype(np.float64)
+    cnt = GZ[:, n + 1].astype(np.float64)
+    out, row = [], n + 2
+    for j, (lab, sm) in enumerate(zip(labs, same)):
         sl = slice(offsets[j], offsets[j + 1])
-        lab = (c >= 0).astype(np.float32)  # k × b × n
-        same = b > 1 and bool((lab == lab[:, :1]).all())  # within-prompt shuffles keep the labelled rows
-        u = np.matmul(lab[:, :1] if same else lab, Gs)  # x_i · S_p, S_p the sum over the prompt's labelled rows
-        tot = np.einsum("kbn,knbg->kbg", u, Z[..., sl]).astype(np.float64)
+        if sm:
+            tot = GZ[:, row, :, sl].astype(np.float64)
+            row += 1
+        else:  # labelled rows differ between draws (design 'across'): x_i · S_p per draw
+            tot = np.einsum("kbn,knbg->kbg", np.matmul(lab, Gs), Z[..., sl]).astype(np.float64)
         intra, inter, delta, w = _delta(cnt[..., sl], q[..., sl], sq[..., sl], tot, lab.sum(axis=-1, dtype=np.float64))
         out.append(np.concatenate([w * delta, w * intra, w * inter, w], axis=-1))
     return out
+
+
+def _one_hot(codes: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
+    """k × n × b × ΣG float32 one-hot columns of every labelling's (k, b, n) codes (−1: no column), in one
+    gather from a table whose rows are the one-hot rows of every combination of codes."""
+    radix = [g + 1 for g in sizes]
+    if int(np.prod(radix)) > 4096:  # many groups: one comparison per labelling
+        return np.concatenate([np.ascontiguousarray(np.swapaxes(c, 1, 2))[..., None] == np.arange(g, dtype=c.dtype)
+                               for c, g in zip(codes, sizes)], axis=-1).astype(np.float32)
+    table = np.zeros((*radix, int(sum(sizes))), np.float32)
+    off = 0
+    for j, g in enumerate(sizes):
+        idx = [slice(None)] * len(sizes)
+        for v in range(g):
+            idx[j] = v + 1
+            table[(*idx, off + v)] = 1.0
+        off += g
+    key = np.zeros(np.swapaxes(codes[0], 1, 2).shape, np.int32)
+    for c, r in zip(codes, radix):
+        key = key * r + (np.swapaxes(c, 1, 2) + 1)
+    return table.reshape(-1, table.shape[-1])[key]
 
 
 def _class_batches(k: int, n: int, b: int, C: int):
@@ -556,9 +583,10 @@ def _within_draws(codes: np.ndarray, b: int, rng: np.random.Generator) -> np.nda
         at = pos[sel, :m]
         packed = np.take_along_axis(codes[sel], at, axis=1)
         drawn = rng.permuted(np.broadcast_to(packed[:, None, :], (len(sel), b, m)), axis=2)
-        block = out[sel]
-        np.put_along_axis(block, np.broadcast_to(at[:, None, :], (len(sel), b, m)), drawn, axis=2)
-        out[sel] = block
+        if m == n:  # every row labelled: the draws are the block
+            out[sel] = drawn
+        else:
+            out[sel[:, None, None], np.arange(b)[None, :, None], at[:, None, :]] = drawn
     return out
 
 
