@@ -169,9 +169,44 @@ def cell_sums(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_groups: i
               normalise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One pass over X: per (cluster, group) cell the sum of the unit rows S (P×G×d), the count n and
     Σ‖x‖² q (P×G)."""
-    cell = np.where((gcodes >= 0) & (ccodes >= 0), ccodes * n_groups + gcodes, -1)
-    S, n, q, _ = one_pass(X, cell, n_clusters * n_groups, normalise)
-    return (S.reshape(n_clusters, n_groups, -1), n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups))
+    return cell_sums_many(X, [gcodes], ccodes, [n_groups], n_clusters, normalise)[0]
+
+
+def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarray, n_groups: Sequence[int],
+                   n_clusters: int, normalise: bool = True, chunk: int = ROW_CHUNK
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """cell_sums of several labellings of the same rows in one pass over X: per row chunk, the norms and
+    then one sparse product (cells × rows, one column per row of X holding its 1/‖x‖ in the cell of each
+    labelling: built directly in CSC form, no sort) against the chunk. Rows of code −1 (no group or no
+    cluster) and zero or non-finite rows are left out (they never enter a product)."""
+    ccodes = np.asarray(ccodes, dtype=np.int64)
+    sizes = [int(g) for g in n_groups]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    C = int(offsets[-1])
+    cells = [np.where((np.asarray(g, dtype=np.int64) >= 0) & (ccodes >= 0), ccodes * C + o + np.asarray(g), -1)
+             for g, o in zip(gcodes, offsets[:-1])]
+    cell = np.stack(cells, axis=1) if cells else np.zeros((len(ccodes), 0), np.int64)  # N × labellings
+    d = X.shape[1] if X.ndim == 2 else 0
+    dtype = _work_dtype(X)
+    S = np.zeros((n_clusters * C, d))
+    n, q = np.zeros(n_clusters * C), np.zeros(n_clusters * C)
+    for s in range(0, len(ccodes), chunk):
+        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
+        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
+        good = np.isfinite(sq) & (sq > 0)
+        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
+        use = (cell[s:s + chunk] >= 0) & good[:, None]  # rows × labellings
+        r, j = np.nonzero(use)  # row-major: each row's labellings in order, so CSC columns come out sorted
+        if not len(r):
+            continue
+        at = cell[s:s + chunk][r, j]
+        indptr = np.concatenate([[0], np.cumsum(use.sum(axis=1))])
+        ind = sparse.csc_matrix((w[r].astype(dtype), at, indptr), shape=(n_clusters * C, len(Xc)))
+        S += np.asarray(ind @ Xc, dtype=np.float64)
+        n += np.bincount(at, minlength=n_clusters * C)
+        q += np.bincount(at, weights=(sq * w * w)[r], minlength=n_clusters * C)
+    S, n, q = S.reshape(n_clusters, C, d), n.reshape(n_clusters, C), q.reshape(n_clusters, C)
+    return [(S[:, a:b], n[:, a:b], q[:, a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def products_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
@@ -705,9 +740,12 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     dup = near_duplicates(blocks, N, near_dup_cosine) if near_dup_cosine is not None else None
     out = {}
     pcodes = _codes(prompts)[0]  # the order of blocks.prompts
+    # one pass over X for every labelling's per-(prompt, group) sums: point, CI, paper gap
+    cells = cell_sums_many(X, [c for c, _ in coded.values()], pcodes, [len(k) for _, k in coded.values()],
+                           blocks.n_prompts)
     for j, (name, (codes, cats)) in enumerate(coded.items()):
         G = len(cats)
-        S, n_c, q_c = cell_sums(X, codes, pcodes, G, blocks.n_prompts)  # one pass: point, CI, paper gap
+        S, n_c, q_c = cells[j]
         totals = within_prompt_totals_from_cells(S, n_c, q_c)
         rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
                          seed=seed + 7919 * (j + 1), method=method)
