@@ -11,7 +11,8 @@ Stage settings: params.yaml with the paper profile's analyze values (n_boot 2000
 BLAS threads as the stage leaves them (the library default: every core), figures written as PNG and
 SVG by the stage's OutputWriter. After one untimed warm-up read (imports, page cache), repetitions
 are interleaved (read, stage, read, stage, …) and the medians reported, with the load average: the
-ratio stage / read is what carries across machines. `--compare DIR` checks every table against a
+ratio stage / read is what carries across machines; the CPU seconds of the process per section
+(every thread) are printed too: less sensitive to other jobs than wall time. `--compare DIR` checks every table against a
 reports folder that the previous code's run_stage wrote from the same tree (max |Δ|).
 
 Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one pass
@@ -174,20 +175,22 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
     )
 
     cfg = paper_config()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
     times = {"read tables": time.perf_counter() - t0}
+    cpu = {"read tables": time.process_time() - c0}
     for mod in (provenance, representation, skin, homogeneity, reliability, corrected, calibration, validation,
                 face_loss, instruments):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         writer.add(mod.compute(data, cfg))
-        times[mod.__name__.rsplit(".", 1)[1]] = time.perf_counter() - t
-    t = time.perf_counter()
+        name = mod.__name__.rsplit(".", 1)[1]
+        times[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     writer.finish(inputs.PLOTS, profile="paper", stand_in=True)
-    times["finish"] = time.perf_counter() - t
-    times["total"] = time.perf_counter() - t0
-    return times
+    times["finish"], cpu["finish"] = time.perf_counter() - t, time.process_time() - c
+    times["total"], cpu["total"] = time.perf_counter() - t0, time.process_time() - c0
+    return {**times, **{f"cpu {k}": v for k, v in cpu.items()}}
 
 
 def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
@@ -281,7 +284,9 @@ def main() -> None:
         print(f"rep {r}: read {read[-1]:.2f} s, stage {stage[-1]['total']:.2f} s, load {os.getloadavg()[0]:.1f}",
               flush=True)
     med = {k: statistics.median(s[k] for s in stage) for k in stage[0]}
-    print("\nsection seconds (median):", json.dumps({k: round(v, 2) for k, v in med.items()}))
+    print("\nsection seconds (median):", json.dumps({k: round(v, 2) for k, v in med.items() if not k.startswith("cpu")}))
+    print("section CPU seconds of the process, every thread (median):",
+          json.dumps({k[4:]: round(v, 2) for k, v in med.items() if k.startswith("cpu")}))
     print(f"stage {med['total']:.2f} s / read {statistics.median(read):.2f} s = "
           f"{med['total'] / statistics.median(read):.1f}× one read of the inputs")
     if args.compare is not None:
