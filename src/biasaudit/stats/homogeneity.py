@@ -176,8 +176,8 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
                    n_clusters: int, normalise: bool = True, chunk: int = ROW_CHUNK
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """cell_sums of several labellings of the same rows in one pass over X: per row chunk, the norms and
-    then one sparse product (cells × rows, one column per row of X holding its 1/‖x‖ in the cell of each
-    labelling: built directly in CSC form, no sort) against the chunk. Rows of code −1 (no group or no
+    then one sparse product (cells × rows: row x_i enters the cell of each labelling with weight 1/‖x_i‖)
+    against the chunk. Rows of code −1 (no group or no
     cluster) and zero or non-finite rows are left out (they never enter a product)."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
@@ -196,12 +196,11 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
         good = np.isfinite(sq) & (sq > 0)
         w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
         use = (cell[s:s + chunk] >= 0) & good[:, None]  # rows × labellings
-        r, j = np.nonzero(use)  # row-major: each row's labellings in order, so CSC columns come out sorted
+        r, j = np.nonzero(use)
         if not len(r):
             continue
         at = cell[s:s + chunk][r, j]
-        indptr = np.concatenate([[0], np.cumsum(use.sum(axis=1))])
-        ind = sparse.csc_matrix((w[r].astype(dtype), at, indptr), shape=(n_clusters * C, len(Xc)))
+        ind = sparse.csr_matrix((w[r].astype(dtype), (at, r)), shape=(n_clusters * C, len(Xc)))
         S += np.asarray(ind @ Xc, dtype=np.float64)
         n += np.bincount(at, minlength=n_clusters * C)
         q += np.bincount(at, weights=(sq * w * w)[r], minlength=n_clusters * C)
