@@ -144,7 +144,7 @@ def _nnls_simplex(M: np.ndarray, q: np.ndarray, weight: float, start: np.ndarray
     def solve(rows: np.ndarray, sid: np.ndarray):
         b = bidx[rows]
         u = np.einsum("nij,nj->ni", Hpad[b, sid], c[rows])
-        lam = (1 - u.sum(axis=-1)) / (1 + w2 * a[b, sid])  # 1 − Σx = w²·lam·1ᵀv... and Σx − 1 = −lam
+        lam = (1 - u.sum(axis=-1)) / (1 + w2 * a[b, sid])  # Σx − 1 = −lam, computed without cancellation
         x = u + vpad[b, sid] * (w2 * lam)[:, None]
         resid = np.einsum("nkj,nk->nj", Mf[rows], x) - qf[rows]  # Mᵀx − q
         grad = np.einsum("njk,nk->nj", Mf[rows], resid) - (w2 * lam)[:, None]
@@ -209,7 +209,7 @@ def lsq_correct(q: np.ndarray, M: np.ndarray, weight: float = 1e3) -> np.ndarray
         A = np.concatenate([np.transpose(Ms, (0, 2, 1)), weight * np.ones((len(Ms), 1, k))], axis=1)
         rhs = np.concatenate([np.where(finite[..., None], Q, 0.0), np.full(Q.shape[:-1] + (1,), weight)], axis=-1)
         p = None
-        if k <= MAX_SUPPORT_GROUPS:
+        if k <= MAX_SUPPORT_GROUPS and (condition_number(Ms) < 1e8).all():  # else scipy's NNLS copes better
             try:
                 Qf = np.where(finite[..., None], Q, 0.0)
                 p = np.concatenate([_nnls_simplex(Ms[i:i + step], Qf[i:i + step], weight, exact[i:i + step])
