@@ -177,8 +177,8 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """cell_sums of several labellings of the same rows in one pass over X: per row chunk, the norms and
     then one sparse product (cells × rows: row x_i enters the cell of each labelling with weight 1/‖x_i‖)
-    against the chunk. Rows of code −1 (no group or no
-    cluster) and zero or non-finite rows are left out (they never enter a product)."""
+    against the chunk. Rows of code −1 (no group or no cluster) and zero or non-finite rows are left out
+    (they never enter a product)."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
