@@ -9,8 +9,11 @@ classifier abstained: label 'unknown') and 5% without a face. Every number is ma
 
 Stage settings: params.yaml with the paper profile's analyze values (n_boot 2000, n_permutations 1000),
 BLAS threads as the stage leaves them (the library default: every core), figures written as PNG and
-SVG by the stage's OutputWriter. Repetitions are interleaved (read, stage, read, stage, …) and the
-medians reported, with the load average: the ratio stage / read is what carries across machines.
+SVG by the stage's OutputWriter. After one untimed warm-up read (imports, page cache), repetitions
+are interleaved (read, stage, read, stage, …) and the medians reported, with the load average: the
+ratio stage / read is what carries across machines; the CPU seconds of the process per section
+(every thread) are printed too: less sensitive to other jobs than wall time. `--compare DIR` checks every table against a
+reports folder that the previous code's run_stage wrote from the same tree (max |Δ|).
 
 Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one pass
 for the per-(prompt, group) sums, then the per-prompt totals) against one pass over X
@@ -172,20 +175,22 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
     )
 
     cfg = paper_config()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
     times = {"read tables": time.perf_counter() - t0}
+    cpu = {"read tables": time.process_time() - c0}
     for mod in (provenance, representation, skin, homogeneity, reliability, corrected, calibration, validation,
                 face_loss, instruments):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         writer.add(mod.compute(data, cfg))
-        times[mod.__name__.rsplit(".", 1)[1]] = time.perf_counter() - t
-    t = time.perf_counter()
+        name = mod.__name__.rsplit(".", 1)[1]
+        times[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     writer.finish(inputs.PLOTS, profile="paper", stand_in=True)
-    times["finish"] = time.perf_counter() - t
-    times["total"] = time.perf_counter() - t0
-    return times
+    times["finish"], cpu["finish"] = time.perf_counter() - t, time.process_time() - c
+    times["total"], cpu["total"] = time.perf_counter() - t0, time.process_time() - c0
+    return {**times, **{f"cpu {k}": v for k, v in cpu.items()}}
 
 
 def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
@@ -209,7 +214,7 @@ def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
     with threadpool_limits(1):
         gap()
         t_gap, t_pass = [], []
-        for _ in range(reps):
+        for _ in range(max(reps, 15)):  # cheap: many repetitions
             t = time.perf_counter()
             gap()
             t_gap.append(time.perf_counter() - t)
@@ -226,7 +231,35 @@ def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
     return {"X MB": X.nbytes / 1e6, "unlabelled share": float(np.mean([v is None for v in race])),
             "gap s (1 thread)": statistics.median(t_gap), "one pass s (1 thread)": statistics.median(t_pass),
             "gap / one pass": statistics.median(t_gap) / statistics.median(t_pass),
+            "gap / one pass (fastest of each)": min(t_gap) / min(t_pass),
             "permutation peak / X (1000 permutations, race + L* bins)": peak / X.nbytes}
+
+
+def compare_tables(new: Path, reference: Path) -> dict[str, object]:
+    """Every table CSV of the stage's output against the same table from a reference run (the previous
+    code on the same tree): max |Δ| over the numeric cells, and the cells of other columns that differ."""
+    worst, other, missing = {}, 0, []
+    for ref in sorted((reference / "tables").glob("*.csv")):
+        path = new / "tables" / ref.name
+        if not path.exists():
+            missing.append(ref.stem)
+            continue
+        a, b = pd.read_csv(ref), pd.read_csv(path)
+        if list(a.columns) != list(b.columns) or len(a) != len(b):
+            missing.append(f"{ref.stem} (shape)")
+            continue
+        num = [c for c in a.columns if pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
+        if num:
+            x, y = a[num].to_numpy(float), b[num].to_numpy(float)
+            both = np.isfinite(x) & np.isfinite(y)
+            other += int((np.isfinite(x) != np.isfinite(y)).sum())
+            worst[ref.stem] = float(np.abs(x - y)[both].max()) if both.any() else 0.0
+        rest = [c for c in a.columns if c not in num]
+        both_missing = a[rest].isna().to_numpy() & b[rest].isna().to_numpy()
+        other += int(((a[rest].astype(str).to_numpy() != b[rest].astype(str).to_numpy()) & ~both_missing).sum())
+    top = max(worst, key=worst.get) if worst else None
+    return {"tables": len(worst), "max |Δ| numeric": max(worst.values()) if worst else None, "worst table": top,
+            "non-numeric or NaN-pattern cells differing": other, "missing": missing}
 
 
 def main() -> None:
@@ -234,11 +267,14 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=Path("/tmp/biasaudit-paper-tree"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="a reports folder written by the previous code's run_stage on the same tree: max |Δ| per table")
     args = ap.parse_args()
     t = time.perf_counter()
     write_paper_tree(args.tree, args.seed)
     print(f"tree {args.tree} ({time.perf_counter() - t:.1f} s to write or check); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    read_once(args.tree)  # warm-up: imports and the page cache, so that every timed read is a plain read
     stage, read = [], []
     for r in range(args.reps):
         t = time.perf_counter()
@@ -248,9 +284,13 @@ def main() -> None:
         print(f"rep {r}: read {read[-1]:.2f} s, stage {stage[-1]['total']:.2f} s, load {os.getloadavg()[0]:.1f}",
               flush=True)
     med = {k: statistics.median(s[k] for s in stage) for k in stage[0]}
-    print("\nsection seconds (median):", json.dumps({k: round(v, 2) for k, v in med.items()}))
+    print("\nsection seconds (median):", json.dumps({k: round(v, 2) for k, v in med.items() if not k.startswith("cpu")}))
+    print("section CPU seconds of the process, every thread (median):",
+          json.dumps({k[4:]: round(v, 2) for k, v in med.items() if k.startswith("cpu")}))
     print(f"stage {med['total']:.2f} s / read {statistics.median(read):.2f} s = "
           f"{med['total'] / statistics.median(read):.1f}× one read of the inputs")
+    if args.compare is not None:
+        print("tables against", args.compare, json.dumps(compare_tables(args.tree / "reports-0", args.compare)))
     print("homogeneity alone (one model × CLIP):", json.dumps({k: round(v, 3) for k, v in
                                                                homogeneity_alone(args.tree, args.reps).items()}))
 

@@ -62,6 +62,24 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return df.round(digits).to_markdown(index=False) + "\n"
 
 
+def tight_bbox(fig: Any, dpi: float) -> Any:
+    """The bounding box (inches) that savefig's bbox_inches="tight" computes at `dpi`, computed once so
+    that the PNG and the SVG share it: "tight" costs each format an extra layout pass over every artist.
+    A figure with a layout engine keeps "tight" (its layout runs at save time)."""
+    import matplotlib as mpl
+
+    if fig.get_layout_engine() is not None:
+        return "tight"
+    saved = fig.dpi
+    try:
+        fig.dpi = dpi
+        fig.draw_without_rendering()  # ticks and text placed, as savefig does before measuring
+        pad = mpl.rcParams["savefig.pad_inches"]
+        return fig.get_tightbbox().padded(pad, pad)
+    finally:
+        fig.dpi = saved
+
+
 class OutputWriter:
     """Writes every Result under `out_dir` (reports/t2i or reports/vlm) and records it in the manifest.
     A table declared in contracts.py must carry its declared columns (ContractError otherwise)."""
@@ -87,12 +105,13 @@ class OutputWriter:
                                     "md": md.relative_to(self.out).as_posix(), "rows": len(table)})
         for name, fig in result.figures.items():
             paths = {}
+            bbox = tight_bbox(fig.fig, self.dpi)
             for ext in ("png", "svg"):
                 target = self.out / "figures" / f"{name}.{ext}"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 # no date, and element ids from a fixed salt (random by default): the same figure, the same bytes
                 with atomic_path(target) as tmp, plt.rc_context({"svg.hashsalt": "biasaudit"}):
-                    fig.fig.savefig(tmp, format=ext, dpi=self.dpi, bbox_inches="tight",
+                    fig.fig.savefig(tmp, format=ext, dpi=self.dpi, bbox_inches=bbox,
                                     metadata={"Date": None} if ext == "svg" else None)
                 paths[ext] = target.relative_to(self.out).as_posix()
             plt.close(fig.fig)

@@ -108,48 +108,162 @@ def identifiability(M: np.ndarray, max_condition: float = MAX_CONDITION) -> tupl
     return cond, True, ""
 
 
+MAX_SUPPORT_GROUPS = 10  # up to this many groups lsq_correct solves every support at once (2^K − 1 small solves)
+ACTIVE_SET_STEPS = 4  # support updates tried before a row falls back to every support
+ROWS_PER_BATCH = 50_000  # replicate × prompt rows solved at once (about 10 MB of gathered K×K matrices)
+
+
+def _nnls_simplex(M: np.ndarray, q: np.ndarray, weight: float, start: np.ndarray) -> np.ndarray:
+    """argmin ‖Mᵀp − q‖² + weight²(Σp − 1)², p ≥ 0 (the NNLS of Mᵀ with the sum row appended), for a
+    stack (M: B×K×K, q: B×R×K → B×R×K), starting from the support of `start` (B×R×K: the exact
+    solve's positive entries).
+
+    On a support S, with H = M_S M_Sᵀ, u = H⁻¹M_S q and v = H⁻¹1, the least-squares solution is
+    x = u + v (1 − 1ᵀu) w² / (1 + w² 1ᵀv) (Sherman–Morrison: the large weight never enters a matrix
+    that is inverted), and x is the optimum iff x ≥ 0 and the gradient M(Mᵀx − q) + w²(Σx − 1)·1 is
+    ≥ 0 off S (KKT; the problem is strictly convex for a full-rank M). Rows whose starting support
+    fails the check take every support's solution and keep the feasible one with the smallest
+    objective (the optimum's own support is among them, and every feasible point is ≥ the optimum):
+    the point scipy's active-set NNLS converges to. Before that, a failing row moves its support a few
+    times (negative entries out, negative gradients in). Raises LinAlgError for a singular M."""
+    B, R, k = q.shape
+    w2 = weight * weight
+    masks = np.array([[(s >> j) & 1 for j in range(k)] for s in range(1, 2 ** k)], dtype=bool)  # n_S × K
+    MMt = M @ np.transpose(M, (0, 2, 1))
+    Hpad = np.zeros((B, len(masks), k, k))  # per replicate and support: H_S⁻¹ padded with zeros to K×K
+    for i, m in enumerate(masks):
+        S = np.flatnonzero(m)
+        Hpad[:, i, S[:, None], S[None, :]] = np.linalg.inv(MMt[:, S[:, None], S[None, :]])
+    vpad = Hpad.sum(axis=-1)
+    a = vpad.sum(axis=-1)
+    bidx = np.repeat(np.arange(B), R)
+    qf = q.reshape(-1, k)
+    c = np.einsum("bkj,brj->brk", M, q).reshape(-1, k)  # M q per row
+    Mf = M[bidx]
+
+    def solve(rows: np.ndarray, sid: np.ndarray):
+        b = bidx[rows]
+        u = np.einsum("nij,nj->ni", Hpad[b, sid], c[rows])
+        lam = (1 - u.sum(axis=-1)) / (1 + w2 * a[b, sid])  # Σx − 1 = −lam, computed without cancellation
+        x = u + vpad[b, sid] * (w2 * lam)[:, None]
+        resid = np.einsum("nkj,nk->nj", Mf[rows], x) - qf[rows]  # Mᵀx − q
+        grad = np.einsum("njk,nk->nj", Mf[rows], resid) - (w2 * lam)[:, None]
+        return x, grad, (resid ** 2).sum(axis=-1) + w2 * lam ** 2
+
+    code = 1 << np.arange(k)
+    pos = start.reshape(-1, k) > 0
+    sid = np.where(pos.any(axis=1), (pos * code).sum(axis=1) - 1, 2 ** k - 2)  # no positive entry: all groups
+    out = np.zeros((B * R, k))
+    bad = np.arange(B * R)
+    for _ in range(ACTIVE_SET_STEPS):  # drop negative entries, add groups whose gradient is negative
+        x, grad, _ = solve(bad, sid)
+        on = masks[sid]
+        ok = np.where(on, x >= 0, grad >= -1e-12).all(axis=1)
+        out[bad[ok]] = x[ok]
+        nxt = np.where(on, x > 0, grad < -1e-12)[~ok]
+        bad = bad[~ok]
+        sid = np.where(nxt.any(axis=1), (nxt * code).sum(axis=1) - 1, 2 ** k - 2)
+        if not len(bad):
+            break
+    if len(bad):
+        best = np.full(len(bad), np.inf)
+        for i in range(len(masks)):
+            xi, _, obj = solve(bad, np.full(len(bad), i))
+            take = (xi >= 0).all(axis=1) & (obj < best)
+            best = np.where(take, obj, best)
+            out[bad[take]] = xi[take]
+    return out.reshape(B, R, k)
+
+
 def lsq_correct(q: np.ndarray, M: np.ndarray, weight: float = 1e3) -> np.ndarray:
-    """Constrained least squares for each row of q (…×K): argmin ‖Mᵀp − q‖², p ≥ 0, Σp = 1."""
-    q = np.atleast_2d(np.asarray(q, dtype=float))
-    k = M.shape[0]
-    out = np.full_like(q, np.nan)
-    finite = np.isfinite(q).all(axis=1)
-    try:
-        exact = np.linalg.solve(M.T, q[finite].T).T  # rows of M sum to 1, so Σp = Σq = 1
-    except np.linalg.LinAlgError:
-        exact = np.full((int(finite.sum()), k), -1.0)
-    inside = (exact >= -1e-12).all(axis=1)
-    rows = np.flatnonzero(finite)
-    out[rows[inside]] = np.clip(exact[inside], 0, None)
-    A = np.vstack([M.T, weight * np.ones((1, k))])
-    for i in rows[~inside]:
-        p, _ = nnls(A, np.concatenate([q[i], [weight]]))
-        out[i] = p / p.sum() if p.sum() > 0 else np.full(k, 1 / k)
-    return out
+    """Constrained least squares for each row of q (…×K): argmin ‖Mᵀp − q‖², p ≥ 0, Σp = 1.
+
+    M is one K×K matrix, or a stack B×K×K with q of shape B×R×K (row r of replicate b against M[b]):
+    the stack is solved at once (a bootstrap re-estimating M in every replicate loops over nothing).
+    Rows whose exact solve lies in the simplex take it; the others take NNLS of Mᵀ with the sum
+    constraint appended as a row of weight `weight`, renormalised."""
+    M = np.asarray(M, dtype=np.float64)
+    stacked = M.ndim == 3
+    q = np.asarray(q, dtype=float)
+    q = q if stacked else np.atleast_2d(q)
+    Ms = M if stacked else M[None]
+    Q = q if stacked else q[None]
+    k = Ms.shape[-1]
+    out = np.full(Q.shape, np.nan)
+    finite = np.isfinite(Q).all(axis=-1)
+    rhs = np.transpose(np.where(finite[..., None], Q, 0.0), (0, 2, 1))
+    try:  # rows of M sum to 1, so Σp = Σq = 1
+        exact = np.transpose(np.linalg.solve(np.transpose(Ms, (0, 2, 1)), rhs), (0, 2, 1))
+    except np.linalg.LinAlgError:  # a singular M in the stack: solve the others one by one
+        exact = np.full(Q.shape, -1.0)
+        for b in range(len(Ms)):
+            try:
+                exact[b] = np.linalg.solve(Ms[b].T, rhs[b]).T
+            except np.linalg.LinAlgError:
+                pass
+    inside = finite & (exact >= -1e-12).all(axis=-1)
+    out[inside] = np.clip(exact[inside], 0, None)
+    outside = finite & ~inside
+    if outside.any():
+        step = max(1, ROWS_PER_BATCH // max(1, Q.shape[1]))
+        A = np.concatenate([np.transpose(Ms, (0, 2, 1)), weight * np.ones((len(Ms), 1, k))], axis=1)
+        rhs = np.concatenate([np.where(finite[..., None], Q, 0.0), np.full(Q.shape[:-1] + (1,), weight)], axis=-1)
+        p = None
+        if k <= MAX_SUPPORT_GROUPS and (condition_number(Ms) < 1e8).all():  # else scipy's NNLS copes better
+            try:
+                Qf = np.where(finite[..., None], Q, 0.0)
+                p = np.concatenate([_nnls_simplex(Ms[i:i + step], Qf[i:i + step], weight, exact[i:i + step])
+                                    for i in range(0, len(Ms), step)])
+            except np.linalg.LinAlgError:  # a rank-deficient M: scipy's NNLS, row by row
+                p = None
+        if p is None:
+            p = np.zeros(Q.shape)
+            for b, r in zip(*np.nonzero(outside)):
+                p[b, r] = nnls(A[b], rhs[b, r])[0]
+        tot = p.sum(axis=-1, keepdims=True)
+        p = np.where(tot > 0, p / np.where(tot > 0, tot, 1), 1 / k)
+        out[outside] = p[outside]
+    return out if stacked else out[0]
 
 
 def em_correct(counts: np.ndarray, M: np.ndarray, n_iter: int = 500, tol: float = 1e-10) -> np.ndarray:
-    """EM for p given classifier counts (…×K) and M; vectorised over rows. Starts from uniform."""
-    counts = np.atleast_2d(np.asarray(counts, dtype=float))
-    k = M.shape[0]
-    p = np.full(counts.shape, 1.0 / k)
-    n = counts.sum(axis=1, keepdims=True)
+    """EM for p given classifier counts (…×K) and M; vectorised over rows. Starts from uniform.
+
+    M may be a stack B×K×K with counts B×R×K: each replicate b iterates until its own rows converge
+    (the same iterations as solving it alone)."""
+    M = np.asarray(M, dtype=np.float64)
+    stacked = M.ndim == 3
+    counts = np.asarray(counts, dtype=float)
+    C = counts if stacked else np.atleast_2d(counts)[None]
+    Ms = M if stacked else M[None]
+    k = Ms.shape[-1]
+    p = np.full(C.shape, 1.0 / k)
+    n = C.sum(axis=-1, keepdims=True)
+    active = np.arange(len(Ms))
     for _ in range(n_iter):
-        joint = p[:, :, None] * M[None, :, :]              # P(true t, pred c)  (rows × t × c)
-        post = joint / np.clip(joint.sum(axis=1, keepdims=True), 1e-300, None)  # P(t | c)
-        new = (post * counts[:, None, :]).sum(axis=2) / np.where(n > 0, n, 1)
-        if np.abs(new - p).max() < tol:
-            p = new
+        if not len(active):
             break
-        p = new
-    p[n[:, 0] == 0] = np.nan
-    return p
+        pa, Ma = p[active], Ms[active]
+        joint = pa[..., :, None] * Ma[:, None, :, :]        # P(true t, pred c)  (b × rows × t × c)
+        post = joint / np.clip(joint.sum(axis=-2, keepdims=True), 1e-300, None)  # P(t | c)
+        new = (post * C[active][..., None, :]).sum(axis=-1) / np.where(n[active] > 0, n[active], 1)
+        p[active] = new
+        active = active[np.abs(new - pa).reshape(len(active), -1).max(axis=1) >= tol]
+    p[n[..., 0] == 0] = np.nan
+    return p if stacked else p[0]
 
 
 def correct(counts: np.ndarray, M: np.ndarray, method: str = "lsq") -> np.ndarray:
+    """Corrected shares of each row of counts (P×K) under M; M may be a stack B×K×K (→ B×P×K)."""
     if method not in METHODS:
         raise ValueError(f"correction_method {method!r}: expected one of {METHODS}")
     counts = np.atleast_2d(np.asarray(counts, dtype=float))
+    if np.ndim(M) == 3:
+        if method == "em":
+            return em_correct(np.broadcast_to(counts, (len(M), *counts.shape)), M)
+        n = counts.sum(axis=1, keepdims=True)
+        q = np.where(n > 0, counts / np.where(n > 0, n, 1), np.nan)
+        return lsq_correct(np.broadcast_to(q, (len(M), *q.shape)), M)
     if method == "em":
         return em_correct(counts, M)
     n = counts.sum(axis=1, keepdims=True)
@@ -189,11 +303,9 @@ def classifier_corrected_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarra
         with np.errstate(invalid="ignore", divide="ignore"):
             out[:, 0] = (wp @ raw) / wp.sum(axis=1)
         Ms = matrix_from_counts(wi @ E, k, prior)
-        for b in range(len(w)):
-            if not identifiable(condition_number(Ms[b]), max_condition):
-                continue  # this replicate's M is not identifiable: undefined, excluded and counted
-            t = tvd(correct(counts, Ms[b], method), bench)
-            out[b, 1] = (wp[b] @ t) / wp[b].sum()
+        ok = identifiable(condition_number(Ms), max_condition)  # else: undefined, excluded and counted
+        t = tvd(correct(counts, Ms[ok], method), bench[None])  # every usable replicate's M at once
+        out[ok, 1] = np.einsum("bp,bp->b", wp[ok], t) / wp[ok].sum(axis=1)
         return out
 
     rep = replicates(stat, (P, I), n_boot=n_boot, seed=seed, method=boot_method)

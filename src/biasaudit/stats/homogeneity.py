@@ -169,9 +169,43 @@ def cell_sums(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_groups: i
               normalise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One pass over X: per (cluster, group) cell the sum of the unit rows S (P×G×d), the count n and
     Σ‖x‖² q (P×G)."""
-    cell = np.where((gcodes >= 0) & (ccodes >= 0), ccodes * n_groups + gcodes, -1)
-    S, n, q, _ = one_pass(X, cell, n_clusters * n_groups, normalise)
-    return (S.reshape(n_clusters, n_groups, -1), n.reshape(n_clusters, n_groups), q.reshape(n_clusters, n_groups))
+    return cell_sums_many(X, [gcodes], ccodes, [n_groups], n_clusters, normalise)[0]
+
+
+def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarray, n_groups: Sequence[int],
+                   n_clusters: int, normalise: bool = True, chunk: int = ROW_CHUNK
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """cell_sums of several labellings of the same rows in one pass over X: per row chunk, the norms and
+    then one sparse product (cells × rows: row x_i enters the cell of each labelling with weight 1/‖x_i‖)
+    against the chunk. Rows of code −1 (no group or no cluster) and zero or non-finite rows are left out
+    (they never enter a product)."""
+    ccodes = np.asarray(ccodes, dtype=np.int64)
+    sizes = [int(g) for g in n_groups]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    C = int(offsets[-1])
+    cells = [np.where((np.asarray(g, dtype=np.int64) >= 0) & (ccodes >= 0), ccodes * C + o + np.asarray(g), -1)
+             for g, o in zip(gcodes, offsets[:-1])]
+    cell = np.stack(cells, axis=1) if cells else np.zeros((len(ccodes), 0), np.int64)  # N × labellings
+    d = X.shape[1] if X.ndim == 2 else 0
+    dtype = _work_dtype(X)
+    S = np.zeros((n_clusters * C, d))
+    n, q = np.zeros(n_clusters * C), np.zeros(n_clusters * C)
+    for s in range(0, len(ccodes), chunk):
+        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
+        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
+        good = np.isfinite(sq) & (sq > 0)
+        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
+        use = (cell[s:s + chunk] >= 0) & good[:, None]  # rows × labellings
+        r, j = np.nonzero(use)
+        if not len(r):
+            continue
+        at = cell[s:s + chunk][r, j]
+        ind = sparse.csr_matrix((w[r].astype(dtype), (at, r)), shape=(n_clusters * C, len(Xc)))
+        S += np.asarray(ind @ Xc, dtype=np.float64)
+        n += np.bincount(at, minlength=n_clusters * C)
+        q += np.bincount(at, weights=(sq * w * w)[r], minlength=n_clusters * C)
+    S, n, q = S.reshape(n_clusters, C, d), n.reshape(n_clusters, C), q.reshape(n_clusters, C)
+    return [(S[:, a:b], n[:, a:b], q[:, a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def products_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
@@ -464,29 +498,56 @@ Z_BUDGET = 4_000_000  # float32 cells of one one-hot batch (16 MB): prompts of a
 def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.ndarray]:
     """Per labelling: (k, b, 4G) per-prompt terms [w·Δ, w·intra, w·inter, w] for (k, b, n) label codes
     (−1 = no group) of k equal-size prompts with Gram matrices Gs (k × n × n). Every labelling's one-hot
-    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled."""
+    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled. The GEMM's
+    left side carries, below G, the rows diag(G)ᵀ (→ Σ‖x‖² per group), 1ᵀ (→ counts) and, for each
+    labelling whose labelled rows are the same in every draw, (G 1_labelled)ᵀ (→ S_pg·S_p), so one pass
+    over the one-hot columns gives every term but ‖S_pg‖²."""
     k, n, _ = Gs.shape
     b = codes[0].shape[1]
     C = int(sum(sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    Z = np.concatenate([np.swapaxes(c, 1, 2)[..., None] == np.arange(g, dtype=c.dtype) for c, g in zip(codes, sizes)],
-                       axis=-1).astype(np.float32)  # k × n × b × C one-hot (code −1 matches no column)
-    GZ = np.matmul(Gs, Z.reshape(k, n, b * C)).reshape(k, n, b, C)
-    sq = np.einsum("knbc,knbc->kbc", Z, GZ).astype(np.float64)  # float32 sums of ≤ n terms, then float64
-    del GZ
-    diag = np.diagonal(Gs, axis1=1, axis2=2)
-    q = np.einsum("kn,knbc->kbc", diag, Z).astype(np.float64)
-    cnt = Z.sum(axis=1).astype(np.float64)
-    out = []
-    for j, c in enumerate(codes):
+    Z = _one_hot(codes, sizes)  # k × n × b × C, C-contiguous so that the GEMM reads it in place
+    labs = [(c >= 0).astype(np.float32) for c in codes]  # k × b × n
+    same = [b == 1 or bool((lab == lab[:, :1]).all()) for lab in labs]  # within-prompt shuffles keep them
+    extra = [np.diagonal(Gs, axis1=1, axis2=2)[:, None, :], np.ones((k, 1, n), np.float32)]
+    extra += [np.matmul(lab[:, :1], Gs) for lab, sm in zip(labs, same) if sm]  # (G 1_labelled)ᵀ: k × 1 × n
+    L = np.concatenate([Gs, *extra], axis=1)
+    GZ = np.matmul(L, Z.reshape(k, n, b * C)).reshape(k, len(L[0]), b, C)
+    sq = np.einsum("knbc,knbc->kbc", Z, GZ[:, :n]).astype(np.float64)  # float32 sums of ≤ n terms, then float64
+    q = GZ[:, n].astype(np.float64)
+    cnt = GZ[:, n + 1].astype(np.float64)
+    out, row = [], n + 2
+    for j, (lab, sm) in enumerate(zip(labs, same)):
         sl = slice(offsets[j], offsets[j + 1])
-        lab = (c >= 0).astype(np.float32)  # k × b × n
-        same = b > 1 and bool((lab == lab[:, :1]).all())  # within-prompt shuffles keep the labelled rows
-        u = np.matmul(lab[:, :1] if same else lab, Gs)  # x_i · S_p, S_p the sum over the prompt's labelled rows
-        tot = np.einsum("kbn,knbg->kbg", u, Z[..., sl]).astype(np.float64)
+        if sm:
+            tot = GZ[:, row, :, sl].astype(np.float64)
+            row += 1
+        else:  # labelled rows differ between draws (design 'across'): x_i · S_p per draw
+            tot = np.einsum("kbn,knbg->kbg", np.matmul(lab, Gs), Z[..., sl]).astype(np.float64)
         intra, inter, delta, w = _delta(cnt[..., sl], q[..., sl], sq[..., sl], tot, lab.sum(axis=-1, dtype=np.float64))
         out.append(np.concatenate([w * delta, w * intra, w * inter, w], axis=-1))
     return out
+
+
+def _one_hot(codes: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
+    """k × n × b × ΣG float32 one-hot columns of every labelling's (k, b, n) codes (−1: no column), in one
+    gather from a table whose rows are the one-hot rows of every combination of codes."""
+    radix = [g + 1 for g in sizes]
+    if int(np.prod(radix)) > 4096:  # many groups: one comparison per labelling
+        return np.concatenate([np.ascontiguousarray(np.swapaxes(c, 1, 2))[..., None] == np.arange(g, dtype=c.dtype)
+                               for c, g in zip(codes, sizes)], axis=-1).astype(np.float32)
+    table = np.zeros((*radix, int(sum(sizes))), np.float32)
+    off = 0
+    for j, g in enumerate(sizes):
+        idx = [slice(None)] * len(sizes)
+        for v in range(g):
+            idx[j] = v + 1
+            table[(*idx, off + v)] = 1.0
+        off += g
+    key = np.zeros(np.swapaxes(codes[0], 1, 2).shape, np.intp)
+    for c, r in zip(codes, radix):
+        key = key * r + (np.swapaxes(c, 1, 2) + 1)
+    return np.take(table.reshape(-1, table.shape[-1]), key, axis=0)  # np.take: far faster than fancy indexing
 
 
 def _class_batches(k: int, n: int, b: int, C: int):
@@ -556,9 +617,10 @@ def _within_draws(codes: np.ndarray, b: int, rng: np.random.Generator) -> np.nda
         at = pos[sel, :m]
         packed = np.take_along_axis(codes[sel], at, axis=1)
         drawn = rng.permuted(np.broadcast_to(packed[:, None, :], (len(sel), b, m)), axis=2)
-        block = out[sel]
-        np.put_along_axis(block, np.broadcast_to(at[:, None, :], (len(sel), b, m)), drawn, axis=2)
-        out[sel] = block
+        if m == n:  # every row labelled: the draws are the block
+            out[sel] = drawn
+        else:
+            out[sel[:, None, None], np.arange(b)[None, :, None], at[:, None, :]] = drawn
     return out
 
 
@@ -677,9 +739,12 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     dup = near_duplicates(blocks, N, near_dup_cosine) if near_dup_cosine is not None else None
     out = {}
     pcodes = _codes(prompts)[0]  # the order of blocks.prompts
+    # one pass over X for every labelling's per-(prompt, group) sums: point, CI, paper gap
+    cells = cell_sums_many(X, [c for c, _ in coded.values()], pcodes, [len(k) for _, k in coded.values()],
+                           blocks.n_prompts)
     for j, (name, (codes, cats)) in enumerate(coded.items()):
         G = len(cats)
-        S, n_c, q_c = cell_sums(X, codes, pcodes, G, blocks.n_prompts)  # one pass: point, CI, paper gap
+        S, n_c, q_c = cells[j]
         totals = within_prompt_totals_from_cells(S, n_c, q_c)
         rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
                          seed=seed + 7919 * (j + 1), method=method)

@@ -99,22 +99,40 @@ def plot_tvd(summary: pd.DataFrame, level: float) -> Figure:
                   f"distribution, averaged over prompts; error bars: {level:.0%} cluster-bootstrap CIs over prompts.")
 
 
+STRIP_POINTS = 1000  # plot_L_by_label draws at most this many images' points per box (a seeded sample)
+
+
 def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:
-    """L* per image by label; the dotted line is the very-dark threshold of the `dark` table (dark_share)."""
+    """L* per image by label; the dotted line is the very-dark threshold of the `dark` table (dark_share).
+    The boxes use every image; the points over them, a seeded sample of at most STRIP_POINTS images per
+    box (at paper scale 15,000 points per model only overplot, and take seconds to draw)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    # plain object columns: seaborn walks string columns value by value, and Arrow-backed ones slowly
+    skin = pd.DataFrame({"label": skin["label"].astype(object), "model": skin["model"].astype(object),
+                         "L": skin["L"].to_numpy(float)}, index=skin.index)
     order = [g for g in LABEL_ORDER if g in set(skin["label"])]
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    sns.boxplot(skin, x="label", y="L", hue="model", order=order, ax=ax, fliersize=0, boxprops={"alpha": 0.5})
-    sns.stripplot(skin, x="label", y="L", hue="model", order=order, ax=ax, dodge=True, size=3, legend=False)
+    hues = list(pd.unique(skin["model"]))  # seaborn's own default order, fixed for the sampled points too
+    sns.boxplot(skin, x="label", y="L", hue="model", order=order, hue_order=hues, ax=ax, fliersize=0,
+                boxprops={"alpha": 0.5})
+    big = skin.groupby(["label", "model"], sort=False)["L"].transform("size") > STRIP_POINTS
+    points = skin if not big.any() else pd.concat(
+        [skin[~big], skin[big].groupby(["label", "model"], sort=True, group_keys=False)
+         .sample(STRIP_POINTS, random_state=0)]).sort_index()
+    sns.stripplot(points, x="label", y="L", hue="model", hue_order=hues, order=order, ax=ax, dodge=True, size=3,
+                  legend=False,
+                  rasterized=True)  # one marker per image: a bitmap inside the SVG, the axes and text stay vector
     dark_L = float(dark["L_threshold"].iloc[0]) if len(dark) else np.nan
     ax.axhline(dark_L, color="0.4", ls=":", lw=1)
     ax.set(xlabel="classified race", ylabel="skin lightness L*", ylim=(0, 100), title="Skin lightness by label")
     fig.tight_layout()
+    sampled = (f" Points: a random {STRIP_POINTS} of the images of each box with more (the boxes use every image)."
+               if big.any() else "")
     return Figure(fig, "L* by classified race and model",
                   f"Mean skin-pixel L* (CIELAB, D65) per image; dotted line: L* = {dark_L:g}, below which skin counts "
-                  "as very dark.")
+                  f"as very dark.{sampled}")
 
 
 def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
@@ -126,7 +144,7 @@ def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
         for g in LABEL_ORDER:
             s = sub[sub["label"] == g]
             if len(s):
-                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=PALETTE[g], label=g)
+                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=PALETTE[g], label=g, rasterized=True)  # per image
         ax.set(title=model, xlabel="chroma C*", ylabel="lightness L*" if j == 0 else "")
     handles, names = [], []
     for ax in axes[0]:
@@ -147,7 +165,7 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame) -> Figure:
     for j, model in enumerate(models):
         ax = axes[0, j]
         s = skin[(skin["model"] == model) & (skin["label"] == group) & (skin.get("category") == "occupation")]
-        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=PALETTE[group])
+        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=PALETTE[group], rasterized=True)
         f = fits.set_index("model").loc[model]
         if np.isfinite(f["slope"]):
             xs = np.linspace(s["median_weekly_earnings_usd"].min(), s["median_weekly_earnings_usd"].max(), 50)
