@@ -13,6 +13,7 @@ label>, size` (shares sum to 1), which `t2i.prompts.select_instances(..., groups
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -140,6 +141,22 @@ def load(name_or_path: str | Path, root: Path = GROUPSETS_DIR) -> tuple[GroupSet
         return GroupSet.model_validate(data), path.parent
     except Exception as e:  # a pydantic ValidationError or a YAML error, with the file named
         raise ValueError(f"{path}: {e}") from e
+
+
+@lru_cache(maxsize=None)
+def active(name: str) -> GroupSet:
+    """The set `name` (cached): the one accessor every stage reads its groups through (`Params.groups`,
+    `Params.group_colours`). A name is looked up under the working directory's data/reference/groupsets/ and,
+    failing that, under the project's own (a test that runs elsewhere still finds the shipped sets)."""
+    local = set_path(name)
+    if not local.exists() and not Path(name).is_absolute():
+        local = set_path(name, Path(__file__).resolve().parents[2] / GROUPSETS_DIR)
+    return load(local)[0]
+
+
+def labels(name: str) -> tuple[str, ...]:
+    """The labels of the set `name` in its canonical column order."""
+    return active(name).labels
 
 
 def benchmark_table(gs: GroupSet, category: str, folder: Path) -> pd.DataFrame:

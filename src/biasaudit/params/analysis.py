@@ -8,7 +8,7 @@ from pydantic import Field
 
 from biasaudit.params.base import Section
 
-Group = Literal["white", "black", "asian", "hispanic", "other"]  # Method A's groups (biasaudit.contracts.GROUPS)
+Group = str  # a label of the active group set (checked against it by params.Params)
 
 
 class Analyze(Section):
