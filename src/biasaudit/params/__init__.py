@@ -68,10 +68,7 @@ class Params(Section):
                 except ValueError as e:
                     raise ValueError(f"models.{name}.{e}") from None
         self.classify.check_groups(groups)
-        a = self.analyze
-        for key in ("threshold_group", "dark_group", "earnings_group"):
-            if getattr(a, key) not in groups:
-                raise ValueError(f"analyze.{key}: '{getattr(a, key)}' is not a group of the active set {list(groups)}")
+        self.analyze.check_groups(groups)
         unknown = set(self.reliability.sim_group_accuracy) - set(groups)
         if unknown:
             raise ValueError(f"reliability.sim_group_accuracy: {sorted(unknown)} are not groups of {list(groups)}")
