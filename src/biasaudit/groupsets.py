@@ -15,14 +15,16 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from biasaudit.contracts import GROUPSETS_DIR, UNKNOWN
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
 COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
@@ -163,6 +165,8 @@ def benchmark_table(gs: GroupSet, category: str, folder: Path) -> pd.DataFrame:
     """One category's instance table in the benchmarks' format: instance, <label shares summing to 1>, size,
     and the source columns. Counts are divided by their row total over the labels; percent by 100 and then
     rescaled (a published percentage row rarely sums to exactly 100)."""
+    import pandas as pd  # not at import: validating params loads the set without pandas
+
     cat = gs.categories[category]
     if not cat.table:
         raise ValueError(f"category {category}: built by {cat.builder!r}, not a table of the set")
