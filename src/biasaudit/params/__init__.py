@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from biasaudit.params.analysis import Analyze, Report
@@ -17,7 +15,8 @@ from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sour
 
 
 class Params(Section):
-    profile: Literal["offline", "paper"] = "offline"
+    # the profile params.yaml is in (profiles/<name>.yaml; offline = params.yaml itself, paper = the published setup)
+    profile: str = Field("offline", pattern=r"^[a-z0-9][a-z0-9_-]*$")
     seed: int = 20260111
     execution: Execution = Field(default_factory=Execution)  # local | ray, shard i of n (per-image stages)
     benchmarks: Benchmarks = Field(default_factory=Benchmarks)

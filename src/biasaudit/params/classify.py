@@ -136,6 +136,9 @@ class Classify(Section):
         if set(self.labels) - set(groups):
             raise ValueError(f"classify.labels: {sorted(set(self.labels) - set(groups))} are not groups of the "
                              f"active group set {list(groups)}")
+        unnamed = [g for g in self.labels if g not in self.instruction.lower()]
+        if unnamed:
+            raise ValueError(f"classify.instruction does not name the labels {unnamed}")
         if backend_reads("vlm", self.vlm.backend, "sim_confusion") and set(self.vlm.sim_confusion) != set(groups):
             raise ValueError(f"classify.vlm.sim_confusion: rows and columns must be the groups {list(groups)} "
                              f"of the active group set")
