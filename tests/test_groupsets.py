@@ -287,3 +287,16 @@ def test_three_group_set_runs_the_planted_stages_with_no_code_change(tmp_path: P
     exp = rows.loc["mean_tvd_expected_at_n"]
     assert exp["low"] <= exp["planted"] <= exp["high"] and bool(exp["covered"])
     groupsets.active.cache_clear()
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ("visible_minority", "visible_minority"), ("**not_visible_minority**", "not_visible_minority"),
+    ("Answer: not visible minority.", "not_visible_minority"), ("Visible minority", "visible_minority"),
+    ("visible_minority or not_visible_minority", None), ("South Asian", None)])
+def test_labels_with_underscores_parse_as_words(answer, expected):
+    """A set's labels may hold `_` (ca-vm): the parser keeps it as part of the word, and "not visible minority"
+    is not read as "visible minority"."""
+    from biasaudit.backends.vlm.parse import parse_choice
+
+    gs, _ = groupsets.load("ca-vm", ROOT / "data" / "reference" / "groupsets")
+    assert parse_choice(answer, gs.labels)[0] == expected
