@@ -43,6 +43,8 @@ gpu-wheels:
 	  --require-hashes -r benchmarks/gpu_wheels.txt -d .gpu-wheels
 	$(PYTHON) benchmarks/gpu_wheels.py check
 
+# `biasaudit check` first: it validates params.yaml and refreshes the fingerprints of the input folders it
+# names (data/check/), so `dvc repro` re-runs the stages whose folder changed; with nothing changed it runs none
 demo: setup
 	$(BIN)/python -m biasaudit check
 	$(BIN)/dvc repro --quiet    # one line per stage start and end (scripts/run-notebook)
@@ -70,6 +72,8 @@ lock:
 	$(BIN)/python -m pip freeze --exclude-editable | grep -vE "^(opencv-python==|skin-tone-classifier==)" > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
+# switching profiles stashes the outputs of the profile left and restores those of the one switched to
+# (biasaudit/profile_stash.py), so `make offline` after `make paper` gives the demo's outputs back, up to date
 paper: setup
 	$(BIN)/python -m biasaudit profile paper
 	$(BIN)/python -m biasaudit check

@@ -91,3 +91,48 @@ def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
     (tmp_path / "map.csv").write_text("file,prompt_id\nx.png,occ_y\n")
     third = snapshot()
     assert [k for k in first if second[k] != third[k]] == ["generate_mine.inputs.json"]
+
+
+@pytest.mark.slow
+def test_nothing_changed_runs_no_stage_and_a_changed_photo_only_its_reader(pipeline_copy):
+    """`check` is not always_changed: with nothing changed DVC finds every stage up to date, `check`
+    included; a photo edited inside sources.input_dir (a folder DVC cannot list: params name it) is
+    seen once `biasaudit check` refreshed the fingerprints (as `make demo` does first): then exactly
+    `check` and the one stage that reads the folder are changed. A plain `dvc repro` does not see it."""
+    import json
+    import subprocess
+    import sys
+
+    root, env = pipeline_copy
+    photos = root / "photos" / "doctor"
+    photos.mkdir(parents=True)
+    (photos / "a.jpg").write_bytes(b"photo a")
+    set_params(root / "params.yaml", sources__source="folder", sources__input_dir="photos")
+    (root / "benchmarks/results").mkdir(parents=True)
+    (root / "benchmarks/results/calibration.csv").write_text("finished result\n")  # analyze's input
+
+    def biasaudit_check():
+        done = subprocess.run([sys.executable, "-m", "biasaudit", "check"], cwd=root, env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    def changed() -> dict:
+        done = dvc(root, env, "status", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout or "{}")
+
+    biasaudit_check()
+    assert dvc(root, env, "commit", "--force", "--quiet").returncode == 0  # every stage recorded as run
+    assert changed() == {}  # nothing changed: `dvc repro` runs no stage, not even check
+    fingerprints = {p.name: p.stat().st_mtime_ns for p in (root / "data/check").iterdir()}
+    assert "inputs changed" not in biasaudit_check()
+    assert {p.name: p.stat().st_mtime_ns for p in (root / "data/check").iterdir()} == fingerprints  # not rewritten
+    assert changed() == {}
+
+    (photos / "a.jpg").write_bytes(b"photo a, retouched")
+    assert changed() == {}  # what a plain `dvc repro` misses (README): the folder is no dep of any stage
+    assert "inputs changed for sources" in biasaudit_check()
+    status = changed()
+    assert sorted(status) == ["check", "sources"], status
+    assert status["sources"] == [{"changed deps": {"data/check/sources.inputs.json": "modified"}}]

@@ -237,3 +237,12 @@ def test_source_dependencies_exist():
                 if not (ROOT / dep).exists():
                     missing.append(f"{name}: {dep}")
     assert not missing, missing
+
+
+def test_lock_holds_only_existing_stages():
+    """`dvc repro` never drops the lock entry of a stage that dvc.yaml no longer defines; a stale entry misleads
+    `dvc status` readers and every diff of the lock."""
+    import yaml
+
+    locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    assert sorted(set(locked) - set(STAGES)) == []

@@ -49,6 +49,29 @@ def test_the_plan_is_the_order_dvc_repro_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stage_under_dvc_repro_makes_a_stale_plan_again(tmp_path):
+    """`check` makes the plan when it runs, but it does not run when only dvc.yaml changed: a stage's
+    own line (current_position, under `dvc repro`) then makes it again instead of losing its k/N."""
+    import sys
+
+    root = tmp_path / "p"
+    _project(root, {"check": [], "gen": ["check"]})
+    spec = yaml.safe_load((root / "dvc.yaml").read_text())
+    env = dict(os.environ, DVC_NO_ANALYTICS="1")
+    assert dvc(root, env, "init", "--no-scm", "-q").returncode == 0
+    assert dvc(root, env, "repro").returncode == 0
+    write_plan(root)
+    spec["stages"]["gen"]["cmd"] = (f"{sys.executable} -c \"from biasaudit.progress import current_position; "
+                                    f"open('where.txt', 'w').write(current_position('gen'))\" && echo gen > gen.out")
+    spec["stages"]["late"] = {"cmd": "echo late > late.out", "deps": ["gen.out"], "outs": ["late.out"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert position("gen", root) == ""  # the plan is stale: dvc.yaml changed
+    done = dvc(root, env, "repro")
+    assert done.returncode == 0, done.stderr
+    assert "Running stage 'check'" not in done.stdout and (root / "where.txt").read_text() == "2/3"
+
+
+@pytest.mark.slow
 def test_the_pipelines_plan_lists_every_stage_after_what_it_reads(tmp_path):
     root, env = make_pipeline_copy(tmp_path / "repo")
     plan = write_plan(root)

@@ -11,8 +11,16 @@ portraits of the baseline, an imported FOCUS folder, the CSV of a `file` classif
 filled sheets, the BiSeNet weights) cannot be
 listed in dvc.yaml because they depend on the backend. The stage writes one fingerprint per stage
 instance (`data/check/<stage>.inputs.json`, a content hash of every file); the stage depends on it,
-so a changed input re-runs exactly that stage. `check` is `always_changed` (it must look at the
-folders every time); its outputs only change when params validity or an input's content does.
+so a changed input re-runs exactly that stage. Each file is rewritten only when its content changes.
+
+`check` is not `always_changed`: DVC runs it when params.yaml or the code that validates it changes
+(its deps), which is when validity can change, so a `dvc repro` with nothing changed runs no stage.
+DVC cannot list the external folders as deps of `check` (their paths depend on the backend), so the
+fingerprints are also refreshed by `biasaudit check` (`refresh`), which `make demo` and `make paper`
+run before `dvc repro`: a changed photo changes its fingerprint, DVC then finds the check stage's
+output changed and re-runs exactly the stages that read that folder. A plain `dvc repro` after editing
+a file inside an external folder, with nothing else changed, does not see the edit; `biasaudit check`
+first (or `make demo`) does.
 """
 
 from __future__ import annotations
@@ -27,6 +35,21 @@ from biasaudit import registry
 from biasaudit.params import Params
 
 HASH_CACHE_NAME = ".check-hashes.json"  # beside the check folder: (path, size, mtime) → sha256, so big folders are not re-read
+
+# --- wording (here and in `biasaudit check`): the noun for each kind of need, and counts with their plural
+NEED_LABELS = {"weight": "missing weight", "input": "missing input", "key": "missing key",
+               "server": "server not reachable"}
+
+
+def plural(count: int, noun: str, many: str = "") -> str:
+    """'1 thing', '2 things', '0 things' (`many` for an irregular plural)."""
+    return f"{count} {noun if count == 1 else (many or noun + 's')}"
+
+
+def describe_need(n: Any) -> str:
+    label = NEED_LABELS.get(n.kind, f"missing {n.kind}")
+    return f"{label} {n.what} ({n.used_by}; {n.stage}): {n.fix}"
+
 
 
 def declared_inputs(kind: str, spec: object) -> list[str]:
@@ -81,7 +104,17 @@ def fingerprint(paths: list[str], cache: dict[str, Any] | None = None) -> dict[s
 
 
 def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
-    """Write params.ok and one inputs fingerprint per stage instance; returns the files written."""
+    """Write params.ok and one inputs fingerprint per stage instance; returns the check files."""
+    return _write(cfg, out_dir)[0]
+
+
+def refresh(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
+    """The check files again (as the check stage writes them); returns those whose content changed
+    (a fingerprint of a stage instance now gone counts as changed: it was removed)."""
+    return _write(cfg, out_dir)[1]
+
+
+def _write(cfg: Params, out_dir: str | Path) -> tuple[list[Path], list[Path]]:
     from biasaudit.io import atomic_write_text
 
     out_dir = Path(out_dir)
@@ -91,17 +124,24 @@ def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
         cache = json.loads(hash_cache.read_text()) if hash_cache.exists() else {}
     except (OSError, ValueError):
         cache = {}
-    written = [atomic_write_text(out_dir / C.CHECK_OK.name, "valid\n")]  # constant: downstream stays up to date
+    bodies = {C.CHECK_OK.name: "valid\n"}  # constant: downstream stays up to date
     for stage, paths in external_inputs(cfg).items():
         body = json.dumps({"inputs": fingerprint(paths, cache)}, indent=1, sort_keys=True) + "\n"
-        written.append(atomic_write_text(out_dir / C.inputs_fingerprint_path(stage).name, body))
-    names = {p.name for p in written}
+        bodies[C.inputs_fingerprint_path(stage).name] = body
+    written, changed = [], []
+    for name, body in bodies.items():
+        path = out_dir / name
+        if not (path.is_file() and path.read_text(encoding="utf-8") == body):  # unchanged: not touched
+            atomic_write_text(path, body)
+            changed.append(path)
+        written.append(path)
     for stale in out_dir.glob("*.inputs.json"):  # a stage instance no longer in params.yaml
-        if stale.name not in names:
+        if stale.name not in bodies:
             stale.unlink()
+            changed.append(stale)
     live = {k for k in cache if Path(k.split("|")[0]).exists()}
     atomic_write_text(hash_cache, json.dumps({k: cache[k] for k in sorted(live)}) + "\n")
-    return written
+    return written, changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check: params.yaml is invalid; no stage was run and no output was touched ({out_dir} included)",
               file=sys.stderr)
         return 2
-    written = write_check(cfg, out_dir)
+    written, changed = _write(cfg, out_dir)
     from biasaudit.progress import position, write_plan
 
     try:  # the order dvc repro runs the stages in, for the "k/N" of each stage line
@@ -130,16 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         pass
     where = position("check")
     print(f"✓ {where + ' ' if where else ''}check: {params_file} valid (profile {cfg.profile}); "
-          f"wrote {len(written)} check files to {out_dir}")
-    from biasaudit.cli import describe_need
+          f"{len(written)} check files in {out_dir}, {len(changed)} changed")
     from biasaudit.weights import missing
 
     lacking = missing(cfg)  # not fatal here: a stage that needs none of these still runs; one that does stops first
     for need in lacking:
         print(f"warning: {describe_need(need)}", file=sys.stderr)
     if lacking:
-        from biasaudit.cli import plural
-
         print(f"check: {plural(len(lacking), 'thing')} missing; the stages that need them will stop "
               "before their notebook runs (`biasaudit check` lists them)", file=sys.stderr)
     return 0

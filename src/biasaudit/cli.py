@@ -6,7 +6,7 @@ examples (each runs as written from the project's root):
   biasaudit check --profile paper                   # what the published setup needs, without switching
   biasaudit weights list --profile paper            # the weights it needs: size, licence, where they go
   biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
-  biasaudit profile paper                           # switch params.yaml (keeps comments); back: profile offline
+  biasaudit profile paper                           # switch params.yaml, stash these outputs; back: profile offline
 
 exit status: 0 all present, 1 something needed is missing (each listed with its fix), 2 a usage error or
 invalid parameters. Profiles and parameter validation are biasaudit.config's (this module only calls them).
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit import config
+from biasaudit.check import describe_need, plural
 
 
 def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FILE) -> Any:
@@ -33,22 +34,10 @@ def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FIL
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(params_path, copy)
+        restore = config._restore_path(params_path)  # what the current profile replaced (to undo it on the copy)
+        if restore.is_file():
+            shutil.copyfile(restore, config._restore_path(copy))
         return config.apply_profile(name, params_path=copy, profiles_dir=config.PROFILES_DIR)
-
-
-# --- wording: the noun for each kind of need, and counts with their plural -------------------------
-NEED_LABELS = {"weight": "missing weight", "input": "missing input", "key": "missing key",
-               "server": "server not reachable"}
-
-
-def plural(count: int, noun: str, many: str = "") -> str:
-    """'1 thing', '2 things', '0 things' (`many` for an irregular plural)."""
-    return f"{count} {noun if count == 1 else (many or noun + 's')}"
-
-
-def describe_need(n: Any) -> str:
-    label = NEED_LABELS.get(n.kind, f"missing {n.kind}")
-    return f"{label} {n.what} ({n.used_by}; {n.stage}): {n.fix}"
 
 
 class UsageError(Exception):
@@ -73,6 +62,27 @@ def stage_names(cfg: Any, dvc_yaml: Path) -> list[str] | None:
     return names
 
 
+def refresh_fingerprints(cfg: Any, params_path: Path) -> list[Path]:
+    """In a DVC project's root, checking its params.yaml: rewrite the check stage's fingerprints of the
+    external input folders where their content changed (biasaudit.check), so that the next `dvc repro`
+    re-runs exactly the stages that read a changed folder (DVC cannot hash those folders itself: their
+    paths depend on the backend). Returns the files that changed; elsewhere nothing is written."""
+    from biasaudit import check
+    from biasaudit import contracts as C
+
+    root = Path.cwd()
+    if params_path.resolve() != (root / config.PARAMS_FILE).resolve() or not (root / "dvc.yaml").is_file() \
+            or not (root / ".dvc").is_dir():
+        return []
+    before = {p.name for p in (root / C.CHECK_DIR).glob("*.inputs.json")}
+    changed = check.refresh(cfg, root / C.CHECK_DIR)
+    inputs = [p.name.removesuffix(".inputs.json") for p in changed if p.name in before and p.exists()]
+    if inputs:
+        print(f"inputs changed for {', '.join(inputs)} (their fingerprints in {C.CHECK_DIR}/): `dvc repro` re-runs "
+              "each stage whose inputs differ from what dvc.lock recorded", file=sys.stderr)
+    return changed
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from biasaudit import gpu_extra, weights
 
@@ -87,6 +97,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown stage '{args.stage}' (profile {cfg.profile}); known: {', '.join(known)}")
     if warning := gpu_extra.onnxruntime_warning():  # InsightFace on the CPU
         print(warning, file=sys.stderr)
+    if args.profile is None:
+        refresh_fingerprints(cfg, Path(args.params))
     gone = weights.missing(cfg, stage=args.stage or "")
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
@@ -162,12 +174,36 @@ def cmd_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    """Switch params.yaml; in a DVC project also stash the outputs of the profile left and restore those
+    of the profile switched to (biasaudit.profile_stash: DVC's run cache cannot, every output is persist)."""
+    from biasaudit import profile_stash
+
+    try:
+        profile_params(args.name)  # the new profile validates (on a copy) before anything moves
+        current = config.read_yaml(config.PARAMS_FILE).get("profile", config.DEFAULT_PROFILE)
+    except config.ParamsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    keep = args.no_stash or current == args.name or not profile_stash.is_dvc_project()
+    if not keep:
+        from dvc.lock import LockError
+
+        try:
+            print(profile_stash.describe_stash(profile_stash.stash(current)))
+        except LockError as exc:  # a `dvc repro` is running: nothing moved, params.yaml unchanged
+            print(f"profile: {exc}; switch when it has finished", file=sys.stderr)
+            return 1
     try:
         config.apply_profile(args.name)
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
+        if not keep:  # params.yaml is unchanged: its outputs go back
+            print(profile_stash.describe_restore(profile_stash.restore(current), current))
         return 2
-    print(f"params.yaml now uses profile '{args.name}'; next: biasaudit check")
+    print(f"params.yaml now uses profile '{args.name}'")
+    if not keep:
+        print(profile_stash.describe_restore(profile_stash.restore(args.name), args.name))
+    print("next: biasaudit check, then dvc repro")
     return 0
 
 
@@ -224,9 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=cmd_weights)
     p = sub.add_parser("profile", help=f"switch params.yaml to a profile{shown}",
                        description="Switch params.yaml to a profile in place (comments kept; switching back gives "
-                                   "the file back byte for byte).")
+                                   "the file back byte for byte). In a DVC project the outputs of the profile left "
+                                   "are stashed (moved to .dvc/tmp/profile-stash/) and those of the profile switched "
+                                   "to restored, with their dvc.lock entries, so that switching back runs no stage.")
     p.add_argument("name", choices=profiles, metavar="NAME" if not profiles else None,
                    help=f"the profile{shown}: profiles/<name>.yaml")
+    p.add_argument("--no-stash", action="store_true",
+                   help="switch params.yaml only: leave every output where it is (no stash, no restore)")
     p.set_defaults(func=cmd_profile)
     return parser
 

@@ -108,6 +108,8 @@ CHECK_OK = CHECK_DIR / "params.ok"
 PREV_OUTS_DIR = Path(".prev-outs")
 # the order `dvc repro` runs the stages in (the "k/N" of each stage line); DVC's own scratch folder, not an output
 STAGE_PLAN = Path(".dvc") / "tmp" / "biasaudit-stage-plan.json"
+# each profile's outputs and dvc.lock entries while another profile is current (biasaudit/profile_stash.py)
+PROFILE_STASH_DIR = Path(".dvc") / "tmp" / "profile-stash"
 
 
 def manifest_path(images_dir: str | Path, model: str) -> Path:

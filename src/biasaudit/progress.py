@@ -1,9 +1,9 @@
 """Where a `dvc repro` is: every stage line says "k/N", its place in the order DVC runs the pipeline.
 
-The check stage runs first in every `dvc repro` (every stage depends on it and it is always_changed);
-it asks DVC for its plan (the same planner `dvc repro` uses: a post-order walk of the stage graph) and
-keeps it in DVC's scratch folder, keyed by the content of dvc.yaml and params.yaml (a profile switch
-changes the stage instances). Each stage line then reads its position from there: `▶ 9/20 faces@planted-a`.
+The plan comes from DVC itself (the same planner `dvc repro` uses: a post-order walk of the stage graph)
+and is kept in DVC's scratch folder, keyed by the content of dvc.yaml and params.yaml (a profile switch
+changes the stage instances); the check stage makes it when it runs, and the notebook runner under
+`dvc repro` when it is missing or stale (a changed dvc.yaml does not re-run `check`). Each stage line then reads its position from there: `▶ 9/20 faces@planted-a`.
 A stage that is up to date is skipped by DVC, so a re-run after one change prints, e.g., only 13/20 to 20/20.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from biasaudit import contracts as C
@@ -51,6 +52,17 @@ def write_plan(root: str | Path = ".", path: Path = C.STAGE_PLAN) -> list[str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"key": key, "stages": stages}) + "\n")
     return stages
+
+
+def current_position(stage: str, root: str | Path = ".") -> str:
+    """position(); under `dvc repro` (DVC sets DVC_STAGE for a stage's command) the plan is made first
+    when it is missing or stale: the check stage, which makes it, does not run when only dvc.yaml changed."""
+    if os.environ.get("DVC_STAGE"):
+        try:
+            write_plan(root)
+        except Exception:  # no plan: the stage line lacks k/N
+            pass
+    return position(stage, root)
 
 
 def position(stage: str, root: str | Path = ".", path: Path = C.STAGE_PLAN) -> str:

@@ -295,9 +295,9 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    from biasaudit.progress import position
+    from biasaudit.progress import current_position
 
-    where = position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+    where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
     label = f"{where} {stage}" if where else (stage or name)
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
