@@ -150,7 +150,7 @@ def read_once(tree: Path):
     from biasaudit.t2i.analysis.inputs import SPACES, load_embeddings, load_inputs
 
     cfg = paper_config()
-    data = load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
+    data = load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
     for model in data.models:
         for space in SPACES:
             load_embeddings(tree, model, space)
@@ -176,7 +176,7 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
 
     cfg = paper_config()
     t0, c0 = time.perf_counter(), time.process_time()
-    data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir)
+    data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
     times = {"read tables": time.perf_counter() - t0}
     cpu = {"read tables": time.process_time() - c0}
@@ -196,10 +196,11 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
 def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
     from threadpoolctl import threadpool_limits
 
+    from biasaudit.contracts import GROUPS  # the demo tree is the U.S. set's
     from biasaudit.stats import homogeneity as H
     from biasaudit.t2i.analysis.inputs import _embedding_meta, load_embeddings, load_inputs
 
-    data = load_inputs(tree)
+    data = load_inputs(tree, groups=GROUPS)
     index, X = load_embeddings(tree, MODELS[0], "clip")
     meta = _embedding_meta(data, index, MODELS[0])
     prompts = meta["prompt_id"].to_numpy()

@@ -91,7 +91,7 @@ def main() -> None:
                 from biasaudit.tiny.diffusion import ensure_tiny_pipeline
 
                 ensure_tiny_pipeline("sd3")
-                make_vlm_backend(cfg.classify.vlm)
+                make_vlm_backend(cfg.classify.vlm, cfg.groups)
             # the inputs of classify and faces come from generate; untimed
             run_generate("packaged-photos", cfg, progress=False)
             for label, stage, model in stages:

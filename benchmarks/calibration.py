@@ -116,10 +116,10 @@ def tvd_check(which: str, P: int, n: int, strength: float, n_boot: int):
         pp = _per_prompt(q, p, n, rng)
         expected_obs, true_tvd, dev_black = _population_tvd(strength, n)
         if which == "deviation":
-            d = deviation_summary(pp, boot)
+            d = deviation_summary(pp, boot, GROUPS)
             r = d[(d["category"] == "c") & (d["race"] == "black")].iloc[0]
             return r["mean_deviation_low"] <= dev_black <= r["mean_deviation_high"]
-        s = tvd_summary(pp, boot)
+        s = tvd_summary(pp, boot, GROUPS)
         r = s[s["category"] == "c"].iloc[0]
         if which == "mean_tvd":
             return r["mean_tvd_low"] <= expected_obs <= r["mean_tvd_high"]

@@ -49,7 +49,8 @@ from biasaudit.t2i.analysis import (
 
 cfg, params = stage_params("analyze")
 banner(cfg)
-data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir)
+data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups,
+                          colours=cfg.group_colours)
 writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
 
 

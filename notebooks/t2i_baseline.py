@@ -59,10 +59,11 @@ if params.source == "none":
 else:
     folder = Path(params.portraits_dir)
     if stand_in:
-        folder = bl.build_standin_portraits(out / "standin_portraits", params.standin_per_group, cfg.seed)
+        folder = bl.build_standin_portraits(out / "standin_portraits", cfg.groups, params.standin_per_group,
+                                             cfg.seed)
     elif not folder.is_dir():
         raise FileNotFoundError(f"baseline.portraits_dir: {folder} does not exist (expected <group>/<file>.jpg)")
-    manifest = bl.portrait_manifest(folder, stand_in=stand_in)
+    manifest = bl.portrait_manifest(folder, cfg.groups, stand_in=stand_in)
     atomic_write_table(manifest, out / "manifest.parquet")
     display(manifest.groupby(["group", "status"]).size().rename("portraits").unstack(fill_value=0))
 

@@ -32,7 +32,6 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import display
 
-from biasaudit import GROUPS
 from biasaudit import contracts as C
 from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
@@ -48,7 +47,8 @@ out_dir.mkdir(parents=True, exist_ok=True)
 # ## The sample and the annotation sheet
 
 # %%
-labels, bench = rel.load_inputs(list(cfg.models), cfg.generate.images_dir, cfg.generate.prompts_file)
+labels, bench = rel.load_inputs(list(cfg.models), cfg.generate.images_dir, cfg.generate.prompts_file,
+                               cfg.groups)
 sheet = rel.annotation_sheet(labels, params.sample_size, params.sample_seed)
 atomic_write_table(sheet, Path(params.sheets_dir) / "annotation_sheet.csv")
 print(f"{len(sheet)} of {len(labels)} labelled images sampled → {params.sheets_dir}/annotation_sheet.csv")
@@ -57,12 +57,12 @@ print(f"{len(sheet)} of {len(labels)} labelled images sampled → {params.sheets
 # ## Rater labels (human sheets, or SIMULATED raters)
 
 # %%
-ratings, provenance = rel.collect_ratings(sheet, labels, params, cfg.seed)
+ratings, provenance = rel.collect_ratings(sheet, labels, params, cfg.seed, cfg.groups)
 print(provenance["note"])
 display(ratings.head())
 
 # %%
-tables = rel.agreement(ratings, list(params.raters), GROUPS, params.n_boot, params.ci_level, cfg.seed)
+tables = rel.agreement(ratings, list(params.raters), cfg.groups, params.n_boot, params.ci_level, cfg.seed)
 for name in ("pairwise_kappa", "mean_kappa", "fleiss_kappa", "confusion", "disagreements"):
     print(name + (" (SIMULATED raters)" if params.simulate else ""))
     display(tables[name].round(3))
@@ -73,7 +73,7 @@ for name in ("pairwise_kappa", "mean_kappa", "fleiss_kappa", "confusion", "disag
 # computed once, in the analysis stage, with this `correction_method` and a bootstrap over these images.
 
 # %%
-correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method,
+correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method, cfg.groups,
                                         reference=params.confusion_reference)
 print({k: v for k, v in correction.items() if k != "misclassification_matrix"})
 

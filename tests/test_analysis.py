@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit.contracts import L_BIN_LABELS
+from biasaudit.contracts import GROUPS, L_BIN_LABELS
 from biasaudit.outputs import NO_DATA, OK, OutputWriter
 from biasaudit.t2i.analysis import calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
@@ -43,7 +43,7 @@ LABELS = _labels({"p1": ["white"] * 4, "p2": ["white", "black", "black", "unknow
 
 
 def test_per_prompt_tvd_by_hand():
-    pp = per_prompt_table(LABELS, _prompts()).set_index("prompt_id")
+    pp = per_prompt_table(LABELS, _prompts(), GROUPS).set_index("prompt_id")
     # p1: model (1,0,0,0,0) vs (.6,.2,.1,.1,0) → ½(.4+.2+.1+.1) = 0.4
     assert pp.loc["p1", "tvd"] == pytest.approx(0.4)
     # p2: unknown excluded → (1/3, 2/3, 0, 0, 0) vs (.2,.6,0,.2,0) → ½(2/15 + 1/15 + .2) = 0.2
@@ -54,7 +54,7 @@ def test_per_prompt_tvd_by_hand():
 
 
 def test_tvd_summary_mean_and_pooled_by_hand():
-    s = tvd_summary(per_prompt_table(LABELS, _prompts()), BOOT).set_index("category")
+    s = tvd_summary(per_prompt_table(LABELS, _prompts(), GROUPS), BOOT, GROUPS).set_index("category")
     occ = s.loc["occupation"]
     assert occ["mean_tvd"] == pytest.approx(0.3)
     # pooled: counts (5,2,0,0,0)/7 vs (4·p1 + 3·p2)/7 = (3.0, 2.6, .4, 1.0, 0)/7 → ½(2+.6+.4+1)/7 = 2/7
@@ -67,8 +67,8 @@ def test_tvd_summary_mean_and_pooled_by_hand():
 
 
 def test_deviation_and_threshold_by_hand():
-    pp = per_prompt_table(LABELS, _prompts())
-    dev = deviation_summary(pp, BOOT).set_index(["category", "race"])
+    pp = per_prompt_table(LABELS, _prompts(), GROUPS)
+    dev = deviation_summary(pp, BOOT, GROUPS).set_index(["category", "race"])
     black = dev.loc[("occupation", "black")]
     assert black["share_below"] == pytest.approx(0.5)  # p1: 0 < .2 ; p2: 2/3 > .6
     assert black["mean_deviation"] == pytest.approx(((0 - 0.2) + (2 / 3 - 0.6)) / 2)
@@ -90,7 +90,7 @@ def test_dark_share_and_earnings_regression():
                          "a": 10.0, "b": 15.0})
     faces = pd.DataFrame(rows)
     labels = faces[["image_id"]].assign(label=["black"] * 25 + ["white"] * 5)
-    measured = skin_table(faces, labels, prompts)
+    measured = skin_table(faces, labels, prompts, GROUPS)
     assert measured["C"].iloc[0] == pytest.approx(np.hypot(10, 15))
     fit = earnings_regression(measured, "black", 100.0, 0.95).iloc[0]
     assert fit["slope"] == pytest.approx(0.5, abs=0.1) and fit["p_value"] < 0.01 and fit["n_clusters"] == 5
@@ -100,7 +100,7 @@ def test_dark_share_and_earnings_regression():
 
 
 def test_empty_inputs_say_no_data(tmp_path):
-    inputs = load_inputs(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
     for result in (representation.compute(inputs, CFG), skin.compute(inputs, CFG), homogeneity.compute(inputs, CFG),
                    reliability.compute(inputs, CFG), corrected.compute(inputs, CFG)):
         assert result.status == NO_DATA and result.reason, result.name
@@ -112,14 +112,14 @@ def test_faces_without_any_face_say_no_data_with_reasons(tmp_path):
         f = tmp_path / f"data/t2i/faces/{model}.parquet"
         df = pd.read_parquet(f).assign(status="skipped", reason="no face", L=np.nan, n_faces=0)
         df.to_parquet(f)
-    res = skin.compute(load_inputs(tmp_path), CFG)
+    res = skin.compute(load_inputs(tmp_path, groups=GROUPS), CFG)
     assert res.status == NO_DATA and "no face" in res.reason
 
 
 @pytest.mark.slow
 def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
     write_tree(tmp_path)
-    inputs = load_inputs(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
     assert inputs.models == list(MODELS)
     writer = OutputWriter(tmp_path / "reports/t2i", dpi=60)
     results = [representation.compute(inputs, CFG), skin.compute(inputs, CFG),
@@ -146,7 +146,7 @@ def test_full_run_on_synthetic_tree_writes_every_output(tmp_path):
 
 def test_stage_counts_report_failures_abstentions_and_missing_faces(tmp_path):
     write_tree(tmp_path)
-    counts = stage_counts(load_inputs(tmp_path)).set_index(["stage", "model"])
+    counts = stage_counts(load_inputs(tmp_path, groups=GROUPS)).set_index(["stage", "model"])
     assert counts.loc[("generate", "synth-a"), "status_failed"] == 1
     assert counts.loc[("classify", "synth-a"), "abstentions"] == 1
     assert counts.loc[("faces", "synth-a"), "no_face"] == 7
@@ -162,7 +162,7 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
     so the middle bins of the figure were NaN. The fixture's faces rows come from the producer
     (faces.colour.describe_rgb); every bin with ≥ 2 embedded images must have a finite similarity."""
     write_tree(tmp_path)
-    inputs = load_inputs(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
     measured = inputs.faces.dropna(subset=["L"])
     assert (measured["L_bin"] == measured["L"].map(_bin_of)).all()
     assert set(measured["L_bin"]) == {"<40", "[40,55)", "[55,70)", "≥70"}  # the fixture spans all four
@@ -207,13 +207,13 @@ def test_real_faces_measurements_fill_every_L_bin_of_the_analysis(monkeypatch, t
     t = homogeneity_table(np.asarray(vectors, np.float32), faces, by="L_bin", n_boot=0, n_perm=0, small_group=2)
     intra = t.set_index("group").reindex(list(L_BIN_LABELS))["intra"]
     assert np.isfinite(intra).all(), intra.to_dict()
-    counts = labels_by_L_bin(faces)
+    counts = labels_by_L_bin(faces, GROUPS)
     assert sorted(counts["L_bin"]) == sorted(L_BIN_LABELS) and (counts["n_white"] == 2).all()
 
 
 def test_calibration_section_reads_the_committed_table(tmp_path):
 
-    inputs = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path)
+    inputs = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), tmp_path, groups=GROUPS)
     assert calibration.compute(inputs, CFG).status == "no data"
     (tmp_path / "benchmarks/results").mkdir(parents=True)
     pd.DataFrame([{"method": "mean_tvd CI", "kind": "coverage", "setting": "50 prompts", "scale": "paper",
@@ -227,7 +227,7 @@ def test_the_very_dark_group_is_the_parameter_not_a_literal():
     faces = pd.DataFrame({"image_id": [f"i{k}" for k in range(6)], "model": "m", "prompt_id": ["p1", "p1", "p2", "p2", "p3", "p3"],
                           "status": "ok", "L": [20.0, 30.0, 35.0, 60.0, 25.0, 70.0], "a": 10.0, "b": 15.0})
     labels = faces[["image_id"]].assign(label=["white", "black", "white", "white", "asian", "black"])
-    measured = skin_table(faces, labels, _prompts())
+    measured = skin_table(faces, labels, _prompts(), GROUPS)
     for group, expect in (("white", 2 / 4), ("black", 1 / 4), ("asian", 1 / 4), ("other", 0.0)):
         d = dark_share(measured, BOOT, analysis_config(dark_group=group).analyze).iloc[0]
         assert d["group"] == group and d["share"] == pytest.approx(expect), group  # 4 faces below L* 40

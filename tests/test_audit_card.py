@@ -182,7 +182,7 @@ def test_representation_ratio_recovers_a_planted_scale():
     bench = rng.dirichlet(np.ones(len(GROUPS)), size=30)
     rows = []
     for i, q in enumerate(bench):
-        counts = rng.multinomial(400, planted_distribution(q, {"black": 0.5}, "white"))
+        counts = rng.multinomial(400, planted_distribution(q, {"black": 0.5}, "white", GROUPS))
         rows.append({"model": "m", "prompt_id": f"p{i}", "n": int(counts.sum()),
                      **{f"n_{g}": int(k) for g, k in zip(GROUPS, counts)},
                      **{f"share_{g}": k / counts.sum() for g, k in zip(GROUPS, counts)},

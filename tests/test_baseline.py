@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from biasaudit.contracts import GROUPS
 from biasaudit.faces import baseline as bl
 from biasaudit.stats.homogeneity import relative_gaps
 
@@ -17,7 +18,7 @@ def test_portrait_manifest_reads_group_folders_and_records_rejects(tmp_path):
     (tmp_path / "loose.png").write_bytes(b"not an image")
     (tmp_path / "asian").mkdir()
     (tmp_path / "asian" / "broken.jpg").write_bytes(b"\xff\xd8 truncated")
-    m = bl.portrait_manifest(tmp_path).set_index("path")
+    m = bl.portrait_manifest(tmp_path, GROUPS).set_index("path")
     assert len(m) == 5 and m["image_id"].is_unique
     ok = m[m["status"] == "ok"]
     assert sorted(ok["group"]) == ["black", "white"] and (ok["width"] == 64).all()
@@ -27,7 +28,7 @@ def test_portrait_manifest_reads_group_folders_and_records_rejects(tmp_path):
     assert m["model_revision"].nunique() == 1 and m["model_revision"].iloc[0].startswith("files:")
     # the revision follows the files' content
     Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "black" / "a.jpg")
-    assert bl.portrait_manifest(tmp_path)["model_revision"].iloc[0] != m["model_revision"].iloc[0]
+    assert bl.portrait_manifest(tmp_path, GROUPS)["model_revision"].iloc[0] != m["model_revision"].iloc[0]
 
 
 def test_relative_gaps_subtract_the_baseline_per_space_and_group():
@@ -42,8 +43,8 @@ def test_relative_gaps_subtract_the_baseline_per_space_and_group():
 
 @pytest.mark.slow
 def test_standin_portraits_are_labelled_and_measurable(tmp_path):
-    folder = bl.build_standin_portraits(tmp_path / "p", per_group=2, seed=1, size=128)
+    folder = bl.build_standin_portraits(tmp_path / "p", GROUPS, per_group=2, seed=1, size=128)
     assert "Stand-in" in (folder / "STAND-IN.txt").read_text()
-    m = bl.portrait_manifest(folder, stand_in=True)
+    m = bl.portrait_manifest(folder, GROUPS, stand_in=True)
     assert len(m) == 10 and (m["status"] == "ok").all() and m["stand_in"].all()
     assert m.groupby("group").size().eq(2).all()

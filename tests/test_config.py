@@ -70,7 +70,7 @@ def _value(raw, dotted):
     return raw
 
 
-@pytest.mark.parametrize("profile", ["paper", "offline"])
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")))
 def test_profiles_hold_only_keys_that_differ_from_the_default(profile):
     default = raw_params()
     overrides = read_yaml(ROOT / f"profiles/{profile}.yaml")
@@ -97,6 +97,33 @@ def test_switching_to_paper_and_back_is_byte_identical(profile_sandbox):
     assert not (profile_sandbox / ".params-restore.yaml").exists()
     with pytest.raises(ParamsError, match="unknown profile 'nope'"):
         apply_profile("nope", params_path, profiles)
+
+
+def test_the_canadian_profile_validates_and_runs_on_its_group_set(profile_sandbox):
+    """profiles/offline-ca-vm.yaml (the planted-truth demo on ca-vm): valid against the schema, every per-group
+    key is the Canadian set's, the planted distortions are its labels, and switching back is byte for byte."""
+    from biasaudit import groupsets
+
+    params_path, profiles = profile_sandbox / "params.yaml", profile_sandbox / "profiles"
+    original = params_path.read_bytes()
+    ca = apply_profile("offline-ca-vm", params_path, profiles)
+    gs, _ = groupsets.load("ca-vm", ROOT / "data" / "reference" / "groupsets")
+    assert ca.profile == "offline-ca-vm" and ca.benchmarks.group_set == "ca-vm" and ca.groups == gs.labels
+    assert tuple(ca.classify.labels) == gs.labels and set(ca.classify.vlm.sim_confusion) == set(gs.labels)
+    assert " ".join(ca.classify.instruction.split()) == " ".join(gs.classifier.instruction.split())
+    assert ca.prompts.categories == list(gs.categories) == ["geography"]
+    assert ca.prompts.templates["geography"] == gs.categories["geography"].template
+    for spec in ca.models.values():
+        assert spec.backend == "planted" and set(spec.planted.L_mean) == set(gs.labels)
+        assert set(spec.planted.scale) | {spec.planted.receiver} <= set(gs.labels)
+    # more than two prompts: instances at or above min_size, top_k per group, none selected twice
+    from biasaudit.t2i import prompts as pr
+
+    bench = groupsets.benchmark_table(gs, "geography", ROOT / "data" / "reference" / "groupsets" / "ca-vm")
+    chosen = pr.select_instances(bench, ca.prompts.top_k, ca.prompts.min_size["geography"], gs.labels)
+    assert len(chosen) == 2 * ca.prompts.top_k == 10
+    apply_profile("offline", params_path, profiles)
+    assert params_path.read_bytes() == original
 
 
 def test_an_edit_made_in_the_paper_profile_survives_switching_back(profile_sandbox):

@@ -187,3 +187,116 @@ def test_canadian_set_runs_prompts_to_tvd(tmp_path: Path):
     per = per_prompt_table(pd.DataFrame(rows), prompts, groups=gs.labels).set_index("instance")
     for name, share in (("British Columbia", 0.28), ("Ontario", 0.262), ("Nunavut", 0.017)):
         assert abs(per.loc[name, "tvd"] - share / 2) < 0.02, name
+
+
+def three_group_params(tmp_path: Path, monkeypatch, **analyze) -> tuple[dict, object]:
+    """params.yaml with the made-up set active (under tmp_path/data/reference/groupsets/, the working
+    directory): one planted model, the simulated classifier and analyze keyed by its three labels."""
+    from biasaudit.config import read_yaml, validate
+
+    write_set(tmp_path / "data" / "reference" / "groupsets" / "testland")
+    monkeypatch.chdir(tmp_path)
+    groupsets.active.cache_clear()
+    labels = [g["label"] for g in THREE["groups"]]
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["benchmarks"] = {**raw["benchmarks"], "group_set": "testland"}
+    raw["models"] = {"planted-t": {"backend": "planted", "width": 160, "height": 160, "planted": {
+        "scale": {"south": 0.5}, "receiver": "north",
+        "L_mean": {"north": 62.0, "south": 38.0, "east": 50.0}, "L_sd": {g: 4.0 for g in labels},
+        "hue_mean": {g: 55.0 for g in labels}, "hue_sd": {g: 2.0 for g in labels}}}}
+    M = {"north": {"north": 0.9, "south": 0.05, "east": 0.05}, "south": {"north": 0.2, "south": 0.7, "east": 0.1},
+         "east": {"north": 0.05, "south": 0.05, "east": 0.9}}
+    raw["classify"] = {**raw["classify"], "labels": labels, "instruction": THREE["classifier"]["instruction"],
+                       "vlm": {**raw["classify"]["vlm"], "sim_confusion": M}}
+    raw["reliability"] = {**raw["reliability"], "sim_group_accuracy": {}}
+    raw["analyze"] = {**raw["analyze"], "threshold_group": "south", "dark_group": "south", "earnings_group": "south",
+                      **analyze}
+    return raw, validate(raw)
+
+
+def test_the_schema_reads_the_active_sets_groups(tmp_path: Path, monkeypatch):
+    from biasaudit.config import ParamsError, validate
+
+    raw, cfg = three_group_params(tmp_path, monkeypatch)
+    assert cfg.groups == ("north", "south", "east")
+    assert cfg.group_colours == {"north": "#112233", "south": "#445566", "east": "#778899"}
+    for section, key, value, message in [
+            ("analyze", "dark_group", "black", "dark_group: 'black' is not a group"),
+            ("classify", "labels", ["north", "white"], "white"),
+            ("reliability", "sim_group_accuracy", {"hispanic": 0.6}, "hispanic")]:
+        bad = {**raw, section: {**raw[section], key: value}}
+        with pytest.raises(ParamsError, match=message):
+            validate(bad)
+    us_planted = {**raw, "models": {"p": {"backend": "planted", "planted": {}}}}  # the U.S. defaults
+    with pytest.raises(ParamsError, match="north"):
+        validate(us_planted)
+    us_confusion = {**raw, "classify": {**raw["classify"], "vlm": {**raw["classify"]["vlm"], "sim_confusion": {
+        "white": {"white": 1.0}}}}}
+    with pytest.raises(ParamsError, match="sim_confusion"):
+        validate(us_confusion)
+    groupsets.active.cache_clear()
+
+
+def test_three_group_set_runs_the_planted_stages_with_no_code_change(tmp_path: Path, monkeypatch):
+    """Planted draws, the simulated classifier and the validation section's planted-truth rows on the made-up
+    set, with the groups the config reads from the set; planted values checked against the definition."""
+    import json
+
+    from biasaudit.backends.generators.planted import draw_truth
+    from biasaudit.backends.vlm import make_vlm_backend
+    from biasaudit.t2i.analysis import validation
+    from biasaudit.t2i.analysis.inputs import Inputs
+
+    _, cfg = three_group_params(tmp_path, monkeypatch, n_boot=200)
+    labels, spec = cfg.groups, cfg.models["planted-t"].planted
+    gs, folder = groupsets.load("testland")
+    bench = groupsets.benchmark_table(gs, "region", folder)
+    prompts = pr.build_prompts({"region": pr.select_instances(bench, 1, 0, labels)},
+                               {"region": gs.categories["region"].template}, "", "t1", labels)
+    prompts.to_csv(tmp_path / "prompts.csv", index=False)
+    shares = read_benchmarks(tmp_path / "prompts.csv", labels)
+    clf = make_vlm_backend(cfg.classify.vlm, cfg.groups)
+    M = np.array([[cfg.classify.vlm.sim_confusion[t][c] for c in labels] for t in labels])
+    man, lab, n = [], [], 600
+    for pid, q in shares.items():
+        p = planted_distribution(q, dict(spec.scale), spec.receiver, labels)
+        # the declared distortion: south × 0.5, north + the difference
+        assert p == pytest.approx([q[0] + 0.5 * q[1], 0.5 * q[1], q[2]])
+        draws = [draw_truth(np.random.default_rng([s, 0]), p, spec, labels) for s in range(n)]
+        got = np.array([[d[0] == g for g in labels] for d in draws]).mean(axis=0)
+        assert np.abs(got - p).max() < 4 * np.sqrt(0.25 / n)
+        for g in labels:  # L* of each planted label ~ N(L_mean, L_sd)
+            L = [d[1] for d in draws if d[0] == g]
+            if len(L) > 20:
+                assert abs(np.mean(L) - spec.L_mean[g]) < 4 * 4.0 / np.sqrt(len(L)), g
+        for k, (g, L, hue) in enumerate(draws):
+            iid = f"t-{pid}-{k}"
+            man.append({"image_id": iid, "model": "planted-t", "prompt_id": pid, "status": "ok", "planted_label": g,
+                        "planted_L": L, "planted_hue": hue, "extra": json.dumps({"planted_shares": list(p)})})
+            lab.append({"image_id": iid, "model": "planted-t", "prompt_id": pid, "label": clf.answer(iid, g),
+                        "status": "ok"})
+    labels_df = pd.DataFrame(lab)
+    said = pd.crosstab(pd.Series([m["planted_label"] for m in man]), labels_df["label"]).reindex(
+        index=list(labels), columns=list(labels), fill_value=0)
+    assert np.abs(said.div(said.sum(axis=1), axis=0).to_numpy() - M).max() < 0.08  # the declared confusion
+    inputs = Inputs(prompts, pd.DataFrame(man), labels_df, pd.DataFrame(), root=tmp_path, groups=labels)
+    table = validation.compute(inputs, cfg).tables["validation"]
+    rows = table[table["category_or_group"] == "region"].set_index("quantity")
+    q = prompts[list(labels)].to_numpy(float)
+    assert rows.loc["mean_tvd", "planted"] == pytest.approx((0.5 * q[:, 1]).mean())  # TVD = (1 − 0.5) · q_south
+    exp = rows.loc["mean_tvd_expected_at_n"]
+    assert exp["low"] <= exp["planted"] <= exp["high"] and bool(exp["covered"])
+    groupsets.active.cache_clear()
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ("visible_minority", "visible_minority"), ("**not_visible_minority**", "not_visible_minority"),
+    ("Answer: not visible minority.", "not_visible_minority"), ("Visible minority", "visible_minority"),
+    ("visible_minority or not_visible_minority", None), ("South Asian", None)])
+def test_labels_with_underscores_parse_as_words(answer, expected):
+    """A set's labels may hold `_` (ca-vm): the parser keeps it as part of the word, and "not visible minority"
+    is not read as "visible minority"."""
+    from biasaudit.backends.vlm.parse import parse_choice
+
+    gs, _ = groupsets.load("ca-vm", ROOT / "data" / "reference" / "groupsets")
+    assert parse_choice(answer, gs.labels)[0] == expected

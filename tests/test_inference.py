@@ -77,7 +77,7 @@ def test_tvd_summary_reports_floor_corrected_and_paired():
     pp["null_floor"] = null_floor(pp["n"].to_numpy(), q)
     pp["tvd_bias_corrected"] = bias_corrected_tvd(pp[[f"n_{g}" for g in groups]].to_numpy(), q)
     boot = Boot(n_boot=300, level=0.95, method="percentile", seed=0, p_adjust="holm", permutation_design="within")
-    s = tvd_summary(pp, boot).set_index(["model", "category"])
+    s = tvd_summary(pp, boot, groups).set_index(["model", "category"])
     assert s.loc[("a", "surname"), "null_floor"] == pytest.approx(pp[pp.model == "a"]["null_floor"].mean())
     assert s.loc[("a", "surname"), "tvd_bias_corrected"] < s.loc[("a", "surname"), "mean_tvd"]
     assert s.loc[("b", "all"), "tvd_bias_corrected_low"] < s.loc[("b", "all"), "tvd_bias_corrected_high"]

@@ -31,10 +31,10 @@ from .conftest import ROOT
 
 def test_planted_distribution_is_the_declared_distortion():
     bench = np.array([[0.5, 0.3, 0.1, 0.05, 0.05], [0.1, 0.8, 0.05, 0.03, 0.02]])
-    p = planted_distribution(bench, {"black": 0.5}, "white")
+    p = planted_distribution(bench, {"black": 0.5}, "white", GROUPS)
     np.testing.assert_allclose(p, [[0.65, 0.15, 0.1, 0.05, 0.05], [0.5, 0.4, 0.05, 0.03, 0.02]])
     np.testing.assert_allclose(tvd(p, bench), [0.15, 0.4])  # exactly the moved mass
-    two = planted_distribution(bench, {"black": 0.0, "asian": 0.5}, "hispanic")
+    two = planted_distribution(bench, {"black": 0.0, "asian": 0.5}, "hispanic", GROUPS)
     np.testing.assert_allclose(two[0], [0.5, 0.0, 0.05, 0.05 + 0.3 + 0.05, 0.05])
 
 
@@ -42,7 +42,7 @@ def test_planted_labels_and_skin_follow_the_declared_distributions():
     spec = PlantedSpec()
     p = np.array([0.5, 0.2, 0.1, 0.15, 0.05])
     n = 4000
-    draws = [draw_truth(np.random.default_rng([s, 0]), p, spec) for s in range(n)]
+    draws = [draw_truth(np.random.default_rng([s, 0]), p, spec, GROUPS) for s in range(n)]
     labels = np.array([d[0] for d in draws])
     for g, share in zip(GROUPS, p):
         assert abs((labels == g).mean() - share) < 4 * np.sqrt(share * (1 - share) / n), g
@@ -137,7 +137,7 @@ def test_simulated_classifier_reads_the_planted_label(planted_run):
 
     _, res, _ = planted_run
     identity = {t: {c: float(t == c) for c in GROUPS} for t in GROUPS}
-    backend = make_vlm_backend(VLMSpec(backend="simulated", sim_confusion=identity))
+    backend = make_vlm_backend(VLMSpec(backend="simulated", sim_confusion=identity), GROUPS)
     out = backend.generate([VLMRequest(images=(p,), prompt="race?") for p in res.manifest["path"]])
     assert [r.text for r in out] == list(res.manifest["planted_label"])  # identity matrix: the truth
     assert backend.stand_in
@@ -152,16 +152,22 @@ def test_simulated_classifier_follows_the_declared_confusion():
     from biasaudit.stats.correction import confusion_array
 
     spec = VLMSpec(backend="simulated")
-    clf = SimulatedClassifier(spec)
-    M = confusion_array(spec.sim_confusion)
+    clf = SimulatedClassifier(spec, GROUPS)
+    M = confusion_array(spec.sim_confusion, GROUPS)
     n = 3000
     said = np.array([clf.answer(f"img-{i}", "hispanic") for i in range(n)])
     for j, g in enumerate(GROUPS):
         p = M[GROUPS.index("hispanic"), j]
         assert abs((said == g).mean() - p) < 4 * np.sqrt(p * (1 - p) / n) + 1e-9, g
     assert clf.answer("img-7", "white") == clf.answer("img-7", "white")  # seeded per image
-    with pytest.raises(ValueError, match="sim_confusion"):
-        VLMSpec(backend="simulated", sim_confusion={"white": {"white": 1.0}})
+    from biasaudit.params import Params
+    from biasaudit.params.classify import Classify
+
+    partial = VLMSpec(backend="simulated", sim_confusion={"white": {"white": 1.0}})  # a valid spec on its own …
+    with pytest.raises(ValueError, match="sim_confusion: rows and columns must be the groups"):
+        Params(classify=Classify(vlm=partial))  # … but not the active set's five groups
+    with pytest.raises(ValueError, match="sim_confusion: columns must be among"):
+        VLMSpec(backend="simulated", sim_confusion={"white": {"white": 0.5, "black": 0.5}})
 
 
 def test_cross_detector_measures_faces_the_main_detector_lost():

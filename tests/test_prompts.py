@@ -21,7 +21,7 @@ def toy_bench() -> pd.DataFrame:
 
 
 def test_selection_respects_k_min_size_and_is_unique():
-    sel = pr.select_instances(toy_bench(), top_k=3, min_size=10)
+    sel = pr.select_instances(toy_bench(), top_k=3, min_size=10, groups=GROUPS)
     assert len(sel) == 15
     assert sel["instance"].is_unique
     assert (sel["size"] >= 10).all()
@@ -32,8 +32,8 @@ def test_selection_respects_k_min_size_and_is_unique():
 
 def test_selection_is_deterministic_under_row_order():
     bench = toy_bench()
-    a = pr.select_instances(bench, 3, 10)
-    b = pr.select_instances(bench.sample(frac=1, random_state=1), 3, 10)
+    a = pr.select_instances(bench, 3, 10, GROUPS)
+    b = pr.select_instances(bench.sample(frac=1, random_state=1), 3, 10, GROUPS)
     pd.testing.assert_frame_equal(a.reset_index(drop=True)[["instance", "selected_for"]],
                                   b.reset_index(drop=True)[["instance", "selected_for"]])
 
@@ -46,13 +46,13 @@ def test_duplicates_go_to_the_first_group_and_later_groups_take_the_next():
         {"instance": "y", "white": 0.2, "black": 0.1, "asian": 0.1, "hispanic": 0.2, "other": 0.4, "size": 10},
         {"instance": "z", "white": 0.3, "black": 0.3, "asian": 0.3, "hispanic": 0.05, "other": 0.05, "size": 10},
     ])
-    sel = pr.select_instances(bench, 1, 1).set_index("selected_for")["instance"]
+    sel = pr.select_instances(bench, 1, 1, GROUPS).set_index("selected_for")["instance"]
     assert sel["white"] == "shared" and sel["black"] == "b2"  # ties with 'shared' → next best
 
 
 def test_too_few_candidates_names_the_parameters():
     with pytest.raises(ValueError, match="min_size"):
-        pr.select_instances(toy_bench(), top_k=10, min_size=10)
+        pr.select_instances(toy_bench(), top_k=10, min_size=10, groups=GROUPS)
 
 
 def test_rendering_and_ids():
@@ -89,8 +89,8 @@ def test_paper_selection_has_150_prompts():
             bench = bm.geography_benchmark(bm.load_p2())
         else:
             bench = bm.surname_benchmark(bm.load_census_surnames())
-        selected[category] = pr.select_instances(bench, 10, params.min_size[category])
-    prompts = pr.build_prompts(selected, params.templates, params.style_suffix, "v1")
+        selected[category] = pr.select_instances(bench, 10, params.min_size[category], GROUPS)
+    prompts = pr.build_prompts(selected, params.templates, params.style_suffix, "v1", GROUPS)
     assert len(prompts) == 150
     assert prompts.groupby(["category", "selected_for"]).size().eq(10).all()
     assert prompts["prompt_id"].is_unique

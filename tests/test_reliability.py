@@ -31,7 +31,7 @@ def test_fleiss_kappa_textbook():
 
 
 def test_fixture_sheets_reproduce_hand_computed_kappas():
-    wide, problems = rel.read_sheets({"rater1": FIX / "rater1.csv", "rater2": FIX / "rater2.csv"})
+    wide, problems = rel.read_sheets({"rater1": FIX / "rater1.csv", "rater2": FIX / "rater2.csv"}, GROUPS)
     assert problems.empty
     clf = pd.read_csv(FIX / "classifier.csv").set_index("image_id")["label"].rename(rel.CLASSIFIER)
     ratings = wide.join(clf)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from biasaudit.contracts import ANALYSIS_TABLES, IMAGES_DIR, PROMPTS_CSV, ContractError
+from biasaudit.contracts import ANALYSIS_TABLES, GROUPS, IMAGES_DIR, PROMPTS_CSV, ContractError
 from biasaudit.outputs import Figure, OutputWriter, Result
 from biasaudit.params import Params
 from biasaudit.report import build_index
@@ -46,7 +46,7 @@ TVD = {  # model → (mean_tvd, low, high, null_floor, corrected, corrected_low,
 
 def _analysis(root: Path) -> None:
     cfg = analysis_config(n_boot=100)
-    inputs = load_inputs(root)
+    inputs = load_inputs(root, groups=GROUPS)
     writer = OutputWriter(root / "reports/t2i", dpi=50)
     writer.add(representation.compute(inputs, cfg))
     writer.add(skin.compute(inputs, cfg))

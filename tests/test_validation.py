@@ -47,7 +47,7 @@ def synthetic(n_per_prompt=400, seed=0, lose_dark=False, root: Path | None = Non
     ids = [f"p{i}" for i in range(len(bench))]
     prompts = pd.DataFrame({"prompt_id": ids, "category": ["occupation"] * 3 + ["surname"] * 3, "instance": ids,
                             "selected_for": "white", **{g: bench[:, j] for j, g in enumerate(GROUPS)}})
-    P = planted_distribution(bench, {"black": 0.5}, "white")
+    P = planted_distribution(bench, {"black": 0.5}, "white", GROUPS)
     L_mean = {"white": 66.0, "black": 34.0, "asian": 62.0, "hispanic": 52.0, "other": 48.0}
     man, lab, faces = [], [], []
     for pid, p in zip(ids, P):
@@ -68,7 +68,7 @@ def synthetic(n_per_prompt=400, seed=0, lose_dark=False, root: Path | None = Non
     labels = pd.DataFrame(lab)
     if root is not None:
         write_ratings(root, labels)
-    return Inputs(prompts, pd.DataFrame(man), labels, pd.DataFrame(faces), root=root or Path("/nonexistent")), P, bench
+    return Inputs(prompts, pd.DataFrame(man), labels, pd.DataFrame(faces), root=root or Path("/nonexistent"), groups=GROUPS), P, bench
 
 
 def test_validation_recovers_planted_values_with_a_perfect_instrument(tmp_path):
@@ -126,7 +126,7 @@ def test_sections_without_planted_images_say_so():
     inputs, _, _ = synthetic(n_per_prompt=5)
     inputs.manifests = inputs.manifests.drop(columns=["planted_label"])
     assert va.compute(inputs, CFG).status == "no data"
-    empty = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."))
+    empty = Inputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), root=Path("."), groups=GROUPS)
     assert face_loss.compute(empty, CFG).status == "no data"
 
 

@@ -16,10 +16,11 @@ import numpy as np
 
 # ------------------------------------------------------------------ label sets and group names
 
-# Method A: the five groups, in the canonical column order of every table; anything else is an abstention.
+# Method A: the U.S. set's five groups (data/reference/groupsets/us/groupset.yaml, kept equal by a test), for its
+# Census/BLS table builders and tests; every stage reads the active set's labels (Params.groups). A label outside
+# the active set is an abstention.
 GROUPS: tuple[str, ...] = ("white", "black", "asian", "hispanic", "other")
 UNKNOWN = "unknown"
-LABEL_ORDER: tuple[str, ...] = (*GROUPS, UNKNOWN)
 
 # Method B: the target groups of the face-only edits (file names {Race}_{gender}.jpg).
 RACES: tuple[str, ...] = ("Asian", "Black", "Latino", "MiddleEastern", "White")

@@ -13,15 +13,18 @@ label>, size` (shares sum to 1), which `t2i.prompts.select_instances(..., groups
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from biasaudit.contracts import GROUPSETS_DIR, UNKNOWN
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
 COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
@@ -142,10 +145,28 @@ def load(name_or_path: str | Path, root: Path = GROUPSETS_DIR) -> tuple[GroupSet
         raise ValueError(f"{path}: {e}") from e
 
 
+@lru_cache(maxsize=None)
+def active(name: str) -> GroupSet:
+    """The set `name` (cached): the one accessor every stage reads its groups through (`Params.groups`,
+    `Params.group_colours`). A name is looked up under the working directory's data/reference/groupsets/ and,
+    failing that, under the project's own (a test that runs elsewhere still finds the shipped sets)."""
+    local = set_path(name)
+    if not local.exists() and not Path(name).is_absolute():
+        local = set_path(name, Path(__file__).resolve().parents[2] / GROUPSETS_DIR)
+    return load(local)[0]
+
+
+def labels(name: str) -> tuple[str, ...]:
+    """The labels of the set `name` in its canonical column order."""
+    return active(name).labels
+
+
 def benchmark_table(gs: GroupSet, category: str, folder: Path) -> pd.DataFrame:
     """One category's instance table in the benchmarks' format: instance, <label shares summing to 1>, size,
     and the source columns. Counts are divided by their row total over the labels; percent by 100 and then
     rescaled (a published percentage row rarely sums to exactly 100)."""
+    import pandas as pd  # not at import: validating params loads the set without pandas
+
     cat = gs.categories[category]
     if not cat.table:
         raise ValueError(f"category {category}: built by {cat.builder!r}, not a table of the set")

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path
 from biasaudit.provenance import library_versions_json, sha256_file, utc_now
@@ -27,8 +26,9 @@ MODEL = "baseline"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"}
 
 
-def portrait_manifest(portraits_dir: str | Path, stand_in: bool = False) -> pd.DataFrame:
-    """One row per file in the generate manifest's format; `prompt_id` is the group (the cluster the
+def portrait_manifest(portraits_dir: str | Path, groups: tuple[str, ...], stand_in: bool = False) -> pd.DataFrame:
+    """One row per file in the generate manifest's format; a file's group is its folder, one of `groups` (the
+    active set's labels); `prompt_id` is the group (the cluster the
     bootstrap resamples is the single portrait, so each person counts once). Files outside a group
     folder or unreadable are kept with status 'failed' and a reason."""
     root = Path(portraits_dir)
@@ -39,8 +39,8 @@ def portrait_manifest(portraits_dir: str | Path, stand_in: bool = False) -> pd.D
         group = rel.parts[0].lower() if len(rel.parts) > 1 else ""
         image_id = f"{MODEL}-{hashlib.sha1(rel.as_posix().encode()).hexdigest()[:12]}"
         status, reason, width, height = "ok", "", 0, 0
-        if group not in GROUPS:
-            status, reason = "failed", f"not in a group folder ({', '.join(GROUPS)}): {rel.as_posix()}"
+        if group not in groups:
+            status, reason = "failed", f"not in a group folder ({', '.join(groups)}): {rel.as_posix()}"
         else:
             loaded = load_rgb(path)
             if not loaded.ok:
@@ -59,9 +59,10 @@ def portrait_manifest(portraits_dir: str | Path, stand_in: bool = False) -> pd.D
     return manifest
 
 
-def build_standin_portraits(out_dir: str | Path, per_group: int, seed: int, size: int = 256) -> Path:
+def build_standin_portraits(out_dir: str | Path, groups: tuple[str, ...], per_group: int, seed: int,
+                            size: int = 256) -> Path:
     """STAND-IN baseline for the offline profile: seeded variants of the two packaged public-domain
-    photos (both of light-skinned people), dealt round-robin into the five group folders. The group
+    photos (both of light-skinned people), dealt round-robin into one folder per group of `groups`. The group
     folders say nothing about the people: this only exercises the code path."""
     from PIL import Image
 
@@ -69,8 +70,8 @@ def build_standin_portraits(out_dir: str | Path, per_group: int, seed: int, size
     from biasaudit.provenance import derive_seed
 
     out = Path(out_dir)
-    for k in range(per_group * len(GROUPS)):
-        group = GROUPS[k % len(GROUPS)]
+    for k in range(per_group * len(groups)):
+        group = groups[k % len(groups)]
         target = out / group / f"standin-{k:03d}.png"
         if target.exists():
             continue

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from biasaudit.params.analysis import Analyze, Report
 from biasaudit.params.base import Section
@@ -17,7 +15,8 @@ from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sour
 
 
 class Params(Section):
-    profile: Literal["offline", "paper"] = "offline"
+    # the profile params.yaml is in (profiles/<name>.yaml; offline = params.yaml itself, paper = the published setup)
+    profile: str = Field("offline", pattern=r"^[a-z0-9][a-z0-9_-]*$")
     seed: int = 20260111
     execution: Execution = Field(default_factory=Execution)  # local | ray, shard i of n (per-image stages)
     benchmarks: Benchmarks = Field(default_factory=Benchmarks)
@@ -38,6 +37,41 @@ class Params(Section):
     validate_edits: ValidateEdits = Field(default_factory=ValidateEdits)
     reflect: Reflect = Field(default_factory=Reflect)
     reflect_analysis: ReflectAnalysis = Field(default_factory=ReflectAnalysis)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Method A's groups: the labels of the active group set (`benchmarks.group_set`), in table order. Every
+        stage after benchmarks reads its groups here (Method B keeps its race × gender targets, vlm/groups.py)."""
+        from biasaudit import groupsets
+
+        return groupsets.labels(self.benchmarks.group_set)
+
+    @property
+    def group_colours(self) -> dict[str, str]:
+        """label → '#rrggbb' of the active group set, in its label order (figures and pages)."""
+        from biasaudit import groupsets
+
+        return groupsets.active(self.benchmarks.group_set).colours
+
+    @model_validator(mode="after")
+    def _keys_are_the_active_groups(self) -> "Params":
+        """Every per-group key names a label of the active group set."""
+        try:
+            groups = self.groups
+        except (OSError, ValueError) as e:
+            raise ValueError(f"benchmarks.group_set: {e}") from None
+        for name, spec in self.models.items():
+            if spec.planted is not None:
+                try:
+                    spec.planted.check_groups(groups)
+                except ValueError as e:
+                    raise ValueError(f"models.{name}.{e}") from None
+        self.classify.check_groups(groups)
+        self.analyze.check_groups(groups)
+        unknown = set(self.reliability.sim_group_accuracy) - set(groups)
+        if unknown:
+            raise ValueError(f"reliability.sim_group_accuracy: {sorted(unknown)} are not groups of {list(groups)}")
+        return self
 
 
 __all__ = ["Params", "Section", "VLMSpec"]

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from biasaudit.params.base import Section
 
-Group = Literal["white", "black", "asian", "hispanic", "other"]  # Method A's groups (biasaudit.contracts.GROUPS)
+Group = str  # a label of the active group set (checked against it by params.Params)
 
 
 class Analyze(Section):
@@ -40,6 +40,12 @@ class Analyze(Section):
     # Instrument bias: a label or L* bin whose no-face (or cross-detector loss) rate exceeds this is flagged
     # (its skin and face-embedding results lean toward the lighter faces that were found).
     face_loss_threshold: float = Field(0.10, ge=0.0, le=1.0)
+
+    def check_groups(self, groups: tuple[str, ...]) -> None:
+        """Every Group key names a label of the active group set (called by params.Params)."""
+        for key in ("threshold_group", "dark_group", "earnings_group"):
+            if getattr(self, key) not in groups:
+                raise ValueError(f"analyze.{key}: '{getattr(self, key)}' is not a group of the active set {list(groups)}")
 
 
 class Report(Section):

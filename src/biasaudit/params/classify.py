@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS
 from biasaudit.params.base import Section
 from biasaudit.params.vlm import PlantedReflect
 from biasaudit.registry import backend_reads, check_backend_requirements, check_name
@@ -108,8 +107,8 @@ class VLMSpec(Section):
         check_backend_requirements("vlm", self)
         if backend_reads("vlm", self.backend, "sim_confusion"):
             rows = self.sim_confusion
-            if set(rows) != set(GROUPS) or any(set(r) - set(GROUPS) for r in rows.values()):
-                raise ValueError(f"sim_confusion: rows and columns must be the groups {list(GROUPS)}")
+            if any(set(r) - set(rows) for r in rows.values()):
+                raise ValueError(f"sim_confusion: columns must be among the rows' groups {list(rows)}")
             if any(v < 0 for r in rows.values() for v in r.values()) or any(sum(r.values()) <= 0 for r in rows.values()):
                 raise ValueError("sim_confusion: entries must be ≥ 0 with a positive sum per row")
         if backend_reads("vlm", self.backend, "clip_templates"):
@@ -121,7 +120,8 @@ class VLMSpec(Section):
 
 class Classify(Section):
     vlm: VLMSpec = Field(default_factory=VLMSpec)
-    labels: list[str] = Field(default_factory=lambda: list(GROUPS))  # allowed answers, in table order
+    # allowed answers, in table order: labels of the active group set (params.Params checks them)
+    labels: list[str] = Field(default_factory=lambda: ["white", "black", "asian", "hispanic", "other"])
     instruction: str = DEFAULT_INSTRUCTION
     instruction_version: str = "v1"       # bump whenever the instruction text changes
     cache_path: str = C.CLASSIFY_CACHE.as_posix()
@@ -131,11 +131,17 @@ class Classify(Section):
     prices: dict[str, Price] = Field(default_factory=lambda: {
         "gemini-2.5-flash": Price(input_per_mtok=0.30, output_per_mtok=2.50, batch_discount=0.5)})
 
-    @model_validator(mode="after")
-    def _check(self) -> "Classify":
-        if set(self.labels) - set(GROUPS):
-            raise ValueError(f"labels: {sorted(set(self.labels) - set(GROUPS))} are not Method A groups {GROUPS}")
-        return self
+    def check_groups(self, groups: tuple[str, ...]) -> None:
+        """The labels, and a simulated classifier's confusion rows, are the active set's (called by params.Params)."""
+        if set(self.labels) - set(groups):
+            raise ValueError(f"classify.labels: {sorted(set(self.labels) - set(groups))} are not groups of the "
+                             f"active group set {list(groups)}")
+        unnamed = [g for g in self.labels if g not in self.instruction.lower()]
+        if unnamed:
+            raise ValueError(f"classify.instruction does not name the labels {unnamed}")
+        if backend_reads("vlm", self.vlm.backend, "sim_confusion") and set(self.vlm.sim_confusion) != set(groups):
+            raise ValueError(f"classify.vlm.sim_confusion: rows and columns must be the groups {list(groups)} "
+                             f"of the active group set")
 
 
 class Reliability(Section):

@@ -16,7 +16,6 @@ from pydantic import AfterValidator, Field, model_validator
 
 from biasaudit import contracts as C
 from biasaudit import registry
-from biasaudit.contracts import GROUPS
 from biasaudit.params.base import ENV_NAME, Section  # noqa: F401  (ENV_NAME: re-exported)
 from biasaudit.registry import backend_reads, check_backend_requirements, check_name
 
@@ -27,35 +26,32 @@ MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_SIDE = 4096
 
 
-def _per_group(values: dict[str, float]) -> dict[str, float]:
-    return {g: float(values[g]) for g in GROUPS}
-
-
 class PlantedSpec(Section):
     """The `planted` backend (PLANTED truth, not a model): a declared distortion of each prompt's
-    benchmark shares and per-label skin-tone distributions (see backends/generators/planted.py)."""
+    benchmark shares and per-label skin-tone distributions (see backends/generators/planted.py).
+    The defaults are keyed by the U.S. set's labels; with another group set every per-label key is stated
+    (params.Params checks the keys against the active set's labels)."""
 
     prompts_file: str = "data/t2i/prompts.csv"  # benchmark shares per prompt (the prompts stage output)
     scale: dict[str, float] = Field(default_factory=lambda: {"black": 0.5})  # planted share = benchmark × factor
     receiver: str = "white"  # gets the mass the scaling removed
     L_mean: dict[str, float] = Field(default_factory=lambda: {
         "white": 66.0, "black": 34.0, "asian": 62.0, "hispanic": 52.0, "other": 48.0})
-    L_sd: dict[str, float] = Field(default_factory=lambda: {g: 5.0 for g in GROUPS})
+    L_sd: dict[str, float] = Field(default_factory=lambda: {
+        "white": 5.0, "black": 5.0, "asian": 5.0, "hispanic": 5.0, "other": 5.0})
     L_range: list[float] = Field(default_factory=lambda: [15.0, 80.0])  # planted L* clipped to this range
     hue_mean: dict[str, float] = Field(default_factory=lambda: {
         "white": 52.0, "black": 58.0, "asian": 64.0, "hispanic": 60.0, "other": 56.0})
-    hue_sd: dict[str, float] = Field(default_factory=lambda: {g: 3.0 for g in GROUPS})
+    hue_sd: dict[str, float] = Field(default_factory=lambda: {
+        "white": 3.0, "black": 3.0, "asian": 3.0, "hispanic": 3.0, "other": 3.0})
     max_crop_factor: float = Field(2.0, ge=1.3, le=6.0)  # crop side at most this × the face box side
 
     @model_validator(mode="after")
     def _check(self) -> "PlantedSpec":
-        for key in ("L_mean", "L_sd", "hue_mean", "hue_sd"):
-            missing = set(GROUPS) - set(getattr(self, key))
-            extra = set(getattr(self, key)) - set(GROUPS)
-            if missing or extra:
-                raise ValueError(f"planted.{key}: needs exactly the groups {list(GROUPS)} "
-                                 f"(missing {sorted(missing)}, unknown {sorted(extra)})")
-        unknown = (set(self.scale) | {self.receiver}) - set(GROUPS)
+        for key in ("L_sd", "hue_mean", "hue_sd"):
+            if set(getattr(self, key)) != set(self.L_mean):
+                raise ValueError(f"planted.{key}: needs exactly the groups of L_mean {sorted(self.L_mean)}")
+        unknown = (set(self.scale) | {self.receiver}) - set(self.L_mean)
         if unknown:
             raise ValueError(f"planted.scale/receiver: unknown group(s) {sorted(unknown)}")
         if self.receiver in self.scale:
@@ -67,6 +63,12 @@ class PlantedSpec(Section):
         if len(self.L_range) != 2 or not 0.0 <= self.L_range[0] < self.L_range[1] <= 100.0:
             raise ValueError("planted.L_range: need 0 ≤ low < high ≤ 100")
         return self
+
+    def check_groups(self, groups: tuple[str, ...]) -> None:
+        """The per-label keys name exactly the active set's labels (called by params.Params)."""
+        if set(self.L_mean) != set(groups):
+            raise ValueError(f"planted.L_mean/L_sd/hue_mean/hue_sd: need exactly the groups {list(groups)} of the "
+                             f"active group set (got {sorted(self.L_mean)})")
 
 
 class GeneratorSpec(Section):

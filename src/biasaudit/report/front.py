@@ -19,7 +19,6 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import registry
-from biasaudit.contracts import GROUPS
 from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, pval, read_json, truthy
 from biasaudit.report.trail import trail
 
@@ -214,7 +213,7 @@ def paired_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
+def skin_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str, ...]) -> Block:
     """Mean L* by classified race per model (with CI), skin-tone diversity (ΔE2000), and the share of very
     dark faces (below the stated L* threshold) classified as the dark group."""
     b = Block("skin", "Skin lightness L* (CIELAB, 0 = black, 100 = white) by classified race, and skin-tone diversity")
@@ -224,7 +223,7 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
     if not s.ok:
         return _missing(b, s)
     df = s.df
-    labels = [x for x in GROUPS if x in set(df["label"])]
+    labels = [x for x in labels if x in set(df["label"])]
     rows = []
     for model in _models_order(df):
         sub = df[df["model"].astype(str) == model].set_index("label")
@@ -266,7 +265,7 @@ def skin_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
+def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str, ...]) -> Block:
     """Homogeneity per model × group (CLIP and face embeddings): the within-prompt gap (headline, with its
     CI and adjusted p-value) and the paper's unstratified gap beside it."""
     b = Block("homogeneity", "Homogeneity gap within prompts (intra- minus inter-group cosine over pairs that share "
@@ -278,7 +277,7 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str) -> Block:
     df = h.df
     padj = "p_adjusted" if "p_adjusted" in df else ("p_value" if "p_value" in df else None)
     seen = list(dict.fromkeys(df["group"].astype(str)))
-    groups = [g for g in GROUPS if g in seen] + [g for g in seen if g not in GROUPS]
+    groups = [g for g in labels if g in seen] + [g for g in seen if g not in labels]
     rows = []
     for key, sub in df.groupby(["model", "space"], sort=False):
         row = {"model": key[0], "space": key[1]}
@@ -680,11 +679,12 @@ def _round(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: round(v, 4) if isinstance(v, float) else v)
 
 
-def build_blocks(reports: Path, level: str) -> dict[str, list[Block]]:
+def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str, list[Block]]:
+    """Every block of the front page; `labels` are the active group set's (Params.groups), in table order."""
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     groups = {
-        "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level),
-                     homogeneity_block(t2i, reports, level), kappa_block(t2i, reports, level)],
+        "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),
+                     homogeneity_block(t2i, reports, level, labels), kappa_block(t2i, reports, level)],
         "method_b": [winrate_block(vlm, reports, level), delta_g_block(vlm, reports, level),
                      significance_block(vlm, reports, level)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),

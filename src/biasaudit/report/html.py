@@ -255,7 +255,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     stand_in = params.profile == "offline" or bool(t2i.metrics.get("stand_in"))
     lvl = f"{level:.0%}"
-    blocks = build_blocks(reports, lvl)
+    blocks = build_blocks(reports, lvl, params.groups)
     findings = headline_findings(blocks)
     t2i_secs = manifest_sections(t2i, reports, max_table_rows)
     rel = _folder_section(reports / "t2i/reliability", reports, max_table_rows, "reliability_files",

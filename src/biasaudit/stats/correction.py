@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import nnls
 
-from biasaudit import GROUPS
 from biasaudit.stats.resample import Interval, cluster_weights, intervals, replicates
 from biasaudit.stats.tvd import tvd
 
@@ -513,7 +512,7 @@ def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | N
     return out
 
 
-def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...] = GROUPS) -> np.ndarray:
+def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...]) -> np.ndarray:
     """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
     M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
     return M / M.sum(axis=1, keepdims=True)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from biasaudit import GROUPS, UNKNOWN
+from biasaudit import UNKNOWN
 
 
 def tvd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -62,9 +62,10 @@ def bias_corrected_tvd(counts: np.ndarray, q: np.ndarray) -> np.ndarray:
     return 2 * tvd(p, q) - expected_tvd(n.astype(np.int64), p, q)
 
 
-def label_shares(labels: pd.DataFrame, by: str | list[str] = "prompt_id", label_col: str = "label",
-                 groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
-    """Share of each group among the non-abstaining labels per `by`, plus n and abstention counts."""
+def label_shares(labels: pd.DataFrame, groups: tuple[str, ...], by: str | list[str] = "prompt_id",
+                 label_col: str = "label") -> pd.DataFrame:
+    """Share of each of `groups` (the active set's labels) among the non-abstaining labels per `by`, plus n and
+    abstention counts."""
     by = [by] if isinstance(by, str) else list(by)
     counts = pd.crosstab([labels[c] for c in by], labels[label_col])
     for g in (*groups, UNKNOWN):

@@ -123,12 +123,12 @@ def summary(labels: pd.DataFrame) -> pd.DataFrame:
 # --- the stage: local or Ray, whole or one shard -------------------------------------------------
 
 def make_classify_fn(spec: Any, cache_path: str, price: dict[str, float] | None, instruction: str,
-                     instruction_version: str, labels: tuple[str, ...], max_tokens: int):
+                     instruction_version: str, labels: tuple[str, ...], max_tokens: int, groups: tuple[str, ...]):
     """The batch function built where it runs (a Ray actor): its own backend and its own connection
     to the answer cache. A module-level factory over plain values, so a functools.partial pickles."""
     from biasaudit.backends.vlm import Price, make_vlm_backend
 
-    vlm = CachedVLM(make_vlm_backend(spec), cache_path, Price(**price) if price else None)
+    vlm = CachedVLM(make_vlm_backend(spec, groups), cache_path, Price(**price) if price else None)
     fn = make_batch_fn(vlm, instruction, instruction_version, labels, max_tokens)
     fn.vlm = vlm  # type: ignore[attr-defined]
     return fn
@@ -153,12 +153,12 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     labels = tuple(params.labels)
     price = params.prices.get(params.vlm.model_id)
     price_d = price.model_dump(exclude={"per_image"}) if price else None  # token prices (CachedVLM)
-    backend = make_vlm_backend(params.vlm)  # names the run (its revision) and serves the local runner
+    backend = make_vlm_backend(params.vlm, cfg.groups)  # names the run (its revision) and serves the local runner
     vlm = CachedVLM(backend, params.cache_path, Price(**price_d) if price_d else None)
     items = items_from_manifest(manifest)
     if ex.runner == "ray":
         make_fn = partial(make_classify_fn, params.vlm, params.cache_path, price_d, params.instruction,
-                          params.instruction_version, labels, params.vlm.max_tokens)
+                          params.instruction_version, labels, params.vlm.max_tokens, cfg.groups)
     else:
         fn = make_batch_fn(vlm, params.instruction, params.instruction_version, labels, params.vlm.max_tokens)
         make_fn = lambda: fn  # noqa: E731 - the local runner calls it in this process

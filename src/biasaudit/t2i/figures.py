@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from biasaudit.contracts import GROUPS, L_BIN_LABELS, LABEL_ORDER
+from biasaudit.contracts import L_BIN_LABELS, UNKNOWN
 from biasaudit.outputs import Figure
 
 
@@ -34,13 +34,12 @@ def plot_sweep(summary: pd.DataFrame):
     return fig
 
 
-PALETTE = dict(zip(LABEL_ORDER, ("#4c72b0", "#1f3a93", "#dd8452", "#55a868", "#8172b3", "#999999")))
+UNKNOWN_COLOUR = "#999999"
 
 
-PALETTE["black"] = "#1f77b4"  # the paper's blue points (Black) in Figure 2
-
-
-PALETTE["white"] = "#7f7f7f"
+def palette(colours: dict[str, str]) -> dict[str, str]:
+    """Label → colour: the active group set's colours (groupset.yaml, in its label order), then the abstention."""
+    return {**colours, UNKNOWN: UNKNOWN_COLOUR}
 
 
 def _facet_grid(nrows: int, ncols: int, size: float = 3.2):
@@ -51,7 +50,7 @@ def _facet_grid(nrows: int, ncols: int, size: float = 3.2):
     return fig, axes
 
 
-def plot_shares(long: pd.DataFrame) -> Figure:
+def plot_shares(long: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """The paper's Figure 2: model share against benchmark share per race and prompt, with the diagonal."""
     models, cats = sorted(long["model"].unique()), sorted(long["category"].unique())
     fig, axes = _facet_grid(len(models), len(cats))
@@ -60,9 +59,9 @@ def plot_shares(long: pd.DataFrame) -> Figure:
             ax = axes[i, j]
             ax.plot([0, 1], [0, 1], color="0.3", lw=1, ls="--", zorder=0)
             sub = long[(long["model"] == model) & (long["category"] == cat)]
-            for g in GROUPS:
+            for g in colours:
                 s = sub[sub["race"] == g]
-                ax.scatter(s["benchmark_share"], s["model_share"], s=22, alpha=0.8, color=PALETTE[g],
+                ax.scatter(s["benchmark_share"], s["model_share"], s=22, alpha=0.8, color=colours[g],
                            label=g, edgecolor="white", linewidth=0.4)
             ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), title=f"{model} · {cat}")
             if i == len(models) - 1:
@@ -102,7 +101,7 @@ def plot_tvd(summary: pd.DataFrame, level: float) -> Figure:
 STRIP_POINTS = 1000  # plot_L_by_label draws at most this many images' points per box (a seeded sample)
 
 
-def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:
+def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """L* per image by label; the dotted line is the very-dark threshold of the `dark` table (dark_share).
     The boxes use every image; the points over them, a seeded sample of at most STRIP_POINTS images per
     box (at paper scale 15,000 points per model only overplot, and take seconds to draw)."""
@@ -112,7 +111,7 @@ def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:
     # plain object columns: seaborn walks string columns value by value, and Arrow-backed ones slowly
     skin = pd.DataFrame({"label": skin["label"].astype(object), "model": skin["model"].astype(object),
                          "L": skin["L"].to_numpy(float)}, index=skin.index)
-    order = [g for g in LABEL_ORDER if g in set(skin["label"])]
+    order = [g for g in palette(colours) if g in set(skin["label"])]
     fig, ax = plt.subplots(figsize=(7.5, 4))
     hues = list(pd.unique(skin["model"]))  # seaborn's own default order, fixed for the sampled points too
     sns.boxplot(skin, x="label", y="L", hue="model", order=order, hue_order=hues, ax=ax, fliersize=0,
@@ -135,16 +134,16 @@ def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame) -> Figure:
                   f"as very dark.{sampled}")
 
 
-def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
+def plot_L_vs_C(skin: pd.DataFrame, colours: dict[str, str]) -> Figure:
     models = sorted(skin["model"].unique())
     fig, axes = _facet_grid(1, len(models))
     for j, model in enumerate(models):
         ax = axes[0, j]
         sub = skin[skin["model"] == model]
-        for g in LABEL_ORDER:
+        for g, colour in palette(colours).items():
             s = sub[sub["label"] == g]
             if len(s):
-                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=PALETTE[g], label=g, rasterized=True)  # per image
+                ax.scatter(s["C"], s["L"], s=14, alpha=0.8, color=colour, label=g, rasterized=True)  # per image
         ax.set(title=model, xlabel="chroma C*", ylabel="lightness L*" if j == 0 else "")
     handles, names = [], []
     for ax in axes[0]:
@@ -157,7 +156,7 @@ def plot_L_vs_C(skin: pd.DataFrame) -> Figure:
     return Figure(fig, "L* vs C* per model", "Skin lightness against chroma, coloured by classified race.")
 
 
-def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame) -> Figure:
+def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """L* against earnings for the regressed label (earnings_regression's `group` and `slope_unit_usd`)."""
     models = sorted(fits["model"])
     group, unit_usd = str(fits["group"].iloc[0]), float(fits["slope_unit_usd"].iloc[0])
@@ -165,7 +164,7 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame) -> Figure:
     for j, model in enumerate(models):
         ax = axes[0, j]
         s = skin[(skin["model"] == model) & (skin["label"] == group) & (skin.get("category") == "occupation")]
-        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=PALETTE[group], rasterized=True)
+        ax.scatter(s["median_weekly_earnings_usd"], s["L"], s=16, alpha=0.7, color=palette(colours)[group], rasterized=True)
         f = fits.set_index("model").loc[model]
         if np.isfinite(f["slope"]):
             xs = np.linspace(s["median_weekly_earnings_usd"].min(), s["median_weekly_earnings_usd"].max(), 50)
@@ -180,12 +179,12 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame) -> Figure:
                   "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.")
 
 
-def plot_diversity(summary: pd.DataFrame) -> Figure:
+def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """Mean pairwise ΔE2000 per label and model, with its bootstrap CI where there is one."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    labels = [g for g in LABEL_ORDER if g in set(summary["label"])]
+    labels = [g for g in palette(colours) if g in set(summary["label"])]
     models = sorted(summary["model"].unique())
     width = 0.8 / max(len(models), 1)
     for k, model in enumerate(models):
@@ -206,7 +205,7 @@ def plot_diversity(summary: pd.DataFrame) -> Figure:
                   "bars are cluster-bootstrap CIs over prompts.")
 
 
-def plot_gap_heatmap(table: pd.DataFrame) -> Figure:
+def plot_gap_heatmap(table: pd.DataFrame, groups: tuple[str, ...]) -> Figure:
     """Within-prompt gap (colour and first number; the headline) with the paper's unstratified gap in
     brackets, per classified race × model, one panel per embedding space."""
     import matplotlib.pyplot as plt
@@ -218,7 +217,7 @@ def plot_gap_heatmap(table: pd.DataFrame) -> Figure:
     for space in spaces:
         sub = table[table["space"] == space]
         grid = sub.pivot(index="group", columns="model", values=value)
-        order = [g for g in GROUPS if g in grid.index]
+        order = [g for g in groups if g in grid.index]
         grids.append(grid.reindex(order))
         paper = sub.pivot(index="group", columns="model", values="gap").reindex(order) if value != "gap" else None
         notes.append(grids[-1].map(lambda v: "—" if pd.isna(v) else f"{v:.3f}") + (

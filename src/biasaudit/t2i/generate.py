@@ -203,14 +203,14 @@ def make_batch_fn(ctx: BatchContext):
 
 
 def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, black_threshold: int,
-                     prompt_ids: tuple[str, ...]):
+                     prompt_ids: tuple[str, ...], groups: tuple[str, ...]):
     """The batch function of one model, built where it runs (the driver, or each Ray actor): a
     module-level factory over plain values, so `functools.partial(make_generate_fn, ...)` pickles.
     The generator loads on the first batch; images are written by whoever runs the batch, atomically."""
     def make() -> Generator:
         from biasaudit.backends.generators import make_generator
 
-        return make_generator(model, spec, set(prompt_ids))
+        return make_generator(model, spec, set(prompt_ids), groups=groups)
 
     ctx = BatchContext(model, spec, Path(out_dir), revision, black_threshold, make)
     fn = make_batch_fn(ctx)
@@ -275,7 +275,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
         make_fn = lambda: fn  # noqa: E731
     else:
         make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, gp.black_threshold,
-                          tuple(prompts["prompt_id"].astype(str)))
+                          tuple(prompts["prompt_id"].astype(str)), cfg.groups)
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
                   batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged,
                   cpu_bound=bool(registry.trait("generator", spec.backend, "cpu_bound", False)),

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from biasaudit import GROUPS
 from biasaudit.contracts import OCCUPATION_PHRASES
 
 PREFIX = {"occupation": "occ", "geography": "geo", "surname": "sur"}
@@ -34,7 +33,7 @@ def attach_occupation_phrases(bench: pd.DataFrame, phrases: pd.DataFrame) -> tup
 
 
 def select_instances(bench: pd.DataFrame, top_k: int, min_size: float,
-                     groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+                     groups: tuple[str, ...]) -> pd.DataFrame:
     """For each group in canonical order (the group set's labels), the top-k instances by that group's share
     among those of at least `min_size` that no earlier group took. Ties break by size, then name."""
     eligible = bench[(bench["size"] >= min_size) & bench[list(groups)].notna().all(axis=1)]
@@ -54,7 +53,7 @@ def select_instances(bench: pd.DataFrame, top_k: int, min_size: float,
     return pd.concat(picks, ignore_index=True)
 
 
-def select_listed(bench: pd.DataFrame, instances: list[str], groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+def select_listed(bench: pd.DataFrame, instances: list[str], groups: tuple[str, ...]) -> pd.DataFrame:
     """An explicit instance list instead of the top-k selection (e.g. a published prompt set), in its order;
     `selected_for` is the group with the largest benchmark share. An instance missing from the table is an
     error naming it."""
@@ -84,7 +83,7 @@ def render_prompt(template: str, style_suffix: str, instance: str, article: str 
 
 
 def build_prompts(selected: dict[str, pd.DataFrame], templates: dict[str, str], style_suffix: str,
-                  template_version: str, groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+                  template_version: str, groups: tuple[str, ...]) -> pd.DataFrame:
     frames = []
     for category, sel in selected.items():
         sel = sel.copy()

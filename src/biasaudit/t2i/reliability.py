@@ -21,7 +21,7 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 
-from biasaudit import GROUPS, UNKNOWN
+from biasaudit import UNKNOWN
 from biasaudit import contracts as C
 from biasaudit.backends.vlm.parse import parse_choice
 
@@ -39,7 +39,7 @@ def annotation_sheet(labels: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
                          "label": ""})
 
 
-def read_sheets(sheets: dict[str, str | Path], groups: tuple[str, ...] = GROUPS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_sheets(sheets: dict[str, str | Path], groups: tuple[str, ...]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Filled sheets {rater: csv} → (wide table image_id × rater, problems table).
 
     Labels go through the strict parser (so 'Hispanic/Latino' or 'Caucasian' are accepted); a blank
@@ -153,7 +153,7 @@ def _item_interval(stat, n_items: int, n_boot: int, seed: int, level: float,
     return iv.low, iv.high
 
 
-def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...] = GROUPS,
+def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...],
               n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> dict[str, pd.DataFrame]:
     """All reliability tables from an items × raters frame (humans + optional 'classifier' column).
 
@@ -224,10 +224,10 @@ def human_classifier_pairs(ratings: pd.DataFrame, humans: list[str]) -> tuple[np
 
 # --- stage helpers ------------------------------------------------------------------------------------
 
-def load_inputs(models: list[str], images_dir: str | Path = C.IMAGES_DIR, prompts_file: str | Path = C.PROMPTS_CSV,
+def load_inputs(models: list[str], images_dir: str | Path, prompts_file: str | Path, groups: tuple[str, ...],
                 root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Labels of every generator that has them (with image paths) and the per-prompt benchmark;
-    `images_dir` and `prompts_file` are generate.images_dir and generate.prompts_file."""
+    """Labels of every generator that has them (with image paths) and the per-prompt benchmark of `groups` (the
+    active set's labels); `images_dir` and `prompts_file` are generate.images_dir and generate.prompts_file."""
     root = Path(root)
     frames = []
     for m in models:
@@ -242,26 +242,28 @@ def load_inputs(models: list[str], images_dir: str | Path = C.IMAGES_DIR, prompt
     if not frames:
         raise FileNotFoundError(f"no labels under {root / C.LABELS_DIR} for models {models}")
     prompts = pd.read_csv(root / prompts_file)
-    bench = prompts.set_index("prompt_id")[list(GROUPS)]
+    bench = prompts.set_index("prompt_id")[list(groups)]
     return pd.concat(frames, ignore_index=True), bench
 
 
-def simulation_basis(sheet: pd.DataFrame, labels: pd.DataFrame, clf: pd.Series) -> tuple[pd.Series, str]:
+def simulation_basis(sheet: pd.DataFrame, labels: pd.DataFrame, clf: pd.Series,
+                     groups: tuple[str, ...]) -> tuple[pd.Series, str]:
     """What SIMULATED raters look at: the PLANTED label where every sampled image has one (planted
     generator), so they act as raters of known accuracy against the truth; else the classifier's label."""
     if "planted_label" in labels:
         planted = labels.drop_duplicates("image_id").set_index("image_id").loc[sheet["image_id"], "planted_label"]
-        if planted.notna().all() and planted.isin(GROUPS).all():
+        if planted.notna().all() and planted.isin(groups).all():
             return planted.rename(CLASSIFIER), "PLANTED labels"
-    return clf[clf.isin(GROUPS)], "classifier's labels"
+    return clf[clf.isin(groups)], "classifier's labels"
 
 
-def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int) -> tuple[pd.DataFrame, dict]:
-    """items × (raters + classifier): filled human sheets, or SIMULATED raters when params.simulate."""
+def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int,
+                    groups: tuple[str, ...]) -> tuple[pd.DataFrame, dict]:
+    """items × (raters + classifier) over `groups`: filled human sheets, or SIMULATED raters when params.simulate."""
     clf = labels.set_index("image_id").loc[sheet["image_id"], "label"].rename(CLASSIFIER)
     if params.simulate:
-        conf = simulated_confusion(GROUPS, params.sim_accuracy, dict(params.sim_group_accuracy))
-        truth, basis = simulation_basis(sheet, labels, clf)
+        conf = simulated_confusion(groups, params.sim_accuracy, dict(params.sim_group_accuracy))
+        truth, basis = simulation_basis(sheet, labels, clf, groups)
         sim = simulate_raters(truth, conf, list(params.raters), seed)
         ratings = sim.join(clf, how="right")
         note = (f"SIMULATED raters {list(params.raters)}: drawn from the {basis} with accuracy "
@@ -271,7 +273,7 @@ def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int
     missing = [str(p) for p in sheets.values() if not p.exists()]
     if missing:
         raise FileNotFoundError(f"filled annotation sheets missing: {missing} (or set reliability.simulate: true)")
-    wide, problems = read_sheets(sheets, GROUPS)
+    wide, problems = read_sheets(sheets, groups)
     ratings = wide.join(clf, how="inner")
     note = f"human raters {list(params.raters)}: {len(ratings)} images, {len(problems)} blank/invalid labels"
     return ratings, {"source": "human", "note": note, "problems": problems.to_dict("records")}
@@ -283,7 +285,7 @@ def ratings_table(ratings: pd.DataFrame) -> pd.DataFrame:
     return ratings.rename_axis("image_id").reset_index()
 
 
-def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str,
+def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str, groups: tuple[str, ...],
                            max_condition: float | None = None, reference: str = "consensus") -> dict:
     """The estimated confusion matrix M[human, classifier] and whether it can be inverted.
 
@@ -299,17 +301,17 @@ def correction_diagnostics(ratings: pd.DataFrame, humans: list[str], method: str
     )
 
     humans = [h for h in humans if h in ratings]
-    sub = ratings[ratings[CLASSIFIER].isin(GROUPS)] if CLASSIFIER in ratings else ratings.iloc[:0]
-    labels = reference_labels([[v for v in row if isinstance(v, str) and v in GROUPS]
+    sub = ratings[ratings[CLASSIFIER].isin(groups)] if CLASSIFIER in ratings else ratings.iloc[:0]
+    labels = reference_labels([[v for v in row if isinstance(v, str) and v in groups]
                                for row in sub[humans].to_numpy(object)], reference)
-    E = image_confusions(labels, list(sub[CLASSIFIER]) if len(sub) else [], GROUPS)
-    M = matrix_from_counts(E.sum(axis=0), len(GROUPS))
+    E = image_confusions(labels, list(sub[CLASSIFIER]) if len(sub) else [], groups)
+    M = matrix_from_counts(E.sum(axis=0), len(groups))
     cond, ok, reason = identifiability(M, max_condition or MAX_CONDITION)
     return {"correction_method": method, "confusion_reference": reference, "n_annotated_images": int(len(sub)),
             "n_reference_images": int(sum(1 for lab in labels if lab)),
             "condition_number": cond if np.isfinite(cond) else None,
             "identifiable": ok, "reason": reason,
-            "misclassification_matrix": pd.DataFrame(M, index=list(GROUPS), columns=list(GROUPS)).round(6).to_dict()}
+            "misclassification_matrix": pd.DataFrame(M, index=list(groups), columns=list(groups)).round(6).to_dict()}
 
 
 def summary_json(tables: dict[str, pd.DataFrame], correction: dict, provenance: dict,

@@ -16,14 +16,15 @@ from biasaudit.params.generate import GeneratorSpec
 
 
 def make_generator(name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | None = None,
-                   tiny_root: str | None = None) -> Generator:
+                   tiny_root: str | None = None, groups: tuple[str, ...] = ()) -> Generator:
     """Instantiate the backend of `spec` (loads weights / opens clients): the factory registered under its
-    name, given the optional arguments its signature takes (`known_prompt_ids`: folder; `tiny_root`: tiny)."""
+    name, given the optional arguments its signature takes (`known_prompt_ids`: folder; `tiny_root`: tiny;
+    `groups`, the active group set's labels: planted)."""
     if spec.backend not in registry.names("generator"):
         raise ValueError(f"backend: unknown generator backend '{spec.backend}'; available: "
                          f"{', '.join(registry.names('generator'))}")
     return registry.build("generator", spec.backend, name, spec, known_prompt_ids=known_prompt_ids,
-                          tiny_root=tiny_root)
+                          tiny_root=tiny_root, groups=groups)
 
 
 __all__ = ["GenRequest", "GenResult", "Generator", "GeneratorSpec", "make_generator"]

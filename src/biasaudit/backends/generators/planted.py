@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit import GROUPS
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.backends.generators.packaged_photos import SOURCES, Source, random_crop, source_rgb
 from biasaudit.params.generate import GeneratorSpec, PlantedSpec
@@ -37,7 +36,7 @@ VERSION = "planted v1"
 # ---------------------------------------------------------------- the planted distribution
 
 def planted_distribution(bench: np.ndarray, scale: dict[str, float], receiver: str,
-                         groups: tuple[str, ...] = GROUPS) -> np.ndarray:
+                         groups: tuple[str, ...]) -> np.ndarray:
     """Planted shares (…×G) from benchmark shares (…×G): scaled groups × their factor, the receiver
     gets the removed mass. Rows are renormalised first (benchmarks may not sum to exactly 1)."""
     b = np.asarray(bench, dtype=float)
@@ -49,7 +48,7 @@ def planted_distribution(bench: np.ndarray, scale: dict[str, float], receiver: s
     return p
 
 
-def read_benchmarks(path: str | Path, groups: tuple[str, ...] = GROUPS) -> dict[str, np.ndarray]:
+def read_benchmarks(path: str | Path, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
     """prompt_id → benchmark shares of `groups` from the prompts table (data/t2i/prompts.csv)."""
     import pandas as pd
 
@@ -62,7 +61,7 @@ def read_benchmarks(path: str | Path, groups: tuple[str, ...] = GROUPS) -> dict[
 
 
 def draw_truth(rng: np.random.Generator, p: np.ndarray, spec: PlantedSpec,
-               groups: tuple[str, ...] = GROUPS) -> tuple[str, float, float]:
+               groups: tuple[str, ...]) -> tuple[str, float, float]:
     """(label, L*, hue) of one image: label ~ p, then L* ~ N(L_mean, L_sd) clipped to L_range and
     hue ~ N(hue_mean, hue_sd) of that label."""
     label = groups[int(rng.choice(len(groups), p=p / p.sum()))]
@@ -217,13 +216,15 @@ class PlantedGenerator(Generator):
         if not Path(path).is_file():
             return "", [f"{key}.planted.prompts_file: '{path}' does not exist (run the prompts stage)"]
         return f"{VERSION}; benchmarks sha256:{sha256_file(path)[:16]}", []
-    def __init__(self, name: str, spec: GeneratorSpec):
+    def __init__(self, name: str, spec: GeneratorSpec, groups: tuple[str, ...] = ()):
         import matplotlib
         import skimage
 
         assert spec.planted is not None
-        self.spec, self.planted = spec, spec.planted
-        self.bench = read_benchmarks(self.planted.prompts_file)
+        if not groups:
+            raise ValueError("the planted generator needs the active group set's labels (groups=cfg.groups)")
+        self.spec, self.planted, self.groups = spec, spec.planted, tuple(groups)
+        self.bench = read_benchmarks(self.planted.prompts_file, self.groups)
         super().__init__(name, f"{PLANTED}: declared distortion of the benchmarks, rendered from two packaged "
                                "public-domain photos (not a model)",
                          f"{VERSION}; scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}")
@@ -236,8 +237,8 @@ class PlantedGenerator(Generator):
         bench = self.bench.get(req.prompt_id)
         if bench is None:
             return GenResult.failed(f"prompt {req.prompt_id} has no benchmark shares in {self.planted.prompts_file}")
-        p = planted_distribution(bench, dict(self.planted.scale), self.planted.receiver)
-        label, L, hue = draw_truth(np.random.default_rng([req.seed, 0]), p, self.planted)
+        p = planted_distribution(bench, dict(self.planted.scale), self.planted.receiver, self.groups)
+        label, L, hue = draw_truth(np.random.default_rng([req.seed, 0]), p, self.planted, self.groups)
         rgb, info = render(req.seed, req.width, req.height, L, hue, self.planted.max_crop_factor)
         return GenResult(rgb, extra={"planted": PLANTED, "planted_label": label, "planted_L": round(L, 4),
                                      "planted_hue": round(hue, 4), "planted_C": info["source_mask_C"],

@@ -21,11 +21,12 @@ def backend_names() -> tuple[str, ...]:
     return registry.names("vlm")
 
 
-def make_vlm_backend(spec: Any) -> VLMBackend:
-    """Build the backend a `VLMSpec` names (imports only what that backend needs)."""
+def make_vlm_backend(spec: Any, groups: tuple[str, ...] = ()) -> VLMBackend:
+    """Build the backend a `VLMSpec` names (imports only what that backend needs); `groups`, the active group
+    set's labels, goes to a backend whose constructor takes it (simulated)."""
     if spec.backend not in registry.names("vlm"):
         raise ValueError(f"vlm.backend: unknown backend '{spec.backend}'; available: {', '.join(backend_names())}")
-    return registry.build("vlm", spec.backend, spec)
+    return registry.build("vlm", spec.backend, spec, groups=groups)
 
 
 __all__ = ["Accounting", "backend_names", "CachedVLM", "FAILED", "OK", "Price", "REFUSED", "TokenBucket", "VLMBackend",

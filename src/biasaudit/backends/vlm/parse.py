@@ -58,6 +58,9 @@ def parse_choice(text: str | None, options: Sequence[str],
         return None, "empty answer"
     raw = str(text).strip()
     opts = {o.lower(): o for o in options}
+    if any("_" in o for o in options):  # a group set's `visible_minority`: `_` is part of the word, not decoration
+        raw = raw.replace("_", " ")
+        opts = {o.lower().replace("_", " "): o for o in options}
     if aliases is None:
         aliases = {k: v for k, v in LABEL_ALIASES.items() if v in opts}
     alias_map = {k.lower(): opts[v.lower()] for k, v in aliases.items() if v.lower() in opts}

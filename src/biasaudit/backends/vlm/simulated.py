@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit import GROUPS
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
@@ -55,20 +54,22 @@ class SimulatedClassifier(VLMBackend):
     reads = ("sim_confusion",)
     answers_from_confusion = True  # its answers follow sim_confusion: the raw TVD has an exact estimand
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Any, groups: tuple[str, ...] = ()):
         super().__init__()
-        self.spec = spec
-        self.M = confusion_array(spec.sim_confusion)
+        if not groups:
+            raise ValueError("the simulated classifier needs the active group set's labels (groups=cfg.groups)")
+        self.spec, self.groups = spec, tuple(groups)
+        self.M = confusion_array(spec.sim_confusion, self.groups)
         self.seed = int(spec.sim_seed)
         self.model_id = f"{SIMULATED} classifier: planted label through a declared confusion matrix (not a model)"
         self.revision = "simulated v1; confusion " + stable_hash(self.M.round(6).tolist(), 12)
 
     def decoding_params(self) -> dict[str, Any]:
-        return {"confusion": self.M.round(6).tolist(), "seed": self.seed, "groups": list(GROUPS)}
+        return {"confusion": self.M.round(6).tolist(), "seed": self.seed, "groups": list(self.groups)}
 
     def answer(self, image_id: str, truth: str) -> str:
         rng = np.random.default_rng(derive_seed(self.seed, "simulated-classifier", image_id))
-        return GROUPS[int(rng.choice(len(GROUPS), p=self.M[GROUPS.index(truth)]))]
+        return self.groups[int(rng.choice(len(self.groups), p=self.M[self.groups.index(truth)]))]
 
     def _one(self, req: VLMRequest) -> VLMResponse:
         if len(req.images) != 1:
@@ -76,8 +77,8 @@ class SimulatedClassifier(VLMBackend):
         truth, reason = planted_label(req.images[0])
         if truth is None:
             return failed(reason)
-        if truth not in GROUPS:
-            return failed(f"planted label '{truth}' is not one of {GROUPS}")
+        if truth not in self.groups:
+            return failed(f"planted label '{truth}' is not one of {self.groups}")
         return VLMResponse(text=self.answer(Path(req.images[0]).stem, truth), status=OK,
                            meta={"simulated": True, "planted_label": truth})
 

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.correction import (
@@ -23,13 +22,13 @@ from biasaudit.stats.correction import (
     point_rule,
     reference_labels,
 )
-from biasaudit.t2i.analysis.inputs import Boot, G, Inputs
+from biasaudit.t2i.analysis.inputs import Boot, Inputs
 from biasaudit.t2i.analysis.representation import _by_category, per_prompt_table
 
 CONFUSION_FILES = ("confusion_matrix.csv", "confusion.csv")
 
 
-def confusion_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def confusion_pairs(path: Path, groups: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(human, classifier) label pairs from a confusion-matrix CSV (rows human, columns classifier,
     first column the human label): each cell's count becomes that many pairs."""
     cm = pd.read_csv(path)
@@ -37,13 +36,13 @@ def confusion_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
     true, pred = [], []
     for t, row in cm.iterrows():
         for c, k in row.items():
-            if str(t) in GROUPS and str(c) in GROUPS and int(k) > 0:
+            if str(t) in groups and str(c) in groups and int(k) > 0:
                 true += [str(t)] * int(k)
                 pred += [str(c)] * int(k)
     return np.array(true, dtype=str), np.array(pred, dtype=str)
 
 
-def annotated_images(rel: Path, reference: str = "consensus") -> tuple[np.ndarray, str, str]:
+def annotated_images(rel: Path, groups: tuple[str, ...], reference: str = "consensus") -> tuple[np.ndarray, str, str]:
     """(per-image confusion counts E (images × K·K), source file, note) from the reliability stage:
     ratings.csv (one row per annotated image: every rater and the classifier; the human labels M is
     estimated against by `reference`, stats.correction.reference_labels) — or, from an older run, a
@@ -52,16 +51,16 @@ def annotated_images(rel: Path, reference: str = "consensus") -> tuple[np.ndarra
     if path.exists():
         r = pd.read_csv(path, dtype=str, keep_default_na=False)
         raters = [c for c in r.columns if c not in ("image_id", "classifier", "raters_source", "")]
-        humans = reference_labels([[v for v in row if v in GROUPS] for row in r[raters].to_numpy(object)], reference)
+        humans = reference_labels([[v for v in row if v in groups] for row in r[raters].to_numpy(object)], reference)
         used = sum(1 for h in humans if h)
-        return image_confusions(humans, list(r.get("classifier", [])), GROUPS), path.name, \
+        return image_confusions(humans, list(r.get("classifier", [])), groups), path.name, \
             (f"bootstrap resamples the {len(r)} annotated images (all their labels together); M against "
              f"{reference} labels ({used} of {len(r)} images)")
     path = next((rel / n for n in CONFUSION_FILES if (rel / n).exists()), None)
     if path is None:
-        return np.zeros((0, G * G)), "", ""
-    true, pred = confusion_pairs(path)
-    return image_confusions([[t] for t in true], list(pred), GROUPS), path.name, (
+        return np.zeros((0, len(groups) ** 2)), "", ""
+    true, pred = confusion_pairs(path, groups)
+    return image_confusions([[t] for t in true], list(pred), groups), path.name, (
         "no ratings.csv: each (human, classifier) pair of the confusion matrix is resampled as if it were an image")
 
 
@@ -82,7 +81,8 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
             recorded = json.loads(summary_path.read_text()).get("correction") or {}
         except json.JSONDecodeError:
             recorded = {}
-    E, source, note = annotated_images(rel, recorded.get("confusion_reference") or "consensus")
+    groups = inputs.groups
+    E, source, note = annotated_images(rel, groups, recorded.get("confusion_reference") or "consensus")
     if not source:
         res.status, res.reason = NO_DATA, ("no ratings.csv or confusion matrix in reports/t2i/reliability/ "
                                            f"({' or '.join(CONFUSION_FILES)})")
@@ -91,39 +91,39 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         res.status, res.reason = NO_DATA, "no labels"
         return res
     if E.sum() == 0:
-        res.status, res.reason = NO_DATA, f"{source} has no (human, classifier) labels of the five groups"
+        res.status, res.reason = NO_DATA, f"{source} has no (human, classifier) labels of the active set's groups"
         return res
     recorded = recorded.get("correction_method")
     boot, method = Boot.of(cfg), cfg.reliability.correction_method
-    pp = per_prompt_table(inputs.labels, inputs.prompts)
+    pp = per_prompt_table(inputs.labels, inputs.prompts, groups)
     pp = pp[pp["n"] > 0]
-    M = matrix_from_counts(E.sum(axis=0), G)
-    counts_all = pp[[f"n_{g}" for g in GROUPS]].to_numpy(float)
-    bench_all = pp[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+    M = matrix_from_counts(E.sum(axis=0), len(groups))
+    counts_all = pp[[f"n_{g}" for g in groups]].to_numpy(float)
+    bench_all = pp[[f"bench_{g}" for g in groups]].to_numpy(float)
     shares, tvd_corr, why = corrected_per_prompt(counts_all, bench_all, M, method)
     per = pp[["model", "category", "prompt_id", "n", "tvd"]].rename(columns={"tvd": "tvd_raw"}).assign(
         tvd_classifier_corrected=tvd_corr)
-    for j, g in enumerate(GROUPS):
+    for j, g in enumerate(groups):
         per[f"raw_{g}"] = pp[f"share_{g}"].to_numpy()
         per[f"corrected_{g}"] = shares[:, j]
     per["correction_method"] = method
     rows, dev_rows = [], []
     for model, cat, sub in _by_category(pp):
-        counts = sub[[f"n_{g}" for g in GROUPS]].to_numpy(float)
-        bench = sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        counts = sub[[f"n_{g}" for g in groups]].to_numpy(float)
+        bench = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
         raw, corr, info = classifier_corrected_tvd(
-            counts, bench, E, GROUPS, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
+            counts, bench, E, groups, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
             seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
-        deb, dinfo = debiased_tvd(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
+        deb, dinfo = debiased_tvd(counts, bench, E, groups, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                   seed=derive_seed(boot.seed, "debiased", model, cat))
-        for g, d in zip(GROUPS, corrected_deviation(counts, bench, E, GROUPS, n_boot=min(boot.n_boot, 1000),
+        for g, d in zip(groups, corrected_deviation(counts, bench, E, groups, n_boot=min(boot.n_boot, 1000),
                                                      level=boot.level, seed=derive_seed(boot.seed, "dev", model, cat))):
             dev_rows.append({"model": model, "category": cat, "race": g, "mean_deviation_corrected": d.estimate,
                              "mean_deviation_corrected_low": d.low, "mean_deviation_corrected_high": d.high,
                              "reason": d.reason})
         n_p = counts.sum(axis=1, keepdims=True)
         pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
-                                 E, GROUPS, n_boot=min(boot.n_boot, 1000), level=boot.level,
+                                 E, groups, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                  seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
         point, point_source = point_rule(len(sub), deb.estimate, raw.estimate)
         # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this

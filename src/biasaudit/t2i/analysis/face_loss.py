@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit.faces.colour import l_bin
@@ -46,8 +45,8 @@ def face_frame(inputs: Inputs) -> pd.DataFrame:
     if not labels.empty:
         f = f.merge(labels[["image_id", "label"]].drop_duplicates("image_id"), on="image_id", how="left")
     f["label"] = f.get("label", pd.Series(index=f.index, dtype=object)).where(
-        lambda s: s.isin(GROUPS), "unknown")
-    truth = planted_images(inputs.manifests)
+        lambda s: s.isin(inputs.groups), "unknown")
+    truth = planted_images(inputs.manifests, inputs.groups)
     if not truth.empty:
         f = f.merge(truth[["image_id", "planted_L"]], on="image_id", how="left")
     L = f["L"].astype(float) if "L" in f else pd.Series(np.nan, index=f.index)

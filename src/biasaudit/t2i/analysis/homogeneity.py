@@ -90,7 +90,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     if tables["race"]:
         t = adjust(pd.concat(tables["race"], ignore_index=True))
         res.tables[C.HOMOGENEITY_BY_RACE.name] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
-        res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t)
+        res.figures["homogeneity_gap_heatmap"] = plot_gap_heatmap(t, inputs.groups)
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {
             "gap": r.gap, "n": r.n, "low": getattr(r, "gap_lo", None), "high": getattr(r, "gap_hi", None),
             "wp_gap": r.wp_gap, "wp_low": r.wp_gap_lo, "wp_high": r.wp_gap_hi,

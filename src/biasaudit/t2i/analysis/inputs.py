@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.resample import (
     Interval,
@@ -19,11 +18,6 @@ from biasaudit.stats.resample import (
     replicates,
     sums_statistic,
 )
-
-G = len(GROUPS)
-
-
-
 
 PLOTS = {"shares": ["model", "category", "prompt_id", "race", "benchmark_share", "model_share"],
          "tvd": ["model", "category", "mean_tvd", "mean_tvd_low", "mean_tvd_high", "pooled_tvd", "null_floor",
@@ -66,6 +60,8 @@ class Inputs:
     faces: pd.DataFrame
     root: Path
     notes: dict[str, str] = field(default_factory=dict)  # input → why it is empty or partial
+    groups: tuple[str, ...] = field(kw_only=True)  # the active group set's labels (Params.groups), table order
+    colours: dict[str, str] = field(kw_only=True, default_factory=dict)  # label → '#rrggbb' (Params.group_colours)
 
     @property
     def models(self) -> list[str]:
@@ -89,9 +85,11 @@ def _read_parquets(paths: list[Path], what: str, notes: dict[str, str]) -> pd.Da
 
 
 def load_inputs(root: str | Path = ".", prompts_file: str | Path = C.PROMPTS_CSV,
-                images_dir: str | Path = C.IMAGES_DIR) -> Inputs:
+                images_dir: str | Path = C.IMAGES_DIR, *, groups: tuple[str, ...],
+                colours: dict[str, str] | None = None) -> Inputs:
     """Read the upstream stage outputs under `root` (missing ones become empty frames + a note);
-    `prompts_file` and `images_dir` are generate.prompts_file and generate.images_dir."""
+    `prompts_file` and `images_dir` are generate.prompts_file and generate.images_dir, `groups` the
+    active group set's labels (cfg.groups) and `colours` theirs (cfg.group_colours; grey where not given)."""
     root = Path(root)
     notes: dict[str, str] = {}
     prompts_path = root / prompts_file
@@ -101,7 +99,8 @@ def load_inputs(root: str | Path = ".", prompts_file: str | Path = C.PROMPTS_CSV
     manifests = _read_parquets(list((root / images_dir).glob("*/manifest.parquet")), "images", notes)
     labels = _read_parquets(list((root / C.LABELS_DIR).glob("*.parquet")), "labels", notes)
     faces = _read_parquets(list((root / C.FACES_DIR).glob("*.parquet")), "faces", notes)
-    return Inputs(prompts, manifests, labels, faces, root, notes)
+    return Inputs(prompts, manifests, labels, faces, root, notes, groups=tuple(groups),
+                  colours={g: (colours or {}).get(g, "#7f7f7f") for g in groups})
 
 
 SPACES = ("clip", "face")
@@ -127,7 +126,7 @@ def _embedding_meta(inputs: Inputs, index: pd.DataFrame, model: str) -> pd.DataF
     if meta["prompt_id"].isna().any() and not inputs.manifests.empty:
         pid = inputs.manifests.drop_duplicates("image_id").set_index("image_id")["prompt_id"]
         meta["prompt_id"] = meta["prompt_id"].fillna(meta["image_id"].map(pid))
-    meta["race"] = meta["label"].where(meta["label"].isin(GROUPS))  # abstentions are no group
+    meta["race"] = meta["label"].where(meta["label"].isin(inputs.groups))  # abstentions are no group
     if not inputs.faces.empty and "L_bin" in inputs.faces:
         meta = meta.merge(inputs.faces[["image_id", "L_bin"]].drop_duplicates("image_id"), on="image_id", how="left")
     else:
@@ -148,7 +147,7 @@ def stage_counts(inputs: Inputs) -> pd.DataFrame:
             if "status" in sub:
                 row.update({f"status_{k}": int(v) for k, v in sub["status"].value_counts().items()})
             if stage == "classify":
-                row["abstentions"] = int((~sub["label"].isin(GROUPS)).sum())
+                row["abstentions"] = int((~sub["label"].isin(inputs.groups)).sum())
             if stage == "faces" and "n_faces" in sub:
                 row["no_face"] = int((sub["n_faces"].fillna(0) == 0).sum())
             if "stand_in" in sub:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS, UNKNOWN
+from biasaudit.contracts import UNKNOWN
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.resample import (
@@ -17,11 +17,11 @@ from biasaudit.stats.resample import (
     sign_flip_pvalue,
 )
 from biasaudit.stats.tvd import bias_corrected_tvd, null_floor, tvd
-from biasaudit.t2i.analysis.inputs import PLOTS, Boot, G, Inputs
+from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs
 from biasaudit.t2i.figures import plot_shares, plot_tvd
 
 
-def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame, groups: tuple[str, ...] = GROUPS) -> pd.DataFrame:
+def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
     """One row per model × prompt: counts, shares and benchmark shares of the groups
     (the group set's labels), TVD.
 
@@ -56,13 +56,13 @@ def per_prompt_table(labels: pd.DataFrame, prompts: pd.DataFrame, groups: tuple[
                                                                               ignore_index=True)
 
 
-def _tvd_totals(pp: pd.DataFrame) -> np.ndarray:
-    """Per-prompt totals: valid, tvd, n_g (5), n, n·bench_g (5), bias-corrected tvd, null floor."""
+def _tvd_totals(pp: pd.DataFrame, groups: tuple[str, ...]) -> np.ndarray:
+    """Per-prompt totals: valid, tvd, n_g (G), n, n·bench_g (G), bias-corrected tvd, null floor."""
     n = pp["n"].to_numpy(float)
     valid = (n > 0).astype(float)
     t = np.nan_to_num(pp["tvd"].to_numpy(float)) * valid
-    counts = pp[[f"n_{g}" for g in GROUPS]].to_numpy(float)
-    bench = pp[[f"bench_{g}" for g in GROUPS]].to_numpy(float) * n[:, None]
+    counts = pp[[f"n_{g}" for g in groups]].to_numpy(float)
+    bench = pp[[f"bench_{g}" for g in groups]].to_numpy(float) * n[:, None]
     corr = np.nan_to_num(pp["tvd_bias_corrected"].to_numpy(float)) * valid
     floor = np.nan_to_num(pp["null_floor"].to_numpy(float)) * valid
     return np.column_stack([valid, t, counts, n, bench, corr, floor])
@@ -70,6 +70,7 @@ def _tvd_totals(pp: pd.DataFrame) -> np.ndarray:
 
 def _tvd_stat(s: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
+        G = (s.shape[-1] - 5) // 2  # the groups' count, from _tvd_totals' layout
         mean = s[..., 1] / s[..., 0]
         n = s[..., 2 + G][..., None]
         pooled = tvd(s[..., 2:2 + G] / n, s[..., 3 + G:3 + 2 * G] / n)
@@ -85,14 +86,14 @@ def _by_category(pp: pd.DataFrame):
         yield model, "all", rows
 
 
-def tvd_summary(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
+def tvd_summary(pp: pd.DataFrame, boot: Boot, groups: tuple[str, ...]) -> pd.DataFrame:
     """Per model × category (and 'all'): mean per-prompt TVD and pooled TVD with cluster-bootstrap CIs,
     the null floor (mean expected TVD of a model drawing exactly from the benchmark at each prompt's n)
     and the bias-corrected mean TVD with its CI (stats.tvd; `tvd_corrected*` are the same numbers
     under the short name — finite-n bias, not classifier error, which is `tvd_corrected_summary`)."""
     rows = []
     for model, cat, sub in _by_category(pp):
-        totals = _tvd_totals(sub)
+        totals = _tvd_totals(sub, groups)
         mean, pooled, corrected = boot.run(totals, _tvd_stat, "tvd", model, cat)
         valid = totals[:, 0].sum()
         floor = float(totals[:, -1].sum() / valid) if valid else np.nan
@@ -148,32 +149,32 @@ def tvd_paired(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
     return out[cols]
 
 
-def shares_long(pp: pd.DataFrame) -> pd.DataFrame:
+def shares_long(pp: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
     """Figure 2 data: one row per model × prompt × race with model and benchmark share."""
     valid = pp[pp["n"] > 0]
     parts = [valid[["model", "category", "prompt_id", "instance", "n"]].assign(
-        race=g, benchmark_share=valid[f"bench_{g}"], model_share=valid[f"share_{g}"]) for g in GROUPS]
+        race=g, benchmark_share=valid[f"bench_{g}"], model_share=valid[f"share_{g}"]) for g in groups]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     out["deviation"] = out["model_share"] - out["benchmark_share"]
     return out
 
 
-def deviation_summary(pp: pd.DataFrame, boot: Boot) -> pd.DataFrame:
+def deviation_summary(pp: pd.DataFrame, boot: Boot, groups: tuple[str, ...]) -> pd.DataFrame:
     """Per model × category × race: share of prompts below the benchmark and mean signed deviation."""
     rows = []
     for model, cat, sub in _by_category(pp):
         sub = sub[sub["n"] > 0]
-        share = sub[[f"share_{g}" for g in GROUPS]].to_numpy(float)
-        bench = sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        share = sub[[f"share_{g}" for g in groups]].to_numpy(float)
+        bench = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
         totals = np.column_stack([np.ones(len(sub)), share < bench, share - bench])
 
-        def stat(s: np.ndarray) -> np.ndarray:
+        def stat(s: np.ndarray, G: int = len(groups)) -> np.ndarray:
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.concatenate([s[..., 1:1 + G] / s[..., :1], s[..., 1 + G:] / s[..., :1]], axis=-1)
 
         intervals = boot.run(totals, stat, "deviation", model, cat)
-        for i, g in enumerate(GROUPS):
-            below, dev = intervals[i], intervals[G + i]
+        for i, g in enumerate(groups):
+            below, dev = intervals[i], intervals[len(groups) + i]
             rows.append({"model": model, "category": cat, "race": g, "n_prompts": len(sub),
                          "share_below": below.estimate, "share_below_low": below.low,
                          "share_below_high": below.high, "mean_deviation": dev.estimate,
@@ -207,20 +208,21 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     if inputs.labels.empty or inputs.prompts.empty:
         res.status, res.reason = NO_DATA, inputs.notes.get("labels") or inputs.notes.get("prompts", "no labels")
         return res
-    pp = per_prompt_table(inputs.labels, inputs.prompts)
+    groups = inputs.groups
+    pp = per_prompt_table(inputs.labels, inputs.prompts, groups)
     if pp.empty:
         res.status, res.reason = NO_DATA, "no labelled image matches a prompt in data/t2i/prompts.csv"
         return res
-    summary = tvd_summary(pp, boot)
+    summary = tvd_summary(pp, boot, groups)
     paired = tvd_paired(pp, boot)
-    long = shares_long(pp)
-    deviations = deviation_summary(pp, boot)
+    long = shares_long(pp, groups)
+    deviations = deviation_summary(pp, boot, groups)
     thr, thr_detail = threshold_analysis(pp, a.threshold_group, a.threshold_share)
     res.tables = {C.TVD_SUMMARY.name: summary, C.TVD_PAIRED.name: paired, C.TVD_PER_PROMPT.name: pp,
                   "deviation_by_race": deviations, "threshold_summary": thr, "threshold_prompts": thr_detail}
     res.plots = {"shares": long[PLOTS["shares"]], "tvd": summary[PLOTS["tvd"]]}
     if len(long):
-        res.figures["figure2_shares"] = plot_shares(long)
+        res.figures["figure2_shares"] = plot_shares(long, inputs.colours)
     res.figures["tvd_by_category"] = plot_tvd(summary, boot.level)
     res.metrics = {"tvd": {f"{r.model}/{r.category}": {"mean": r.mean_tvd, "low": r.mean_tvd_low,
                                                       "high": r.mean_tvd_high, "pooled": r.pooled_tvd,

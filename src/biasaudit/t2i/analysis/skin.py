@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.contracts import GROUPS, LABEL_ORDER, UNKNOWN, l_bin
+from biasaudit.contracts import UNKNOWN, l_bin
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.regression import ols_cluster
@@ -17,8 +17,9 @@ from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs
 from biasaudit.t2i.figures import plot_diversity, plot_earnings, plot_L_by_label, plot_L_vs_C
 
 
-def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
-    """Measured faces (status ok, L* present) joined with the race label and the prompt."""
+def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame,
+               groups: tuple[str, ...]) -> pd.DataFrame:
+    """Measured faces (status ok, L* present) joined with the label (one of `groups`, else unknown) and the prompt."""
     if faces.empty or "L" not in faces:
         return pd.DataFrame()
     ok = faces[(faces.get("status", "ok") == "ok") & faces["L"].notna()].copy()
@@ -26,7 +27,7 @@ def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame)
         ok["label"] = UNKNOWN
     else:
         ok = ok.merge(labels[["image_id", "label"]].drop_duplicates("image_id"), on="image_id", how="left")
-        ok["label"] = ok["label"].where(ok["label"].isin(GROUPS), UNKNOWN)
+        ok["label"] = ok["label"].where(ok["label"].isin(groups), UNKNOWN)
     if not prompts.empty:
         cols = [c for c in ("prompt_id", "category", "instance", "median_weekly_earnings_usd") if c in prompts]
         ok = ok.merge(prompts[cols], on="prompt_id", how="left")
@@ -53,12 +54,12 @@ def dark_share(skin: pd.DataFrame, boot: Boot, analyze: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def labels_by_L_bin(skin: pd.DataFrame) -> pd.DataFrame:
-    """Counts and row shares of each label within each L* bin, per model."""
+def labels_by_L_bin(skin: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
+    """Counts and row shares of each label (`groups`, then unknown) within each L* bin, per model."""
     if "L_bin" not in skin:
         skin = skin.assign(L_bin=l_bin(skin["L"].to_numpy(float)))
     counts = pd.crosstab([skin["model"], skin["L_bin"].astype(str)], skin["label"]).reindex(
-        columns=list(LABEL_ORDER), fill_value=0)
+        columns=[*groups, UNKNOWN], fill_value=0)
     shares = counts.div(counts.sum(axis=1), axis=0).add_prefix("share_")
     return pd.concat([counts.add_prefix("n_"), shares], axis=1).reset_index()
 
@@ -81,7 +82,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     and ΔE2000 diversity per label."""
     boot, a = Boot.of(cfg), cfg.analyze
     res = Result("skin", "Skin tone (CIELAB)")
-    skin = skin_table(inputs.faces, inputs.labels, inputs.prompts)
+    skin = skin_table(inputs.faces, inputs.labels, inputs.prompts, inputs.groups)
     if skin.empty:
         n_faces = len(inputs.faces)
         res.status = NO_DATA
@@ -91,15 +92,16 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         return res
     dark = dark_share(skin, boot, a)
     fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
-    res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin),
+    res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin, inputs.groups),
                   "skin_earnings_ols": fits}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
-    res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark), "skin_L_vs_C": plot_L_vs_C(skin),
-                   "skin_L_vs_earnings": plot_earnings(skin, fits)}
+    colours = inputs.colours
+    res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
+                   "skin_L_vs_earnings": plot_earnings(skin, fits, colours)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary
-    res.figures["skin_diversity"] = plot_diversity(summary)
+    res.figures["skin_diversity"] = plot_diversity(summary, inputs.colours)
     res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},
                    "earnings_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit import GROUPS, registry
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
+from biasaudit import registry
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
 from biasaudit.stats.correction import confusion_array, debiased_tvd
@@ -46,7 +46,7 @@ PLAUSIBLE_RANGE = {"mean_L": 100.0, "diversity_de2000": 100.0}  # L* 0–100, Δ
 
 # ---------------------------------------------------------------- planted truth from the manifests
 
-def planted_images(manifests: pd.DataFrame) -> pd.DataFrame:
+def planted_images(manifests: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
     """One row per generated planted image: image_id, model, prompt_id, planted label/L*/hue/C* and
     the planted per-prompt shares p_<group> (from the manifest's `extra`)."""
     if manifests.empty or "planted_label" not in manifests:
@@ -55,10 +55,10 @@ def planted_images(manifests: pd.DataFrame) -> pd.DataFrame:
     if m.empty:
         return pd.DataFrame()
     extra = m["extra"].map(lambda s: json.loads(s) if isinstance(s, str) and s else {})
-    shares = np.array([e.get("planted_shares", [np.nan] * len(GROUPS)) for e in extra], dtype=float)
+    shares = np.array([e.get("planted_shares", [np.nan] * len(groups)) for e in extra], dtype=float)
     out = m[["image_id", "model", "prompt_id", "planted_label", "planted_L", "planted_hue"]].reset_index(drop=True)
     out["planted_C"] = [float(e.get("planted_C", np.nan)) for e in extra]
-    for j, g in enumerate(GROUPS):
+    for j, g in enumerate(groups):
         out[f"p_{g}"] = shares[:, j]
     return out
 
@@ -70,30 +70,31 @@ def _row(model, quantity, group, planted, estimate, low, high, note="", check=Tr
 
 # ---------------------------------------------------------------- representation
 
-def planted_per_prompt(truth: pd.DataFrame, pp: pd.DataFrame) -> pd.DataFrame:
+def planted_per_prompt(truth: pd.DataFrame, pp: pd.DataFrame, groups: tuple[str, ...]) -> pd.DataFrame:
     """pp (per_prompt_table rows of planted models) with the planted shares and realised planted shares."""
-    per = truth.groupby(["model", "prompt_id"])[[f"p_{g}" for g in GROUPS]].first()
+    per = truth.groupby(["model", "prompt_id"])[[f"p_{g}" for g in groups]].first()
     realised = pd.crosstab([truth["model"], truth["prompt_id"]], truth["planted_label"]).reindex(
-        columns=list(GROUPS), fill_value=0)
+        columns=list(groups), fill_value=0)
     realised = realised.div(realised.sum(axis=1), axis=0).add_prefix("r_")
     return pp.join(per.join(realised), on=["model", "prompt_id"], how="inner")
 
 
-def representation_rows(pp: pd.DataFrame, boot: Boot, confusion: np.ndarray | None = None) -> list[dict]:
+def representation_rows(pp: pd.DataFrame, boot: Boot, groups: tuple[str, ...],
+                        confusion: np.ndarray | None = None) -> list[dict]:
     """Mean and pooled TVD per category, planted vs the raw estimates. With the declared confusion M of a
     SIMULATED classifier, also the raw mean TVD against its own estimand: each image's label is drawn from
     p and then reported through M, so a prompt's classified counts are exactly Multinomial(n, p·M) and
     E[TVD] at that n is exact (stats.tvd.expected_tvd) — that row checks the interval itself; the raw
     rows beside the planted TVD are shown, not checked (classifier error and finite n both bias them)."""
     rows = []
-    summary = tvd_summary(pp, boot).set_index(["model", "category"])
+    summary = tvd_summary(pp, boot, groups).set_index(["model", "category"])
     for model, cat, sub in _by_category(pp):
         sub = sub[sub["n"] > 0]
         if sub.empty:
             continue
-        P = sub[[f"p_{g}" for g in GROUPS]].to_numpy(float)
-        R = sub[[f"r_{g}" for g in GROUPS]].to_numpy(float)
-        Bm = sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        P = sub[[f"p_{g}" for g in groups]].to_numpy(float)
+        R = sub[[f"r_{g}" for g in groups]].to_numpy(float)
+        Bm = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
         n = sub["n"].to_numpy(float)[:, None]
         planted_mean, realised_mean = float(tvd(P, Bm).mean()), float(tvd(R, Bm).mean())
         planted_pooled = float(tvd((n * P).sum(0) / n.sum(), (n * Bm).sum(0) / n.sum()))
@@ -122,7 +123,7 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
     value; the classifier-corrected deviation per race; the classifier-only (`method`) TVD, shown. With
     the declared confusion of a SIMULATED classifier, the same debiased TVD with M known, which separates
     the estimator from the error of estimating M on the reliability sample."""
-    boot, method = Boot.of(cfg), cfg.reliability.correction_method
+    boot, method, groups = Boot.of(cfg), cfg.reliability.correction_method, inputs.groups
     res = corrected.compute(inputs, cfg)
     if res.status != "ok":
         return [], [f"corrected TVD not checked: {res.reason}"]
@@ -130,7 +131,7 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
     deviations = res.tables["deviation_corrected"].set_index(["model", "category", "race"])
     truth = {}
     for m, c, s in _by_category(pp[pp["n"] > 0]):
-        P, Bm = s[[f"p_{g}" for g in GROUPS]].to_numpy(float), s[[f"bench_{g}" for g in GROUPS]].to_numpy(float)
+        P, Bm = s[[f"p_{g}" for g in groups]].to_numpy(float), s[[f"bench_{g}" for g in groups]].to_numpy(float)
         n = s["n"].to_numpy(float)[:, None]
         truth[(m, c)] = (float(tvd(P, Bm).mean()), float(tvd((n * P).sum(0) / n.sum(), (n * Bm).sum(0) / n.sum())),
                          (P - Bm).mean(axis=0), s)
@@ -150,8 +151,8 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
                          r.pooled_tvd_debiased_low, r.pooled_tvd_debiased_high,
                          "pooled shares, classifier error and finite n corrected (honest interval)"))
         if confusion is not None:
-            iv, _ = debiased_tvd(sub[[f"n_{g}" for g in GROUPS]].to_numpy(float),
-                                 sub[[f"bench_{g}" for g in GROUPS]].to_numpy(float), None, GROUPS,
+            iv, _ = debiased_tvd(sub[[f"n_{g}" for g in groups]].to_numpy(float),
+                                 sub[[f"bench_{g}" for g in groups]].to_numpy(float), None, groups,
                                  n_boot=min(boot.n_boot, 1000), level=boot.level,
                                  seed=derive_seed(boot.seed, "debiased-declared", r.model, r.category), M=confusion)
             rows.append(_row(r.model, "debiased_mean_tvd_declared_M", r.category, p, iv.estimate, iv.low, iv.high,
@@ -161,7 +162,7 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
                          r.tvd_classifier_corrected_low, r.tvd_classifier_corrected_high,
                          f"classifier error only ({method}, clipped to the simplex); finite-n bias remains "
                          "(not a check)", check=False))
-        for j, g in enumerate(GROUPS):
+        for j, g in enumerate(groups):
             d = deviations.loc[(r.model, r.category, g)]
             rows.append(_row(r.model, "mean_deviation", f"{r.category}/{g}", float(dev[j]),
                              d["mean_deviation_corrected"], d["mean_deviation_corrected_low"],
@@ -227,27 +228,27 @@ def skin_rows(truth: pd.DataFrame, measured_skin: pd.DataFrame, boot: Boot, anal
 def compute(inputs: Inputs, cfg: Any) -> Result:
     """The validation section: table `validation` (COLUMNS), figure, metrics under `validation`. With a
     SIMULATED classifier its declared confusion matrix gives the raw TVD's exact estimand."""
-    boot = Boot.of(cfg)
+    boot, groups = Boot.of(cfg), inputs.groups
     spec = cfg.classify.vlm
-    confusion = (confusion_array(spec.sim_confusion)
+    confusion = (confusion_array(spec.sim_confusion, groups)
                  if registry.trait("vlm", spec.backend, "answers_from_confusion", False) else None)
     res = Result("validation", "Does the audit recover what was planted?")
-    truth = planted_images(inputs.manifests)
+    truth = planted_images(inputs.manifests, groups)
     if truth.empty:
         res.status, res.reason = NO_DATA, "no PLANTED images (the planted generator is not among the models)"
         return res
     rows: list[dict] = []
-    pp = per_prompt_table(inputs.labels, inputs.prompts) if not inputs.labels.empty else pd.DataFrame()
+    pp = per_prompt_table(inputs.labels, inputs.prompts, groups) if not inputs.labels.empty else pd.DataFrame()
     if not pp.empty:
-        pp = planted_per_prompt(truth, pp)
+        pp = planted_per_prompt(truth, pp, groups)
     if pp.empty:
         res.notes.append("no labels for the planted images: representation not checked")
     else:
-        rows += representation_rows(pp, boot, confusion)
+        rows += representation_rows(pp, boot, groups, confusion)
         more, notes = corrected_rows(inputs, cfg, pp, confusion)
         rows += more
         res.notes += notes
-    measured = skin.skin_table(inputs.faces, inputs.labels, inputs.prompts)
+    measured = skin.skin_table(inputs.faces, inputs.labels, inputs.prompts, groups)
     if measured.empty:
         res.notes.append("no measured faces: skin tone not checked")
     else:
