@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from biasaudit.stats import kernels
 from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates, sums_statistic
 
 SMALL_GROUP = 50  # the paper's L* < 40 facial result rests on 40 images: flag groups below this
@@ -175,10 +176,10 @@ def cell_sums(X: np.ndarray, gcodes: np.ndarray, ccodes: np.ndarray, n_groups: i
 def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarray, n_groups: Sequence[int],
                    n_clusters: int, normalise: bool = True, chunk: int = ROW_CHUNK
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """cell_sums of several labellings of the same rows in one pass over X: per row chunk, the norms and
-    then one sparse product (cells × rows: row x_i enters the cell of each labelling with weight 1/‖x_i‖)
-    against the chunk. Rows of code −1 (no group or no cluster) and zero or non-finite rows are left out
-    (they never enter a product)."""
+    """cell_sums of several labellings of the same rows in one pass over X: each row's norm and its additions
+    to the cell of each labelling (weight 1/‖x_i‖) while the row is in cache (stats/kernels.py). Rows of code
+    −1 (no group or no cluster) and zero or non-finite rows are left out. `chunk` rows at a time are converted
+    to the working dtype (float16 or memory-mapped input; float32 and float64 arrays are read in place)."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
@@ -191,19 +192,8 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
     S = np.zeros((n_clusters * C, d))
     n, q = np.zeros(n_clusters * C), np.zeros(n_clusters * C)
     for s in range(0, len(ccodes), chunk):
-        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
-        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
-        good = np.isfinite(sq) & (sq > 0)
-        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
-        use = (cell[s:s + chunk] >= 0) & good[:, None]  # rows × labellings
-        r, j = np.nonzero(use)
-        if not len(r):
-            continue
-        at = cell[s:s + chunk][r, j]
-        ind = sparse.csr_matrix((w[r].astype(dtype), (at, r)), shape=(n_clusters * C, len(Xc)))
-        S += np.asarray(ind @ Xc, dtype=np.float64)
-        n += np.bincount(at, minlength=n_clusters * C)
-        q += np.bincount(at, weights=(sq * w * w)[r], minlength=n_clusters * C)
+        kernels.accumulate_cell_sums(np.ascontiguousarray(X[s:s + chunk], dtype=dtype), cell[s:s + chunk],
+                                     bool(normalise), S, n, q)
     S, n, q = S.reshape(n_clusters, C, d), n.reshape(n_clusters, C), q.reshape(n_clusters, C)
     return [(S[:, a:b], n[:, a:b], q[:, a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
 
