@@ -129,6 +129,19 @@ def test_representation_ratios_by_hand():
     assert par.loc["b", "below_four_fifths"] and not par.loc["a", "below_four_fifths"]  # parity: b 0.75 < 0.8, a 1.2
 
 
+def test_a_share_has_one_interval_under_every_reference():
+    """The model's share does not depend on the reference it is compared with, so neither may its interval."""
+    rng = np.random.default_rng(3)
+    many = pd.concat([per_prompt()] * 10, ignore_index=True)  # 20 prompts, so that the draws matter
+    many["prompt_id"] = [f"p{i}" for i in range(len(many))]
+    many[["n_a", "n_b", "n_c"]] = rng.integers(1, 9, size=(len(many), 3))
+    many["n"] = many[["n_a", "n_b", "n_c"]].sum(axis=1)
+    t = ac.representation_ratios(many, BOOT, {"target": {"a": 0.5, "b": 0.25, "c": 0.25}}, "m")
+    spans = t.groupby("category")[["rate_low", "rate_high"]].nunique()
+    assert (spans == 1).all().all(), t[["reference", "category", "rate_low", "rate_high"]]
+    assert (t["rate_high"] > t["rate_low"]).all()  # real intervals, not points
+
+
 def test_reading_marks_uncertainty_not_a_verdict():
     assert ac.reading(0.9, 1.0) == (False, "")
     below, text = ac.reading(0.7, 0.95)

@@ -325,12 +325,27 @@ def test_homogeneity_line_leads_with_the_within_prompt_gap_and_the_papers_beside
                        "gap": [0.11, 0.002], "p_adjusted": [0.5, 0.9]})
     line = homogeneity_findings(df, "p_adjusted")[0]
     assert line == ("No within-prompt homogeneity gap is significant after adjustment (2 gaps); the largest: white in "
-                    "m (clip embeddings), within-prompt gap -0.030 [-0.050, -0.010]; beside it the paper's "
-                    "unstratified gap (replication) 0.002.")
+                    "m (clip embeddings), within-prompt gap -0.030 [-0.050, -0.010] (95% prompt-cluster bootstrap "
+                    "CI); beside it the paper's unstratified gap (replication) 0.002.")
     line = homogeneity_findings(df.assign(p_adjusted=[0.01, 0.9]), "p_adjusted")[0]
     assert line.startswith("1 of 2 within-prompt homogeneity gaps are significant after adjustment; the largest: "
-                           "black in m (clip embeddings), within-prompt gap 0.010 [0.000, 0.020]; beside it the "
-                           "paper's unstratified gap (replication) 0.110")
+                           "black in m (clip embeddings), within-prompt gap 0.010 [0.000, 0.020] (95% prompt-cluster "
+                           "bootstrap CI); beside it the paper's unstratified gap (replication) 0.110")
+
+
+def test_homogeneity_line_says_when_no_gap_could_reach_alpha():
+    """With 199 permutations the smallest p is 1/200 = 0.005; Holm over 20 gaps multiplies the smallest by 20, so
+    0.1 is the best an adjusted p can be: the page says so instead of only 'not significant'."""
+    from biasaudit.report.front import homogeneity_findings
+
+    base = pd.DataFrame({"model": "m", "space": "clip", "group": [f"g{i}" for i in range(20)], "wp_gap": 0.02,
+                         "wp_gap_lo": 0.01, "wp_gap_hi": 0.03, "gap": 0.02, "p_value": [0.005] * 2 + [0.5] * 18,
+                         "p_adjusted": [0.1] * 2 + [1.0] * 18})
+    line = homogeneity_findings(base, "p_adjusted")[0]
+    assert "none can fall below 0.1" in line and "no gap can reach" in line
+    few = base.iloc[:5].assign(p_adjusted=[0.025, 0.025, 1, 1, 1])  # 5 × 0.005 = 0.025 < α: significant ones exist
+    assert "no gap can reach" not in homogeneity_findings(few, "p_adjusted")[0]
+    assert "no gap can reach" not in homogeneity_findings(base.iloc[:5].assign(p_adjusted=1.0), "p_adjusted")[0]
 
 
 def test_calibration_line_counts_rows_below_the_band_and_reads_the_grid_row(tmp_path):

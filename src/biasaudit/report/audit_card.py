@@ -111,7 +111,7 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
                 ratio = np.where(s[..., G:2 * G] > 0, s[..., :G] / s[..., G:2 * G], np.nan)
             return np.concatenate([share, ratio], axis=-1)
 
-        ivs = boot.run(totals, stat, model, ref)
+        ivs = boot.run(totals, stat, model)  # one set of draws per model: a share gets one interval under every reference
         tot = totals.sum(axis=0)
         for j, g in enumerate(groups):
             ratio, share_iv, ratio_iv = ivs[G + j].estimate, ivs[j], ivs[G + j]
@@ -292,7 +292,7 @@ def _ci(r: pd.Series, est: str, lo: str, hi: str) -> str:
 
 PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;line-height:1.4}}
-table{{border-collapse:collapse;font-size:.85em;margin:.4em 0 1em}}td,th{{border:1px solid #ccc;padding:.15em .45em;text-align:right}}
+table{{border-collapse:collapse;font-size:.85em;margin:.4em 0 1em;display:block;max-width:100%;overflow-x:auto}}td,th{{border:1px solid #ccc;padding:.15em .45em;text-align:right}}
 td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}tr.below td{{background:#fff4d6}}
 .standin{{background:#fdd;border:2px solid #c00;padding:.5em;font-weight:bold}}.note{{color:#444;font-size:.9em}}</style>
 </head><body><p><a href="../index.html">Front page</a> · <a href="index.html">All models</a></p>

@@ -295,7 +295,7 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
             "; p = one-sided within-prompt permutation p-value, adjusted over the table" if padj == "p_adjusted"
             else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
         "group's prompt concentration as homogeneity.</p>")
-    b.findings += homogeneity_findings(df, padj)
+    b.findings += homogeneity_findings(df, padj, level)
     if "near_dup_rate" in df and df["near_dup_rate"].map(num).notna().any():
         worst = df.loc[df["near_dup_rate"].map(num).idxmax()]
         b.findings.append(f"Near-duplicates (another image of the same prompt at cosine ≥ "
@@ -307,7 +307,18 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
     return b
 
 
-def homogeneity_findings(df: pd.DataFrame, key: str | None) -> list[str]:
+def _permutation_floor(df: pd.DataFrame, key: str, n: int) -> str:
+    """Why no adjusted p can pass α: Holm's smallest adjusted p is n × the smallest raw p, and a permutation
+    p-value cannot fall below 1/(permutations + 1)."""
+    p = df["p_value"].map(num).dropna() if "p_value" in df else pd.Series(dtype=float)
+    if key != "p_adjusted" or not len(p) or n * float(p.min()) < ALPHA:
+        return ""
+    return (f" The smallest permutation p-value here is {pval(float(p.min()))}, so after adjustment over {n} gaps "
+            f"none can fall below {pval(min(1.0, n * float(p.min())))}: at this number of permutations "
+            f"(analyze.n_permutations) no gap can reach α = {ALPHA}; read the intervals, and raise it to test.")
+
+
+def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") -> list[str]:
     """The headline: significant within-prompt gaps (one-sided, localised tests), the paper's gap beside."""
     if not key:
         return []
@@ -320,13 +331,13 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None) -> list[str]:
     if len(pool):  # the largest within-prompt gap, with the paper's gap of the same group beside it
         top = pool.reindex(pool["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
         largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
-                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])}; beside it the paper's unstratified "
+                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI); beside it the paper's unstratified "
                    f"gap (replication) {fmt(top['gap'])}")
     if len(sig):
         out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:
         out.append(f"No within-prompt homogeneity gap is significant {what} ({n} gaps)"
-                   + (f"; the largest: {largest}." if largest else "."))
+                   + (f"; the largest: {largest}." if largest else ".") + _permutation_floor(df, key, n))
     both = df[["wp_gap", "gap"]].map(num).dropna()
     if len(both):
         out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
@@ -445,7 +456,10 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
                           f"the largest is {top['group']} on {top['measure']} ({_vlm_tag(vlm, top['vlm'])}): "
                           f"{ci(top['delta_pct'], top['low'], top['high'], 1)}% ({level} CI).")
     else:
-        b.findings.append(f"No Δg effect is significant after adjustment ({df['delta_pct'].notna().sum()} effects).")
+        b.findings.append(f"No Δg effect is significant after adjustment over this table "
+                          f"({df['delta_pct'].notna().sum()} effects); a {level} CI is per effect and unadjusted, so "
+                          "one can exclude 0 while the adjusted p stays above α. The regression terms and sign-flip "
+                          "tests below are a separate family, adjusted on their own.")
     return b
 
 
@@ -470,7 +484,8 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
             est = ci(r["coef"], r["ci_low"], r["ci_high"]) if kind == "OLS" else fmt(r["mean_diff"])
             rows.append({"vlm": k["vlm"], "test": kind, "effect": effect, "measure": r["measure"],
                          f"estimate [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"])})
-    sentence = f"{len(rows)} of {n_tests} tested effects are significant after adjustment at α = {ALPHA}."
+    sentence = (f"{len(rows)} of {n_tests} tested effects (cluster-robust OLS terms and sign-flip tests, adjusted as "
+                f"their own family) are significant after adjustment at α = {ALPHA}.")
     if underpowered:
         sentence += (f" {underpowered} tests are labelled underpowered (too few source photos to hold their "
                      "level) and report no p.")

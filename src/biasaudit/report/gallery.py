@@ -191,7 +191,7 @@ figure{margin:0;width:164px;font-size:.75em}figure img{display:block;width:160px
 .group h3{font-size:.85em;margin:.8em 0 .3em;max-width:680px}.muted{color:#666}.flag{color:#b00;font-weight:600}
 .ok{color:#164}.focus td{vertical-align:top;font-size:.72em;padding:2px 10px 8px 4px;width:144px;max-width:144px;
 overflow-wrap:anywhere;border-right:1px solid #e4e4e4}.focus img{width:140px;height:auto}
-table.focus{border-collapse:collapse;table-layout:fixed}.focus th{font-size:.8em;background:#f3f3f3}
+table.focus{border-collapse:collapse;table-layout:fixed;display:block;max-width:100%;overflow-x:auto}.focus th{font-size:.8em;background:#f3f3f3}
 """
 
 IMAGES_TEMPLATE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
