@@ -159,7 +159,7 @@ def test_killed_ray_worker_loses_and_duplicates_nothing(tmp_path, tiny_env, ray_
         items = plan_items(prompts, "photos", 2, spec)
         out_dir = Path("data/t2i/images/photos")
         factory = partial(make_generate_fn, "photos", spec, out_dir.as_posix(), revision,
-                          8, tuple(prompts["prompt_id"]))
+                          8, tuple(prompts["prompt_id"]), cfg.groups)
         marker = str(d / "died-once")
         make_fn = partial(dying_once, marker, factory) if name == "killed" else factory
         stage = Stage("generate photos", items, "image_id", "s", make_fn, out_dir / "log.jsonl", batch_size=2)
