@@ -352,6 +352,7 @@ def permutation_check(P: int, m: int, design: str, n_perm: int, family: bool = F
 # itself (its estimand is 0 by construction); h's own images are more alike (estimand > 0).
 
 WP_D, WP_RHO = 16, 0.05
+STRONG_RHO = (0.3, 0.6)  # a strongly homogeneous neighbour: the unstudentised per-group test over-rejects here
 
 
 def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0):
@@ -606,6 +607,15 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                        "within-prompt global test, power (one homogeneous group)"), "rejection",
                       wp + ", one homogeneous group", scale, wp_test_check(P, 100, n_perm, WP_RHO),
                       "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)"),
+                *[Check((f"within-prompt test, null group beside a strongly homogeneous one (white), ρ = {rho}",
+                         f"within-prompt tests, Holm family-wise over the 4 null groups beside a strongly homogeneous "
+                         f"one, ρ = {rho}",
+                         f"within-prompt test, power for the homogeneous group (ρ = {rho})",
+                         f"within-prompt global test, power (one homogeneous group, ρ = {rho})"), "rejection",
+                        wp + f", one strongly homogeneous group (ρ = {rho})", scale,
+                        wp_test_check(P, 100, n_perm, rho),
+                        "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)")
+                  for rho in STRONG_RHO],
                 Check(("within-prompt test, null group beside a homogeneous one (white), 10% near-duplicates",
                        "within-prompt tests, Holm family-wise over the 4 null groups beside a homogeneous one, "
                        "10% near-duplicates",
@@ -670,7 +680,8 @@ FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "homogeneity permutation test, within prompts (prompt-confounded null)",
         "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)",
         "within-prompt gap CI (homogeneous group, population estimand)",
-        "within-prompt test, null group beside a homogeneous one (white)")
+        "within-prompt test, null group beside a homogeneous one (white)",
+        "within-prompt test, null group beside a strongly homogeneous one (white), ρ = 0.6")
 
 
 def flag(row: dict, note: str) -> str:

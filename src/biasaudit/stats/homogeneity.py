@@ -614,9 +614,58 @@ def _within_draws(codes: np.ndarray, b: int, rng: np.random.Generator) -> np.nda
     return out
 
 
+def _moments(terms: np.ndarray, g: int) -> np.ndarray:
+    """(5, b, G) prompt sums Σa, Σw, Σa², Σaw, Σw² of the (k, b, 4G) per-prompt terms (a = w·Δ)."""
+    a, w = terms[..., :g], terms[..., 3 * g:]
+    return np.stack([a.sum(axis=0), w.sum(axis=0), (a * a).sum(axis=0), (a * w).sum(axis=0), (w * w).sum(axis=0)])
+
+
+def _studentised(m: np.ndarray) -> np.ndarray:
+    """Σa / √Σ(a − Δ̂ w)², Δ̂ = Σa / Σw: the within-prompt gap over its prompt-cluster (linearised) SE.
+    Where the SE is 0 (one contributing prompt) the plain gap stands in: a group's statistic is the
+    same kind in every draw, since a within-prompt shuffle keeps each prompt's group counts."""
+    sa, sw, saa, saw, sww = m
+    delta = _ratio(sa, sw)
+    with np.errstate(invalid="ignore"):
+        ss = saa - 2 * delta * saw + delta * delta * sww
+    se_ok = ss > 1e-12 * np.maximum(saa, 1e-300)
+    t = _ratio(sa, np.sqrt(np.where(se_ok, ss, 0.0)))
+    return np.where(se_ok, t, delta)
+
+
+def _draw_statistics(blocks: PromptBlocks, drawn: list[list[np.ndarray]], sizes: Sequence[int], b: int,
+                     studentise: bool) -> np.ndarray:
+    """drawn[labelling][size class]: (k, b, n) codes → (b, Σ(G + 1)) statistics: per labelling, each
+    group's (studentised) within-prompt gap, then the pooled within-prompt gap."""
+    C = int(sum(sizes))
+    acc = None
+    for ci, (members, rows, Gs) in enumerate(blocks.classes):
+        for sl in _class_batches(len(members), rows.shape[1], b, C):
+            terms = _class_terms(Gs[sl], [d[ci][sl] for d in drawn], sizes)
+            sums = [_moments(t, g) for t, g in zip(terms, sizes)]
+            acc = sums if acc is None else [a + s for a, s in zip(acc, sums)]
+    parts = []
+    for s in acc:
+        parts.append(_studentised(s) if studentise else _ratio(s[0], s[1]))
+        parts.append(_ratio(s[0].sum(axis=1, keepdims=True), s[1].sum(axis=1, keepdims=True)))
+    return np.concatenate(parts, axis=1)
+
+
+def within_prompt_statistics(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]],
+                             studentise: bool = True) -> list[np.ndarray]:
+    """The observed test statistics of within_prompt_permutations, per labelling (G + 1): each group's
+    within-prompt gap over its prompt-cluster SE (or the plain gap), then the pooled gap."""
+    sizes = [g for _, g in labellings]
+    codes = [np.asarray(c, dtype=np.int16) for c, _ in labellings]
+    obs = _draw_statistics(blocks, [[c[rows][:, None, :] for _, rows, _ in blocks.classes] for c in codes], sizes, 1,
+                           studentise)[0]
+    return np.split(obs, np.cumsum([g + 1 for g in sizes])[:-1])
+
+
 def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], n_perm: int,
                                seed: int = 0, design: str = "within", stop_after: int = 0,
-                               first_chunk: int = 32, max_chunk: int = 256) -> tuple[list[np.ndarray], list[float], int]:
+                               first_chunk: int = 32, max_chunk: int = 256, studentise: bool = True
+                               ) -> tuple[list[np.ndarray], list[float], int]:
     """One-sided permutation p-values of every group's within-prompt gap and of each labelling's global
     statistic (the pooled within-prompt gap Σ w·Δ / Σ w over all groups), from one set of
     permutations shared by every labelling: each labelling's codes are shuffled among its own labelled
@@ -625,8 +674,13 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     equal-size prompts.
 
     A group's test asks whether its own members are more alike than the prompt's other labelled
-    images; the statistic moves only with that group's pairs, so another homogeneous group does not
-    make it reject (the calibration table's "one homogeneous group among null groups").
+    images. With `studentise` (the default) its statistic is the group's within-prompt gap over its
+    prompt-cluster SE, recomputed in every draw (Chung & Romano 2013, Ann. Statist. 41:484): the test
+    stays exact when labels are exchangeable within prompts, and is asymptotically valid (in the
+    number of prompts) for H0 "this group's own gap is 0" when they are not — another group's
+    homogeneity breaks exchangeability, and the unstudentised test then over-rejects for null groups
+    (the calibration table's "null group beside a homogeneous one", at several strengths ρ). The
+    global test keeps the plain pooled gap: its null is exchangeability itself.
 
     Besag–Clifford sequential stopping (`stop_after` = h > 0): a test whose h-th exceedance comes at
     permutation L has p = h / L (valid, and exact for clearly large p); the batch stops when every
@@ -635,7 +689,6 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     if design not in DESIGNS:
         raise ValueError(f"permutation design {design!r}: expected one of {DESIGNS}")
     sizes = [g for _, g in labellings]
-    C = int(sum(sizes))
     codes = [np.asarray(c, dtype=np.int16) for c, _ in labellings]
     rng = np.random.default_rng(seed)
     N = len(blocks.n_dropped)
@@ -644,20 +697,9 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
         usable[r] = True
 
     def stats_of(drawn: list[list[np.ndarray]], b: int) -> np.ndarray:
-        """drawn[labelling][size class]: (k, b, n) codes → (b, Σ(G + 1)) statistics."""
-        acc = None
-        for ci, (members, rows, Gs) in enumerate(blocks.classes):
-            for sl in _class_batches(len(members), rows.shape[1], b, C):
-                terms = _class_terms(Gs[sl], [d[ci][sl] for d in drawn], sizes)
-                sums = [t.sum(axis=0) for t in terms]
-                acc = sums if acc is None else [a + s for a, s in zip(acc, sums)]
-        parts = []
-        for g, s in zip(sizes, acc):
-            parts.append(_ratio(s[:, :g], s[:, 3 * g:]))
-            parts.append(_ratio(s[:, :g].sum(axis=1, keepdims=True), s[:, 3 * g:].sum(axis=1, keepdims=True)))
-        return np.concatenate(parts, axis=1)
+        return _draw_statistics(blocks, drawn, sizes, b, studentise)
 
-    observed = stats_of([[c[rows][:, None, :] for _, rows, _ in blocks.classes] for c in codes], 1)[0]
+    observed = np.concatenate(within_prompt_statistics(blocks, labellings, studentise))
     T = len(observed)
     exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
     done = 0

@@ -80,7 +80,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     if a.n_permutations > 0:
         res.notes.append(f"permutation test (p_perm, one-sided wp_gap > 0): labels permuted {boot.permutation_design} "
                          "prompts, one set of permutations shared by race and L* bins of a model and space; a group's "
-                         "test moves only with its own pairs, so another homogeneous group does not make it reject; "
+                         "statistic is its within-prompt gap over its prompt-cluster SE, recomputed in every draw "
+                         "(studentised: exact when labels are exchangeable, and it still tests the group's own gap "
+                         "when another group is homogeneous); "
                          f"p_global: the pooled within-prompt gap of all groups; Besag–Clifford stopping at "
                          f"{a.permutation_stop_after} exceedances; p_adjusted: {boot.p_adjust} over every group, space "
                          "and model of a table")
