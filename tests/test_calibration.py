@@ -42,7 +42,8 @@ def test_the_committed_table_holds_every_check_and_meets_its_paper_scale_claims(
     missing row), and at paper scale: the within-prompt gap's CI covers its population estimand inside
     the coverage band with labels that depend on the prompt (≥ 2000 data sets: Monte-Carlo SE ≤ 0.005),
     a null group's test beside a homogeneous one rejects at most the band's upper end (also with 10%
-    near-duplicates, and beside a strongly homogeneous one, alone and Holm over the null groups), and the corrected TVD beats raw in at least BEATS_RAW of the random-grid audits."""
+    near-duplicates, and beside a strongly homogeneous one, alone and Holm over the null groups), and
+    the corrected TVD beats raw in at least BEATS_RAW of the random-grid audits."""
     cal = _calibration()
     table = pd.read_csv(COMMITTED)
     want = {(n, c.setting) for c in cal.checks(999, 199) for n in c.names}

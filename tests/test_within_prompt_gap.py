@@ -6,6 +6,8 @@ import pytest
 
 from biasaudit.stats import homogeneity as H
 
+from .conftest import calibration_module
+
 
 def brute_within(X, prompts, labels, cats):
     """Σ_p w_pg Δ_pg / Σ_p w_pg with Δ_pg = mean cos(g, g) − mean cos(g, other labelled) inside prompt p and
@@ -225,27 +227,23 @@ def test_studentised_statistic_equals_brute_force():
 
 @pytest.mark.slow
 def test_a_null_group_beside_a_strongly_homogeneous_one_does_not_reject():
-    """ρ = 0.6: each prompt's group-h images share 60% of their noise. Null groups have the same marginal
-    law (their own within-prompt gap is 0), but h breaks exchangeability: the unstudentised test then
-    rejects a null group more often than its level (0.074 on average over the four here), the
-    studentised one does not (0.035)."""
+    """ρ = 0.6 in benchmarks/calibration.py's data model: each prompt's group-h images share 60% of
+    their noise. Null groups have the same marginal law (their own within-prompt gap is 0), but h
+    breaks exchangeability: the unstudentised test then rejects a null group more often than its
+    level (0.093 on average over the four here), the studentised one does not (0.039)."""
+    cal = calibration_module()  # its data model: labels depend on the prompt, group h = "black"
     rng = np.random.default_rng(2026)
-    P, m, d, rho, reps = 50, 100, 16, 0.6, 200
+    h, reps = cal.GROUPS.index("black"), 200
+    null = [i for i in range(len(cal.GROUPS)) if i != h]
     reject = {True: [], False: []}
     for rep in range(reps):
-        mu = rng.normal(size=(P, d)) * 0.8 + 0.5
-        mix = rng.dirichlet(np.full(5, 0.7), size=P)
-        prompts = np.repeat(np.arange(P), m)
-        codes = (rng.random((P * m, 1)) > np.cumsum(mix[prompts], axis=1)).sum(axis=1).clip(max=4).astype(np.int16)
-        e = rng.normal(size=(P * m, d))
-        h = codes == 0
-        e[h] = np.sqrt(1 - rho) * e[h] + np.sqrt(rho) * rng.normal(size=(P, d))[prompts[h]]
-        X = mu[prompts] + rng.uniform(0.6, 1.4, size=P)[prompts, None] * e
+        X, labels, prompts = cal._wp_data(rng, 50, 100, rho=0.6)
+        codes = H._codes(labels, list(cal.GROUPS))[0]
         blocks = H.prompt_blocks(X, prompts)
         for studentise in (True, False):
             p = H.within_prompt_permutations(blocks, [(codes, 5)], 99, seed=rep, stop_after=10,
                                              studentise=studentise)[0][0]
-            reject[studentise].append(((p[1:] < 0.05).mean(), p[0] < 0.05))
+            reject[studentise].append(((p[null] < 0.05).mean(), p[h] < 0.05))
     stud, plain = np.mean(reject[True], axis=0), np.mean(reject[False], axis=0)
     assert stud[1] == 1.0 and plain[1] == 1.0  # power for h either way
     assert stud[0] <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / (4 * reps))  # mean over the 4 null groups' tests

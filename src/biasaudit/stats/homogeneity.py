@@ -696,9 +696,6 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     for r in blocks.rows:
         usable[r] = True
 
-    def stats_of(drawn: list[list[np.ndarray]], b: int) -> np.ndarray:
-        return _draw_statistics(blocks, drawn, sizes, b, studentise)
-
     observed = np.concatenate(within_prompt_statistics(blocks, labellings, studentise))
     T = len(observed)
     exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
@@ -714,7 +711,7 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
                 full = np.full((b_now, N), -1, dtype=np.int16)
                 full[:, lab] = rng.permuted(np.broadcast_to(c[lab], (b_now, len(lab))), axis=1)
                 drawn.append([full[:, rows].transpose(1, 0, 2) for _, rows, _ in blocks.classes])
-        hits = stats_of(drawn, b_now) >= observed - 1e-6  # NaN is no hit
+        hits = _draw_statistics(blocks, drawn, sizes, b_now, studentise) >= observed - 1e-6  # NaN is no hit
         cum = exceed + np.cumsum(hits, axis=0)
         if stop_after > 0:
             for t in np.flatnonzero(np.isnan(stopped_at) & (cum[-1] >= stop_after)):
