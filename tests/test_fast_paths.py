@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from biasaudit.stats import homogeneity as H
+from biasaudit.stats import kernels
 
 
 def test_cell_sums_many_equals_direct_sums_with_unlabelled_and_bad_rows():
@@ -26,9 +27,21 @@ def test_cell_sums_many_equals_direct_sums_with_unlabelled_and_bad_rows():
                 np.testing.assert_allclose(S[p, g], unit.sum(axis=0), atol=1e-5)
                 assert n[p, g] == len(rows)
                 assert q[p, g] == pytest.approx(len(rows), abs=1e-5)  # Σ‖x/‖x‖‖² = count
+        assert S.flags.c_contiguous  # kernels.cell_dots reads it in place
         single = H.cell_sums(X, codes, prompts, G, P)
         for x, y in zip(single, (S, n, q)):
             np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+def test_cell_dots_equal_the_definition():
+    rng = np.random.default_rng(9)
+    S = rng.normal(size=(4, 3, 5))
+    sq, tot = np.empty((4, 3)), np.empty((4, 3))
+    kernels.cell_dots(S, sq, tot)
+    for p in range(4):
+        for g in range(3):
+            assert sq[p, g] == pytest.approx(sum(v * v for v in S[p, g]), rel=1e-12)
+            assert tot[p, g] == pytest.approx(sum(float(S[p, g] @ S[p, h]) for h in range(3)), rel=1e-12)
 
 
 @pytest.mark.parametrize("sizes", [[5, 4], [3], [70, 80]])  # [70, 80]: too many code pairs for one table

@@ -182,20 +182,21 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
     to the working dtype (float16 or memory-mapped input; float32 and float64 arrays are read in place)."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    C = int(offsets[-1])
-    cells = [np.where((np.asarray(g, dtype=np.int64) >= 0) & (ccodes >= 0), ccodes * C + o + np.asarray(g), -1)
-             for g, o in zip(gcodes, offsets[:-1])]
+    # labelling j's cells are the contiguous rows [P·o_j, P·o_{j+1}) of one S, so each labelling's P×G×d block
+    # comes back C-contiguous (kernels.cell_dots reads it in place)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int) * n_clusters
+    cells = [np.where((np.asarray(g, dtype=np.int64) >= 0) & (ccodes >= 0), o + ccodes * G + np.asarray(g), -1)
+             for g, G, o in zip(gcodes, sizes, offsets[:-1])]
     cell = np.stack(cells, axis=1) if cells else np.zeros((len(ccodes), 0), np.int64)  # N × labellings
     d = X.shape[1] if X.ndim == 2 else 0
     dtype = _work_dtype(X)
-    S = np.zeros((n_clusters * C, d))
-    n, q = np.zeros(n_clusters * C), np.zeros(n_clusters * C)
+    S = np.zeros((int(offsets[-1]), d))
+    n, q = np.zeros(int(offsets[-1])), np.zeros(int(offsets[-1]))
     for s in range(0, len(ccodes), chunk):
         kernels.accumulate_cell_sums(np.ascontiguousarray(X[s:s + chunk], dtype=dtype), cell[s:s + chunk],
                                      bool(normalise), S, n, q)
-    S, n, q = S.reshape(n_clusters, C, d), n.reshape(n_clusters, C), q.reshape(n_clusters, C)
-    return [(S[:, a:b], n[:, a:b], q[:, a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+    return [(S[a:b].reshape(n_clusters, G, d), n[a:b].reshape(n_clusters, G), q[a:b].reshape(n_clusters, G))
+            for a, b, G in zip(offsets[:-1], offsets[1:], sizes)]
 
 
 def products_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
@@ -565,8 +566,9 @@ def within_prompt_totals_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray)
     """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of one labelling from the per-(prompt, group)
     sums of one pass over X (cell_sums): ‖S_pg‖² and S_pg · S_p need no pair, so the point estimate
     and its bootstrap cost one pass."""
-    sq = np.einsum("pgd,pgd->pg", S, S)
-    tot = np.einsum("pgd,pd->pg", S, S.sum(axis=1))
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    sq, tot = np.empty(S.shape[:2]), np.empty(S.shape[:2])
+    kernels.cell_dots(S, sq, tot)
     intra, inter, delta, w = _delta(n, q, sq, tot, n.sum(axis=1))
     return np.concatenate([w * delta, w * intra, w * inter, w], axis=1)
 
