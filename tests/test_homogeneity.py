@@ -133,3 +133,23 @@ def test_gap_table_within_model():
     ref = H.homogeneity_gap(X[m1.to_numpy()], meta.loc[m1, "race"].replace("", None).to_numpy())
     np.testing.assert_allclose(t[t.model == "m1"].sort_values("group")["gap"], ref.sort_values("group")["gap"])
     assert {"gap_lo", "gap_hi", "p_perm", "small"} <= set(t.columns)
+
+
+def test_zero_and_non_finite_rows_are_dropped_and_counted():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(150, 6)) + 0.3  # 150 rows: several of the kernel's 64-row blocks
+    labels = rng.choice(["a", "b"], size=150).astype(object)
+    bad = [5, 70, 71]
+    X[5] = 0
+    X[70, 2], X[71, 0] = np.nan, np.inf
+    got = H.homogeneity_gap(X, labels, categories=["a", "b"]).set_index("group")
+    keep = np.setdiff1d(np.arange(150), bad)
+    ref = brute(X[keep], labels[keep], ["a", "b"])
+    np.testing.assert_allclose(got[["n", "intra", "inter", "gap"]].to_numpy(), ref, atol=1e-9)
+    k = {g: sum(labels[i] == g for i in bad) for g in ("a", "b")}
+    assert got["n_dropped"].to_dict() == k
+    for g in ("a", "b"):
+        assert (f"{k[g]} zero or non-finite embedding rows dropped" in got.loc[g, "reason"]) == (k[g] > 0)
+    scale = H.row_scales(X)
+    np.testing.assert_allclose(scale[keep], 1 / np.linalg.norm(X[keep], axis=1), rtol=1e-12)
+    assert (scale[bad] == 0).all()

@@ -68,30 +68,17 @@ def one_pass(X: np.ndarray, codes: np.ndarray, n_cells: int, normalise: bool = T
     d = X.shape[1] if X.ndim == 2 else 0
     S, n, q = np.zeros((n_cells, d)), np.zeros(n_cells), np.zeros(n_cells)
     scale = np.zeros(len(codes))
-    dtype = _work_dtype(X)
-    for s in range(0, len(codes), chunk):
-        Xc = np.asarray(X[s:s + chunk], dtype=dtype)
-        sq = np.einsum("ij,ij->i", Xc, Xc).astype(np.float64)
-        good = np.isfinite(sq) & (sq > 0)
-        w = np.where(good, 1.0 / np.sqrt(np.where(good, sq, 1.0)), 0.0) if normalise else good.astype(float)
-        scale[s:s + chunk] = w
-        c = codes[s:s + chunk]
-        keep = (c >= 0) & good
-        if not keep.any():
-            continue
-        if not good.all():
-            Xc = np.where(good[:, None], Xc, 0).astype(dtype)
-        rows = np.flatnonzero(keep)
-        if n_cells <= 16:  # a few dense columns: BLAS, about one pass over the chunk
-            Z = np.zeros((len(c), n_cells), dtype)
-            Z[rows, c[keep]] = w[keep]
-            S += (Z.T @ Xc).astype(np.float64)
-        else:
-            ind = sparse.csr_matrix((w[keep].astype(dtype), (c[keep], rows)), shape=(n_cells, len(c)))
-            S += np.asarray(ind @ Xc, dtype=np.float64)
-        n += np.bincount(c[keep], minlength=n_cells)
-        q += np.bincount(c[keep], weights=(sq * w * w)[keep], minlength=n_cells)
+    _accumulate(X, codes[:, None], normalise, chunk, S, n, q, scale)
     return S, n, q, scale
+
+
+def _accumulate(X, cell, normalise, chunk, S, n, q, scale) -> None:
+    """kernels.accumulate_cell_sums over `chunk` rows at a time, each converted to the working dtype
+    (float16 or memory-mapped input; float32 and float64 arrays are read in place)."""
+    dtype = _work_dtype(X)
+    for s in range(0, len(cell), chunk):
+        kernels.accumulate_cell_sums(np.ascontiguousarray(X[s:s + chunk], dtype=dtype), cell[s:s + chunk],
+                                     bool(normalise), S, n, q, scale[s:s + chunk])
 
 
 def row_scales(X: np.ndarray, normalise: bool = True, chunk: int = ROW_CHUNK) -> np.ndarray:
@@ -178,8 +165,7 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """cell_sums of several labellings of the same rows in one pass over X: each row's norm and its additions
     to the cell of each labelling (weight 1/‖x_i‖) while the row is in cache (stats/kernels.py). Rows of code
-    −1 (no group or no cluster) and zero or non-finite rows are left out. `chunk` rows at a time are converted
-    to the working dtype (float16 or memory-mapped input; float32 and float64 arrays are read in place)."""
+    −1 (no group or no cluster) and zero or non-finite rows are left out; `chunk` rows at a time."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
     # labelling j's cells are the contiguous rows [P·o_j, P·o_{j+1}) of one S, so each labelling's P×G×d block
@@ -189,12 +175,9 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
              for g, G, o in zip(gcodes, sizes, offsets[:-1])]
     cell = np.stack(cells, axis=1) if cells else np.zeros((len(ccodes), 0), np.int64)  # N × labellings
     d = X.shape[1] if X.ndim == 2 else 0
-    dtype = _work_dtype(X)
     S = np.zeros((int(offsets[-1]), d))
     n, q = np.zeros(int(offsets[-1])), np.zeros(int(offsets[-1]))
-    for s in range(0, len(ccodes), chunk):
-        kernels.accumulate_cell_sums(np.ascontiguousarray(X[s:s + chunk], dtype=dtype), cell[s:s + chunk],
-                                     bool(normalise), S, n, q)
+    _accumulate(X, cell, normalise, chunk, S, n, q, np.empty(len(ccodes)))
     return [(S[a:b].reshape(n_clusters, G, d), n[a:b].reshape(n_clusters, G), q[a:b].reshape(n_clusters, G))
             for a, b, G in zip(offsets[:-1], offsets[1:], sizes)]
 

@@ -19,9 +19,10 @@ BLOCK = 64
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FLAGS)
-def accumulate_cell_sums(X, cell, normalise, S, n, q):
+def accumulate_cell_sums(X, cell, normalise, S, n, q, scale):
     """Add each usable row of X (finite, non-zero), scaled to unit length when `normalise`, to S[cell[i, j]]
-    for every labelling j with cell[i, j] ≥ 0; count it in n and its squared (scaled) norm in q. In place.
+    for every labelling j with cell[i, j] ≥ 0; count it in n and its squared (scaled) norm in q; write each
+    row's weight to scale (1/‖x‖, or 1 without normalising; 0 for an unusable row). In place.
 
     Block by block: first every row's norm while the rows stream in from memory, then, per labelling, each
     cell's rows of the block summed into one buffer that stays in L1 and added to S once. Adding rows one
@@ -41,6 +42,7 @@ def accumulate_cell_sums(X, cell, normalise, S, n, q):
             sq[r] = s
             usable = s > 0.0 and s < np.inf
             w[r] = (1.0 / np.sqrt(s) if normalise else 1.0) if usable else 0.0
+            scale[b0 + r] = w[r]
         for j in range(cell.shape[1]):
             for r in range(m):
                 done[r] = w[r] == 0.0 or cell[b0 + r, j] < 0
