@@ -26,6 +26,7 @@ X (tracemalloc), with the 2% unlabelled rows.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -160,19 +161,9 @@ def read_once(tree: Path):
 def run_stage(tree: Path, out: Path) -> dict[str, float]:
     """Every section of notebooks/t2i_analyze.py, in its order, with the OutputWriter: seconds per section."""
     from biasaudit.outputs import OutputWriter
-    from biasaudit.t2i.analysis import (
-        calibration,
-        corrected,
-        face_loss,
-        homogeneity,
-        inputs,
-        instruments,
-        provenance,
-        reliability,
-        representation,
-        skin,
-        validation,
-    )
+    from biasaudit.t2i.analysis import SECTIONS, inputs
+
+    sections = [importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS]
 
     cfg = paper_config()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -180,11 +171,9 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
     times = {"read tables": time.perf_counter() - t0}
     cpu = {"read tables": time.process_time() - c0}
-    for mod in (provenance, representation, skin, homogeneity, reliability, corrected, calibration, validation,
-                face_loss, instruments):
+    for name, mod in zip(SECTIONS, sections):
         t, c = time.perf_counter(), time.process_time()
         writer.add(mod.compute(data, cfg))
-        name = mod.__name__.rsplit(".", 1)[1]
         times[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     writer.finish(inputs.PLOTS, profile="paper", stand_in=True)

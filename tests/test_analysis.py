@@ -1,6 +1,8 @@
 """Method A analysis on hand-made inputs (values computed by hand) and on the SYNTHETIC fixture tree."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -8,7 +10,7 @@ import pytest
 
 from biasaudit.contracts import GROUPS, L_BIN_LABELS
 from biasaudit.outputs import NO_DATA, OK, OutputWriter
-from biasaudit.t2i.analysis import calibration, corrected, homogeneity, reliability, representation, skin
+from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
 from biasaudit.t2i.analysis.skin import dark_share, earnings_regression, labels_by_L_bin, skin_table
@@ -242,3 +244,9 @@ def test_an_analysis_parameter_is_stated_in_the_schema_params_yaml_and_the_secti
         assert (ROOT / "params.yaml").read_text().count(f"{key}:") == 1
         assert not any(key in p.read_text() for p in (ROOT / "notebooks").glob("*.py")), key
     assert not any("_DEFAULTS" in p.read_text() for p in (ROOT / "src").rglob("*.py"))
+
+
+def test_the_notebook_runs_the_declared_sections_in_order():
+    """benchmarks/bench_analyze.py times analysis.SECTIONS: the notebook must run exactly those, in order."""
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "t2i_analyze.py").read_text()
+    assert tuple(re.findall(r"^show\((\w+)\.compute\(data, cfg\), writer\)$", text, flags=re.M)) == SECTIONS

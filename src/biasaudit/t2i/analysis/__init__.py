@@ -15,3 +15,7 @@ the reason. The `analyze` notebook runs them in this order:
     face_loss       faces lost by the detector, by label and L* bin
     instruments     the instruments stage's L* sweep
 """
+
+# the order above; benchmarks/bench_analyze.py times these and a test holds the notebook to the same list
+SECTIONS = ("provenance", "representation", "skin", "homogeneity", "reliability", "corrected", "calibration",
+            "validation", "face_loss", "instruments")
