@@ -45,11 +45,8 @@ def _norm(name: str) -> str:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def check(wheels: Path, list_path: Path) -> tuple[list[Path], list[str]]:

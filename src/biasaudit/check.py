@@ -78,11 +78,8 @@ def _sha256(path: Path, cache: dict[str, Any]) -> str:
     st = path.stat()
     key = f"{path.as_posix()}|{st.st_size}|{st.st_mtime_ns}"
     if key not in cache:
-        h = hashlib.sha256()
         with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        cache[key] = h.hexdigest()
+            cache[key] = hashlib.file_digest(fh, "sha256").hexdigest()
     return cache[key]
 
 
