@@ -34,6 +34,7 @@ import pandas as pd
 
 from biasaudit import GROUPS
 from biasaudit.contracts import COVERAGE_BAND, REJECTION_BAND
+from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
 
 NOMINAL_COVERAGE, NOMINAL_LEVEL = 0.95, 0.05
 BEATS_RAW = 0.60  # a corrected estimate earns its place when closer to the truth than raw this often
@@ -355,10 +356,16 @@ WP_D, WP_RHO = 16, 0.05
 STRONG_RHO = (0.3, 0.6)  # a strongly homogeneous neighbour: the unstudentised per-group test over-rejects here
 
 
-def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0):
+# "even": every group 20% on average and present in most prompts; "rare": Dirichlet(2·BASE), so 'other' (5% on
+# average, concentration 0.1) has pairs in about 14 of 50 prompts: its gap rests on those prompts alone
+WP_MIX = {"even": np.full(5, 0.7), "rare": 2 * BASE}
+RARE_RHO = 0.3
+
+
+def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0, mix="even"):
     mu = rng.normal(size=(P, WP_D)) * 0.8 + 0.5
     s = rng.uniform(0.6, 1.4, size=P)
-    mix = rng.dirichlet(np.full(5, 0.7), size=P)
+    mix = rng.dirichlet(WP_MIX[mix], size=P)
     prompts = np.repeat(np.arange(P), m)
     lab = np.minimum((rng.random((P * m, 1)) > np.cumsum(mix[prompts], axis=1)).sum(axis=1), 4)
     e = rng.normal(size=(P * m, WP_D))
@@ -374,15 +381,15 @@ def _wp_data(rng, P, m, rho=WP_RHO, homogeneous="black", near_dup=0.0):
     return X, np.array(GROUPS, dtype=object)[lab], prompts
 
 
-def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000):
+def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000, mix="even"):
     """E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (w = n_pg (m − n_pg) / m where n_pg ≥ 2
     and another labelled image exists, else 0), by brute force: every prompt's full cosine matrix and explicit pair masks."""
-    key = ("wp", group, m, rho, homogeneous)
+    key = ("wp", group, m, rho, homogeneous, mix)
     if key not in _TRUTH:
         rng = np.random.default_rng(4242)
         num = den = 0.0
         for _ in range(n_prompts // 500):
-            X, labels, prompts = _wp_data(rng, 500, m, rho, homogeneous)
+            X, labels, prompts = _wp_data(rng, 500, m, rho, homogeneous, mix=mix)
             U = X / np.linalg.norm(X, axis=1, keepdims=True)
             for p in range(500):
                 u, lab = U[p * m:(p + 1) * m], labels[p * m:(p + 1) * m]
@@ -398,17 +405,20 @@ def _wp_estimand(group, m, rho=WP_RHO, homogeneous="black", n_prompts=20_000):
     return _TRUTH[key]
 
 
-def wp_gap_check(P: int, m: int, group: str, n_boot: int, paper: bool = False):
+def wp_gap_check(P: int, m: int, group: str, n_boot: int, paper: bool = False, homogeneous: str = "black",
+                 rho: float = WP_RHO, mix: str = "even"):
     """Coverage of the population within-prompt gap of `group` by the within-prompt gap's prompt-cluster
     bootstrap CI (or, with `paper`, by the paper's unstratified gap CI: it reads prompt concentration
-    as homogeneity)."""
+    as homogeneity). A data set where the group has no interval counts as not covered."""
     from biasaudit.stats.homogeneity import within_prompt_table
 
+    n_truth = 100_000 if mix == "rare" else 20_000  # a rare group has pairs in few of the prompts drawn
+
     def run(rng, rep):
-        X, labels, prompts = _wp_data(rng, P, m)
+        X, labels, prompts = _wp_data(rng, P, m, rho, homogeneous, mix=mix)
         t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=n_boot,
                                 n_perm=0, seed=rep, paper=paper)["race"].set_index("group").loc[group]
-        truth = _wp_estimand(group, m)
+        truth = _wp_estimand(group, m, rho, homogeneous, n_truth, mix)
         lo, hi = (t["gap_lo"], t["gap_hi"]) if paper else (t["wp_gap_lo"], t["wp_gap_hi"])
         return Covered(bool(lo <= truth <= hi), float(hi - lo))
 
@@ -601,6 +611,13 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                       wp_gap_check(P, 100, "black", n_boot, paper=True),
                       "known: the paper's gap also counts pairs across prompts (a different estimand): "
                       "the within-prompt gap is the headline"),
+                *[Check(f"within-prompt gap CI (rare {what} group in few prompts, population estimand)", "coverage",
+                        f"{P} prompts × 100 images, labels depend on the prompt, Dirichlet(2·BASE) mixes: other ≈ 5%"
+                        + (f", ρ = {rho}" if rho else ""), scale,
+                        wp_gap_check(P, 100, "other", n_boot, homogeneous="other", rho=rho, mix="rare"),
+                        f"few prompts: the group has pairs in fewer than {MIN_PROMPTS_CI} prompts of many data sets "
+                        "(no interval, or one flagged few_prompts in the table)")
+                  for what, rho in (("homogeneous", RARE_RHO), ("null", 0.0))],
                 Check(("within-prompt test, null group beside a homogeneous one (white)",
                        "within-prompt tests, Holm family-wise over the 4 null groups beside a homogeneous one",
                        "within-prompt test, power for the homogeneous group (ρ = 0.05)",

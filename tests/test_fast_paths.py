@@ -77,3 +77,41 @@ def test_shared_bounding_box_is_the_tight_one():
         sizes.append(Image.open(io.BytesIO(buf.getvalue())).size)
     plt.close(fig)
     assert sizes[0] == sizes[1]
+
+
+@pytest.mark.parametrize("bad", ["group", "cluster", "cell"])
+def test_codes_out_of_range_are_refused_not_written(bad):
+    """The compiled loop has no bounds check: a code past the cells would write outside S (or into another
+    labelling's cells), so every entry point refuses it with the range."""
+    X = np.ones((10, 3), np.float32)
+    g, c = np.zeros(10, int), np.zeros(10, int)
+    if bad == "group":
+        g[4] = 2  # G = 2: the next prompt's cell, inside S
+        call = lambda: H.cell_sums_many(X, [g], c, [2], 3)  # noqa: E731
+    elif bad == "cluster":
+        c[4] = 10_000_000
+        call = lambda: H.cell_sums_many(X, [g], c, [2], 3)  # noqa: E731
+    else:
+        g[4] = 50_000_000
+        call = lambda: H.one_pass(X, g, 2)  # noqa: E731
+    with pytest.raises(ValueError, match="out of range"):
+        call()
+
+
+def test_block_size_follows_the_row_order_and_does_not_change_the_sums():
+    rng = np.random.default_rng(11)
+    N, d = 2000, 5
+    grouped = (np.arange(N) // 20 * 3 + rng.integers(0, 3, N))[:, None]  # 100 prompts × 3 groups, rows by prompt
+    shuffled = grouped[rng.permutation(N)]
+    assert kernels.block_rows(grouped) == kernels.BLOCK and kernels.block_rows(shuffled) == 1
+    assert kernels.block_rows(np.zeros((10, 1), np.int64)) == 1  # fewer rows than a block
+    X = rng.normal(size=(N, d))
+    X[7] = 0
+    out = []
+    for block in (1, 7, kernels.BLOCK):
+        S, n, q, scale = np.zeros((300, d)), np.zeros(300), np.zeros(300), np.zeros(N)
+        kernels.accumulate_cell_sums(X, shuffled, True, S, n, q, scale, block)
+        out.append((S, n, q, scale))
+    for got in out[1:]:
+        for a, b in zip(out[0], got):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -333,6 +333,29 @@ def test_homogeneity_line_leads_with_the_within_prompt_gap_and_the_papers_beside
                            "bootstrap CI); beside it the paper's unstratified gap (replication) 0.110")
 
 
+def test_homogeneity_line_and_table_mark_a_gap_that_rests_on_few_prompts(tmp_path):
+    """A row flagged few_prompts (pairs in fewer than MIN_PROMPTS_CI prompts) is marked † in the table, with
+    the note, and the headline line says its interval under-covers; unflagged tables carry no note."""
+    from biasaudit.report.front import homogeneity_block, homogeneity_findings
+    from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
+
+    df = pd.DataFrame({"model": ["m", "m"], "space": ["clip", "clip"], "group": ["black", "other"],
+                       "wp_gap": [0.01, 0.2], "wp_gap_lo": [0.0, 0.1], "wp_gap_hi": [0.02, 0.3], "gap": [0.11, 0.3],
+                       "p_adjusted": [0.5, 0.01], "n_prompts": [40, 3], "few_prompts": [False, True]})
+    line = homogeneity_findings(df, "p_adjusted")[0]
+    assert f"(pairs in only 3 prompts: that interval under-covers, fewer than {MIN_PROMPTS_CI})" in line
+    assert "under-covers" not in homogeneity_findings(df.assign(few_prompts=False), "p_adjusted")[0]
+    t2i = tmp_path / "t2i"
+    (t2i / "tables").mkdir(parents=True)
+    (t2i / "manifest.json").write_text(json.dumps({"sections": []}))
+    for flags, marked in (([False, True], True), ([False, False], False)):
+        df.assign(few_prompts=flags, gap_lo=0.0, gap_hi=0.5).to_csv(t2i / "tables" / "homogeneity_by_race.csv",
+                                                                    index=False)
+        b = homogeneity_block(Outputs.load(t2i), tmp_path, "95%", ("black", "other"))
+        assert ("0.200 [0.100, 0.300] †" in b.html) == marked and ("†: the group has pairs in fewer than" in b.html) == marked
+        assert "0.010 [0.000, 0.020] p=" in b.html
+
+
 def test_homogeneity_line_says_when_no_gap_could_reach_alpha():
     """With 199 permutations the smallest p is 1/200 = 0.005; Holm over 20 gaps multiplies the smallest by 20, so
     0.1 is the best an adjusted p can be: the page says so instead of only 'not significant'."""

@@ -153,3 +153,19 @@ def test_expanded_percentile_levels():
     wide = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000)[0]
     plain = cluster_bootstrap(totals, ratio(1, 0), n_boot=4000, expand=False)[0]
     assert wide.low < plain.low and wide.high > plain.high
+
+
+def test_effective_cluster_count_sets_each_components_expansion():
+    """n_effective replaces P in a component's expansion: its interval is the bootstrap quantiles at
+    expanded_alpha(level, k) (checked against np.quantile directly); below 2 clusters, no interval."""
+    from biasaudit.stats.resample import Replicates, expanded_alpha, intervals
+
+    dist = np.random.default_rng(1).normal(size=(5000, 3))
+    rep = Replicates(np.zeros(3), dist, None, 50)
+    got = intervals(rep, 0.95, "percentile", n_effective=[50, 6, 1])
+    for i, k in enumerate((50, 6)):
+        a = expanded_alpha(0.95, k)
+        assert (got[i].low, got[i].high) == pytest.approx(tuple(np.quantile(dist[:, i], [a, 1 - a])))
+    assert got[1].high - got[1].low > got[0].high - got[0].low
+    assert np.isnan(got[2].low) and "fewer than 2" in got[2].reason
+    assert [iv.low for iv in intervals(rep, 0.95, "percentile")][:1] == [got[0].low]  # default: P for all

@@ -248,3 +248,35 @@ def test_a_null_group_beside_a_strongly_homogeneous_one_does_not_reject():
     assert stud[1] == 1.0 and plain[1] == 1.0  # power for h either way
     assert stud[0] <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / (4 * reps))  # mean over the 4 null groups' tests
     assert plain[0] > 0.06  # the design this replaces fails here: the check can fail
+
+
+def test_a_group_in_few_prompts_gets_the_expansion_of_its_own_prompt_count_and_a_flag(monkeypatch):
+    """The interval's small-cluster expansion counts the prompts where the group has pairs (not all P): a
+    group with pairs in 3 of 20 prompts is expanded for 3 clusters, flagged few_prompts with the reason; a
+    group with pairs in 1 prompt gets no interval."""
+    seen = []
+
+    def spy(rep, level, method, **kw):
+        seen.append(np.asarray(kw["n_effective"]))
+        return intervals(rep, level, method, **kw)
+
+    intervals = H.intervals
+    monkeypatch.setattr(H, "intervals", spy)
+    rng = np.random.default_rng(3)
+    P, m = 20, 12
+    prompts = np.repeat(np.arange(P), m)
+    labels = np.array(["b"] * (P * m), dtype=object)
+    labels[::m] = "d"  # one d per prompt: b has another labelled image everywhere
+    for p in (0, 5, 9):
+        labels[p * m + 1:p * m + 5] = "a"  # pairs of a in 3 prompts
+    labels[15 * m + 1:15 * m + 4] = "c"  # c in 1 prompt
+    X = rng.normal(size=(P * m, 6)) + rng.normal(size=(P, 6))[prompts]
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=400, n_perm=0, paper=False)["race"]
+    t = t.set_index("group")
+    assert list(t.index) == ["a", "b", "c", "d"]
+    assert t["n_prompts"].tolist() == [3, P, 1, 0]
+    assert seen[0].tolist() == [3, P, 1, 0] * 3  # gap, intra, inter of each group
+    assert bool(t.loc["a", "few_prompts"]) and "only 3 prompts" in t.loc["a", "wp_ci_reason"]
+    assert np.isfinite(t.loc["a", "wp_gap_lo"])
+    assert not t.loc[["b", "c", "d"], "few_prompts"].any() and t.loc["b", "wp_ci_reason"] == ""
+    assert np.isnan(t.loc["c", "wp_gap_lo"]) and "fewer than 2" in t.loc["c", "wp_ci_reason"]

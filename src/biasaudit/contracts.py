@@ -210,7 +210,8 @@ SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_
                                             "share_low", "share_high"))
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
                                                     "gap", "gap_lo", "gap_hi"),
-                            ("p_value", "p_adjusted", "p_global", "near_dup_rate", "near_dup_cosine"))
+                            ("p_value", "p_adjusted", "p_global", "near_dup_rate", "near_dup_cosine", "n_prompts",
+                             "few_prompts"))
 HOMOGENEITY_VS_BASELINE = Table("homogeneity_vs_baseline", ("model", "space", "group", "gap_minus_baseline"))
 VALIDATION = Table("validation", ("model", "category_or_group", "quantity", "planted", "estimate", *_CI, "covered"),
                    ("width", "informative", "check", "note"))

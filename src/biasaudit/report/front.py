@@ -21,6 +21,7 @@ from biasaudit import contracts as C
 from biasaudit import registry
 from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, pval, read_json, truthy
 from biasaudit.report.trail import trail
+from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
 
 ALPHA = 0.05
 
@@ -285,8 +286,8 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
         for g in groups:
             if g in sub.index and not math.isnan(num(sub.loc[g, "wp_gap"])):
                 r = sub.loc[g]
-                row[g] = (ci(r["wp_gap"], r["wp_gap_lo"], r["wp_gap_hi"]) + (f" p={pval(r[padj])}" if padj else "")
-                          + f" · paper (unstratified) {fmt(r['gap'])}")
+                row[g] = (ci(r["wp_gap"], r["wp_gap_lo"], r["wp_gap_hi"]) + (" †" if truthy(r.get("few_prompts")) else "")
+                          + (f" p={pval(r[padj])}" if padj else "") + f" · paper (unstratified) {fmt(r['gap'])}")
             else:
                 row[g] = "—"
         rows.append(row)
@@ -294,7 +295,9 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
         f"<p class='note'>cell: within-prompt gap [{level} prompt-cluster bootstrap CI]" + (
             "; p = one-sided within-prompt permutation p-value, adjusted over the table" if padj == "p_adjusted"
             else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
-        "group's prompt concentration as homogeneity.</p>")
+        "group's prompt concentration as homogeneity." + (
+            f" †: the group has pairs in fewer than {MIN_PROMPTS_CI} prompts, and its interval under-covers there "
+            "(benchmarks/results/calibration.csv)." if "few_prompts" in df and df["few_prompts"].map(truthy).any() else "") + "</p>")
     b.findings += homogeneity_findings(df, padj, level)
     if "near_dup_rate" in df and df["near_dup_rate"].map(num).notna().any():
         worst = df.loc[df["near_dup_rate"].map(num).idxmax()]
@@ -333,6 +336,9 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
         largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
                    f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI); beside it the paper's unstratified "
                    f"gap (replication) {fmt(top['gap'])}")
+        if truthy(top.get("few_prompts")):
+            largest += (f" (pairs in only {int(num(top.get('n_prompts')))} prompts: that interval under-covers, "
+                        f"fewer than {MIN_PROMPTS_CI})")
     if len(sig):
         out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:

@@ -40,6 +40,9 @@ from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates
 SMALL_GROUP = 50  # the paper's L* < 40 facial result rests on 40 images: flag groups below this
 DESIGNS = ("within", "across")
 ROW_CHUNK = 8192
+# below this many prompts with pairs of a group, its within-prompt interval under-covers even with the
+# small-cluster expansion (benchmarks/calibration.py: 0.69–0.87 at 2–4 prompts, 0.93–0.96 from 5)
+MIN_PROMPTS_CI = 5
 
 
 def l2_normalise(X: np.ndarray) -> np.ndarray:
@@ -72,13 +75,25 @@ def one_pass(X: np.ndarray, codes: np.ndarray, n_cells: int, normalise: bool = T
     return S, n, q, scale
 
 
+def _check_codes(codes: np.ndarray, n: int, what: str) -> None:
+    """Codes run from −1 (none) to n − 1; the compiled loop would write out of bounds otherwise."""
+    if codes.size and (int(codes.max()) >= n or int(codes.min()) < -1):
+        raise ValueError(f"{what} code out of range: {int(codes.min())} to {int(codes.max())} for {n} {what}s "
+                         "(codes run from −1, none, to n − 1)")
+
+
 def _accumulate(X, cell, normalise, chunk, S, n, q, scale) -> None:
     """kernels.accumulate_cell_sums over `chunk` rows at a time, each converted to the working dtype
-    (float16 or memory-mapped input; float32 and float64 arrays are read in place)."""
+    (float16 or memory-mapped input; float32 and float64 arrays are read in place). The compiled loop does
+    not check bounds, so a code outside [−1, cells) is refused here."""
+    _check_codes(cell, len(S), "cell")
+    if len(cell) != len(X):
+        raise ValueError(f"{len(cell)} codes for {len(X)} rows of X")
     dtype = _work_dtype(X)
+    block = kernels.block_rows(cell)
     for s in range(0, len(cell), chunk):
         kernels.accumulate_cell_sums(np.ascontiguousarray(X[s:s + chunk], dtype=dtype), cell[s:s + chunk],
-                                     bool(normalise), S, n, q, scale[s:s + chunk])
+                                     bool(normalise), S, n, q, scale[s:s + chunk], block)
 
 
 def row_scales(X: np.ndarray, normalise: bool = True, chunk: int = ROW_CHUNK) -> np.ndarray:
@@ -168,6 +183,9 @@ def cell_sums_many(X: np.ndarray, gcodes: Sequence[np.ndarray], ccodes: np.ndarr
     −1 (no group or no cluster) and zero or non-finite rows are left out; `chunk` rows at a time."""
     ccodes = np.asarray(ccodes, dtype=np.int64)
     sizes = [int(g) for g in n_groups]
+    _check_codes(ccodes, n_clusters, "cluster")
+    for j, (g, G) in enumerate(zip(gcodes, sizes)):
+        _check_codes(np.asarray(g), G, f"group (labelling {j})")
     # labelling j's cells are the contiguous rows [P·o_j, P·o_{j+1}) of one S, so each labelling's P×G×d block
     # comes back C-contiguous (kernels.cell_dots reads it in place)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int) * n_clusters
@@ -762,16 +780,22 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         totals = within_prompt_totals_from_cells(S, n_c, q_c)
         rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
                          seed=seed + 7919 * (j + 1), method=method)
-        ivs = intervals(rep, level, method)
-        n = np.bincount(codes[codes >= 0], minlength=G)
         n_prompts = (totals[:, 3 * G:] > 0).sum(axis=0)
+        # a group's gap rests on the prompts where it has pairs, not on all P: the small-cluster expansion of
+        # the interval uses that count (a rare group in 14 of 50 prompts covered 0.915 with P, 0.944 with it)
+        ivs = intervals(rep, level, method, n_effective=np.tile(n_prompts, 3))
+        n = np.bincount(codes[codes >= 0], minlength=G)
+        few = (n_prompts >= 2) & (n_prompts < MIN_PROMPTS_CI)
+        ci_reason = [("; ".join(r for r in (ivs[i].reason, f"only {n_prompts[i]} prompts have 2 or more of the group: "
+                                            f"the interval under-covers (fewer than {MIN_PROMPTS_CI})") if r)
+                      if few[i] else ivs[i].reason) for i in range(G)]
         reason = np.where(n == 0, "empty group", np.where(n_prompts == 0, "no prompt with 2 or more of the group "
                                                          "and another labelled image: no within-prompt pairs", ""))
         t = pd.DataFrame({"group": cats, "n": n.astype(int), "n_prompts": n_prompts.astype(int),
                           "wp_intra": rep.point[G:2 * G], "wp_inter": rep.point[2 * G:], "wp_gap": rep.point[:G],
                           "wp_gap_lo": [ivs[i].low for i in range(G)], "wp_gap_hi": [ivs[i].high for i in range(G)],
                           "wp_gap_se": [ivs[i].se for i in range(G)],
-                          "wp_ci_reason": [ivs[i].reason for i in range(G)], "wp_reason": reason,
+                          "wp_ci_reason": ci_reason, "wp_reason": reason, "few_prompts": few,
                           "small": n < small_group})
         if n_perm > 0:
             t["p_perm"], t["p_global"], t["n_perm"], t["design"] = p_group[name], p_glob[name], used, design

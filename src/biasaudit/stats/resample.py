@@ -22,7 +22,7 @@ the same in every replicate, so the bootstrap says nothing about its uncertainty
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -124,15 +124,18 @@ def expanded_alpha(level: float, n_clusters: int) -> float:
     return float(stats.norm.sf(z))
 
 
-def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", expand: bool = True
-              ) -> list[Interval]:
+def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", expand: bool = True,
+              n_effective: Sequence[float] | None = None) -> list[Interval]:
     """One Interval per component of the statistic (see the module docstring for the NaN rules).
     Percentile and basic intervals use the expanded levels (`expanded_alpha`) unless `expand` is False;
-    BCa has its own small-sample corrections."""
-    alpha = expanded_alpha(level, rep.n_clusters) if expand and method != "BCa" else (1 - level) / 2
+    BCa has its own small-sample corrections. `n_effective` (per component) replaces the cluster count in
+    the expansion where a component rests on fewer clusters than the resample (a group present in a few of
+    the prompts); below 2 the component gets no interval."""
     out = []
     for i, p in enumerate(rep.point):
         p = float(p)
+        k = rep.n_clusters if n_effective is None else float(n_effective[i])
+        alpha = expanded_alpha(level, k) if expand and method != "BCa" else (1 - level) / 2
         if rep.n_clusters < 2:
             reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
             out.append(Interval(p, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason))
@@ -150,6 +153,10 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", 
             continue
         if len(ok) < 2:
             out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined, "statistic undefined in every resample"))
+            continue
+        if k < 2:
+            out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined,
+                                f"rests on {k:g} cluster(s), fewer than 2: no interval"))
             continue
         if method == "BCa":
             a1, a2, why = _bca_levels(p, ok, rep.jack[:, i], (1 - level) / 2)

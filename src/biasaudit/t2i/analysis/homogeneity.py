@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
-from biasaudit.stats.homogeneity import add_p_adjusted, prompt_blocks, within_prompt_table
+from biasaudit.stats.homogeneity import MIN_PROMPTS_CI, add_p_adjusted, prompt_blocks, within_prompt_table
 from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin
 
@@ -73,9 +73,11 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                                            if inputs.models else "no models found")
         return res
     res.notes.append("headline: the within-prompt gap (wp_gap) compares only pairs of images that share a prompt "
-                     "(intra-group minus inter-group cosine, weighted by the group's images per prompt), so a "
-                     "group's prompt mix cancels; estimand: the population over prompts, CI by a prompt-cluster "
-                     "bootstrap. 'gap' is the paper (unstratified) gap over all pairs, kept for replication: it "
+                     "(intra-group minus inter-group cosine; prompt p weighs n_pg (m_p − n_pg) / m_p, its number of "
+                     "group–rest pairs over its labelled images), so a group's prompt mix cancels; estimand: the "
+                     "population over prompts, CI by a prompt-cluster bootstrap whose small-cluster expansion counts "
+                     "the prompts where the group has pairs (n_prompts); few_prompts: fewer than "
+                     f"{MIN_PROMPTS_CI} such prompts, where the interval under-covers. 'gap' is the paper (unstratified) gap over all pairs, kept for replication: it "
                      "also reads prompt concentration as homogeneity")
     if a.n_permutations > 0:
         res.notes.append(f"permutation test (p_perm, one-sided wp_gap > 0): labels permuted {boot.permutation_design} "
