@@ -211,7 +211,7 @@ def homogeneity_alone(tree: Path, reps: int) -> dict[str, float]:
         cells = H.cell_sums_many(X, [codes, bcodes], pcodes, [len(cats), len(bcats)], len(pnames))
         return [H.within_prompt_totals_from_cells(*c) for c in cells]
 
-    def gap_shuffled():  # the same rows in a random order (not grouped by prompt, as the stage writes them)
+    def gap_shuffled():  # the same rows in a random order (the stage's tree groups them by prompt)
         return H.within_prompt_totals_from_cells(*H.cell_sums(Xs, codes_s, pcodes_s, len(cats), len(pnames)))
 
     timed = {"gap": gap, "race + L* bins": gap_race_and_bins, "gap, rows shuffled": gap_shuffled,

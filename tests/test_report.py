@@ -345,6 +345,8 @@ def test_homogeneity_line_and_table_mark_a_gap_that_rests_on_few_prompts(tmp_pat
     line = homogeneity_findings(df, "p_adjusted")[0]
     assert f"(pairs in only 3 prompts: that interval under-covers, fewer than {MIN_PROMPTS_CI})" in line
     assert "under-covers" not in homogeneity_findings(df.assign(few_prompts=False), "p_adjusted")[0]
+    one = df.assign(n_prompts=[40, 1], wp_gap_lo=[0.0, np.nan], wp_gap_hi=[0.02, np.nan])
+    assert "(pairs in only 1 prompt: no interval)" in homogeneity_findings(one, "p_adjusted")[0]
     t2i = tmp_path / "t2i"
     (t2i / "tables").mkdir(parents=True)
     (t2i / "manifest.json").write_text(json.dumps({"sections": []}))

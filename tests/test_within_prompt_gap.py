@@ -253,7 +253,7 @@ def test_a_null_group_beside_a_strongly_homogeneous_one_does_not_reject():
 def test_a_group_in_few_prompts_gets_the_expansion_of_its_own_prompt_count_and_a_flag(monkeypatch):
     """The interval's small-cluster expansion counts the prompts where the group has pairs (not all P): a
     group with pairs in 3 of 20 prompts is expanded for 3 clusters, flagged few_prompts with the reason; a
-    group with pairs in 1 prompt gets no interval."""
+    group with pairs in 1 prompt is flagged and gets no interval."""
     seen = []
 
     def spy(rep, level, method, **kw):
@@ -276,7 +276,8 @@ def test_a_group_in_few_prompts_gets_the_expansion_of_its_own_prompt_count_and_a
     assert list(t.index) == ["a", "b", "c", "d"]
     assert t["n_prompts"].tolist() == [3, P, 1, 0]
     assert seen[0].tolist() == [3, P, 1, 0] * 3  # gap, intra, inter of each group
-    assert bool(t.loc["a", "few_prompts"]) and "only 3 prompts" in t.loc["a", "wp_ci_reason"]
+    assert bool(t.loc["a", "few_prompts"]) and "only 3 prompt(s)" in t.loc["a", "wp_ci_reason"]
     assert np.isfinite(t.loc["a", "wp_gap_lo"])
-    assert not t.loc[["b", "c", "d"], "few_prompts"].any() and t.loc["b", "wp_ci_reason"] == ""
+    assert t["few_prompts"].tolist() == [True, False, True, False] and t.loc["b", "wp_ci_reason"] == ""
     assert np.isnan(t.loc["c", "wp_gap_lo"]) and "fewer than 2" in t.loc["c", "wp_ci_reason"]
+    assert "only 1 prompt(s)" in t.loc["c", "wp_ci_reason"]  # d: no prompt with pairs, its gap is undefined

@@ -296,8 +296,8 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
             "; p = one-sided within-prompt permutation p-value, adjusted over the table" if padj == "p_adjusted"
             else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
         "group's prompt concentration as homogeneity." + (
-            f" †: the group has pairs in fewer than {MIN_PROMPTS_CI} prompts, and its interval under-covers there "
-            "(benchmarks/results/calibration.csv)." if "few_prompts" in df and df["few_prompts"].map(truthy).any() else "") + "</p>")
+            f" †: the group has pairs in fewer than {MIN_PROMPTS_CI} prompts; an interval over so few prompts "
+            "under-covers, and over one there is none." if "few_prompts" in df and df["few_prompts"].map(truthy).any() else "") + "</p>")
     b.findings += homogeneity_findings(df, padj, level)
     if "near_dup_rate" in df and df["near_dup_rate"].map(num).notna().any():
         worst = df.loc[df["near_dup_rate"].map(num).idxmax()]
@@ -337,8 +337,9 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
                    f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI); beside it the paper's unstratified "
                    f"gap (replication) {fmt(top['gap'])}")
         if truthy(top.get("few_prompts")):
-            largest += (f" (pairs in only {int(num(top.get('n_prompts')))} prompts: that interval under-covers, "
-                        f"fewer than {MIN_PROMPTS_CI})")
+            k = int(num(top.get("n_prompts")))
+            largest += (f" (pairs in only {k} prompts: that interval under-covers, fewer than {MIN_PROMPTS_CI})"
+                        if math.isfinite(num(top.get("wp_gap_lo"))) else f" (pairs in only {k} prompt: no interval)")
     if len(sig):
         out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:

@@ -16,14 +16,15 @@ _FLAGS = {"reassoc", "contract"}
 
 # rows per block: 64 float32 rows of 1024 are 256 KB, which stay in L2 between the two phases
 BLOCK = 64
-# below this share of rows that share a block with another row of their cell, blocks only cost (rows not
+# below this share of rows that a block would merge into its cell's buffer, blocks only cost (rows not
 # grouped by prompt): one row at a time instead
 MIN_MERGE_SHARE = 0.25
 
 
 def block_rows(cell: np.ndarray, block: int = BLOCK) -> int:
-    """The block size for accumulate_cell_sums: BLOCK where at least MIN_MERGE_SHARE of the rows (first
-    labelling) have another row of their cell in the same block, else 1."""
+    """The block size for accumulate_cell_sums: BLOCK where blocks would merge at least MIN_MERGE_SHARE of
+    the rows (first labelling: rows after the first of their cell in a block, added to its buffer instead of
+    to S), else 1."""
     c = np.asarray(cell)[: len(cell) // block * block, 0] if np.ndim(cell) == 2 and np.shape(cell)[1] else None
     if c is None or len(c) == 0:
         return 1
@@ -40,9 +41,10 @@ def accumulate_cell_sums(X, cell, normalise, S, n, q, scale, block):
 
     Block by block (`block` rows, block_rows): first every row's norm while the rows stream in from memory,
     then, per labelling, each cell's rows of the block summed into one buffer that stays in L1 and added to
-    S once. With rows grouped by prompt, adding them one by one straight into S scatters over many cells'
-    rows of S and measured 1.2× slower; with rows in no order, blocks of 64 find little to merge and
-    measured 1.25× slower than rows one by one (block = 1)."""
+    S once. With rows grouped by prompt, the earlier kernel (each row straight into S) measured 1.35× slower
+    than blocks of 64; with rows in no order, blocks of 64 find little to merge and measured 1.6× slower
+    than rows one at a time (block = 1), which is itself about 10% slower than that earlier kernel there
+    (benchmarks/results/analyze.txt)."""
     rows, d = X.shape
     w = np.empty(block)
     sq = np.empty(block)

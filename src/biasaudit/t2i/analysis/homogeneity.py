@@ -98,6 +98,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         res.metrics["gap"] = {f"{r.model}/{r.space}/{r.group}": {
             "gap": r.gap, "n": r.n, "low": getattr(r, "gap_lo", None), "high": getattr(r, "gap_hi", None),
             "wp_gap": r.wp_gap, "wp_low": r.wp_gap_lo, "wp_high": r.wp_gap_hi,
+            "n_prompts": getattr(r, "n_prompts", None), "few_prompts": getattr(r, "few_prompts", None),
             "near_dup_rate": getattr(r, "near_dup_rate", None),
             "p": getattr(r, "p_value", None), "p_adjusted": getattr(r, "p_adjusted", None),
             "p_global": getattr(r, "p_global", None)} for r in t.itertuples()}
