@@ -115,3 +115,25 @@ def test_block_size_follows_the_row_order_and_does_not_change_the_sums():
     for got in out[1:]:
         for a, b in zip(out[0], got):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_blocked_path_with_an_odd_chunk_and_an_unusable_block_equals_direct_sums():
+    """Rows grouped by prompt (so blocks of 64 merge), chunks of 100 (blocks straddle chunks), a whole block of
+    zero rows and a non-finite row: every cell equals the direct sum of its usable unit rows."""
+    rng = np.random.default_rng(12)
+    N, d, P, G = 700, 4, 14, 3
+    prompts = np.repeat(np.arange(P), N // P)
+    groups = rng.integers(-1, G, size=N)
+    X = rng.normal(size=(N, d)).astype(np.float32)
+    X[128:192] = 0  # one whole block unusable
+    X[300, 1] = np.inf
+    cell = np.where(groups >= 0, prompts * G + groups, -1)[:, None]
+    assert kernels.block_rows(cell) == kernels.BLOCK
+    (S, n, q), = H.cell_sums_many(X, [groups], prompts, [G], P, chunk=100)
+    usable = np.isfinite(X).all(axis=1) & (np.abs(X).sum(axis=1) > 0)
+    for p in range(P):
+        for g in range(G):
+            rows = np.flatnonzero((prompts == p) & (groups == g) & usable)
+            unit = X[rows].astype(np.float64) / np.linalg.norm(X[rows].astype(np.float64), axis=1, keepdims=True)
+            np.testing.assert_allclose(S[p, g], unit.sum(axis=0), atol=1e-9)
+            assert n[p, g] == len(rows)
