@@ -343,10 +343,11 @@ def test_homogeneity_line_and_table_mark_a_gap_that_rests_on_few_prompts(tmp_pat
                        "wp_gap": [0.01, 0.2], "wp_gap_lo": [0.0, 0.1], "wp_gap_hi": [0.02, 0.3], "gap": [0.11, 0.3],
                        "p_adjusted": [0.5, 0.01], "n_prompts": [40, 3], "few_prompts": [False, True]})
     line = homogeneity_findings(df, "p_adjusted")[0]
-    assert f"(pairs in only 3 prompts: that interval under-covers, fewer than {MIN_PROMPTS_CI})" in line
+    assert (f"0.200 [0.100, 0.300] (95% prompt-cluster bootstrap CI; pairs in only 3 prompts, so that interval "
+            f"under-covers (fewer than {MIN_PROMPTS_CI})); beside it the paper's unstratified gap") in line
     assert "under-covers" not in homogeneity_findings(df.assign(few_prompts=False), "p_adjusted")[0]
     one = df.assign(n_prompts=[40, 1], wp_gap_lo=[0.0, np.nan], wp_gap_hi=[0.02, np.nan])
-    assert "(pairs in only 1 prompt: no interval)" in homogeneity_findings(one, "p_adjusted")[0]
+    assert "CI; pairs in only 1 prompt, so no interval); beside it" in homogeneity_findings(one, "p_adjusted")[0]
     t2i = tmp_path / "t2i"
     (t2i / "tables").mkdir(parents=True)
     (t2i / "manifest.json").write_text(json.dumps({"sections": []}))

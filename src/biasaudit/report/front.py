@@ -333,13 +333,14 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
     largest = ""
     if len(pool):  # the largest within-prompt gap, with the paper's gap of the same group beside it
         top = pool.reindex(pool["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
-        largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
-                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI); beside it the paper's unstratified "
-                   f"gap (replication) {fmt(top['gap'])}")
-        if truthy(top.get("few_prompts")):
+        caveat = ""
+        if truthy(top.get("few_prompts")):  # the caveat belongs to the within-prompt interval, so it follows it
             k = int(num(top.get("n_prompts")))
-            largest += (f" (pairs in only {k} prompts: that interval under-covers, fewer than {MIN_PROMPTS_CI})"
-                        if math.isfinite(num(top.get("wp_gap_lo"))) else f" (pairs in only {k} prompt: no interval)")
+            caveat = (f"; pairs in only {k} prompts, so that interval under-covers (fewer than {MIN_PROMPTS_CI})"
+                      if math.isfinite(num(top.get("wp_gap_lo"))) else f"; pairs in only {k} prompt, so no interval")
+        largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
+                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI"
+                   f"{caveat}); beside it the paper's unstratified gap (replication) {fmt(top['gap'])}")
     if len(sig):
         out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:
