@@ -33,8 +33,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import GROUPS
-from biasaudit.contracts import COVERAGE_BAND, REJECTION_BAND
-from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
+from biasaudit.contracts import COVERAGE_BAND, MIN_PROMPTS_CI, REJECTION_BAND
 
 NOMINAL_COVERAGE, NOMINAL_LEVEL = 0.95, 0.05
 BEATS_RAW = 0.60  # a corrected estimate earns its place when closer to the truth than raw this often

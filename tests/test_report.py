@@ -336,8 +336,8 @@ def test_homogeneity_line_leads_with_the_within_prompt_gap_and_the_papers_beside
 def test_homogeneity_line_and_table_mark_a_gap_that_rests_on_few_prompts(tmp_path):
     """A row flagged few_prompts (pairs in fewer than MIN_PROMPTS_CI prompts) is marked † in the table, with
     the note, and the headline line says its interval under-covers; unflagged tables carry no note."""
+    from biasaudit.contracts import MIN_PROMPTS_CI
     from biasaudit.report.front import homogeneity_block, homogeneity_findings
-    from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
 
     df = pd.DataFrame({"model": ["m", "m"], "space": ["clip", "clip"], "group": ["black", "other"],
                        "wp_gap": [0.01, 0.2], "wp_gap_lo": [0.0, 0.1], "wp_gap_hi": [0.02, 0.3], "gap": [0.11, 0.3],

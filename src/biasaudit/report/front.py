@@ -21,7 +21,6 @@ from biasaudit import contracts as C
 from biasaudit import registry
 from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, pval, read_json, truthy
 from biasaudit.report.trail import trail
-from biasaudit.stats.homogeneity import MIN_PROMPTS_CI
 
 ALPHA = 0.05
 
@@ -296,7 +295,7 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
             "; p = one-sided within-prompt permutation p-value, adjusted over the table" if padj == "p_adjusted"
             else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
         "group's prompt concentration as homogeneity." + (
-            f" †: the group has pairs in fewer than {MIN_PROMPTS_CI} prompts; an interval over so few prompts "
+            f" †: the group has pairs in fewer than {C.MIN_PROMPTS_CI} prompts; an interval over so few prompts "
             "under-covers, and over one there is none." if "few_prompts" in df and df["few_prompts"].map(truthy).any() else "") + "</p>")
     b.findings += homogeneity_findings(df, padj, level)
     if "near_dup_rate" in df and df["near_dup_rate"].map(num).notna().any():
@@ -336,7 +335,7 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
         caveat = ""
         if truthy(top.get("few_prompts")):  # the caveat belongs to the within-prompt interval, so it follows it
             k = int(num(top.get("n_prompts")))
-            caveat = (f"; pairs in only {k} prompts, so that interval under-covers (fewer than {MIN_PROMPTS_CI})"
+            caveat = (f"; pairs in only {k} prompts, so that interval under-covers (fewer than {C.MIN_PROMPTS_CI})"
                       if math.isfinite(num(top.get("wp_gap_lo"))) else f"; pairs in only {k} prompt, so no interval")
         largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
                    f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI"

@@ -34,16 +34,13 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from biasaudit.contracts import MIN_PROMPTS_CI
 from biasaudit.stats import kernels
 from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates, sums_statistic
 
 SMALL_GROUP = 50  # the paper's L* < 40 facial result rests on 40 images: flag groups below this
 DESIGNS = ("within", "across")
 ROW_CHUNK = 8192
-# below this many prompts with pairs of a group, a bootstrap over so few clusters under-covers even with the
-# small-cluster expansion: a rare group at 10 prompts, which mostly has pairs in fewer than 5, covers 0.59–0.60
-# (benchmarks/results/calibration.csv; in 14 of 50 prompts it covers 0.946)
-MIN_PROMPTS_CI = 5
 
 
 def l2_normalise(X: np.ndarray) -> np.ndarray:

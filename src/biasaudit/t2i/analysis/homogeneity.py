@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.provenance import derive_seed
-from biasaudit.stats.homogeneity import MIN_PROMPTS_CI, add_p_adjusted, prompt_blocks, within_prompt_table
+from biasaudit.stats.homogeneity import add_p_adjusted, prompt_blocks, within_prompt_table
 from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin
 
@@ -77,7 +77,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                      "group–rest pairs over its labelled images), so a group's prompt mix cancels; estimand: the "
                      "population over prompts, CI by a prompt-cluster bootstrap whose small-cluster expansion counts "
                      "the prompts where the group has pairs (n_prompts); few_prompts: fewer than "
-                     f"{MIN_PROMPTS_CI} such prompts, where the interval under-covers. 'gap' is the paper (unstratified) gap over all pairs, kept for replication: it "
+                     f"{C.MIN_PROMPTS_CI} such prompts, where the interval under-covers. 'gap' is the paper (unstratified) gap over all pairs, kept for replication: it "
                      "also reads prompt concentration as homogeneity")
     if a.n_permutations > 0:
         res.notes.append(f"permutation test (p_perm, one-sided wp_gap > 0): labels permuted {boot.permutation_design} "
