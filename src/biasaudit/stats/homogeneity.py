@@ -784,10 +784,11 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         ivs = intervals(rep, level, method, n_effective=np.tile(n_prompts, 3))
         n = np.bincount(codes[codes >= 0], minlength=G)
         few = (n_prompts >= 1) & (n_prompts < MIN_PROMPTS_CI)
-        ci_reason = [("; ".join(r for r in (ivs[i].reason, f"only {n_prompts[i]} prompt(s) with 2 or more of the group "
-                                            "and another labelled image: an interval over so few under-covers "
-                                            f"(fewer than {MIN_PROMPTS_CI})") if r)
-                      if few[i] else ivs[i].reason) for i in range(G)]
+        ci_reason = [ivs[i].reason for i in range(G)]
+        for i in np.flatnonzero(few):
+            why = (f"only {n_prompts[i]} prompt(s) with 2 or more of the group and another labelled image: an "
+                   f"interval over so few under-covers (fewer than {MIN_PROMPTS_CI})")
+            ci_reason[i] = "; ".join(r for r in (ci_reason[i], why) if r)
         reason = np.where(n == 0, "empty group", np.where(n_prompts == 0, "no prompt with 2 or more of the group "
                                                          "and another labelled image: no within-prompt pairs", ""))
         t = pd.DataFrame({"group": cats, "n": n.astype(int), "n_prompts": n_prompts.astype(int),

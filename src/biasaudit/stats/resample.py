@@ -131,11 +131,14 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", 
     BCa has its own small-sample corrections. `n_effective` (per component) replaces the cluster count in
     the expansion where a component rests on fewer clusters than the resample (a group present in a few of
     the prompts); below 2 the component gets no interval."""
+    counts = np.full(len(rep.point), float(rep.n_clusters)) if n_effective is None else np.asarray(n_effective, float)
+    expanded = expand and method != "BCa"
+    alphas = {k: expanded_alpha(level, k) if expanded else (1 - level) / 2 for k in set(counts.tolist())}  # t.ppf once per count
     out = []
     for i, p in enumerate(rep.point):
         p = float(p)
-        k = rep.n_clusters if n_effective is None else float(n_effective[i])
-        alpha = expanded_alpha(level, k) if expand and method != "BCa" else (1 - level) / 2
+        k = counts[i]
+        alpha = alphas[k]
         if rep.n_clusters < 2:
             reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
             out.append(Interval(p, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason))
