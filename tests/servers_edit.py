@@ -33,6 +33,7 @@ class GeminiEditServer(LocalAPIServer):
     def __init__(self):
         super().__init__()
         self.route("POST", r"/v1(?:beta)?/models/(?P<model>[\w.-]+):generateContent", self.generate)
+        self.model_routes("gemini")
 
     def generate(self, req: Request) -> Reply:
         parts = req.json["contents"][0]["parts"]
@@ -42,7 +43,7 @@ class GeminiEditServer(LocalAPIServer):
         return Reply(200, {"candidates": [{"content": {"role": "model", "parts": [
             {"text": "Here is the edited photo."},
             {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(edited).decode()}}]},
-            "finishReason": "STOP", "index": 0}],
+            "finishReason": "STOP", "index": 0}], "modelVersion": self.version_of(req),
             "usageMetadata": {"promptTokenCount": 300, "candidatesTokenCount": 1290}})
 
     @staticmethod
@@ -63,6 +64,7 @@ class OpenAIEditServer(LocalAPIServer):
     def __init__(self):
         super().__init__()
         self.route("POST", r"/v1/images/edits", self.edits)
+        self.model_routes("openai")
         self.fields: list[dict[str, object]] = []
 
     def edits(self, req: Request) -> Reply:

@@ -79,10 +79,47 @@ class LocalAPIServer:
         self.script: deque[Reply | Callable[[Request], Reply]] = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self.unscripted: set[int] = set()  # routes the scripted replies never answer (the model probes)
+        # who answers: the model asked (echoed as modelVersion where the API reports one), or `answers_as` (a
+        # re-routed model); a model in `unserved` answers 404 NOT_FOUND to its probe and to every request
+        self.answers_as = ""
+        self.unserved: set[str] = set()
+        self.probes: list[str] = []
 
     # --- configuration ---
-    def route(self, method: str, pattern: str, handler: Handler) -> None:
+    def route(self, method: str, pattern: str, handler: Handler, scripted: bool = True) -> None:
+        if not scripted:
+            self.unscripted.add(len(self.routes))
         self.routes.append((method.upper(), re.compile(pattern), handler))
+
+    def model_routes(self, flavour: str) -> None:
+        """The probe a stage sends before its first batch: Gemini's models.get (`gemini`), Vertex's
+        publisher-model get (`vertex`), OpenAI's models.retrieve (`openai`)."""
+        pattern = {"gemini": r"/v1(?:beta)?/models/(?P<model>[\w.-]+)",
+                   "vertex": r"/v1(?:beta1)?/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/(?P<model>[\w.-]+)",
+                   "openai": r"/v1/models/(?P<model>[\w./-]+)"}[flavour]
+        self.route("GET", pattern, lambda req: self._model_info(req, flavour), scripted=False)
+
+    def _model_info(self, req: Request, flavour: str) -> Reply:
+        model = req.match.group("model") if req.match else ""
+        self.probes.append(model)
+        if model in self.unserved:
+            return self.not_found(model, flavour)
+        if flavour == "openai":
+            return Reply(200, {"id": model, "object": "model", "created": 0, "owned_by": "system"})
+        return Reply(200, {"name": f"models/{model}", "baseModelId": model, "version": "001", "displayName": model})
+
+    @staticmethod
+    def not_found(model: str, flavour: str) -> Reply:
+        if flavour == "openai":
+            return openai_error(404, f"The model `{model}` does not exist or you do not have access to it.",
+                                "invalid_request_error", "model_not_found")
+        return google_error(404, "NOT_FOUND", f"models/{model} is not found for API version v1beta, or is not "
+                                              "supported for generateContent.")
+
+    def version_of(self, req: Request) -> str:
+        """The modelVersion an API reports: the model asked, unless the server re-routes it."""
+        return self.answers_as or (req.match.group("model") if req.match else "")
 
     def queue(self, *replies: Reply | Callable[[Request], Reply]) -> None:
         """Answer the next requests with these (in order) before falling back to the routes."""
@@ -141,14 +178,30 @@ class LocalAPIServer:
         with self._lock:
             self.requests.append(req)
             scripted = self.script.popleft() if self.script else None
-        for method, pattern, handler in self.routes:
+        for index, (method, pattern, handler) in enumerate(self.routes):
             m = pattern.fullmatch(path)
             if m and method == req.method:
                 req.match = m
+                if index in self.unscripted:
+                    if scripted is not None:
+                        with self._lock:
+                            self.script.appendleft(scripted)  # not this request's: the next one's
+                    return handler(req)
+                model = m.groupdict().get("model") or _json_model(req)
+                if model in self.unserved:
+                    return self.not_found(model, "openai" if "/v1/" in path and "models/" not in path else "gemini")
                 if scripted is not None:
                     return scripted(req) if callable(scripted) else scripted
                 return handler(req)
         return Reply(404, {"error": {"code": 404, "message": f"no route for {req.method} {path}"}})
+
+
+def _json_model(req: Request) -> str | None:
+    try:
+        body = req.json
+    except ValueError:  # multipart (images/edits)
+        return None
+    return body.get("model") if isinstance(body, dict) else None
 
 
 # --- deterministic test images ---
@@ -188,6 +241,7 @@ class ImagenServer(LocalAPIServer):
         self.scale = scale
         self.route("POST", r"/v1(?:beta1)?/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/"
                            r"(?P<model>[^/:]+):predict", self.predict)
+        self.model_routes("vertex")
 
     def predict(self, req: Request) -> Reply:
         body = req.json
@@ -247,6 +301,7 @@ class OpenAIImagesServer(LocalAPIServer):
         self.files: dict[str, bytes] = {}
         self.route("POST", r"/v1/images/generations", self.generations)
         self.route("GET", r"/files/(?P<name>[\w.-]+)", self.file)
+        self.model_routes("openai")
 
     def generations(self, req: Request) -> Reply:
         body = req.json
@@ -292,3 +347,39 @@ class OpenAIImagesServer(LocalAPIServer):
     def refusal() -> Reply:
         return openai_error(400, "Your request was rejected as a result of our safety system.",
                             "invalid_request_error", "content_policy_violation")
+
+
+# --- Gemini image models (generateContent with responseModalities IMAGE) ---
+
+GEMINI_IMAGE_SIZES = {("1:1", "1K"): (1024, 1024), ("3:4", "1K"): (864, 1184), ("4:3", "1K"): (1184, 864),
+                      ("9:16", "1K"): (768, 1344), ("16:9", "1K"): (1344, 768), ("1:1", "2K"): (2048, 2048)}
+
+
+class GeminiImageServer(LocalAPIServer):
+    """Answers `POST /v1beta/models/{model}:generateContent` for a text prompt with
+    `generationConfig.responseModalities: ["IMAGE"]` and `imageConfig {aspectRatio, imageSize}`: one candidate
+    whose parts hold the PNG as `inlineData`, and `modelVersion` (size scaled down by `scale`)."""
+
+    def __init__(self, scale: int = 16):
+        super().__init__()
+        self.scale = scale
+        self.route("POST", r"/v1(?:beta)?/models/(?P<model>[\w.-]+):generateContent", self.generate)
+        self.model_routes("gemini")
+
+    def generate(self, req: Request) -> Reply:
+        body = req.json
+        prompt = "".join(p.get("text", "") for p in body["contents"][0]["parts"])
+        config = body.get("generationConfig", {})
+        image = config.get("imageConfig", {})
+        w, h = GEMINI_IMAGE_SIZES[(image.get("aspectRatio", "1:1"), image.get("imageSize", "1K"))]
+        raw = png_bytes(pattern_image(prompt, config.get("seed"), w // self.scale, h // self.scale))
+        return Reply(200, {"candidates": [{"content": {"role": "model", "parts": [
+            {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(raw).decode()}}]},
+            "finishReason": "STOP", "index": 0}], "modelVersion": self.version_of(req),
+            "responseId": f"r{len(self.requests)}", "usageMetadata": {"promptTokenCount": 12,
+                                                                      "candidatesTokenCount": 1290}})
+
+    @staticmethod
+    def image_safety() -> Reply:
+        return Reply(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": "I can't make that."}]},
+                                           "finishReason": "IMAGE_SAFETY", "index": 0}]})

@@ -4,7 +4,8 @@
 The answer to a request is a pure function of the image it carries (its mean grey level picks a
 label), so tests know the right label. `script` is a FIFO of behaviours consumed one per request:
 'ok', '429', '500', 'malformed' (invalid JSON body), 'refuse' (API-level refusal), 'text-refuse'
-(a refusal sentence), 'offlist', 'hang' (hold the request until the server stops). `answered`
+(a refusal sentence), 'offlist', 'hang' (hold the request until the server stops), '400' (OpenAI: a 400
+"Invalid value" body that names no parameter, to whatever request it meets). `answered`
 counts, per image, the answers actually sent, so a kill-and-resume test can prove zero repeats.
 Model constraints as the APIs document them: Gemini thinking tokens count against maxOutputTokens
 (`thinking_tokens`; 'max-tokens' forces an empty MAX_TOKENS answer); OpenAI reasoning models reject
@@ -42,11 +43,20 @@ def grey_image(path, level: int, size: int = 64) -> None:
 class VLMServer:
     def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed",
                  thinking_tokens: int = 0, reasoning_tokens: int = 0, polls_to_finish: int = 0,
-                 batch_item_errors: frozenset[int] = frozenset(), reject_schema: bool = False):
+                 batch_item_errors: frozenset[int] = frozenset(), reject_schema: bool = False,
+                 answers_as: str = "", unserved: frozenset[str] = frozenset(), retrieve: bool = True,
+                 schema_error: dict | None = None):
         self.script = list(script or [])
+        # who answers: the model asked (the APIs echo it, or a dated snapshot of it, as modelVersion / model),
+        # or `answers_as` (a re-routed model); `unserved` models answer 404 NOT_FOUND, as a shut-down one does
+        self.answers_as, self.unserved = answers_as, unserved
+        self.retrieve = retrieve  # GET /v1/models/{id} (OpenAI); vLLM lists (GET /v1/models) and never retrieves
+        self.probes: list[str] = []
         # a server without JSON-schema mode (DashScope for some qwen-plus models): a json_schema
         # response_format gets a 400 invalid_parameter_error
         self.reject_schema = reject_schema
+        # or a 400 with this `error` object (one whose message names neither response_format nor json_schema)
+        self.schema_error = schema_error
         self.delay_s = delay_s
         self.batch_state = batch_state  # 'succeed' | 'stall' | 'poll' (done after `polls_to_finish` gets)
         # Gemini thinking models: tokens of thought per answer, counted against maxOutputTokens (as the
@@ -87,6 +97,9 @@ class VLMServer:
                 self._send(code, json.dumps(obj).encode(), headers)
 
             def do_GET(self):
+                found = server._models_get(self.path.split("?")[0])
+                if found is not None:
+                    return self._json(*found)
                 m = re.search(r"(batches/[^/?:]+)", self.path)
                 if m and m.group(1) in server.batches:
                     name = m.group(1)
@@ -102,6 +115,10 @@ class VLMServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 path = self.path.split("?")[0]
+                asked = body.get("model") or (re.search(r"models/([^/:]+):", path) or [None, ""])[1]
+                if asked in server.unserved:
+                    server.requests.append(body)
+                    return self._json(404, server._not_found(asked, path))
                 if path.endswith("/chat/completions"):
                     return server._openai(self, body)
                 if path.endswith(":generateContent"):
@@ -130,6 +147,35 @@ class VLMServer:
         self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def _not_found(self, model: str, path: str) -> dict:
+        if "/v1beta/" in path or ":generateContent" in path:
+            return {"error": {"code": 404, "message": f"models/{model} is not found for API version v1beta, or is "
+                              "not supported for generateContent.", "status": "NOT_FOUND"}}
+        return {"error": {"message": f"The model `{model}` does not exist or you do not have access to it.",
+                          "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
+
+    def _models_get(self, path: str):
+        """Gemini models.get (GET /v1beta/models/{m}), OpenAI models.retrieve (GET /v1/models/{id}) and list
+        (GET /v1/models): (status, body), or None for another path."""
+        m = re.fullmatch(r"/v1beta/models/([^/:]+)", path)
+        if m:
+            self.probes.append(m.group(1))
+            if m.group(1) in self.unserved:
+                return 404, self._not_found(m.group(1), path)
+            return 200, {"name": f"models/{m.group(1)}", "baseModelId": m.group(1), "version": "001",
+                         "displayName": m.group(1), "supportedGenerationMethods": ["generateContent"]}
+        if path == "/v1/models":
+            self.probes.append("(list)")
+            return 200, {"object": "list", "data": [{"id": "served-model", "object": "model", "created": 0,
+                                                     "owned_by": "vllm"}]}
+        m = re.fullmatch(r"/v1/models/(.+)", path)
+        if m:
+            self.probes.append(m.group(1))
+            if m.group(1) in self.unserved or not self.retrieve:
+                return 404, self._not_found(m.group(1), path)
+            return 200, {"id": m.group(1), "object": "model", "created": 0, "owned_by": "system", "shutdown_date": None}
+        return None
 
     @property
     def openai_url(self) -> str:
@@ -164,6 +210,11 @@ class VLMServer:
         key, label = self._image_of(url.split(",", 1)[1])
         if behaviour == "hang":
             return self._hang()
+        if behaviour == "400":
+            return h._json(400, {"error": {"message": "Invalid value", "type": "invalid_request_error",
+                                           "param": None, "code": None}})
+        if self.schema_error and (body.get("response_format") or {}).get("type") == "json_schema":
+            return h._json(400, {"error": self.schema_error})
         if self.reject_schema and (body.get("response_format") or {}).get("type") == "json_schema":
             return h._json(400, {"error": {
                 "message": "<400> InternalError.Algo.InvalidParameter: The value of response_format.type "
@@ -182,7 +233,7 @@ class VLMServer:
                     "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}})
             limit = body.get("max_completion_tokens")
             if limit is not None and limit < self.reasoning_tokens + 1:
-                return h._json(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                return h._json(200, {"id": "x", "object": "chat.completion", "created": 0, "model": self.answers_as or body["model"],
                                      "choices": [{"index": 0, "finish_reason": "length", "logprobs": None,
                                                   "message": {"role": "assistant", "content": "", "refusal": None}}],
                                      "usage": {"prompt_tokens": 100, "completion_tokens": limit,
@@ -206,13 +257,13 @@ class VLMServer:
             text = json.dumps({"answer": label})
         with self._lock:
             self.answered[key] += 1
-        h._json(200, {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 0, "model": body["model"],
+        h._json(200, {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 0, "model": self.answers_as or body["model"],
                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": refusal},
                                    "logprobs": None, "finish_reason": finish}],
                       "usage": {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102}})
 
     # --- Gemini generateContent ---
-    def _gemini_answer(self, body, behaviour):
+    def _gemini_answer(self, body, behaviour, model: str = ""):
         parts = body["contents"][0]["parts"]
         data = next(p.get("inlineData", p.get("inline_data"))["data"] for p in parts if "inlineData" in p or "inline_data" in p)
         key, label = self._image_of(data)
@@ -228,13 +279,13 @@ class VLMServer:
             used = limit if limit is not None else thought
             return key, {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
                          "usageMetadata": {"promptTokenCount": 260, "thoughtsTokenCount": used,
-                                           "totalTokenCount": 260 + used}, "modelVersion": "test"}
+                                           "totalTokenCount": 260 + used}, "modelVersion": self.answers_as or model}
         text = {"text-refuse": "I cannot determine race.", "offlist": "purple"}.get(behaviour, label)
         parts = ([{"text": "Looking at the face...", "thought": True}] if thought else []) + [{"text": text}]
         if thought:
             usage = usage | {"thoughtsTokenCount": thought, "totalTokenCount": 261 + thought}
         return key, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
-                                     "index": 0}], "usageMetadata": usage, "modelVersion": "test"}
+                                     "index": 0}], "usageMetadata": usage, "modelVersion": self.answers_as or model}
 
     def _gemini(self, h, body):
         behaviour = self._next()
@@ -248,7 +299,7 @@ class VLMServer:
             return h._json(int(behaviour), {"error": {"code": int(behaviour), "message": "try later", "status": status}})
         if behaviour == "malformed":
             return h._send(200, b'{"candidates": [{"content": ')
-        key, resp = self._gemini_answer(body, behaviour)
+        key, resp = self._gemini_answer(body, behaviour, re.search(r"models/([^/:]+):", h.path).group(1))
         with self._lock:
             self.answered[key] += 1
         h._json(200, resp)
@@ -263,7 +314,7 @@ class VLMServer:
         if self.batch_state == "succeed":
             answers = []
             for r in reqs:
-                key, resp = self._gemini_answer(r["request"], "ok")
+                key, resp = self._gemini_answer(r["request"], "ok", r["request"].get("model", "").split("/")[-1])
                 with self._lock:
                     self.answered[key] += 1
                 answers.append({"response": resp})
@@ -280,7 +331,7 @@ class VLMServer:
             if i in self.batch_item_errors:
                 answers.append({"error": {"code": 500, "message": "internal error in batch item"}})
                 continue
-            key, resp = self._gemini_answer(r["request"], "ok")
+            key, resp = self._gemini_answer(r["request"], "ok", r["request"].get("model", "").split("/")[-1])
             with self._lock:
                 self.answered[key] += 1
             answers.append({"response": resp})

@@ -41,14 +41,40 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
                 "models/insightface/models/buffalo_l", "models/bisenet/79999_iter.pth",
                 "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
                 "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "http://localhost:8001/v1",
-                "data/vlm/source_photos"]
+                "data/vlm/source_photos", *RETIRED_IN_PAPER]
     for item in expected:
         assert sum(item in line for line in lines) == 1, item  # one line per missing item
     assert len(lines) == len(expected)
     assert all(": " in line and ("biasaudit weights fetch" in line or "export " in line or "start the server" in line
-                                 or "put " in line) for line in lines)  # each with its fix
+                                 or "put " in line or "its replacement is" in line) for line in lines)  # each with its fix
     assert "HF_TOKEN" in next(line for line in lines if "sd35" in line)  # the gating step
     assert (repo / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()  # --profile switches nothing
+
+
+# The providers' own pages, read 2026-12-03 (an oracle independent of data/reference/models/lifecycle.yaml):
+# Firebase's Imagen migration guide (all Imagen models shut down 2026-08-17), the Gemini API deprecations page
+# (2.5 Flash → 3.5 Flash-Lite, 2.5 Pro → 3.8 Flash, shut down 2026-12-01; 2.5 Flash Image 2026-10-02) and the
+# changelog of 2026-10-06 (gemini-nano-banana-2.1, the image model to migrate to).
+RETIRED_IN_PAPER = {
+    "imagen-4.0-fast-generate-001": ("2026-08-17", "gemini-nano-banana-2.1", "firebase.google.com"),
+    "gemini-2.5-flash ": ("2026-12-01", "gemini-3.5-flash-lite", "ai.google.dev"),
+    "gemini-2.5-pro ": ("2026-12-01", "gemini-3.8-flash", "ai.google.dev"),
+    "gemini-2.5-flash-image": ("2026-10-02", "gemini-nano-banana-2.1", "ai.google.dev"),
+}
+
+
+def test_check_names_every_retired_model_of_the_paper_and_none_of_current(repo, capsys):
+    assert cli.main(["check", "--profile", "paper"]) == 1
+    captured = capsys.readouterr()
+    retired = [line for line in captured.out.splitlines() if line.startswith("  - retired model ")]
+    assert len(retired) == len(RETIRED_IN_PAPER)
+    for model, (day, replacement, source) in RETIRED_IN_PAPER.items():
+        line = next(x for x in retired if f"retired model {model}" in x + " ")
+        assert day in line and f"replacement is {replacement}" in line and source in line, line
+    assert "gpt-5" in captured.err and "2026-12-11" in captured.err  # deprecated: a note, not a missing need
+    cli.main(["check", "--profile", "current"])
+    captured = capsys.readouterr()
+    assert "retired" not in captured.out and "deprecated" not in captured.err
 
 
 def test_check_one_stage_and_keys_from_the_environment(repo, capsys, monkeypatch):

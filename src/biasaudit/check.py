@@ -38,7 +38,7 @@ HASH_CACHE_NAME = ".check-hashes.json"  # beside the check folder: (path, size, 
 
 # --- wording (here and in `biasaudit check`): the noun for each kind of need, and counts with their plural
 NEED_LABELS = {"weight": "missing weight", "input": "missing input", "key": "missing key",
-               "server": "server not reachable"}
+               "server": "server not reachable", "retired": "retired model"}
 
 
 def plural(count: int, noun: str, many: str = "") -> str:

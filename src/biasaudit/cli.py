@@ -100,6 +100,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.profile is None:
         refresh_fingerprints(cfg, Path(args.params))
     gone = weights.missing(cfg, stage=args.stage or "")
+    for note in weights.lifecycle_notes(cfg):
+        print(f"note: deprecated: {note}", file=sys.stderr)
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     if not gone:
         n = len([x for x in weights.needs(cfg) if not args.stage or x.for_stage(args.stage)])
@@ -127,7 +129,7 @@ def _selected(args: argparse.Namespace) -> list[Any]:
         w = need.weight or (weights.BY_NAME["clip-vit-h-14"] if need.what.startswith("hf-cache:laion/") else None)
         if w is not None and w not in chosen:
             chosen.append(w)
-    if args.profile == "paper" or (cfg.profile == "paper" and not args.profile):
+    if (args.profile or cfg.profile) in ("paper", "current"):
         for spec in cfg.vlms.values():  # served (vLLM) or hosted VLMs: listed, not fetched
             w = weights.for_vlm(spec)
             if w is not None and w not in chosen:

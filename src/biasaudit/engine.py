@@ -124,6 +124,9 @@ class Stage:
     # registry name resolves to); None: the code is not part of a record's identity (work that costs
     # money or GPU hours and is cached by its own request content, e.g. a hosted generator's images)
     code: tuple[str, ...] | None = ()
+    # a hosted model's one request before the first batch: '' when it answers as itself, else why the stage
+    # cannot run (retired, unauthorised, re-routed); the stage then stops with no item sent or recorded
+    probe: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         self.key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
@@ -137,6 +140,26 @@ class Stage:
 
     def key_of(self, d: dict[str, Any]) -> tuple:
         return tuple(d[k] for k in self.key)
+
+
+class StageStopped(RuntimeError):
+    """A stage that must not go on: its probe failed, an answer came from another model than the one asked
+    (a record carrying STOP_FIELD), or its first `execution.stop_after_same_failures` items all failed with
+    one non-transient reason. What was recorded before stays in its log."""
+
+
+STOP_FIELD = "stop_reason"  # a record carrying it is not logged, and the stage stops with that reason
+
+
+def same_failure(records: list[Item], n: int) -> str:
+    """The reason shared by the first `n` records when all of them failed with it, non-transiently; else ''."""
+    if n <= 0 or len(records) < n:
+        return ""
+    first = records[:n]
+    reasons = {str(r.get("reason") or "") for r in first}
+    if len(reasons) == 1 and all(r.get("status") == "failed" and not is_transient(r) for r in first):
+        return reasons.pop()
+    return ""
 
 
 class StageIncomplete(RuntimeError):
@@ -372,12 +395,16 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     pending = {stage.key_of(i) for i in todo}
     earlier = log.records() if summary.retried_transient else {}  # for the cap on transient retries
     max_runs = execution.max_transient_runs
+    same_n = int(getattr(execution, "stop_after_same_failures", 0) or 0)
 
     def sink(records: list[Item]) -> None:
-        stamped = []
+        stamped, stops = [], []
         for r in records:
             k = stage.key_of(r)
             if k not in pending:  # a batch re-run by Ray after a worker died, or a stray record
+                continue
+            if r.get(STOP_FIELD):  # not logged: the next run asks it again
+                stops.append(str(r[STOP_FIELD]))
                 continue
             pending.discard(k)
             r = cap_transient(r, earlier.get(k), max_runs)
@@ -385,7 +412,17 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
         log.append(stamped)
         appended.extend(stamped)
         summary.count(stamped)
+        if stops:
+            raise StageStopped(f"{stage.name}: stopped: {stops[0]} ({summary.processed} records kept in {log.path})")
+        reason = same_failure(appended, same_n) if len(appended) - len(stamped) < same_n else ""
+        if reason:
+            raise StageStopped(f"{stage.name}: stopped: its first {same_n} items all failed with the same error "
+                               f"({reason[:300]}); fix the model id, key or request (execution.stop_after_same_failures)")
 
+    if todo and stage.probe is not None:
+        why = stage.probe()
+        if why:
+            raise StageStopped(f"{stage.name}: stopped before its first batch, no item sent or recorded: {why}")
     workers = int(getattr(execution, "local_workers", 1) or 1)
     desc = stage.name + (f" shard {execution.shard_index}/{execution.shard_count}" if execution.shard_count > 1 else "")
     if todo:

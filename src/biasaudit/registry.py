@@ -199,6 +199,12 @@ def trait(kind: str, name: str, attr: str, default: Any = None) -> Any:
         return _TRAITS[(kind, name)].get(attr, default)
 
 
+def is_hosted(kind: str, name: str) -> bool:
+    """Whether the backend calls a hosted API (it declares the `("hosted",)` need): its stage probes the
+    model before the first batch and checks who answered."""
+    return ("hosted",) in tuple(tuple(n) for n in trait(kind, name, "needs", ()))
+
+
 def check_backend_requirements(kind: str, spec: Any) -> None:
     """The spec fields its backend declares it requires (registry traits `requires_all`, `requires_any`):
     a ValueError naming them when unset."""
@@ -250,5 +256,5 @@ def check_name(kind: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     return validate
 
 
-__all__ = ["KINDS", "backend_reads", "build", "check_backend_requirements", "check_name", "get", "module_of", "names",
+__all__ = ["KINDS", "backend_reads", "build", "check_backend_requirements", "check_name", "get", "is_hosted", "module_of", "names",
            "recomputes_cheaply", "register", "trait"]

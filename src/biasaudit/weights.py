@@ -48,22 +48,32 @@ INSIGHTFACE_ZOO = "https://github.com/deepinsight/insightface/releases/download/
 # same release asset record, e.g. Immich's machine-learning model list)
 BUFFALO_L_SHA256 = "80ffe37d8a5940d59a7384c201a2a38d4741f2f3c51eef46ebb28218a7b0ca2f"
 
-# vLLM serve commands of the locally served VLMs. Llama 3.2 Vision (MllamaForConditionalGeneration, an
-# encoder-decoder model) runs only on vLLM's V0 engine, which vLLM removed in September 2025 (PRs #24907,
-# #25321): pin vllm==0.10.1.1 and VLLM_USE_V1=0. 177 GB of bf16 weights need 4 × 80 GB (tensor parallel 4);
-# the context is capped at 8192 tokens (one 560² tile image ≈ 1,600 tokens + the prompt), one image per
-# request. DeepSeek-VL2 (27.5B MoE, 4.5B active, ≈ 55 GB bf16) fits one 80 GB card; vLLM ≥ 0.7.1 serves it
-# (V1 engine) with the chat template from vLLM's examples folder and two images per request.
+# vLLM serve commands of the locally served VLMs. Each installs vLLM into a venv of its own
+# (~/.venvs/vllm-<version>), never into the project's .venv: `pip install vllm==...` pins its own torch
+# and would replace the one the project's lock installed. Llama 3.2 Vision (MllamaForConditionalGeneration,
+# an encoder-decoder model) runs only on vLLM's V0 engine, which vLLM removed in September 2025 (PRs
+# #24907, #25321): pin vllm==0.10.1.1 and VLLM_USE_V1=0. 177 GB of bf16 weights need 4 × 80 GB (tensor
+# parallel 4); the context is capped at 8192 tokens (one 560² tile image ≈ 1,600 tokens + the prompt), one
+# image per request. DeepSeek-VL2 (27.5B MoE, 4.5B active, ≈ 55 GB bf16) fits one 80 GB card and takes two
+# images per request, on the same vllm==0.10.1.1 (V1 engine). No --chat-template: examples/ exists only in
+# a vLLM source checkout; the wheel ships the template as
+# vllm/transformers_utils/chat_templates/template_deepseek_vl2.jinja and picks it by model type
+# (deepseek_vl_v2) when the checkpoint has no chat template of its own (chat_templates/registry.py,
+# https://github.com/vllm-project/vllm/blob/v0.10.1.1/vllm/transformers_utils/chat_templates/registry.py).
+# That template takes the content as one string, and vLLM then puts every image placeholder before all
+# the text unless --interleave-mm-strings is on (PR #14047; in vllm 0.10.1.1's engine args; PR #35661
+# proposed a per-request switch): with it, "Image A:" / "Image B:" stay right before their images.
 VLLM_SERVE = {
     "llama-3.2-90b-vision": (
-        "pip install vllm==0.10.1.1 && VLLM_USE_V1=0 vllm serve meta-llama/Llama-3.2-90B-Vision-Instruct "
+        "python3 -m venv ~/.venvs/vllm-0.10.1.1 && ~/.venvs/vllm-0.10.1.1/bin/pip install vllm==0.10.1.1 && "
+        "VLLM_USE_V1=0 ~/.venvs/vllm-0.10.1.1/bin/vllm serve meta-llama/Llama-3.2-90B-Vision-Instruct "
         "--port 8000 --tensor-parallel-size 4 --max-model-len 8192 --max-num-seqs 16 --enforce-eager "
         "--limit-mm-per-prompt '{\"image\": 1}'"),
     "deepseek-vl2": (
-        "pip install vllm==0.10.1.1 && vllm serve deepseek-ai/deepseek-vl2 --port 8001 "
+        "python3 -m venv ~/.venvs/vllm-0.10.1.1 && ~/.venvs/vllm-0.10.1.1/bin/pip install vllm==0.10.1.1 && "
+        "~/.venvs/vllm-0.10.1.1/bin/vllm serve deepseek-ai/deepseek-vl2 --port 8001 "
         "--hf-overrides '{\"architectures\": [\"DeepseekVLV2ForCausalLM\"]}' "
-        "--chat-template examples/template_deepseek_vl2.jinja --max-model-len 4096 "
-        "--limit-mm-per-prompt '{\"image\": 2}'"),
+        "--interleave-mm-strings --max-model-len 4096 --limit-mm-per-prompt '{\"image\": 2}'"),
 }
 LLAMA_EU_NOTE = ("Llama 3.2 Acceptable Use Policy: the rights of Section 1(a) of the licence are NOT granted for "
                  "its multimodal models to individuals domiciled in, or companies with a principal place of "
@@ -114,6 +124,12 @@ WEIGHTS: tuple[Weight, ...] = (
            gate="export GEMINI_API_KEY=<your key>", fetchable=False),
     Weight("gpt-5", "GPT-5 (hosted, OpenAI chat completions)", "hosted", "https://api.openai.com/v1", "(hosted)",
            0.0, "OpenAI API terms of use", gate="export OPENAI_API_KEY=<your key>", fetchable=False),
+    Weight("gemini-3.8-flash", "Gemini 3.8 Flash (hosted, Google AI Studio API; current profile)", "hosted",
+           "https://generativelanguage.googleapis.com", "(hosted)", 0.0, "Gemini API terms of service",
+           gate="export GEMINI_API_KEY=<your key>", fetchable=False),
+    Weight("gpt-6.1-sol", "GPT-6.1 Sol (hosted, OpenAI chat completions; current profile)", "hosted",
+           "https://api.openai.com/v1", "(hosted)", 0.0, "OpenAI API terms of use",
+           gate="export OPENAI_API_KEY=<your key>", fetchable=False),
     Weight("qwen3-vl-plus", "Qwen3-VL-Plus (hosted, DashScope OpenAI-compatible mode)", "hosted",
            "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", "(hosted)", 0.0,
            "Alibaba Cloud Model Studio terms of service", gate="export DASHSCOPE_API_KEY=<your key>",
@@ -217,9 +233,48 @@ def declared_needs(kind: str, spec: Any, used_by: str, stage: str) -> list[Need]
     return out
 
 
+def hosted_models(cfg: Any) -> list[tuple[str, str, str]]:
+    """(model id, params key, stage) of every hosted model the parameters name (registry.is_hosted)."""
+    specs = [("generator", spec, f"models.{name}", f"generate@{name}") for name, spec in cfg.models.items()]
+    specs.append(("vlm", cfg.classify.vlm, "classify.vlm", "classify@*"))
+    specs += [("vlm", spec, f"vlms.{name}", f"reflect@{name}") for name, spec in cfg.vlms.items()]
+    specs.append(("editor", cfg.counterfactuals, "counterfactuals", "counterfactuals"))
+    return [(spec.model_id, used_by, stage) for kind, spec, used_by, stage in specs
+            if registry.is_hosted(kind, spec.backend)]
+
+
+def lifecycle_needs(cfg: Any) -> list[Need]:
+    """A retired hosted model is a need nothing on this machine can meet: `biasaudit check` names it with
+    its date, source and replacement (data/reference/models/lifecycle.yaml) and exits 1."""
+    from biasaudit.lifecycle import status_of
+
+    out = []
+    for model_id, used_by, stage in hosted_models(cfg):
+        found = status_of(model_id)
+        if found is not None and found.status == "retired":
+            out.append(Need("retired", model_id, f"{used_by}.model_id",
+                            f"retired on {found.date} ({found.source}); its replacement is {found.replacement} "
+                            f"(profiles/current.yaml uses it)", stage))
+    return out
+
+
+def lifecycle_notes(cfg: Any) -> list[str]:
+    """One line per deprecated hosted model the parameters name (served today, with a shutdown date)."""
+    from biasaudit.lifecycle import status_of
+
+    seen, out = set(), []
+    for model_id, used_by, _ in hosted_models(cfg):
+        found = status_of(model_id)
+        if found is not None and found.status == "deprecated" and model_id not in seen:
+            seen.add(model_id)
+            out.append(f"{used_by}.model_id: {found.line()}")
+    return out
+
+
 def needs(cfg: Any) -> list[Need]:
-    """Everything the parameters `cfg` need that is not in this repository: weights, keys, servers."""
-    out: list[Need] = []
+    """Everything the parameters `cfg` need that is not in this repository: weights, keys, servers; and
+    every retired hosted model they name (which nothing can provide)."""
+    out: list[Need] = lifecycle_needs(cfg)
     for name, spec in cfg.models.items():
         out += declared_needs("generator", spec, f"models.{name}", f"generate@{name}")
     f = cfg.faces
@@ -269,6 +324,8 @@ def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
 
 def present(need: Need, env: dict[str, str] | None = None, connect_timeout_s: float = 0.5) -> bool:
     env = os.environ if env is None else env
+    if need.kind == "retired":
+        return False
     if need.kind == "key":
         return bool(env.get(need.what))
     if need.kind == "server":
@@ -344,13 +401,30 @@ def sha256_path(path: Path) -> str:
 
 
 def download_resumable(url: str, dest: Path, sha256: str = "", chunk: int = 1 << 20,
-                       timeout_s: float = 60.0) -> str:
+                       timeout_s: float = 60.0, attempts: int = 5) -> str:
     """Download `url` to `dest` through `dest.part`, resuming a partial download with an HTTP Range
     request (a server that ignores it sends the whole file again, which is then written from the start);
-    hashed while it streams. With a pinned `sha256` a mismatch removes the partial file and raises, so
-    nothing unchecked is ever opened. Returns the sha256."""
+    hashed while it streams. A response that ends before the size the server announced (Content-Length of
+    a 200, the total of a 206's Content-Range) keeps the part and asks for the rest with another Range
+    request, up to `attempts` requests per call; still short after them, it raises and keeps the part for
+    the next call. Only a complete file is checked: with a pinned `sha256` a mismatch removes the partial
+    file and raises, so nothing unchecked is ever opened. Returns the sha256."""
+    import http.client
+    import re
     import urllib.error
     import urllib.request
+
+    def announced_total(resp: Any, start: int) -> int | None:
+        """The file's full size as this response announces it (None: not said, e.g. chunked)."""
+        if resp.status == 206:
+            m = re.fullmatch(r"bytes\s+(\d+)-\d+/(\d+|\*)", (resp.headers.get("Content-Range") or "").strip())
+            if m:
+                if int(m.group(1)) != start:
+                    raise ValueError(f"{url}: asked for bytes {start}- but the server sent {m.group(0)}")
+                if m.group(2) != "*":
+                    return int(m.group(2))
+        length = resp.headers.get("Content-Length")
+        return start + int(length) if length and length.isdigit() else None
 
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -360,21 +434,33 @@ def download_resumable(url: str, dest: Path, sha256: str = "", chunk: int = 1 <<
         with open(part, "rb") as fh:
             for block in iter(lambda: fh.read(chunk), b""):
                 h.update(block)
-    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
-    try:
-        resp = urllib.request.urlopen(req, timeout=timeout_s)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 416 or not have:  # 416: the part is already complete
-            raise
-        resp = None
-    if resp is not None:
+    total: int | None = None
+    for _ in range(max(1, attempts)):
+        req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+        try:
+            resp = urllib.request.urlopen(req, timeout=timeout_s)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 416 or not have:  # 416: the part is already complete
+                raise
+            total = None
+            break
         with resp:
             if have and resp.status != 206:  # the server sent the whole file: start over
                 have, h = 0, hashlib.sha256()
+            total = announced_total(resp, have)
             with open(part, "ab" if have else "wb") as out:
-                for block in iter(lambda: resp.read(chunk), b""):
-                    out.write(block)
-                    h.update(block)
+                try:
+                    for block in iter(lambda: resp.read(chunk), b""):
+                        out.write(block)
+                        h.update(block)
+                        have += len(block)
+                except (http.client.IncompleteRead, ConnectionError, TimeoutError):
+                    pass  # the connection ended early: what arrived is kept, the rest asked for below
+        if total is None or have >= total:
+            break
+    if total is not None and have < total:
+        raise OSError(f"{url}: {have:,} of {total:,} bytes after {max(1, attempts)} requests; the partial "
+                      f"download is kept at {part} and the next fetch resumes it")
     digest = h.hexdigest()
     if sha256 and digest != sha256:
         part.unlink()
@@ -465,5 +551,5 @@ def verify(weight: Weight, lock_path: Path = LOCK_FILE) -> tuple[bool, str]:
 
 
 __all__ = ["BY_NAME", "LOCK_FILE", "MODELS_DIR", "Need", "VLLM_SERVE", "WEIGHTS", "Weight", "download_resumable",
-           "fetch", "for_vlm", "format_table", "missing", "needs", "present", "read_lock", "server_up", "table_rows",
+           "fetch", "for_vlm", "format_table", "hosted_models", "lifecycle_needs", "lifecycle_notes", "missing", "needs", "present", "read_lock", "server_up", "table_rows",
            "verify"]

@@ -229,6 +229,93 @@ def api_failure_reason(exc: Any) -> str:
     return f"HTTP {code}: {message}"
 
 
+# Words of a content-policy refusal, matched as whole words: a letter or digit on either side breaks the
+# match ("constraint", "brain", "training" hold "rai"; "unblocked" holds "blocked"), an underscore does
+# not (codes: OpenAI's content_policy_violation / moderation_blocked, Gemini's IMAGE_SAFETY /
+# PROHIBITED_CONTENT). Google's Responsible-AI field names are listed as they are spelt
+# (raiFilteredReason, rai_media_filtered_reasons, ...): camelCase has no separator after "rai".
+_POLICY_REFUSAL = re.compile(
+    r"(?<![a-z0-9])(?:safety|polic(?:y|ies)|blocked|responsible\s+ai|rai|sensitive|prohibited|moderation)(?![a-z0-9])"
+    r"|rai_?(?:media_?)?filtered_?reasons?",
+    re.IGNORECASE)
+
+
+def is_policy_refusal(text: str | None) -> bool:
+    """Whether an API error's text says a content policy refused the request (safety / policy / blocked /
+    Responsible AI / RAI / sensitive / prohibited / moderation, each a whole word, or a Google RAI field)."""
+    return bool(text) and _POLICY_REFUSAL.search(str(text)) is not None
+
+
+# --- probes: one cheap request before a stage's first batch ----------------------------------------
+
+def _probe_failure(model_id: str, where: str, code: int, message: str) -> str:
+    message = " ".join(str(message).split())[:200]
+    if code == 404:
+        return f"model {model_id} is not served at {where} (HTTP 404: {message})"
+    if code in (401, 403):
+        return f"not authorised for model {model_id} at {where} (HTTP {code}: {message}); check the key"
+    return f"model {model_id} at {where} answered the probe with HTTP {code}: {message}"
+
+
+def probe_gemini(client: Any, model_id: str, where: str, retries: int = 2,
+                 sleep: Callable[[float], None] | None = None) -> str:
+    """`models.get` (GET …/models/{model}): '' when the model is served, else one line naming it. Transient
+    errors are retried; one that persists stops the stage too (nothing would get through)."""
+    from google.genai import errors
+
+    def get():
+        with genai_errors():
+            return client.models.get(model=model_id)
+
+    try:
+        call_with_retries(get, retries, 1.0, 10.0, sleep=sleep or time.sleep)
+    except RetryableError as exc:
+        return f"model {model_id} at {where} did not answer the probe: {exc.reason} after {retries + 1} attempts"
+    except errors.APIError as exc:
+        return _probe_failure(model_id, where, int(getattr(exc, "code", 0) or 0), getattr(exc, "message", "") or exc)
+    return ""
+
+
+def probe_openai(client: Any, model_id: str, where: str, retries: int = 2,
+                 sleep: Callable[[float], None] | None = None) -> str:
+    """GET /models/{model}; where a server does not implement it (vLLM lists, never retrieves), its
+    /models list; where neither exists, a one-token chat request (404: not served; 400: served, the
+    request's shape aside). '' when the model is served, else one line naming it."""
+    import openai
+
+    sleep = sleep or time.sleep
+
+    def attempt(fn):
+        try:
+            with openai_errors():
+                return fn(), None
+        except openai.APIStatusError as exc:
+            return None, exc
+
+    try:
+        got, err = call_with_retries(lambda: attempt(lambda: client.models.retrieve(model_id)), retries, 1.0, 10.0,
+                                     sleep=sleep)
+        if err is None:
+            return ""
+        if err.status_code != 404:
+            return _probe_failure(model_id, where, err.status_code, error_body(err).get("message") or err)
+        listed, list_err = call_with_retries(lambda: attempt(lambda: [m.id for m in client.models.list()]), retries,
+                                             1.0, 10.0, sleep=sleep)
+        if list_err is None:
+            if model_id in listed:
+                return ""
+            shown = ", ".join(sorted(listed)[:8]) or "nothing"
+            return f"model {model_id} is not served at {where} (it serves: {shown})"
+        _, chat_err = call_with_retries(lambda: attempt(lambda: client.chat.completions.create(
+            model=model_id, messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1)), retries, 1.0,
+            10.0, sleep=sleep)
+    except RetryableError as exc:
+        return f"model {model_id} at {where} did not answer the probe: {exc.reason} after {retries + 1} attempts"
+    if chat_err is None or chat_err.status_code == 400:
+        return ""
+    return _probe_failure(model_id, where, chat_err.status_code, error_body(chat_err).get("message") or chat_err)
+
+
 # --- a total deadline per request --------------------------------------------------------------
 
 _DEADLINE = threading.local()  # the end (time.monotonic) of the request this thread is sending, or None
@@ -370,4 +457,4 @@ def genai_http_options(base_url: str | None, timeout_s: float):
 
 __all__ = ["RETRYABLE_STATUS", "RetryableError", "TokenBucket", "api_failure_reason", "backoff_delay",
            "call_with_retries", "deadline_transport", "error_body", "genai_errors", "genai_http_options", "http_client",
-           "openai_client", "openai_errors", "parse_retry_after", "retry_after_from_headers", "unsupported_parameter"]
+           "is_policy_refusal", "openai_client", "openai_errors", "parse_retry_after", "probe_gemini", "probe_openai", "retry_after_from_headers", "unsupported_parameter"]

@@ -109,13 +109,29 @@ class DlibDetector:
 
 def onnx_providers(device: str = "auto") -> tuple[list, int]:
     """(onnxruntime providers, insightface ctx_id) for `device` (auto | cpu | cuda | cuda:N): CUDA when
-    onnxruntime has its CUDA provider (onnxruntime-gpu) and the device allows it, else the CPU."""
+    onnxruntime has its CUDA provider (onnxruntime-gpu) and the device allows it, else the CPU. With CUDA,
+    `onnxruntime.preload_dlls()` (onnxruntime >= 1.21) first loads the CUDA 12 / cuDNN 9 libraries of
+    torch's nvidia-* wheels, which onnxruntime-gpu does not bring (requirements-gpu.lock), once per
+    process: through insightface's own once-only guard where it has one (insightface >= 2.1 preloads
+    before its first CUDA session), else directly (older insightface never calls it)."""
     import onnxruntime as ort
 
     want_cuda = device == "auto" or device.startswith("cuda")
     if want_cuda and "CUDAExecutionProvider" in ort.get_available_providers():
         index = int(device.split(":", 1)[1]) if ":" in device else 0
-        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], index
+        providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        try:
+            from insightface.model_zoo.onnxruntime_utils import preload_cuda_libraries
+        except ImportError:
+            preload_cuda_libraries = None
+        try:
+            if preload_cuda_libraries is not None:
+                preload_cuda_libraries(providers)
+            elif getattr(ort, "preload_dlls", None) is not None:
+                ort.preload_dlls()
+        except OSError:  # libraries not found: the sessions fall back to the CPU, and `device` says so
+            pass
+        return providers, index
     return ["CPUExecutionProvider"], -1
 
 
@@ -135,7 +151,8 @@ def insightface_pack_dir(name: str, root: str | None) -> Path:
 class InsightFaceDetector:
     """insightface FaceAnalysis (SCRFD detector + ArcFace recogniser), e.g. buffalo_l under `root`/models/.
     Only faces with det_score > threshold are kept (the paper: > 0.85). Runs on CUDA when onnxruntime
-    has the CUDA provider and `device` allows it (ctx_id = the CUDA device index), else on the CPU."""
+    has the CUDA provider and `device` allows it (ctx_id = the CUDA device index), else on the CPU;
+    `self.device` records where its ONNX sessions actually run (cuda:N | cpu)."""
 
     def __init__(self, name: str = "buffalo_l", root: str | None = None, threshold: float = 0.85,
                  det_size: int = 640, with_embedding: bool = True, stand_in: bool = False, device: str = "auto"):
@@ -148,7 +165,15 @@ class InsightFaceDetector:
         self.app = FaceAnalysis(name=name, allowed_modules=modules, providers=providers, **kwargs)
         self.app.prepare(ctx_id=ctx_id, det_thresh=threshold, det_size=(det_size, det_size))
         self.threshold = threshold
-        self.device = f"cuda:{ctx_id}" if ctx_id >= 0 else "cpu"
+        # where the ONNX sessions actually run (onnxruntime falls back to the CPU when the CUDA provider
+        # cannot load), not what was asked for: cuda:N only when a session runs CUDAExecutionProvider
+        self.device = "cpu"
+        for model in self.app.models.values():
+            session = getattr(model, "session", None)
+            if session is not None and "CUDAExecutionProvider" in session.get_providers():
+                options = session.get_provider_options().get("CUDAExecutionProvider", {})
+                self.device = f"cuda:{options.get('device_id', max(ctx_id, 0))}"
+                break
         self.name, self.model_id, self.stand_in = "insightface", name, stand_in
         import insightface
 

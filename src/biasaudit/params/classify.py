@@ -65,6 +65,8 @@ class VLMSpec(Section):
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(16, ge=1)
     thinking_budget: int = Field(0, ge=-1)  # gemini: 0 = thinking off; -1 = dynamic (output budget = this + answer)
+    # gemini 3 and later: thinkingLevel instead of a budget ('' = use thinking_budget, as Gemini 2.5 does)
+    thinking_level: Literal["", "MINIMAL", "LOW", "MEDIUM", "HIGH"] = ""
     # openai reasoning models (gpt-5, o-series): '' = the capability table's default (minimal)
     reasoning_effort: Literal["", "minimal", "low", "medium", "high"] = ""
     # 2AFC: both images with "Image A:"/"Image B:" text labels interleaved, or one side-by-side

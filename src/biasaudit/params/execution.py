@@ -32,6 +32,9 @@ class Execution(Section):
     # a transient failure (work.is_transient) is asked again on every run; after this many runs that all
     # failed it transiently (a deterministic NaN at a fixed seed, a server that always answers 500) it is final
     max_transient_runs: int = Field(3, ge=1)
+    # a stage stops (engine.StageStopped) when its first this-many items of a run all failed with one
+    # non-transient reason (a wrong model id, a revoked key): 0 = never
+    stop_after_same_failures: int = Field(10, ge=0)
     ray: RayOptions = Field(default_factory=RayOptions)
 
     @model_validator(mode="after")

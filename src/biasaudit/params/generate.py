@@ -111,6 +111,8 @@ class GeneratorSpec(Section):
     add_watermark: bool = False  # Imagen ignores the seed while the SynthID watermark is on
     enhance_prompt: bool = False  # keep the audit prompt verbatim (no LLM rewriting)
     image_size: Literal["1K", "2K"] = "1K"
+    # gemini-image: the model's thinking level ('' = the model's default; Imagen 4 Fast's successor: MINIMAL)
+    thinking_level: Literal["", "MINIMAL", "LOW", "MEDIUM", "HIGH"] = ""
     # openai
     quality: str | None = None
     # auto: nothing for gpt-image-* (they reject it and always return base64), b64_json otherwise

@@ -27,7 +27,7 @@ from biasaudit.provenance import stable_hash
 
 LABEL_COLUMNS = ["image_id", "model", "prompt_id", "label", "status", "reason", "raw_answer", "backend",
                  "classifier_model_id", "classifier_revision", "instruction_version", "from_cache", "stand_in",
-                 "option_probs", "tokens_in", "tokens_out"]
+                 "option_probs", "tokens_in", "tokens_out", "model_version"]
 
 
 def label_from_response(response: VLMResponse, labels: tuple[str, ...]) -> tuple[str, str, str]:
@@ -98,7 +98,9 @@ def make_batch_fn(vlm: CachedVLM, instruction: str, instruction_version: str, la
                        "from_cache": response.from_cache,
                        "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
                        "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
-                       "via": response.meta.get("via", "")}
+                       "via": response.meta.get("via", ""), "model_version": response.meta.get("model_version", "")}
+            if response.meta.get("model_mismatch"):
+                rows[i]["stop_reason"] = response.reason
         return rows  # type: ignore[return-value]
 
     return fn
@@ -171,7 +173,8 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
                   settings_hash(vlm, params.instruction, labels, params.vlm.max_tokens), make_fn,
                   C.CLASSIFY_LOGS / f"{model}.jsonl", item_content, batch_size=params.batch_size,
                   limit=params.limit, retry_failed=params.retry_failed, counts_tokens=True, price=price_d,
-                  code=(registry.module_of("vlm", params.vlm.backend),))  # answers come from the cache
+                  code=(registry.module_of("vlm", params.vlm.backend),),  # answers come from the cache
+                  probe=backend.probe if registry.is_hosted("vlm", params.vlm.backend) else None)
     run = run_stage(stage, ex, progress)
     summary = run.summary
     accounting = summary.accounting | ({"backend_stats": backend.stats} if ex.runner == "local" else {})

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import registry
+from biasaudit.backends.generators import stage_probe
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.config import ParamsError
 from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
@@ -44,7 +45,7 @@ from biasaudit.scale.cli import add_execution_args, apply_execution_args
 MANIFEST_COLUMNS = [
     "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",
     "seed_used", "index", "width", "height", "sha256", "path", "status", "reason", "retries", "created_at",
-    "libraries", "settings", "extra", "config_hash", "stand_in",
+    "libraries", "settings", "extra", "config_hash", "stand_in", "model_version",
     "planted_label", "planted_L", "planted_hue",  # PLANTED truth (planted backend only; empty otherwise)
 ]
 PLANTED_COLUMNS = ("planted_label", "planted_L", "planted_hue")
@@ -195,8 +196,11 @@ def make_batch_fn(ctx: BatchContext):
                 "status": status, "reason": reason, "retries": res.retries, "created_at": utc_now(),
                 "libraries": libraries, "settings": settings,
                 "extra": json.dumps(res.extra, sort_keys=True, default=str), "stand_in": bool(gen.stand_in),
+                "model_version": str(res.extra.get("model_version") or ""),
                 **{k: res.extra.get(k) for k in PLANTED_COLUMNS},
             })
+            if res.extra.get("model_mismatch"):
+                records[-1]["stop_reason"] = reason
         return records
 
     return batch_fn
@@ -281,7 +285,8 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
                   cpu_bound=bool(registry.trait("generator", spec.backend, "cpu_bound", False)),
                   # a stand-in renderer's images follow its code; a model's are kept (GPU hours, API cost)
                   code=(registry.module_of("generator", spec.backend),)
-                  if registry.recomputes_cheaply("generator", spec.backend) else None)
+                  if registry.recomputes_cheaply("generator", spec.backend) else None,
+                  probe=None if generator is not None else stage_probe(model, spec))
     run = run_stage(stage, ex, progress)
     for fn_made in run.made:
         if fn_made.ctx.generator is not None and generator is None:

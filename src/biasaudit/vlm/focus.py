@@ -149,7 +149,7 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
             if result.status != "ok":
                 last = (attempt, seed, result, None, None, [])
                 history.append(f"{attempt}:{result.status}")
-                if result.status == "refused":
+                if result.status == "refused" or result.meta.get("model_mismatch"):
                     break
                 continue
             jpeg = encode_jpeg(result.image, params.jpeg_quality)
@@ -161,7 +161,9 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
                 break
         attempt, seed, result, jpeg, metrics, bad = last
         row = base | prov | {"attempt": attempt, "attempts": len(history), "attempt_history": ";".join(history),
-                             "seed": seed, "created_at": utc_now()}
+                             "seed": seed, "created_at": utc_now(), "model_version": result.meta.get("model_version", "")}
+        if result.meta.get("model_mismatch"):
+            row["stop_reason"] = result.reason
         if jpeg is None:
             return row | {"status": result.status, "reason": result.reason, "path": "", "sha256": ""}
         path = focus_path(out_root, item["occupation"], item["base_id"], item["race"], item["gender"])
@@ -225,6 +227,7 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
     engine's run and the editor's description. `editor` injects one (tests; serial local runner)."""
     from functools import partial
 
+    from biasaudit.backends.editors import stage_probe
     from biasaudit.engine import Stage, run_stage
 
     params = params or cfg.counterfactuals
@@ -240,7 +243,8 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
     cheap = editor is None and registry.recomputes_cheaply("editor", params.backend)  # a stand-in editor
     stage = Stage("edits", items, "edit_id", settings, make_fn, Path(out_root) / ".work" / "edits.jsonl",
                   edit_content, still_valid=edit_file_unchanged, cpu_bound=bool(registry.trait("editor", params.backend, "cpu_bound", False)),
-                  code=(registry.module_of("editor", params.backend),) if cheap else None)
+                  code=(registry.module_of("editor", params.backend),) if cheap else None,
+                  probe=None if editor is not None else stage_probe(params))
     run = run_stage(stage, cfg.execution, progress)
     if run.made:
         described = run.made[0].editor.describe()

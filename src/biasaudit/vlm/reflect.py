@@ -53,7 +53,7 @@ def run_reflect(vlm: str, cfg: Any, images: pd.DataFrame, params: Any = None, pr
     """Build the questions about `images` (FOCUS manifest rows), ask the pending ones, and return the
     responses table (current records only), the engine's run, the backend description and the
     accounting of this run (from its records: the same under every runner)."""
-    from biasaudit.backends.vlm import make_vlm_backend
+    from biasaudit.backends.vlm import make_vlm_backend, stage_probe
 
     params = params or cfg.reflect
     if vlm not in cfg.vlms:
@@ -67,7 +67,7 @@ def run_reflect(vlm: str, cfg: Any, images: pd.DataFrame, params: Any = None, pr
                   item_content, batch_size=params.batch_size, limit=params.limit,
                   retry_failed=params.retry_failed, retryable=api_failed, counts_tokens=True,
                   code=(registry.module_of("vlm", spec.backend),),  # a code change re-parses cached answers
-                  price=price.model_dump(exclude={"per_image"}) if price else None)
+                  price=price.model_dump(exclude={"per_image"}) if price else None, probe=stage_probe(spec))
     run: StageRun = run_stage(stage, cfg.execution, progress)
     # describe the backend without loading a model when none was built here (nothing pending, or Ray)
     backend = run.made[0].vlm.backend if run.made else make_vlm_backend(spec)

@@ -321,7 +321,10 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
                 "via": response.meta.get("via", ""), "created_at": utc_now(),
                 "face_px": face_px(item, getattr(params, "face_side", 0), mode,
                                    getattr(getattr(backend, "spec", None), "image_max_side", 0)),
-                "answer_mode": response.meta.get("answer_mode", "")}
+                "answer_mode": response.meta.get("answer_mode", ""),
+                "model_version": response.meta.get("model_version", "")}
+            if response.meta.get("model_mismatch"):
+                record["stop_reason"] = response.reason
             records.append(record)
         return records
 
@@ -343,7 +346,7 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
-                    "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode"]
+                    "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode", "model_version"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:

@@ -260,11 +260,15 @@ def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]]
         lost = [a.reason for a in (ra, ga) if a.status == "failed"]
         if lost:
             rec["_api_failed"] = "; ".join(lost)
+        rec["model_version"] = ra.meta.get("model_version", "")
+        stop = [a.reason for a in (ra, ga) if a.meta.get("model_mismatch")]
+        if stop:
+            rec["stop_reason"] = stop[0]
         out.append(rec)
     return out
 
 
-ATTAINMENT_FIELDS = ("race_answer", "gender_answer", "race_pred", "gender_pred", "target_race_ok", "target_gender_ok",
+ATTAINMENT_FIELDS = ("model_version", "race_answer", "gender_answer", "race_pred", "gender_pred", "target_race_ok", "target_gender_ok",
                      "attainment_reason")
 
 
@@ -299,6 +303,7 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
     import pandas as pd
 
     from biasaudit import registry
+    from biasaudit.backends.vlm import stage_probe
     from biasaudit.engine import Stage, file_digest, run_stage
     from biasaudit.provenance import stable_hash
     from biasaudit.vlm import tasks
@@ -316,7 +321,8 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
     stage = Stage(f"target check {params.classifier}", items, "edit_id", settings,
                   partial(make_attainment_fn, spec, C.vlm_cache_path(params.classifier).as_posix(), params),
                   f"{work_dir}/target_{params.classifier}.jsonl", lambda item: {"image": file_digest(item["path"])},
-                  batch_size=8, code=(registry.module_of("vlm", spec.backend),))  # cached answers are re-parsed
+                  batch_size=8, code=(registry.module_of("vlm", spec.backend),),  # cached answers are re-parsed
+                  probe=stage_probe(spec))
     run = run_stage(stage, cfg.execution, progress)
     answers = pd.DataFrame(run.rows())
     out = checks.copy()

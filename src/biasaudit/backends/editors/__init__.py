@@ -27,4 +27,16 @@ def make_editor(spec: Any) -> ImageEditor:
     return registry.build("editor", spec.backend, spec)
 
 
-__all__ = ["EditRequest", "EditResult", "ImageEditor", "composite", "editor_names", "feathered_alpha", "make_editor"]
+def stage_probe(spec: Any):
+    """The counterfactuals stage's Stage.probe: a hosted editor's one request before the first batch
+    ('' when its model is served); None for a local editor."""
+    from functools import partial
+
+    return partial(_probe, spec) if registry.is_hosted("editor", spec.backend) else None
+
+
+def _probe(spec: Any) -> str:
+    return make_editor(spec).probe()
+
+
+__all__ = ["EditRequest", "EditResult", "ImageEditor", "composite", "editor_names", "feathered_alpha", "make_editor", "stage_probe"]

@@ -64,6 +64,10 @@ class ImageEditor(ABC):
     def settings(self) -> dict[str, Any]:
         return {}
 
+    def probe(self) -> str:
+        """One cheap request before the stage's first batch: '' when the model is served (hosted editors)."""
+        return ""
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model_id": self.model_id, "revision": self.revision,
                 "stand_in": self.stand_in, "settings": self.settings()}

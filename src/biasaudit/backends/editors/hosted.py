@@ -21,13 +21,13 @@ from biasaudit.backends.transport import (
     call_with_retries,
     genai_errors,
     genai_http_options,
+    is_policy_refusal,
     openai_client,
     openai_errors,
 )
 from biasaudit.backends.vlm.base import encode_image
 from biasaudit.registry import register
 
-POLICY_WORDS = ("safety", "policy", "moderation", "blocked", "prohibited", "responsible ai", "sensitive")
 GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLIST", "SPII", "RECITATION",
                         "IMAGE_PROHIBITED_CONTENT", "OTHER"}
 
@@ -66,7 +66,7 @@ class _Hosted(ImageEditor):
                 out.append(EditResult.failed(f"gave up after {getattr(exc, 'retries', 0)} retries: {exc}"))
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}"
-                if any(w in text.lower() for w in POLICY_WORDS):
+                if is_policy_refusal(text):
                     out.append(EditResult.refused(f"content policy: {text}"))
                 else:
                     out.append(EditResult.failed(text))
@@ -98,11 +98,28 @@ class GeminiEditor(_Hosted):
                 model=self.spec.model_id, config=config,
                 contents=[t.Part.from_bytes(data=png, mime_type="image/png"), req.instruction])
 
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_gemini
+
+        return probe_gemini(self.client, self.spec.model_id, self.spec.base_url or "the Gemini API",
+                            sleep=self._sleep)
+
     def _one(self, req: EditRequest) -> EditResult:
+        from biasaudit.lifecycle import Identity
+
         png, reason = source_png(req.source, self.spec.image_max_side)
         if png is None:
             return EditResult.failed(reason)
         resp, retries = self._retrying(lambda: self._call(png, req))
+        version = getattr(resp, "model_version", None) or ""
+        mismatch = Identity(self.spec.model_id).check(version)
+        if mismatch:
+            return EditResult.failed(mismatch, retries=retries, model_version=version, model_mismatch=True)
+        result = self._read(resp, retries)
+        result.meta["model_version"] = version
+        return result
+
+    def _read(self, resp: Any, retries: int) -> EditResult:
         feedback = getattr(resp, "prompt_feedback", None)
         if feedback is not None and getattr(feedback, "block_reason", None):
             return EditResult.refused(f"content policy: prompt blocked ({feedback.block_reason})", retries=retries)
@@ -144,6 +161,11 @@ class OpenAIEditor(_Hosted):
             return self.client.images.edit(model=self.spec.model_id, image=("source.png", png, "image/png"),
                                            prompt=req.instruction, n=1, **kw)
 
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_openai
+
+        return probe_openai(self.client, self.spec.model_id, self.spec.base_url or "api.openai.com")
+
     def _one(self, req: EditRequest) -> EditResult:
         png, reason = source_png(req.source, self.spec.image_max_side)
         if png is None:
@@ -152,7 +174,7 @@ class OpenAIEditor(_Hosted):
             resp, retries = self._retrying(lambda: self._call(png, req))
         except self.openai.BadRequestError as exc:
             text = str(exc)
-            if any(w in text.lower() for w in POLICY_WORDS):
+            if is_policy_refusal(text):
                 return EditResult.refused(f"content policy: {text}")
             return EditResult.failed(f"HTTP 400: {text}")
         data = list(resp.data or [])

@@ -1,7 +1,8 @@
 """Text-to-image generator backends behind one interface (see base.py):
 
 diffusers (any hub id / local pipeline folder), tiny (random-weight SD3/Flux, stand-in), imagen
-(google-genai), openai (images endpoint, also OpenAI-compatible servers), folder (import existing
+(google-genai, Vertex :predict; Imagen is retired), gemini-image (Gemini image models through
+generate_content), openai (images endpoint, also OpenAI-compatible servers), folder (import existing
 images), packaged-photos (stand-in: seeded variants of public-domain photos shipped in packages), planted
 (PLANTED truth: recoloured packaged photos with declared labels and skin tones).
 Each registers itself with `@register("generator", name)` (biasaudit/registry.py); their heavy
@@ -27,4 +28,20 @@ def make_generator(name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | 
                           tiny_root=tiny_root, groups=groups)
 
 
-__all__ = ["GenRequest", "GenResult", "Generator", "GeneratorSpec", "make_generator"]
+def probe(model: str, spec: GeneratorSpec) -> str:
+    """A hosted generator's one request before its stage's first batch ('' when the model is served)."""
+    gen = make_generator(model, spec)
+    try:
+        return gen.probe()
+    finally:
+        gen.close()
+
+
+def stage_probe(model: str, spec: GeneratorSpec):
+    """The engine's Stage.probe of generate@<model>: None for a local backend (loading it is the check)."""
+    from functools import partial
+
+    return partial(probe, model, spec) if registry.is_hosted("generator", spec.backend) else None
+
+
+__all__ = ["GenRequest", "GenResult", "Generator", "GeneratorSpec", "make_generator", "probe", "stage_probe"]

@@ -68,6 +68,11 @@ class Generator(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release memory / connections."""
 
+    def probe(self) -> str:
+        """One cheap request before the stage's first batch: '' when the model is served, else why not
+        (hosted backends; a local model's loading is its own check)."""
+        return ""
+
     @classmethod
     def preflight(cls, spec: Any, key: str, prompts: Any = None) -> tuple[str, list[str]]:
         """What the schema cannot check (files, environment, local caches), before any work: the model

@@ -23,11 +23,10 @@ from biasaudit.backends.transport import (
     call_with_retries,
     genai_errors,
     genai_http_options,
+    is_policy_refusal,
 )
 from biasaudit.params.generate import GeneratorSpec
 from biasaudit.registry import register
-
-POLICY_WORDS = ("safety", "policy", "policies", "blocked", "responsible ai", "rai", "sensitive")
 
 
 def imagen_seed(seed: int) -> int:
@@ -70,6 +69,11 @@ class ImagenGenerator(Generator):
         self.aspect_ratio = self.sizes[spec.image_size][(spec.width, spec.height)]
         self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
+
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_gemini
+
+        return probe_gemini(self.client, self.spec.model_id, self.spec.base_url or "Vertex AI", sleep=self._sleep)
 
     def settings(self) -> dict[str, Any]:
         s = self.spec
@@ -115,7 +119,7 @@ class ImagenGenerator(Generator):
                                     getattr(exc, "retries", s.max_retries), **extra)
         except errors.APIError as exc:
             text = f"HTTP {exc.code} {exc.status or ''}: {exc.message or ''}".strip()
-            if any(w in (exc.message or "").lower() for w in POLICY_WORDS):
+            if is_policy_refusal(exc.message):
                 return GenResult.refused(f"content policy: {text}"[:500], **extra)
             return GenResult.failed(text[:500], **extra)
         except Exception as exc:

@@ -72,6 +72,11 @@ class OpenAIImagesGenerator(Generator):
         self.bucket = TokenBucket(spec.requests_per_minute)
         self._sleep = sleep
 
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_openai
+
+        return probe_openai(self.client, self.spec.model_id, self.spec.base_url or "api.openai.com", sleep=self._sleep)
+
     def settings(self) -> dict[str, Any]:
         s = self.spec
         sent = sends_response_format(s.model_id, s.response_format)

@@ -29,5 +29,17 @@ def make_vlm_backend(spec: Any, groups: tuple[str, ...] = ()) -> VLMBackend:
     return registry.build("vlm", spec.backend, spec, groups=groups)
 
 
+def probe(spec: Any) -> str:
+    """A hosted VLM's probe (VLMBackend.probe) on a backend built for it: '' when the model answers."""
+    return make_vlm_backend(spec).probe()
+
+
+def stage_probe(spec: Any) -> Any:
+    """The engine's Stage.probe for `spec`: None for a local backend (nothing to ask before loading it)."""
+    from functools import partial
+
+    return partial(probe, spec) if registry.is_hosted("vlm", spec.backend) else None
+
+
 __all__ = ["Accounting", "backend_names", "CachedVLM", "FAILED", "OK", "Price", "REFUSED", "TokenBucket", "VLMBackend",
-           "VLMRequest", "VLMResponse", "encode_image", "make_vlm_backend", "parse_choice", "parse_usd"]
+           "VLMRequest", "VLMResponse", "encode_image", "make_vlm_backend", "parse_choice", "parse_usd", "probe", "stage_probe"]

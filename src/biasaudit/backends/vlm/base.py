@@ -132,6 +132,24 @@ class VLMBackend(ABC):
 
         return ordered_map(run, list(enumerate(requests)), concurrency)
 
+    def probe(self) -> str:
+        """One cheap request before a stage's first batch: '' when the model is there, else why the stage
+        cannot run (hosted backends ask their API; a local model was loaded already)."""
+        return ""
+
+    def answered_by(self, response: VLMResponse, reported: str | None) -> VLMResponse:
+        """`response` with the model version the API reported (meta.model_version); failed, naming both
+        names, when that is not the model asked (lifecycle.answered_as_asked): a re-routed answer is never
+        cached or counted, and the stage stops on it (meta.model_mismatch)."""
+        from biasaudit.lifecycle import Identity
+
+        response.meta["model_version"] = reported or ""
+        why = Identity(self.model_id).check(reported)
+        if not why:
+            return response
+        return VLMResponse(response.text, FAILED, why, response.tokens_in, response.tokens_out,
+                           meta=response.meta | {"model_mismatch": True})
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model_id": self.model_id, "revision": self.revision,
                 "stand_in": self.stand_in, "decoding": self.decoding_params()}

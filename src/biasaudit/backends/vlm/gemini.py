@@ -60,6 +60,10 @@ THINKING: dict[str, tuple[bool, int, int]] = {
     "gemini-2.5-flash": (True, 1, 24576),
 }
 DYNAMIC_THINKING_RESERVE = 8192  # output tokens reserved for thinking when the budget is dynamic (-1)
+# Gemini 3 and later think by level (thinkingLevel) and deprecate the sampling parameters (temperature, top_p,
+# top_k: Gemini API changelog, 2026-07-21): output tokens reserved per level, and the families still sampled
+LEVEL_RESERVE = {"MINIMAL": 512, "LOW": 2048, "MEDIUM": 8192, "HIGH": 16384}
+SAMPLED_FAMILIES = ("gemini-1", "gemini-2")
 EMPTY_RETRY_FACTOR = 4           # an empty / MAX_TOKENS answer is asked once more with 4× the budget
 
 
@@ -85,6 +89,11 @@ def effective_thinking_budget(model_id: str, budget: int) -> int:
     if budget == 0 and can_off:
         return 0
     return min(max(budget, lo), hi)
+
+
+def takes_temperature(model_id: str) -> bool:
+    """Whether requests to `model_id` carry `temperature` (Gemini 1.x and 2.x; later models deprecate it)."""
+    return model_id.split("/")[-1].startswith(SAMPLED_FAMILIES)
 
 
 def output_budget(answer_tokens: int, thinking_budget: int) -> int:
@@ -122,9 +131,13 @@ class GeminiVLM(VLMBackend):
 
     def decoding_params(self) -> dict[str, Any]:
         s = self.spec
-        return {"temperature": s.temperature, "max_tokens": s.max_tokens, "thinking_budget": self.thinking_budget,
-                "output_budget": "answer + thinking", "constrain": s.constrain, "image_max_side": s.image_max_side,
-                "image_format": s.image_format}
+        out = {"temperature": s.temperature if takes_temperature(self.model_id) else "model default",
+               "max_tokens": s.max_tokens, "thinking_budget": self.thinking_budget,
+               "output_budget": "answer + thinking", "constrain": s.constrain, "image_max_side": s.image_max_side,
+               "image_format": s.image_format}
+        if s.thinking_level:  # only when set, so the cache keys of budget-configured models stay as they were
+            out |= {"thinking_level": s.thinking_level, "thinking_budget": None}
+        return out
 
     # --- request building / response reading ------------------------------------------------------
     def _contents(self, req: VLMRequest) -> tuple[list[Any] | None, str]:
@@ -148,9 +161,15 @@ class GeminiVLM(VLMBackend):
         if factor > 1 and budget > 0:
             family = thinking_family(self.model_id)
             budget = min(budget * factor, family[2]) if family else budget * factor
-        kwargs: dict[str, Any] = {"temperature": s.temperature,
-                                  "max_output_tokens": output_budget(self.answer_tokens(req) * factor, budget),
-                                  "thinking_config": t.ThinkingConfig(thinking_budget=budget)}
+        if s.thinking_level:
+            kwargs: dict[str, Any] = {
+                "max_output_tokens": (self.answer_tokens(req) + LEVEL_RESERVE[s.thinking_level]) * factor,
+                "thinking_config": t.ThinkingConfig(thinking_level=s.thinking_level)}
+        else:
+            kwargs = {"max_output_tokens": output_budget(self.answer_tokens(req) * factor, budget),
+                      "thinking_config": t.ThinkingConfig(thinking_budget=budget)}
+        if takes_temperature(self.model_id):
+            kwargs["temperature"] = s.temperature
         if s.constrain and req.options:
             kwargs["response_mime_type"] = "text/x.enum"
             kwargs["response_schema"] = {"type": "STRING", "enum": list(req.options)}
@@ -200,9 +219,14 @@ class GeminiVLM(VLMBackend):
             return failed(api_failure_reason(exc))
         except Exception as exc:
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
-        response = self.read_response(resp)
+        response = self.answered_by(self.read_response(resp), getattr(resp, "model_version", None))
         response.meta["answer_mode"] = self.answer_mode(req)
         return response
+
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_gemini
+
+        return probe_gemini(self.client, self.model_id, self.spec.base_url or "the Gemini API", sleep=self._sleep)
 
     def answer_mode(self, req: VLMRequest) -> str:
         """Which output mode the request asked for (recorded per row): an enum schema, or plain text."""
@@ -337,8 +361,9 @@ class GeminiVLM(VLMBackend):
             for i, item in zip(members[key], responses):
                 if getattr(item, "error", None) or getattr(item, "response", None) is None:
                     continue  # this item goes online
-                response = self.read_response(item.response)
-                if response.status == FAILED:
+                response = self.answered_by(self.read_response(item.response),
+                                            getattr(item.response, "model_version", None))
+                if response.status == FAILED and not response.meta.get("model_mismatch"):
                     continue  # empty / cut-off / malformed: online, with the budget retry
                 response.meta.update(via="batch", batch_job=job.name, answer_mode=self.answer_mode(requests[i]))
                 out[i] = response

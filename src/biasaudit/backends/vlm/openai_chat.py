@@ -11,11 +11,13 @@ any `temperature` but the default, and count reasoning tokens against `max_compl
 and no temperature. Every other model, and every non-OpenAI server, keeps `max_tokens` + `temperature`.
 A 400 naming a parameter is one clear failure reason ("unsupported parameter 'x' ..."); an answer
 cut off by the token limit with no text is failed and asked once more with 4× the budget.
-Structured-output fallback: a server that rejects the JSON-schema `response_format` with a 400 (DashScope
-documents the mode for only some qwen-plus models) gets the same question once more without it, and the
-plain-text answer goes to the same strict parser; from then on this backend asks without the schema.
-Every answer records which mode produced it (`meta.answer_mode`: json_schema | plain |
-plain (server rejected json_schema)).
+Structured-output fallback: any HTTP 400 to a request carrying the JSON-schema `response_format`, whatever
+its message (DashScope documents the mode for only some qwen-plus models, and its 400s need not name it),
+gets the same question once more without it, and the plain-text answer goes to the same strict parser;
+when that plain question is answered, this backend asks without the schema from then on (a 400 to the
+plain question too is a failure, and the schema stays). Every answer records which mode produced it
+(`meta.answer_mode`: json_schema | plain | plain (server rejected json_schema)) and, after a fallback,
+the first 400's reason (`meta.schema_rejection`).
 Retries are the transport layer's (the SDK's are off).
 """
 
@@ -31,7 +33,6 @@ from biasaudit.backends.transport import (
     RetryableError,
     TokenBucket,
     api_failure_reason,
-    error_body,
     openai_client,
     openai_errors,
 )
@@ -51,20 +52,18 @@ from biasaudit.registry import register
 
 # Output tokens reserved for reasoning per effort (reasoning tokens count against max_completion_tokens).
 REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768}
-REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
+REASONING_PREFIXES = ("gpt-5", "gpt-6", "o1", "o3", "o4")  # gpt-6.1-sol takes effort low and up (no minimal)
 NON_REASONING = ("gpt-5-chat",)  # the chat-tuned gpt-5 snapshot takes temperature and no effort
 EMPTY_RETRY_FACTOR = 4
-SCHEMA_MARKERS = ("response_format", "json_schema", "json schema", "structured output")
 PLAIN, SCHEMA, PLAIN_AFTER_REJECTION = "plain", "json_schema", "plain (server rejected json_schema)"
 
 
 def rejects_schema(exc: Any) -> bool:
-    """Whether an API error is a 400 refusing the JSON-schema response_format (not some other 400)."""
-    if getattr(exc, "status_code", None) != 400:
-        return False
-    err = error_body(exc)
-    text = " ".join(str(x) for x in (err.get("message"), err.get("param"), err.get("code"), getattr(exc, "message", "")))
-    return any(m in text.lower() for m in SCHEMA_MARKERS)
+    """Whether an API error to a request carrying the JSON-schema response_format is taken as the schema's
+    rejection: any HTTP 400, whatever its message names (DashScope answers some models' json_schema with
+    "InternalError.Algo.InvalidParameter: Range of input length ...", which names no schema). The request
+    is asked once more without the schema; a 400 to that plain request stays a failure."""
+    return getattr(exc, "status_code", None) == 400
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def capabilities(model_id: str, effort: str = "") -> Capabilities:
     name = model_id.split("/")[-1].lower()
     reasoning = name.startswith(REASONING_PREFIXES) and not name.startswith(NON_REASONING)
     if reasoning:
-        return Capabilities(True, "max_completion_tokens", False, effort or "minimal")
+        return Capabilities(True, "max_completion_tokens", False, effort or ("low" if name.startswith("gpt-6") else "minimal"))
     return Capabilities(False, "max_tokens", True, "")
 
 
@@ -160,6 +159,7 @@ class OpenAIChatVLM(VLMBackend):
             raise
         except oa.APIStatusError as exc:
             response = failed(api_failure_reason(exc))
+            response.meta["http_status"] = getattr(exc, "status_code", None)
             if "response_format" in kwargs and rejects_schema(exc):
                 response.meta["schema_rejected"] = True
             return response
@@ -167,6 +167,9 @@ class OpenAIChatVLM(VLMBackend):
             return failed(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}")
         if not getattr(completion, "choices", None):
             return failed("malformed response: no choices")
+        return self.answered_by(self._read(completion, kwargs, req), getattr(completion, "model", None))
+
+    def _read(self, completion: Any, kwargs: dict[str, Any], req: VLMRequest) -> VLMResponse:
         choice = completion.choices[0]
         usage = getattr(completion, "usage", None)
         tin = getattr(usage, "prompt_tokens", None)
@@ -189,6 +192,11 @@ class OpenAIChatVLM(VLMBackend):
             text = _unwrap_answer(text)
         return VLMResponse(text=text, status=OK, tokens_in=tin, tokens_out=tout, meta=meta)
 
+    def probe(self) -> str:
+        from biasaudit.backends.transport import probe_openai
+
+        return probe_openai(self.client, self.model_id, self.spec.base_url or "api.openai.com")
+
     def _ask(self, req: VLMRequest, messages: list[dict[str, Any]], factor: int) -> VLMResponse:
         return retried(lambda: self._once(req, messages, factor), self.spec, self.bucket,
                        on_attempt=lambda a: (self._count("attempts"), a and self._count("retries")))
@@ -199,9 +207,14 @@ class OpenAIChatVLM(VLMBackend):
             return failed(reason)
         response = self._ask(req, messages, 1)
         if response.meta.get("schema_rejected"):  # the same question once more, as plain text
+            rejection = response.reason
             self.schema_rejected = True
             self._count("schema_fallbacks")
             response = self._ask(req, messages, 1)
+            response.meta["answer_mode"] = response.meta.get("answer_mode") or PLAIN_AFTER_REJECTION
+            response.meta["schema_rejection"] = rejection  # the reason of the first (schema) 400
+            if response.meta.get("http_status") == 400:  # plain was rejected too: not the schema's fault,
+                self.schema_rejected = False  # later questions keep asking with it
         if response.meta.get("empty_answer"):
             self._count("empty_retries")
             response = self._ask(req, messages, EMPTY_RETRY_FACTOR)
