@@ -33,6 +33,7 @@ from IPython.display import display
 from biasaudit import contracts as C
 from biasaudit.io import atomic_write_table
 from biasaudit.notebook import banner, stage_params
+from biasaudit.lifecycle import status_record
 from biasaudit.provenance import write_run_info
 from biasaudit.vlm import focus
 
@@ -62,7 +63,8 @@ if "attempts" in manifest and manifest["attempts"].notna().any():  # edits made 
 
 # %%
 atomic_write_table(manifest, out_root / "manifest.parquet")
-write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=editor_info, params=params.model_dump())
+write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=editor_info, params=params.model_dump(),
+               model_lifecycle=status_record(params.model_id))
 
 # %% [markdown]
 # ## Done?

@@ -35,6 +35,7 @@ from IPython.display import display
 from biasaudit import contracts as C
 from biasaudit.io import atomic_write_json, atomic_write_table
 from biasaudit.notebook import banner, stage_params
+from biasaudit.lifecycle import status_record
 from biasaudit.provenance import write_run_info
 from biasaudit.vlm import tasks
 from biasaudit.vlm.reflect import run_reflect
@@ -93,7 +94,8 @@ else:
                                                 "settings_hash": result["run"].stage.settings_hash,
                                                 "accounting": result["accounting"], "execution": result["execution"],
                                                 "status_counts": responses["status"].value_counts().to_dict()})
-    write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}")
+    write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}",
+                   model_lifecycle=status_record(cfg.vlms[vlm].model_id))
 
 # %% [markdown]
 # ## Done?

@@ -22,6 +22,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -52,6 +53,7 @@ class VLMServer:
         self.answers_as, self.unserved = answers_as, unserved
         self.retrieve = retrieve  # GET /v1/models/{id} (OpenAI); vLLM lists (GET /v1/models) and never retrieves
         self.probes: list[str] = []
+        self.listed: tuple[str, ...] = ("served-model",)  # what GET /v1/models lists (a vLLM server: its one model)
         # a server without JSON-schema mode (DashScope for some qwen-plus models): a json_schema
         # response_format gets a 400 invalid_parameter_error
         self.reject_schema = reject_schema
@@ -167,14 +169,15 @@ class VLMServer:
                          "displayName": m.group(1), "supportedGenerationMethods": ["generateContent"]}
         if path == "/v1/models":
             self.probes.append("(list)")
-            return 200, {"object": "list", "data": [{"id": "served-model", "object": "model", "created": 0,
-                                                     "owned_by": "vllm"}]}
+            return 200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "vllm"}
+                                                    for m in self.listed]}
         m = re.fullmatch(r"/v1/models/(.+)", path)
         if m:
-            self.probes.append(m.group(1))
-            if m.group(1) in self.unserved or not self.retrieve:
-                return 404, self._not_found(m.group(1), path)
-            return 200, {"id": m.group(1), "object": "model", "created": 0, "owned_by": "system", "shutdown_date": None}
+            model = urllib.parse.unquote(m.group(1))  # the SDK quotes the '/' of a Hub id
+            self.probes.append(model)
+            if model in self.unserved or not self.retrieve:
+                return 404, self._not_found(model, path)
+            return 200, {"id": model, "object": "model", "created": 0, "owned_by": "system", "shutdown_date": None}
         return None
 
     @property

@@ -450,7 +450,7 @@ def download_resumable(url: str, dest: Path, sha256: str = "", chunk: int = 1 <<
             total = announced_total(resp, have)
             with open(part, "ab" if have else "wb") as out:
                 try:
-                    for block in iter(lambda: resp.read(chunk), b""):
+                    while block := resp.read(chunk):
                         out.write(block)
                         h.update(block)
                         have += len(block)

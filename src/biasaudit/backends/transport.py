@@ -292,23 +292,24 @@ def probe_openai(client: Any, model_id: str, where: str, retries: int = 2,
         except openai.APIStatusError as exc:
             return None, exc
 
+    def ask(fn):
+        return call_with_retries(lambda: attempt(fn), retries, 1.0, 10.0, sleep=sleep)[0]
+
     try:
-        got, err = call_with_retries(lambda: attempt(lambda: client.models.retrieve(model_id)), retries, 1.0, 10.0,
-                                     sleep=sleep)
+        _, err = ask(lambda: client.models.retrieve(model_id))
         if err is None:
             return ""
         if err.status_code != 404:
             return _probe_failure(model_id, where, err.status_code, error_body(err).get("message") or err)
-        listed, list_err = call_with_retries(lambda: attempt(lambda: [m.id for m in client.models.list()]), retries,
-                                             1.0, 10.0, sleep=sleep)
+        listed, list_err = ask(lambda: [m.id for m in client.models.list()])
         if list_err is None:
             if model_id in listed:
                 return ""
             shown = ", ".join(sorted(listed)[:8]) or "nothing"
-            return f"model {model_id} is not served at {where} (it serves: {shown})"
-        _, chat_err = call_with_retries(lambda: attempt(lambda: client.chat.completions.create(
-            model=model_id, messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1)), retries, 1.0,
-            10.0, sleep=sleep)
+            said = " ".join(str(error_body(err).get("message") or err).split())[:160]
+            return f"model {model_id} is not served at {where} (HTTP 404: {said}; it serves: {shown})"
+        _, chat_err = ask(lambda: client.chat.completions.create(
+            model=model_id, messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1))
     except RetryableError as exc:
         return f"model {model_id} at {where} did not answer the probe: {exc.reason} after {retries + 1} attempts"
     if chat_err is None or chat_err.status_code == 400:

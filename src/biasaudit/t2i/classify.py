@@ -182,7 +182,10 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     description = backend.describe()
     if not run.sharded:
         atomic_write_table(table, out_path)
+        from biasaudit.lifecycle import status_record
+
         write_run_info(out_path.with_suffix(".run.json"), model=model, classifier=description,
+                       model_lifecycle=status_record(params.vlm.model_id),
                        instruction_version=params.instruction_version, accounting=accounting,
                        stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=run.execution)
     return {"table": table, "summary": summary, "accounting": accounting, "backend": description,

@@ -37,6 +37,7 @@ from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.config import ParamsError
 from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
 from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
+from biasaudit.lifecycle import status_record
 from biasaudit.params import Params
 from biasaudit.params.generate import Generate, GeneratorSpec
 from biasaudit.provenance import derive_seed, library_versions_json, run_info, sha256_file, stable_hash, utc_now
@@ -295,6 +296,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     retries = sum(int(r.get("retries") or 0) for r in run.appended)
     summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run.summary, retries)
     summary["execution"] = run.execution
+    summary["model_lifecycle"] = status_record(spec.model_id)
     if run.sharded:
         # one shard: its log (and images) only; the unsharded run that merges the shards writes the manifest
         atomic_write_json(run.log.path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})

@@ -13,11 +13,11 @@ A 400 naming a parameter is one clear failure reason ("unsupported parameter 'x'
 cut off by the token limit with no text is failed and asked once more with 4× the budget.
 Structured-output fallback: any HTTP 400 to a request carrying the JSON-schema `response_format`, whatever
 its message (DashScope documents the mode for only some qwen-plus models, and its 400s need not name it),
-gets the same question once more without it, and the plain-text answer goes to the same strict parser;
-when that plain question is answered, this backend asks without the schema from then on (a 400 to the
-plain question too is a failure, and the schema stays). Every answer records which mode produced it
-(`meta.answer_mode`: json_schema | plain | plain (server rejected json_schema)) and, after a fallback,
-the first 400's reason (`meta.schema_rejection`).
+unless it names another rejected parameter, gets the same question once more without it, and the
+plain-text answer goes to the same strict parser; when that plain question is answered, this backend asks
+without the schema from then on (a 400 to the plain question too is a failure, and the schema stays).
+Every answer records which mode produced it (`meta.answer_mode`: json_schema | plain | plain (server
+rejected json_schema)) and, after a fallback, the first 400's reason (`meta.schema_rejection`).
 Retries are the transport layer's (the SDK's are off).
 """
 
@@ -35,6 +35,7 @@ from biasaudit.backends.transport import (
     api_failure_reason,
     openai_client,
     openai_errors,
+    unsupported_parameter,
 )
 from biasaudit.backends.vlm.base import (
     FAILED,
@@ -55,15 +56,21 @@ REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 3276
 REASONING_PREFIXES = ("gpt-5", "gpt-6", "o1", "o3", "o4")  # gpt-6.1-sol takes effort low and up (no minimal)
 NON_REASONING = ("gpt-5-chat",)  # the chat-tuned gpt-5 snapshot takes temperature and no effort
 EMPTY_RETRY_FACTOR = 4
+SCHEMA_MARKERS = ("response_format", "json_schema")  # a rejected parameter named so is the schema itself
 PLAIN, SCHEMA, PLAIN_AFTER_REJECTION = "plain", "json_schema", "plain (server rejected json_schema)"
 
 
 def rejects_schema(exc: Any) -> bool:
     """Whether an API error to a request carrying the JSON-schema response_format is taken as the schema's
-    rejection: any HTTP 400, whatever its message names (DashScope answers some models' json_schema with
-    "InternalError.Algo.InvalidParameter: Range of input length ...", which names no schema). The request
-    is asked once more without the schema; a 400 to that plain request stays a failure."""
-    return getattr(exc, "status_code", None) == 400
+    rejection: any HTTP 400, whatever its message says (DashScope answers some models' json_schema with
+    "InternalError.Algo.InvalidParameter: Range of input length ...", or a bare "Invalid value"), except
+    one that names another rejected parameter (`param: max_tokens`): that one fails as it is, since the
+    plain question would carry the same parameter. The request is asked once more without the schema; a
+    400 to that plain request stays a failure."""
+    if getattr(exc, "status_code", None) != 400:
+        return False
+    param = unsupported_parameter(exc)
+    return not param or any(m in param.lower() for m in SCHEMA_MARKERS)
 
 
 @dataclass(frozen=True)
