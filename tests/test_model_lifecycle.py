@@ -86,9 +86,29 @@ def test_the_first_n_identical_final_failures_stop_the_stage(tmp_path):
         return [{"id": b["id"], "status": "failed", "reason": "HTTP 403: key revoked"} for b in batch]
 
     with pytest.raises(StageStopped, match="first 10 items all failed with the same error"):
-        run_stage(_stage(tmp_path, fn), Execution(stop_after_same_failures=10), progress=False)
+        run_stage(_stage(tmp_path, fn, probe=lambda: ""), Execution(stop_after_same_failures=10), progress=False)
     logged = (tmp_path / "log.jsonl").read_text().splitlines()
     assert len(logged) == 10  # two batches of 5, then it stopped: not 30
+
+
+def test_errors_that_differ_only_by_a_request_id_count_as_one(tmp_path):
+    ids = iter(range(1000, 2000))
+
+    def fn(batch):
+        return [{"id": b["id"], "status": "failed", "reason": f"HTTP 403: key revoked (request {next(ids)})"}
+                for b in batch]
+
+    with pytest.raises(StageStopped, match="first 10 items"):
+        run_stage(_stage(tmp_path, fn, probe=lambda: ""), Execution(stop_after_same_failures=10), progress=False)
+
+
+def test_a_local_stage_whose_items_fail_alike_runs_to_the_end(tmp_path):
+    """One source photo without a face fails its ten edits with one reason: data, not a dead model."""
+    def fn(batch):
+        return [{"id": b["id"], "status": "failed", "reason": "source: no face detected"} for b in batch]
+
+    run = run_stage(_stage(tmp_path, fn), Execution(stop_after_same_failures=10), progress=False)
+    assert run.summary.processed == 30
 
 
 @pytest.mark.parametrize("reasons", [
@@ -101,8 +121,21 @@ def test_mixed_or_transient_failures_do_not_stop(tmp_path, reasons):
     def fn(batch):
         return [{"id": b["id"], "status": "failed", "reason": next(it)} for b in batch]
 
-    run = run_stage(_stage(tmp_path, fn), Execution(stop_after_same_failures=10), progress=False)
+    run = run_stage(_stage(tmp_path, fn, probe=lambda: ""), Execution(stop_after_same_failures=10), progress=False)
     assert run.summary.processed == 30
+
+
+@pytest.mark.parametrize("spelled", ["Gemini-2.5-Pro", " gemini-2.5-pro ", "models/gemini-2.5-pro", "gemini-2.5-pro-001",
+                                     "gemini-2.5-pro-preview-06-05", "gemini-2.5-pro-latest"])
+def test_a_retired_model_is_found_however_it_is_spelled(spelled):
+    found = lifecycle.status_of(spelled, ROOT / lifecycle.LIFECYCLE_FILE)
+    assert found is not None and found.model_id == "gemini-2.5-pro" and found.status == "retired"
+
+
+def test_another_model_sharing_the_prefix_is_not_taken_for_the_retired_one():
+    found = lifecycle.status_of("gemini-2.5-flash-image", ROOT / lifecycle.LIFECYCLE_FILE)
+    assert found.model_id == "gemini-2.5-flash-image"
+    assert lifecycle.status_of("gemini-2.5-flash-lite", ROOT / lifecycle.LIFECYCLE_FILE) is None
 
 
 # --- stages against servers that speak the real wire formats --------------------------------------------
@@ -262,3 +295,18 @@ def test_an_openai_model_retired_on_the_server_stops_reflect_after_the_probe(tmp
                                            api_key_env="NOPE"))
         why = backend.probe()
     assert "gpt-5" in why and "404" in why and "does not exist" in why
+
+
+def test_batch_mode_answered_by_another_model_sends_no_online_request(tmp_path, monkeypatch):
+    from biasaudit.t2i import classify
+
+    monkeypatch.chdir(tmp_path)
+    _manifest(tmp_path)
+    with VLMServer(answers_as="gemini-3.8-flash", batch_state="succeed") as server:
+        cfg = _classify_cfg(server, "gemini-2.5-pro", tmp_path)
+        cfg = cfg.model_copy(update={"classify": cfg.classify.model_copy(
+            update={"vlm": cfg.classify.vlm.model_copy(update={"batch_mode": True})})})
+        with pytest.raises(StageStopped, match="asked gemini-2.5-pro, answered by gemini-3.8-flash"):
+            classify.run_classify("m", cfg, progress=False)
+        online = [b for b in server.requests if "contents" in b]
+        assert len(server.batches) == 1 and online == []  # the batch job, then no online question

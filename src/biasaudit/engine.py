@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -152,13 +153,14 @@ STOP_FIELD = "stop_reason"  # a record carrying it is not logged, and the stage 
 
 
 def same_failure(records: list[Item], n: int) -> str:
-    """The reason shared by the first `n` records when all of them failed with it, non-transiently; else ''."""
+    """The reason shared by the first `n` records when all of them failed with it, non-transiently (compared
+    with numbers masked: a request id or an item's index does not make two errors different); else ''."""
     if n <= 0 or len(records) < n:
         return ""
     first = records[:n]
-    reasons = {str(r.get("reason") or "") for r in first}
+    reasons = {re.sub(r"\d+", "#", str(r.get("reason") or "")) for r in first}
     if len(reasons) == 1 and all(r.get("status") == "failed" and not is_transient(r) for r in first):
-        return reasons.pop()
+        return str(first[0].get("reason") or "")
     return ""
 
 
@@ -395,7 +397,9 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     pending = {stage.key_of(i) for i in todo}
     earlier = log.records() if summary.retried_transient else {}  # for the cap on transient retries
     max_runs = execution.max_transient_runs
-    same_n = int(getattr(execution, "stop_after_same_failures", 0) or 0)
+    # a model's requests only (a probed, hosted stage): a local stage's items fail alike for data reasons (one
+    # source photo without a face fails its ten edits with one reason)
+    same_n = int(getattr(execution, "stop_after_same_failures", 0) or 0) if stage.probe is not None else 0
 
     def sink(records: list[Item]) -> None:
         stamped, stops = [], []

@@ -108,8 +108,20 @@ def bare(model_id: str) -> str:
     return str(model_id or "").rsplit("models/", 1)[-1]
 
 
+_VARIANT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{2}-\d{4}|\d{3}|\d{8}|latest|preview(-[\w.-]+)?)$")
+
+
 def status_of(model_id: str, path: Path | None = None) -> ModelStatus | None:
-    return table(path).get(bare(model_id))
+    """The entry of `model_id`, whatever its case, prefix (`models/`) or variant suffix (a dated snapshot,
+    -001, -latest, -preview-…): a snapshot of a retired model is retired too."""
+    entries = table(path)
+    name = bare(model_id).strip().lower()
+    if name in entries:
+        return entries[name]
+    for known, entry in entries.items():
+        if name.startswith(known + "-") and _VARIANT.fullmatch(name[len(known):]):
+            return entry
+    return None
 
 
 def status_record(model_id: str, path: Path | None = None) -> dict[str, Any]:

@@ -448,11 +448,16 @@ def openai_client(api_key: str, base_url: str | None, timeout_s: float):
                                                                timeout=timeout_s))
 
 
-def genai_http_options(base_url: str | None, timeout_s: float):
-    """google-genai HttpOptions: our timeout (ms) as a total deadline per request, the SDK's own retries off."""
+GEMINI_API_VERSION = "v1beta"  # the version the Gemini API documents generateContent, batches and models.get on
+
+
+def genai_http_options(base_url: str | None, timeout_s: float, api_version: str | None = GEMINI_API_VERSION):
+    """google-genai HttpOptions: our timeout (ms) as a total deadline per request, the SDK's own retries off.
+    The Gemini API's documented `v1beta` (google-genai 3.x defaults to `v1`, which lacks image output, thinking
+    levels and batch mode); Vertex AI clients pass None (the SDK's own Vertex version)."""
     from google.genai import types
 
-    return types.HttpOptions(base_url=base_url or None, timeout=int(timeout_s * 1000),
+    return types.HttpOptions(base_url=base_url or None, timeout=int(timeout_s * 1000), api_version=api_version,
                              retry_options=types.HttpRetryOptions(attempts=1), httpx_client=http_client(timeout_s))
 
 

@@ -91,8 +91,8 @@ class GeminiEditor(_Hosted):
 
     def _call(self, png: bytes, req: EditRequest):
         t = self.types
-        config = t.GenerateContentConfig(response_modalities=["IMAGE", "TEXT"], seed=req.seed % (2**31 - 1),
-                                         candidate_count=1)
+        # no candidateCount: Gemini 3 image models take none (Google's SDKs deprecate it as unsupported there)
+        config = t.GenerateContentConfig(response_modalities=["IMAGE", "TEXT"], seed=req.seed % (2**31 - 1))
         with genai_errors():
             return self.client.models.generate_content(
                 model=self.spec.model_id, config=config,

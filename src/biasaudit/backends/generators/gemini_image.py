@@ -79,7 +79,8 @@ class GeminiImageGenerator(Generator):
 
     def _config(self, req: GenRequest):
         t, s = self.types, self.spec
-        kw: dict[str, Any] = dict(response_modalities=["IMAGE"], candidate_count=1, seed=req.seed % (2**31 - 1),
+        # no candidateCount: Gemini 3 models take none (Google's SDKs deprecate it as unsupported there)
+        kw: dict[str, Any] = dict(response_modalities=["IMAGE"], seed=req.seed % (2**31 - 1),
                                   image_config=t.ImageConfig(aspect_ratio=self.aspect_ratio, image_size=s.image_size))
         if s.thinking_level:
             kw["thinking_config"] = t.ThinkingConfig(thinking_level=s.thinking_level)

@@ -57,7 +57,7 @@ class ImagenGenerator(Generator):
 
         super().__init__(name, spec.model_id, spec.revision or spec.model_id)
         self.spec, self.types = spec, types
-        http = genai_http_options(spec.base_url, spec.timeout_s)
+        http = genai_http_options(spec.base_url, spec.timeout_s, api_version=None)  # Vertex AI
         api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
         if spec.vertex_project:
             self.client = genai.Client(vertexai=True, project=spec.vertex_project, location=spec.vertex_location,

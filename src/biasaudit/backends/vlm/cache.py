@@ -59,6 +59,7 @@ class CachedVLM:
         self._lock = threading.Lock()
         self._sha: dict[str, str] = {}
         self._prefetched: set[str] = set()  # keys answered by prefetch, not yet handed out
+        self.stop: VLMResponse | None = None  # a re-routed answer: every later miss fails with it (the stage stops)
 
     def _image_sha(self, path: str) -> str:
         if path not in self._sha:
@@ -92,6 +93,8 @@ class CachedVLM:
         response = VLMResponse.from_json(hit, from_cache=True)
         if response.status == OK and not response.text.strip() and not response.option_probs:
             return None
+        if self.backend.answered_by(response, response.meta.get("model_version")).status == FAILED:
+            return None  # stored by a version that did not check who answered: asked again, and checked
         return response
 
     def prefetch(self, requests: list[VLMRequest]) -> int:
@@ -114,6 +117,8 @@ class CachedVLM:
 
         def store(j: int, response: VLMResponse) -> None:
             nonlocal stored
+            if response.meta.get("model_mismatch") and not self.stop:
+                self.stop = response  # the batch job was answered by another model: no online call follows
             if response.status != FAILED:
                 self.cache.set(misses[j][0], response.to_json())
                 self._account(response)
@@ -159,6 +164,10 @@ class CachedVLM:
                 out[i] = hit
             else:
                 misses.append(i)
+        if misses and self.stop is not None:
+            for i in misses:
+                out[i] = VLMResponse("", FAILED, self.stop.reason, meta=dict(self.stop.meta))
+            misses = []
         if misses:
             def store(j: int, response: VLMResponse) -> None:
                 i = misses[j]
