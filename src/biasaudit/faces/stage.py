@@ -318,7 +318,9 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         atomic_write_table(index, emb_dir / "index.parquet")
         atomic_write_json(emb_dir / "meta.json", emb_meta | {"run": run_info(params.model_dump())})
         atomic_write_json(faces_path.with_suffix(".run.json"), run_info(params.model_dump())
-                          | {"model": model, "execution": execution})
+                          | {"model": model, "execution": execution,
+                             # where the detector ran, read from its sessions (InsightFace), not from params
+                             "face_device": getattr(measurer.detector, "device", "cpu")})
     return {"manifest": manifest, "faces": faces, "index": index, "clip": clip, "face": face, "emb_meta": emb_meta,
             "summary": summary, "measurer": measurer, "execution": execution, "faces_path": faces_path,
             "emb_dir": emb_dir, "measured": run.measured}
