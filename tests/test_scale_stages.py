@@ -237,10 +237,11 @@ def test_execution_params_are_validated_and_shared():
 
     raw = read_yaml(ROOT / "params.yaml")
     assert set(raw["execution"]) == {"runner", "local_workers", "shard_index", "shard_count", "max_final_share",
-                                     "max_transient_runs", "ray"}
+                                     "max_transient_runs", "stop_after_same_failures", "ray"}
     for bad, key in (({"runner": "dask"}, "execution.runner"), ({"shard_index": 3, "shard_count": 2}, "shard_index"),
                      ({"max_final_share": 1.5}, "execution.max_final_share"),
                      ({"max_transient_runs": 0}, "execution.max_transient_runs"),
+                     ({"stop_after_same_failures": -1}, "execution.stop_after_same_failures"),
                      ({"ray": {"num_workers": 0}}, "execution.ray.num_workers"),
                      ({"local_workers": 0}, "execution.local_workers")):
         r = read_yaml(ROOT / "params.yaml")
