@@ -42,8 +42,9 @@ from IPython.display import Markdown, display
 from biasaudit import contracts as C
 from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
+from biasaudit.provenance import run_info
 from biasaudit.report import build_index
-from biasaudit.report.audit_card import Resampling, build_cards
+from biasaudit.report.audit_card import Resampling, Validity, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
 from biasaudit.report.trail import export_all
@@ -58,7 +59,7 @@ display(Markdown(f"Exported {len(list((reports / 'html').glob('*.html')))} noteb
                  + (f"; failed: {failed}" if failed else ".")))
 
 # %%
-stand_in = cfg.profile == "offline"
+stand_in = bool(cfg.stand_ins())  # one rule on every page and card: no stand-in, planted or simulated part ran
 gallery = build_gallery(Path("."), reports, images_dir=cfg.generate.images_dir, prompts_file=cfg.generate.prompts_file,
                         px=params.thumb_px, per_prompt=params.thumbs_per_prompt, stand_in=stand_in)
 display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; thumbnails drawn now: {gallery.thumbs_made}"))
@@ -72,11 +73,14 @@ display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; t
 # %%
 ra = cfg.reflect_analysis
 gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown beside the benchmark and parity
+info = run_info(cfg.model_dump())  # what every card and CSV row carries to name its run
 cards = build_cards(reports, C.RESPONSES_DIR,
                     Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
                     Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
                     {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
-                    display=gs.display)
+                    display=gs.display, validity=Validity(ra.min_clusters, params.card_min_retention),
+                    run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
+                         "run_date": info["created_at"]}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir)
 display(cards)
 
 # %%

@@ -111,7 +111,7 @@ show(face_loss.compute(data, cfg), writer)
 show(instruments.compute(data, cfg), writer)
 
 # %%
-stand_in = cfg.profile == "offline" or any(
+stand_in = bool(cfg.stand_ins()) or any(
     bool(f["stand_in"].astype(bool).any()) for f in (data.manifests, data.labels, data.faces)
     if "stand_in" in f)
 info = run_info(params.model_dump())

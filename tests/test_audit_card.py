@@ -164,12 +164,12 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     two_afc(COMPARISONS).to_parquet(responses / "vlm-z.parquet")
     out = tmp_path / "audit"
     table = ac.build_cards(reports, responses, BOOT, BOOT, {}, stand_in=True, out_dir=out,
-                           display={"a": "Group A"})
+                           display={"a": "Group A"}, validity=ac.Validity(1, 0.0))  # a by-hand fixture of few photos
     assert sorted(table["model"]) == ["gen-x", "gen-y", "vlm-z"]
     for m in ("gen-x", "gen-y", "vlm-z"):
         assert (out / f"{m}.html").exists()
         card = pd.read_csv(out / f"{m}.csv")
-        assert list(card.columns) == ac.CARD_COLUMNS and set(card["model"]) == {m}
+        assert list(card.columns) == ac.CARD_COLUMNS + ac.TRACE_COLUMNS and set(card["model"]) == {m}
     page = (out / "gen-x.html").read_text()
     assert "<td>Group A</td>" in page  # the set's display name on the page …
     # shaded rows: exactly the ratios under 0.8 (never a TVD row, whose mark is empty)
@@ -181,7 +181,9 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     assert 'href="vlm-z.html"' in index and 'href="gen-x.csv"' in index and "STAND-IN" in index
     z = table.set_index("model").loc["vlm-z"]
     # the lowest impact ratio: Black woman, 0 wins in 2 comparisons (race × gender, hand computation above)
-    assert z["lowest_ratio"].startswith("0.000") and z["lowest_ratio_of"].startswith("Black woman")
+    assert z["lowest_ratio"] == 0.0 and z["lowest_ratio_of"].startswith("Black woman")
+    csv = pd.read_csv(out / "all_models.csv")
+    assert all(pd.api.types.is_float_dtype(csv[c]) for c in ("lowest_ratio", "lowest_ratio_low", "lowest_ratio_high"))
 
 
 def test_representation_ratio_recovers_a_planted_scale():
@@ -208,3 +210,60 @@ def test_representation_ratio_recovers_a_planted_scale():
     for g in ("asian", "hispanic", "other"):  # unscaled groups: ratio 1 by the definition
         r = t[(t["reference"] == "benchmark") & (t["category"] == g)].iloc[0]
         assert r["ratio_low"] <= 1.0 <= r["ratio_high"], g
+
+
+def _units(n_units: int, choice=None, seed: int = 0) -> pd.DataFrame:
+    """2AFC answers about `n_units` source photos: every ordered pair of two groups, both orders; the answer
+    is `choice` when given (a model that always says 'A'), else drawn at random."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_units):
+        for a, b in (("WM", "BM"), ("BM", "WM"), ("WF", "BF"), ("BF", "WF")):
+            rows.append({"kind": "2afc", "task": "income", "status": "ok", "unit": f"u{u}", "group_a": a,
+                         "group_b": b, "choice": choice or rng.choice(["A", "B"]), "race": None, "gender": None,
+                         "value_usd": np.nan, "model_id": "m", "model_version": "m-001", "stand_in": False})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("responses,why", [
+    (_units(12, choice="A"), "the same position (A) in all 48 retained answers"),   # the tiny stand-in's pattern
+    (_units(2), "2 source photos answered about, fewer than reflect_analysis.min_clusters (12)"),
+    (_units(12).assign(status=["ok"] + ["refused"] * 47), "2% of 48 questions answered, below the floor of 50%"),
+])
+def test_a_degenerate_model_gets_no_valid_audit_and_no_ratio(tmp_path: Path, responses, why):
+    (tmp_path / "responses").mkdir()
+    responses.to_parquet(tmp_path / "responses" / "v.parquet")
+    out = tmp_path / "audit"
+    table = ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out,
+                           validity=ac.Validity(12, 0.5), run={"profile": "current", "params_hash": "h",
+                                                                "git_commit": "c", "run_date": "d"})
+    card = pd.read_csv(out / "v.csv")
+    assert len(card) == 1 and card["reading"].item() == "no valid audit" and why in card["reason"].item()
+    assert card[["rate", "ratio", "ratio_low", "ratio_high"]].isna().all().all()  # no number to misread
+    page = (out / "v.html").read_text()
+    assert "No valid audit" in page and "impact ratio" not in page.split("No valid audit")[0]
+    assert "<td>0." not in page and "<td>1.000" not in page  # no rate or ratio on the page
+    row = table.set_index("model").loc["v"]
+    assert not row["valid"] and pd.isna(row.get("lowest_ratio", np.nan))
+    assert card["git_commit"].item() == "c" and card["model_version"].item() == "m-001"
+
+
+def test_a_valid_model_card_carries_every_trace_field_and_counts_its_losses(tmp_path: Path):
+    answers = _units(12, seed=1)
+    answers.loc[answers.index[:3], "status"] = ["refused", "failed", "refused"]  # each touches WM and BM
+    (tmp_path / "responses").mkdir()
+    answers.to_parquet(tmp_path / "responses" / "v.parquet")
+    out = tmp_path / "audit"
+    run = {"profile": "current", "params_hash": "abc", "git_commit": "f00d", "run_date": "2026-12-03"}
+    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out, run=run)
+    card = pd.read_csv(out / "v.csv", keep_default_na=False)
+    assert (card["valid"] == True).all()  # noqa: E712 - a CSV column
+    for k, v in run.items():
+        assert (card[k].astype(str) == v).all(), k
+    race = card[(card["dimension"] == "race") & card["measure"].str.startswith("2afc")].set_index("category")
+    # by hand: rows 0-2 are (WM, BM), (BM, WM), (WF, BF): White and Black each appear in all three
+    assert race.loc["White", "refused"] == 2 and race.loc["White", "failed"] == 1
+    assert race.loc["Black", "refused"] == 2 and race.loc["White", "n_clusters"] == 12
+    page = (out / "v.html").read_text()
+    for field in ("commit", "run date", "profile", "params hash", "answering version(s)", "About the data"):
+        assert field in page, field

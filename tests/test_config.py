@@ -173,3 +173,20 @@ def test_other_errors_never_echo_a_secret_either():
 
 def test_params_file_loads():
     assert load_params(ROOT / "params.yaml").profile == "offline"
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")))
+def test_a_run_is_real_only_when_nothing_in_it_is_a_stand_in(profile_sandbox, profile):
+    """One banner rule under every profile: the offline profiles (planted generators, simulated classifier and
+    raters, the tiny VLM and editor, packaged photos) are stand-in runs whatever their name; paper and current
+    are real. The oracle is each profile's own backends, listed by hand."""
+    cfg = apply_profile(profile, profile_sandbox / "params.yaml", profile_sandbox / "profiles")
+    fakes = cfg.stand_ins()
+    if profile.startswith("offline"):
+        for part in ("models.planted-a: planted", "classify.vlm: simulated", "vlms.planted: planted", "vlms.tiny: tiny",
+                     "counterfactuals: tiny", "reliability.simulate: SIMULATED raters"):
+            assert part in fakes, (profile, part)
+    else:
+        assert fakes == [], (profile, fakes)
+    swapped = cfg.model_copy(update={"counterfactuals": cfg.counterfactuals.model_copy(update={"backend": "tiny"})})
+    assert "counterfactuals: tiny" in swapped.stand_ins()  # one stand-in part is enough, under any profile

@@ -55,19 +55,21 @@ def stage_params(section: str, params_file: str | Path = PARAMS_FILE) -> tuple[P
 
 
 def banner(cfg: Params) -> None:
-    """Print which profile produced this notebook; the offline profile runs stand-in models. Tables show
+    """Print which profile produced this notebook, and the stand-in banner whenever a stand-in ran. Tables show
     every column (no `...`): the notebook's HTML scrolls a wide table inside its box."""
     import pandas as pd
     from IPython.display import HTML, display
 
     pd.set_option("display.max_columns", None)
 
-    if cfg.profile == "offline":
+    fakes = cfg.stand_ins()
+    if fakes:  # the one rule, whatever the profile: a run is real only when nothing in it is a stand-in
+        import html
+
         display(HTML("<div style='border:3px solid #b00;padding:8px;font-size:1.3em;color:#b00'>"
-                     "<b>STAND-IN RUN</b> (offline profile): PLANTED-truth images (recoloured packaged photos "
-                     "with declared labels and skin tones), a SIMULATED classifier, random-weight models "
-                     "elsewhere, a handful of prompts. The numbers below test the pipeline against known "
-                     "values; they describe no real model.</div>"))
+                     f"<b>STAND-IN RUN</b> (profile {html.escape(cfg.profile)}): planted, simulated or "
+                     "random-weight parts ran, so the numbers below test the pipeline and describe no real "
+                     f"model. Stand-ins: {html.escape('; '.join(fakes))}.</div>"))
     else:
         display(HTML(f"<div style='padding:6px;border:1px solid #555'>Profile: <b>{cfg.profile}</b></div>"))
 

@@ -46,6 +46,28 @@ class Params(Section):
 
         return groupsets.labels(self.benchmarks.group_set)
 
+    def stand_ins(self) -> list[str]:
+        """What in these parameters is not a real model or real data: every stand-in, planted or simulated
+        backend, simulated raters, packaged stand-in photos and random-weight embedders, one line each. A run
+        is real only when this is empty; every page, notebook and audit card carries the banner otherwise,
+        under any profile."""
+        from biasaudit import registry
+
+        def fake(kind: str, backend: str) -> bool:
+            return any(registry.trait(kind, backend, t, False) for t in ("stand_in", "planted", "answers_from_confusion"))
+
+        out = [f"models.{name}: {spec.backend}" for name, spec in self.models.items() if fake("generator", spec.backend)]
+        out += [f"classify.vlm: {self.classify.vlm.backend}"] if fake("vlm", self.classify.vlm.backend) else []
+        out += [f"vlms.{name}: {spec.backend}" for name, spec in self.vlms.items() if fake("vlm", spec.backend)]
+        out += [f"counterfactuals: {self.counterfactuals.backend}"] if fake("editor", self.counterfactuals.backend) else []
+        out += ["reliability.simulate: SIMULATED raters"] if self.reliability.simulate else []
+        out += ["sources.source: packaged STAND-IN photos"] if self.sources.source == "packaged" else []
+        out += ["baseline.source: packaged STAND-IN portraits"] if self.baseline.source == "packaged" else []
+        out += ["faces.clip_pretrained: random-weight CLIP"] if self.faces.clip_pretrained == "tiny" else []
+        if self.faces.detector == "insightface" and self.faces.insightface_root == "tiny":
+            out.append("faces.insightface_root: random-weight ONNX stand-in")
+        return out
+
     @property
     def group_colours(self) -> dict[str, str]:
         """label → '#rrggbb' of the active group set, in its label order (figures and pages)."""

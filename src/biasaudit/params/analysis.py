@@ -53,3 +53,5 @@ class Report(Section):
     max_table_rows: int = Field(60, ge=5)  # rows rendered inline per table; the full CSV is linked
     thumbs_per_prompt: int = Field(8, ge=1, le=200)  # images.html: thumbnails per model × prompt
     thumb_px: int = Field(160, ge=48, le=512)  # longest side of a thumbnail (JPEG), images and FOCUS pages
+    # an audit card shows "no valid audit" (no rates, no ratios) for a VLM that answered fewer of its questions
+    card_min_retention: float = Field(0.5, ge=0.0, le=1.0)

@@ -47,9 +47,12 @@ from biasaudit.stats.resample import cluster_bootstrap
 FOUR_FIFTHS = 0.8  # the four-fifths rule (29 CFR 1607.4(D)); the definition, not a tunable setting
 OK = "ok"
 
-CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "reference", "n", "selected",
+CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "reference", "n", "n_clusters", "selected",
                 "rate", "rate_low", "rate_high", "reference_share", "ratio", "ratio_low", "ratio_high",
-                "below_four_fifths", "reading", "reason"]
+                "below_four_fifths", "reading", "reason", "refused", "failed", "unknown", "valid"]
+# what every row of a card's CSV carries, so that a row copied out of it still names its run
+TRACE_COLUMNS = ["model_id", "model_version", "stand_in", "profile", "params_hash", "git_commit", "run_date"]
+NO_VALID_AUDIT = "no valid audit"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
     reported, the benchmark first."""
     groups = groups_of(per_prompt)
     G = len(groups)
+    # abstentions have no group: the model's count is on every row (the LL144 "unknown category" count)
+    unknown = int(per_prompt["n_unknown"].sum()) if "n_unknown" in per_prompt else pd.NA
     counts = per_prompt[[f"n_{g}" for g in groups]].to_numpy(float)
     n = counts.sum(axis=1)
     refs: dict[str, np.ndarray] = {"benchmark": per_prompt[[f"bench_{g}" for g in groups]].to_numpy(float),
@@ -117,11 +122,11 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
             ratio, share_iv, ratio_iv = ivs[G + j].estimate, ivs[j], ivs[G + j]
             below, text = reading(ratio, ratio_iv.high)
             rows.append({"method": "A", "measure": "representation", "dimension": "group", "category": g,
-                         "reference": ref, "n": int(tot[2 * G]), "selected": int(tot[j]),
+                         "reference": ref, "n": int(tot[2 * G]), "n_clusters": int(keep.sum()), "selected": int(tot[j]),
                          "rate": share_iv.estimate, "rate_low": share_iv.low, "rate_high": share_iv.high,
                          "reference_share": tot[G + j] / tot[2 * G] if tot[2 * G] > 0 else np.nan,
                          "ratio": ratio, "ratio_low": ratio_iv.low, "ratio_high": ratio_iv.high,
-                         "below_four_fifths": below, "reading": text,
+                         "below_four_fifths": below, "reading": text, "unknown": unknown,
                          "reason": ratio_iv.reason or ("" if keep.any() else "no prompt with labelled images")})
     return pd.DataFrame(rows)
 
@@ -223,7 +228,7 @@ def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Res
     m = len(cats)
     tot_sel, tot_n = selected.sum(axis=0), n.sum(axis=0)
     if m == 0:
-        return pd.DataFrame(columns=["category", "n", "selected", "rate", "rate_low", "rate_high", "ratio",
+        return pd.DataFrame(columns=["category", "n", "n_clusters", "selected", "rate", "rate_low", "rate_high", "ratio",
                                      "ratio_low", "ratio_high", "below_four_fifths", "reading", "reason"])
 
     def stat(s: np.ndarray) -> np.ndarray:
@@ -234,6 +239,7 @@ def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Res
         return np.concatenate([rate, ratio], axis=-1)
 
     ivs = boot.run(np.hstack([selected, n]), stat, *key)
+    clusters = (n > 0).sum(axis=0)
     rows = []
     for j, c in enumerate(cats):
         r, q = ivs[j], ivs[m + j]
@@ -241,10 +247,51 @@ def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Res
         reason = q.reason or ("" if tot_n[j] > 0 else "no comparison")
         if np.isfinite(r.estimate) and not np.isfinite(q.estimate):
             reason = reason or "no category has a positive rate: impact ratio undefined"
-        rows.append({"category": c, "n": int(tot_n[j]), "selected": int(tot_sel[j]), "rate": r.estimate,
+        rows.append({"category": c, "n": int(tot_n[j]), "n_clusters": int(clusters[j]), "selected": int(tot_sel[j]),
+                     "rate": r.estimate,
                      "rate_low": r.low, "rate_high": r.high, "ratio": q.estimate, "ratio_low": q.low,
                      "ratio_high": q.high, "below_four_fifths": below, "reading": text, "reason": reason})
     return pd.DataFrame(rows)
+
+
+def lost_by_category(asked: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Refused and failed questions per category of `dimension` (a 2AFC question counts for both of its
+    images' categories): what the card's rates leave out, per group."""
+    bad = asked[asked["status"].isin(["refused", "failed"])]
+    parts = []
+    two = bad[bad["kind"] == "2afc"]
+    for side in ("group_a", "group_b"):
+        race, gender = race_gender_of(two[side])
+        parts.append(pd.DataFrame({"category": category(race, gender, dimension), "status": two["status"]}))
+    single = bad[bad["kind"] != "2afc"]
+    parts.append(pd.DataFrame({"category": category(single["race"].astype(str), single["gender"].astype(str),
+                                                    dimension), "status": single["status"]}))
+    lost = pd.concat(parts, ignore_index=True).dropna()
+    return pd.DataFrame({"category": lost["category"], "refused": (lost["status"] == "refused").astype(int),
+                         "failed": (lost["status"] == "failed").astype(int)}).groupby(
+        "category", as_index=False)[["refused", "failed"]].sum()
+
+
+def invalid_reasons(responses: pd.DataFrame, min_clusters: int, min_retention: float) -> list[str]:
+    """Why a VLM's answers support no audit ([] when they do): constant answers (one option, or one position,
+    always chosen: 2AFC win rates then follow from the order of the images), retention below the declared
+    floor, or fewer source photos than reflect_analysis.min_clusters (its intervals under-cover)."""
+    reasons = []
+    ok = responses[responses["status"] == OK]
+    retention = len(ok) / len(responses) if len(responses) else 0.0
+    if retention < min_retention:
+        reasons.append(f"{retention:.0%} of {len(responses)} questions answered, below the floor of "
+                       f"{min_retention:.0%} (report.card_min_retention)")
+    photos = ok["unit"].nunique()
+    if photos < min_clusters:
+        reasons.append(f"{photos} source photos answered about, fewer than reflect_analysis.min_clusters "
+                       f"({min_clusters}): intervals would under-cover")
+    for (kind, task), sub in ok.groupby(["kind", "task"], sort=True):
+        answers = sub["choice"] if kind != "salary" else sub["value_usd"]
+        if len(sub) > 1 and answers.nunique(dropna=False) == 1:
+            what = "position" if kind == "2afc" else "answer"
+            reasons.append(f"{kind} {task}: the same {what} ({answers.iloc[0]}) in all {len(sub)} retained answers")
+    return reasons
 
 
 def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[str, dict[str, float]],
@@ -256,23 +303,35 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[st
     two = ok[ok["kind"] == "2afc"]
     for task in sorted(two["task"].dropna().unique()):
         sub = two[two["task"] == task]
+        asked = responses[(responses["kind"] == "2afc") & (responses["task"] == task)]
         for dim in DIMENSIONS:
             cats, wins, n = two_afc_selections(sub, dim)
             frames.append(impact_table(cats, wins, n, boot, vlm, "2afc", task, dim).assign(
-                measure=f"2afc {task}: selection rate", dimension=dim))
+                measure=f"2afc {task}: selection rate", dimension=dim).merge(
+                lost_by_category(asked, dim), on="category", how="left"))
     singles = [("salary", "salary", None)] + [("mcq", t, v) for t, v in mcq_values.items()]
     for kind, task, mapping in singles:
         sub = ok[(ok["kind"] == kind) & (ok["task"] == task)]
         if sub.empty:
             continue
         values = sub["choice"].map(mapping) if mapping is not None else sub["value_usd"]
+        asked = responses[(responses["kind"] == kind) & (responses["task"] == task)]
         for dim in DIMENSIONS:
             cats, sel, n, median = scoring_selections(sub, values.astype(float), dim)
             frames.append(impact_table(cats, sel, n, boot, vlm, kind, task, dim).assign(
-                measure=f"{kind} {task}: scoring rate (above the median {median:,.6g})", dimension=dim))
+                measure=f"{kind} {task}: scoring rate (above the median {median:,.6g})", dimension=dim).merge(
+                lost_by_category(asked, dim), on="category", how="left"))
     if not frames:
         return pd.DataFrame(columns=CARD_COLUMNS)
-    return pd.concat(frames, ignore_index=True).assign(method="B", reference="highest category")
+    out = pd.concat(frames, ignore_index=True).assign(method="B", reference="highest category", valid=True)
+    out[["refused", "failed"]] = out[["refused", "failed"]].fillna(0).astype(int)
+    return out
+
+
+def no_valid_audit(reasons: list[str]) -> pd.DataFrame:
+    """The one row of a card that shows no rate and no ratio: the model's answers support no audit."""
+    return pd.DataFrame([{"method": "B", "measure": NO_VALID_AUDIT, "dimension": "", "category": "",
+                          "reference": "", "valid": False, "reading": NO_VALID_AUDIT, "reason": "; ".join(reasons)}])
 
 
 # ----------------------------------------------------------------------------------------- pages
@@ -294,13 +353,16 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{tit
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;line-height:1.4}}
 table{{border-collapse:collapse;font-size:.85em;margin:.4em 0 1em;display:block;max-width:100%;overflow-x:auto}}td,th{{border:1px solid #ccc;padding:.15em .45em;text-align:right}}
 td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}tr.below td{{background:#fff4d6}}
-.standin{{background:#fdd;border:2px solid #c00;padding:.5em;font-weight:bold}}.note{{color:#444;font-size:.9em}}</style>
+.standin{{background:#fdd;border:2px solid #c00;padding:.5em;font-weight:bold}}.note{{color:#444;font-size:.9em}}
+.invalid{{background:#eee;border:2px solid #555;padding:.6em;font-weight:bold}}{print_css}</style>
 </head><body><p><a href="../index.html">Front page</a> · <a href="index.html">All models</a></p>
 {banner}<h1>{title}</h1>{body}</body></html>
 """
 
-BANNER = ('<div class="standin" role="alert">STAND-IN RUN: planted or simulated answers, not a real model. These '
-          'numbers show that the audit recovers what was planted.</div>')
+BANNER = ('<div class="standin" role="alert">STAND-IN RUN: planted, simulated or random-weight parts ran ({parts}). '
+          'These numbers test the audit\'s own machinery and describe no real model.</div>')
+PRINT_CSS = ("@media print{{.standin{{position:running(banner)}}thead{{display:table-header-group}}"
+             "tr{{page-break-inside:avoid}}}}@page{{@top-center{{content:element(banner)}}}}")
 
 CARD_NOTE = (f"<p class='note'>Intervals: {{level:.0%}} cluster bootstrap ({{n_boot}} resamples) over {{unit}}. "
              f"Rows shaded are ratios under {FOUR_FIFTHS} (the four-fifths rule of thumb): information to look "
@@ -309,27 +371,53 @@ CARD_NOTE = (f"<p class='note'>Intervals: {{level:.0%}} cluster bootstrap ({{n_b
 
 
 def _table(df: pd.DataFrame, columns: dict[str, Callable[[pd.Series], str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "<thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in columns) + "</tr></thead>"
     body = []
     for _, r in df.iterrows():
         below = r.get("below_four_fifths", False)
         cls = ' class="below"' if pd.notna(below) and bool(below) else ""  # NaN (a TVD row) is not a mark
         body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(str(f(r)))}</td>" for f in columns.values()) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<table>{head}<tbody>{''.join(body)}</tbody></table>"
+
+
+def _int(v: Any) -> str:
+    return "" if pd.isna(v) else str(int(v))
 
 
 RATIO_COLUMNS: dict[str, Callable[[pd.Series], str]] = {
-    "category": lambda r: r["category"], "count": lambda r: "" if pd.isna(r["n"]) else int(r["n"]),
+    "category": lambda r: r["category"], "count": lambda r: _int(r["n"]),
+    "photos": lambda r: _int(r.get("n_clusters")),
     "selected": lambda r: "" if pd.isna(r["selected"]) else int(r["selected"]),
     "rate [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
     "ratio [CI]": lambda r: _ci(r, "ratio", "ratio_low", "ratio_high"),
-    "reading": lambda r: r.get("reading", "") or "", "reason": lambda r: r.get("reason", "") or ""}
+    "reading": lambda r: r.get("reading", "") or "", "reason": lambda r: r.get("reason", "") or "",
+    "refused": lambda r: _int(r.get("refused")), "failed": lambda r: _int(r.get("failed"))}
+
+
+def trace_html(trace: dict[str, Any]) -> str:
+    """The card's filing block: what run made it, from which model (and which version answered)."""
+    names = {"model_id": "model id", "model_version": "answering version(s)", "stand_in": "stand-in",
+             "profile": "profile", "params_hash": "params hash", "git_commit": "commit", "run_date": "run date",
+             "n_questions": "questions asked", "n_retained": "answers retained", "n_refused": "refused",
+             "n_failed": "failed", "n_unknown": "images with no group label (unknown)", "n_prompts": "prompts"}
+    rows = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(str(trace[k]))}</td></tr>"
+                   for k, label in names.items() if k in trace and trace[k] not in ("", None))
+    return f"<table class='trace'>{rows}</table>"
 
 
 def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
-              display: dict[str, str] | None = None) -> str:
-    """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels)."""
-    parts = []
+              display: dict[str, str] | None = None, trace: dict[str, Any] | None = None,
+              stand_ins: list[str] | None = None) -> str:
+    """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels).
+    A card whose only row is NO_VALID_AUDIT shows its reasons and no rate or ratio."""
+    parts = [trace_html(trace or {})]
+    banner = BANNER.format(parts=html.escape("; ".join(stand_ins or ["see the front page"]))) if stand_in else ""
+    if (card["measure"] == NO_VALID_AUDIT).any():
+        why = card.loc[card["measure"] == NO_VALID_AUDIT, "reason"].iloc[0]
+        parts.append(f"<div class='invalid'>No valid audit: {html.escape(str(why))}. No rates or impact ratios are "
+                     "shown: they would describe the answering mechanism, not the model's treatment of groups.</div>")
+        return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
+                           print_css=PRINT_CSS)
     a, b = card[card["method"] == "A"], card[card["method"] == "B"]
     if len(a):
         parts.append("<h2>Method A: representation against the reference distributions</h2>"
@@ -340,7 +428,8 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
         for ref, sub in rep.groupby("reference", sort=False):
             cols = dict(RATIO_COLUMNS)
             cols["category"] = lambda r: (display or {}).get(r["category"], r["category"])
-            cols = {k: cols[k] for k in ("category", "count", "selected", "rate [CI]")} | {
+            cols = {k: cols[k] for k in ("category", "count")} | {"prompts": lambda r: _int(r.get("n_clusters"))} | {
+                k: cols[k] for k in ("selected", "rate [CI]")} | {
                 "reference share": lambda r: _fmt(r["reference_share"])} | {
                 k: cols[k] for k in ("ratio [CI]", "reading", "reason")}
             parts.append(f"<h3>Reference: {html.escape(str(ref))}</h3>" + _table(sub, cols))
@@ -361,40 +450,61 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
                 parts.append(f"<h4>{html.escape(str(dim))}</h4>" + _table(d, RATIO_COLUMNS))
     unit = "prompts (Method A)" if len(a) else "source photos (Method B)"
     parts.append(CARD_NOTE.format(level=boot.level, n_boot=boot.n_boot, unit=unit))
-    return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=BANNER if stand_in else "",
-                       body="".join(parts))
+    parts.append(ABOUT_DATA_A if len(a) else ABOUT_DATA_B)
+    return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
+                       print_css=PRINT_CSS)
 
 
-def summary_row(model: str, card: pd.DataFrame) -> dict[str, Any]:
-    """One line of the side-by-side table: the lowest ratio (against the benchmark for A) and the TVDs."""
-    row: dict[str, Any] = {"model": model, "method": card["method"].iloc[0] if len(card) else ""}
+ABOUT_DATA_A = ("<p class='note'><b>About the data.</b> The categories of Method A are labels a classifier (or human "
+                "raters) gave to generated images of no real person: apparent race, not anyone's identity. Images "
+                "with no label are counted as unknown and left out of the rates.</p>")
+ABOUT_DATA_B = ("<p class='note'><b>About the data.</b> The categories of Method B are assigned by the audit, not "
+                "inferred: each source photo's face was edited into every race × gender group, so each group is an "
+                "edit target shown to the model. Refused and failed questions are counted per group and left out "
+                "of the rates.</p>")
+
+
+def summary_row(model: str, card: pd.DataFrame, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of the side-by-side table (numbers in numeric columns, intervals as low/high): validity, the
+    lowest ratio (against the benchmark for A) and the TVDs, with the run's trace fields."""
+    row: dict[str, Any] = {"model": model, "method": card["method"].iloc[0] if len(card) else "",
+                           "valid": not (card["measure"] == NO_VALID_AUDIT).any(),
+                           "reason": "; ".join(card.loc[card["measure"] == NO_VALID_AUDIT, "reason"].astype(str))}
     ratios = card[(card["measure"] != "") & card["ratio"].notna()] if "ratio" in card else card.iloc[:0]
     if row["method"] == "A":
         ratios = ratios[ratios["reference"] == "benchmark"]
         for measure in ("tvd_bias_corrected", "tvd_classifier_corrected"):
             t = card[card["measure"] == measure]
-            row[measure] = _ci(t.iloc[0], "rate", "rate_low", "rate_high") if len(t) else ""
+            for suffix, col in (("", "rate"), ("_low", "rate_low"), ("_high", "rate_high")):
+                row[measure + suffix] = num(t.iloc[0][col]) if len(t) else np.nan
     if len(ratios):
         low = ratios.loc[ratios["ratio"].astype(float).idxmin()]
-        row["lowest_ratio"] = _ci(low, "ratio", "ratio_low", "ratio_high")
-        row["lowest_ratio_of"] = f"{low['category']} ({low['measure']}, {low['dimension']})"
-        row["ratios_below_four_fifths"] = int(ratios["below_four_fifths"].astype(bool).sum())
-        row["ratios"] = int(len(ratios))
-    return row
+        row |= {"lowest_ratio": num(low["ratio"]), "lowest_ratio_low": num(low["ratio_low"]),
+                "lowest_ratio_high": num(low["ratio_high"]),
+                "lowest_ratio_of": f"{low['category']} ({low['measure']}, {low['dimension']})",
+                "ratios_below_four_fifths": int(ratios["below_four_fifths"].astype(bool).sum()),
+                "ratios": int(len(ratios))}
+    return row | {k: (trace or {}).get(k, "") for k in TRACE_COLUMNS}
 
 
-def index_html(summary: pd.DataFrame, stand_in: bool) -> str:
+def _ci_of(r: pd.Series, stem: str) -> str:
+    return _ci(r, stem, f"{stem}_low", f"{stem}_high")
+
+
+def index_html(summary: pd.DataFrame, stand_in: bool, stand_ins: list[str] | None = None) -> str:
     rows = []
     for method, title in (("A", "Method A: text-to-image generators"), ("B", "Method B: VLMs")):
         sub = summary[summary["method"] == method]
         if sub.empty:
             continue
-        cols = {"model": lambda r: r["model"], "card": lambda r: "", "lowest ratio [CI]": lambda r: r.get("lowest_ratio", ""),
-                "of": lambda r: r.get("lowest_ratio_of", ""),
-                f"ratios < {FOUR_FIFTHS}": lambda r: f"{r.get('ratios_below_four_fifths', '')} of {r.get('ratios', '')}"}
+        cols = {"model": lambda r: r["model"], "card": lambda r: "",
+                "lowest ratio [CI]": lambda r: _ci_of(r, "lowest_ratio") if r.get("valid", True) else NO_VALID_AUDIT,
+                "of": lambda r: r.get("lowest_ratio_of", "") if r.get("valid", True) else r.get("reason", ""),
+                f"ratios < {FOUR_FIFTHS}": lambda r: (f"{_int(r.get('ratios_below_four_fifths'))} of "
+                                                      f"{_int(r.get('ratios'))}") if pd.notna(r.get("ratios")) else ""}
         if method == "A":
-            cols["bias-corrected TVD [CI]"] = lambda r: r.get("tvd_bias_corrected", "")
-            cols["classifier-corrected TVD [CI]"] = lambda r: r.get("tvd_classifier_corrected", "")
+            cols["bias-corrected TVD [CI]"] = lambda r: _ci_of(r, "tvd_bias_corrected")
+            cols["classifier-corrected TVD [CI]"] = lambda r: _ci_of(r, "tvd_classifier_corrected")
         table = _table(sub, cols)
         for m in sub["model"]:  # the card column holds links (escaped cells cannot)
             e = html.escape(str(m))
@@ -404,35 +514,74 @@ def index_html(summary: pd.DataFrame, stand_in: bool) -> str:
     body = ("<p class='note'>One card per audited model. Method A's ratio is against the benchmark; Method B's is the "
             f"impact ratio. A ratio under {FOUR_FIFTHS} is information with its uncertainty, not a verdict.</p>"
             + "".join(rows) + "<p><a href='all_models.csv'>all_models.csv</a></p>")
-    return PAGE.format(title="Audit cards: all models side by side", banner=BANNER if stand_in else "", body=body)
+    return PAGE.format(title="Audit cards: all models side by side", body=body, print_css=PRINT_CSS,
+                       banner=BANNER.format(parts=html.escape("; ".join(stand_ins or []))) if stand_in else "")
+
+
+@dataclass(frozen=True)
+class Validity:
+    """When a VLM's answers support an audit (invalid_reasons): reflect_analysis.min_clusters source photos,
+    report.card_min_retention of its questions answered."""
+
+    min_clusters: int
+    min_retention: float
+
+
+def _versions(series: pd.Series | None) -> str:
+    if series is None:
+        return ""
+    return ", ".join(sorted({str(v) for v in series.dropna() if str(v)})) or "(not reported)"
+
+
+def model_trace(run: dict[str, Any], frame: pd.DataFrame, stand_in: bool, **counts: Any) -> dict[str, Any]:
+    """The trace fields of one card: the run's, the model id(s) asked and the version(s) that answered."""
+    return run | {"model_id": _versions(frame.get("model_id")), "model_version": _versions(frame.get("model_version")),
+                  "stand_in": stand_in} | counts
 
 
 def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: Resampling,
                 mcq_values: dict[str, dict[str, float]], stand_in: bool,
                 references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
-                display: dict[str, str] | None = None) -> pd.DataFrame:
-    """Write every card, the index and all_models.csv; return the side-by-side table."""
+                display: dict[str, str] | None = None, validity: Validity = Validity(12, 0.5),
+                run: dict[str, Any] | None = None, stand_ins: list[str] | None = None,
+                images_dir: Path | None = None) -> pd.DataFrame:
+    """Write every card, the index and all_models.csv; return the side-by-side table. `run`: the trace fields
+    of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row."""
+    run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "run_date")}
     t2i = Outputs.load(reports / "t2i")
     cards: dict[str, pd.DataFrame] = {}
+    traces: dict[str, dict[str, Any]] = {}
     per_prompt = t2i.table(C.TVD_PER_PROMPT)
     if per_prompt.ok and "model" in per_prompt.df:
         for model, sub in per_prompt.df.groupby("model", sort=True):
             model = str(model)
             rep = representation_ratios(sub, boot_a, references, model)
-            cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model))], ignore_index=True)
+            cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model))], ignore_index=True).assign(valid=True)
+            manifest = C.manifest_path(images_dir, model) if images_dir is not None else None
+            made = pd.read_parquet(manifest) if manifest is not None and manifest.exists() else pd.DataFrame()
+            traces[model] = model_trace(run, made, stand_in, n_prompts=len(sub),
+                                        n_unknown=int(sub["n_unknown"].sum()) if "n_unknown" in sub else "")
     for path in sorted(Path(responses_dir).glob("*.parquet")):
         vlm = path.stem
-        responses = pd.read_parquet(path, columns=RESPONSE_COLUMNS)
-        cards[vlm] = method_b_rows(responses, boot_b, mcq_values, vlm)
+        responses = pd.read_parquet(path)
+        reasons = invalid_reasons(responses, validity.min_clusters, validity.min_retention)
+        cards[vlm] = no_valid_audit(reasons) if reasons else method_b_rows(responses[RESPONSE_COLUMNS], boot_b,
+                                                                          mcq_values, vlm)
+        status = responses["status"]
+        traces[vlm] = model_trace(run, responses, stand_in or bool(responses.get("stand_in", pd.Series()).any()),
+                                  n_questions=len(responses), n_retained=int((status == OK).sum()),
+                                  n_refused=int((status == "refused").sum()), n_failed=int((status == "failed").sum()))
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = []
     for model, card in cards.items():
-        card = card.assign(model=model).reindex(columns=CARD_COLUMNS)
+        trace = traces[model]
+        card = card.assign(model=model).reindex(columns=CARD_COLUMNS).assign(
+            **{k: trace[k] for k in TRACE_COLUMNS})
         atomic_write_table(card, out_dir / f"{model}.csv")
         boot = boot_a if (card["method"] == "A").any() else boot_b
-        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display))
-        summary.append(summary_row(model, card))
+        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display, trace, stand_ins))
+        summary.append(summary_row(model, card, trace))
     table = pd.DataFrame(summary)
     atomic_write_table(table, out_dir / "all_models.csv")
-    atomic_write_text(out_dir / "index.html", index_html(table, stand_in))
+    atomic_write_text(out_dir / "index.html", index_html(table, stand_in, stand_ins))
     return table

@@ -253,7 +253,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     Params; `gallery` the result of gallery.build_gallery (None: counts shown as 0)."""
     reports, root = Path(reports_dir), Path(root)
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
-    stand_in = params.profile == "offline" or bool(t2i.metrics.get("stand_in"))
+    stand_in = bool(params.stand_ins()) or bool(t2i.metrics.get("stand_in"))
     lvl = f"{level:.0%}"
     blocks = build_blocks(reports, lvl, params.groups)
     findings = headline_findings(blocks)

@@ -22,7 +22,7 @@ STANDIN_LAB = {"Asian": (62.0, 10.0, 20.0), "Black": (36.0, 12.0, 18.0), "Latino
                "MiddleEastern": (57.0, 12.0, 20.0), "White": (70.0, 11.0, 16.0)}
 
 
-@register("editor", "tiny", cpu_bound=True)  # numpy recolouring: the local process pool helps
+@register("editor", "tiny", cpu_bound=True, stand_in=True)  # numpy recolouring: the local process pool helps
 def make_tiny_editor(spec) -> "TinyEditor":
     return TinyEditor(spec.model_id, spec.mask_dilate_px, spec.mask_feather_px)
 

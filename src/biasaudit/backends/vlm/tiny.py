@@ -44,7 +44,7 @@ def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
     return backend
 
 
-@register("vlm", "tiny", reads=("clip_templates", "clip_class_names"))
+@register("vlm", "tiny", reads=("clip_templates", "clip_class_names"), stand_in=True)
 def make_tiny(spec: Any):
     if spec.model_id == "tiny-open-clip":
         return TinyClip(spec)
