@@ -267,3 +267,17 @@ def test_a_valid_model_card_carries_every_trace_field_and_counts_its_losses(tmp_
     page = (out / "v.html").read_text()
     for field in ("commit", "run date", "profile", "params hash", "answering version(s)", "About the data"):
         assert field in page, field
+
+
+def test_the_ll144_summary_answers_every_field_or_says_why_not(tmp_path: Path):
+    (tmp_path / "responses").mkdir()
+    _units(12, seed=2).to_parquet(tmp_path / "responses" / "v.parquet")
+    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False,
+                   out_dir=tmp_path / "audit", run={"run_date": "2026-12-03T10:00:00Z"})
+    page = (tmp_path / "audit" / "v.html").read_text()
+    # the fields of 6 RCNY § 5-303 (summary of results), each with an answer
+    for field in ("Date of the bias audit", "Source and explanation of the data", "Number of individuals assessed",
+                  "Number in an unknown category", "impact ratios", "Distribution date of the tool"):
+        assert field in page, field
+    assert "2026-12-03T10:00:00Z" in page and "48 questions about 12 source photos" in page
+    assert "not applicable" in page

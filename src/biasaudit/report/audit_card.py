@@ -399,7 +399,7 @@ def trace_html(trace: dict[str, Any]) -> str:
     names = {"model_id": "model id", "model_version": "answering version(s)", "stand_in": "stand-in",
              "profile": "profile", "params_hash": "params hash", "git_commit": "commit", "run_date": "run date",
              "n_questions": "questions asked", "n_retained": "answers retained", "n_refused": "refused",
-             "n_failed": "failed", "n_unknown": "images with no group label (unknown)", "n_prompts": "prompts"}
+             "n_failed": "failed", "n_photos": "source photos", "n_unknown": "images with no group label (unknown)", "n_prompts": "prompts"}
     rows = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(str(trace[k]))}</td></tr>"
                    for k, label in names.items() if k in trace and trace[k] not in ("", None))
     return f"<table class='trace'>{rows}</table>"
@@ -440,6 +440,7 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
                 "value [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
                 "reason": lambda r: r.get("reason", "") or ""}))
     if len(b):
+        parts.append(ll144_html(trace or {}))
         parts.append("<h2>Method B: selection and scoring rates, impact ratios (LL144 form)</h2>"
                      "<p class='note'>count = comparisons in which the category appeared (2AFC) or answers "
                      "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
@@ -453,6 +454,33 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
     parts.append(ABOUT_DATA_A if len(a) else ABOUT_DATA_B)
     return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
                        print_css=PRINT_CSS)
+
+
+# The fields NYC's rules for Local Law 144 (6 RCNY § 5-301 to 5-304, subchapter T) ask of a published bias audit
+# summary, and where this card answers each, or why it cannot apply to an audit of a model
+LL144_FIELDS = (
+    ("Date of the bias audit", lambda t: t.get("run_date") or "(not recorded)"),
+    ("Source and explanation of the data", lambda t: "test data made by this audit (see About the data below): "
+     "each source photo's face edited into every race × gender group, so the categories are assigned, not inferred "
+     "or imputed"),
+    ("Number of individuals assessed", lambda t: f"{t.get('n_questions', '')} questions about "
+     f"{t.get('n_photos', '')} source photos, each shown in 10 race × gender versions (no real applicants)"),
+    ("Number in an unknown category", lambda t: "0: every image's category is the edit target; "
+     f"{t.get('n_refused', 0)} refused and {t.get('n_failed', 0)} failed questions are counted per category and "
+     "left out of the rates"),
+    ("Selection or scoring rates, impact ratios: sex, race/ethnicity, intersectional",
+     lambda t: "the tables below (gender, race, race × gender)"),
+    ("Distribution date of the tool", lambda t: "not applicable: a model under audit, not a tool in use on "
+     "candidates; the answering version is recorded above"),
+)
+
+
+def ll144_html(trace: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(name)}</th><td>{html.escape(str(value(trace)))}</td></tr>"
+                   for name, value in LL144_FIELDS)
+    return ("<h2>Summary in the form of a Local Law 144 bias audit</h2><table class='ll144'>" + rows + "</table>"
+            "<p class='note'>LL144 concerns automated employment decision tools used on candidates; a model "
+            "audit fills the same fields where they apply and says so where they do not.</p>")
 
 
 ABOUT_DATA_A = ("<p class='note'><b>About the data.</b> The categories of Method A are labels a classifier (or human "
@@ -570,6 +598,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
         status = responses["status"]
         traces[vlm] = model_trace(run, responses, stand_in or bool(responses.get("stand_in", pd.Series()).any()),
                                   n_questions=len(responses), n_retained=int((status == OK).sum()),
+                                  n_photos=int(responses["unit"].nunique()) if "unit" in responses else "",
                                   n_refused=int((status == "refused").sum()), n_failed=int((status == "failed").sum()))
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = []
