@@ -57,3 +57,43 @@ class C: ...
 # @register("vlm", "commented")
 '''
     assert registry._declared_in(source) == [("vlm", "a"), ("editor", "b")]
+
+
+TRAITS = ("needs", "inputs", "requires_all", "requires_any", "reads", "sizes_by", "sizes", "no_response_format",
+          "side_multiple", "stand_in", "recomputes_cheaply", "planted", "answers_from_confusion", "batches",
+          "cpu_bound", "imports_existing", "prompt_field")
+MISSING = object()
+
+
+def _product(factory):
+    """What a backend's factory builds: the class itself, or the class a function factory's return annotation
+    names (resolved in its module)."""
+    import inspect
+    import typing
+
+    if inspect.isclass(factory):
+        return factory
+    hint = typing.get_type_hints(factory).get("return")
+    assert inspect.isclass(hint), f"{factory.__qualname__}: annotate the class it returns, so its traits can be checked"
+    return hint
+
+
+@pytest.mark.parametrize("kind", list(registry.KINDS))
+def test_the_traits_read_from_source_are_what_each_backend_class_holds(kind):
+    """The oracle is the imported class (inheritance across modules included): a trait written as a module
+    constant, inherited from a base in another module, or set on the class a function factory returns but not
+    declared on the decorator would be read wrong from the source, and fails here."""
+    import inspect
+
+    for name in registry.names(kind):
+        factory = registry.get(kind, name)
+        cls = _product(factory)
+        # a function factory's decorator keywords describe what it builds (they win over the class's defaults)
+        declared = {} if inspect.isclass(factory) else registry._RUNTIME_TRAITS.get((kind, name), {})
+        for attr in TRAITS:
+            runtime = getattr(cls, attr, MISSING)
+            if runtime is MISSING or attr == "prompt_field" or attr in declared:
+                continue
+            read = registry.trait(kind, name, attr, MISSING)
+            default_false = read is MISSING and runtime in (False, (), "", 0)  # an unset trait reads as its default
+            assert default_false or read == runtime, f"{kind} {name}: trait {attr} reads {read!r}, the class holds {runtime!r}"

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from biasaudit.backends.vlm.base import VLMBackend
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
 from biasaudit.registry import register
 
@@ -45,7 +46,7 @@ def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
 
 
 @register("vlm", "tiny", reads=("clip_templates", "clip_class_names"), stand_in=True)
-def make_tiny(spec: Any):
+def make_tiny(spec: Any) -> VLMBackend:
     if spec.model_id == "tiny-open-clip":
         return TinyClip(spec)
     if spec.model_id in ("tiny-qwen2-vl", "tiny-qwen2-vl-digits"):
