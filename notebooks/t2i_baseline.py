@@ -83,7 +83,8 @@ if not manifest.empty:
             print(f"{space}: fewer than 2 embedded portraits")
             continue
         table = homogeneity_table(np.asarray(matrix[idx]), meta, by="group", within=None, cluster="image_id",
-                                  n_boot=params.n_boot, n_perm=params.n_permutations, seed=cfg.seed)
+                                  n_boot=params.n_boot, n_perm=params.n_permutations, seed=cfg.seed,
+                                  small_group=cfg.analyze.min_group_size)  # the models' threshold: one rule
         rows.append(table.assign(space=space, stand_in=stand_in))
 gaps = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
     columns=["grouping", "group", "intra", "inter", "gap", "n", "space", "stand_in"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
 from biasaudit.params.analysis import Analyze, Report
@@ -45,6 +47,11 @@ class Params(Section):
         from biasaudit import groupsets
 
         return groupsets.labels(self.benchmarks.group_set)
+
+    # the keys stand_ins() reads: a stage that shows the banner lists them among its dvc params
+    STAND_IN_KEYS: ClassVar[tuple[str, ...]] = ("models", "classify.vlm.backend", "vlms", "counterfactuals.backend", "reliability.simulate",
+                     "sources.source", "baseline.source", "faces.clip_pretrained", "faces.detector",
+                     "faces.insightface_root")
 
     def stand_ins(self) -> list[str]:
         """What in these parameters is not a real model or real data: every stand-in, planted or simulated
