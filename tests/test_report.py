@@ -248,8 +248,15 @@ def test_units_thresholds_and_interval_types_are_labelled(built):
             assert f"a-{s['name']}" not in pages and f'pages/a-{s["name"]}.html' not in pages["index"]
 
 
+def _paper() -> Params:
+    """The paper profile's parameters (real models everywhere: no stand-in part)."""
+    from biasaudit.cli import profile_params
+
+    return profile_params("paper", ROOT / "params.yaml")
+
+
 def test_missing_inputs_render_as_no_data(tmp_path):
-    pages = _pages(build_index(tmp_path, Params(profile="paper"), root=tmp_path))
+    pages = _pages(build_index(tmp_path, _paper(), root=tmp_path))
     every = "".join(pages.values())
     assert "STAND-IN" not in every
     for reason in ("reports/t2i/manifest.json not found", "reports/vlm/manifest.json not found"):

@@ -51,9 +51,9 @@ HEAD = """<!DOCTYPE html>
 {% if base %}<base href="{{ base }}">{% endif %}<title>{{ title }}</title>
 <style>{{ style }}</style></head><body>
 {% if stand_in %}<div class="standin" role="alert">STAND-IN RUN — these numbers describe no real model
-<small>Profile <b>{{ profile }}</b>: PLANTED-truth images (declared labels and skin tones on recoloured
-public-domain photos), a SIMULATED classifier and raters, random-weight stand-in VLMs and editors, a handful
-of prompts. They test that the audit recovers what was planted; switch to the paper profile for real results.</small></div>
+<small>Profile <b>{{ profile }}</b>: planted, simulated or random-weight parts ran ({{ stand_ins }}). The
+numbers test the audit's own machinery (planted truth is recovered where it was planted); a run is real only when
+no such part ran (the paper and current profiles, with their models).</small></div>
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
 """
 
@@ -284,7 +284,8 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     gal = gallery or type("G", (), {"images": {"images_shown": 0}, "focus": {"photos": 0, "flagged": 0}})()
     m = t2i.metrics
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    common = {"profile": params.profile, "stand_in": stand_in, "style": STYLE}
+    common = {"profile": params.profile, "stand_in": stand_in, "style": STYLE,
+              "stand_ins": "; ".join(params.stand_ins()) or "the analysis outputs say so"}
 
     def page(body: str, name: str, heading: str, **ctx: Any) -> Path:
         text = env.from_string(HEAD + body).render(title=f"{heading} · {title}", base="../", **common, **ctx)
