@@ -64,8 +64,14 @@ from biasaudit import contracts as C
 from biasaudit.io import atomic_write_table, atomic_write_text
 from biasaudit.provenance import derive_seed
 from biasaudit.report.load import Outputs, num
-from biasaudit.stats.resample import (Replicates, cluster_bootstrap, intervals, ratio_to_max_intervals,
-                                      replicates, sums_statistic)
+from biasaudit.stats.resample import (
+    Replicates,
+    cluster_bootstrap,
+    intervals,
+    ratio_to_max_intervals,
+    replicates,
+    sums_statistic,
+)
 
 FOUR_FIFTHS = 0.8  # the four-fifths rule (29 CFR 1607.4(D)); the definition, not a tunable setting
 OK = "ok"
