@@ -10,6 +10,9 @@ Settings: paper scale (50 prompts × 100 images; 48 source photos × 10 groups) 
 [0.03, 0.07]); a small-scale row outside it is labelled `falls short (small scale)`, a paper-scale
 one `FAILS at paper scale`; rows of a documented limitation say so (e.g. "n < 50, skewed: under-covers").
 A coverage row whose check reports its intervals' widths (`Covered`) gives their mean (`mean_width`).
+The audit card's impact ratios (Method B) have rows at 48 and 12 source photos, with equal rates, one group
+at 0.7 and a clear top group, under two data-generating processes; beside each coverage row, the share of
+no-disparity groups read "below 0.8" (kind `false mark`: ok at most 0.05), or of the 0.7 group (power).
 Beyond the scenarios the estimators were built with, it draws the corrected TVD's audits from a random
 grid of distortions and confusion matrices (GRID_FILE; the share of audits where its estimate is closer
 to the truth than raw must reach BEATS_RAW) and checks the bootstrap on a skewed mean at small n.
@@ -573,6 +576,80 @@ def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_p
     return run
 
 
+# ---------------------------------------------------------------- Method B: impact ratios (audit card)
+#
+# Written from the definitions, not from the card's code. Source photo u and category c have a true rate
+# π_uc = logistic(a_c + σ·z_u + τ_c·z_uc) (z ~ N(0, 1)): a photo effect shared by the categories (σ) and, in the
+# second DGP, a photo effect of each category with a group-specific sd τ_c instead (the categories then vary
+# unequally and independently across photos, which no pooled-rate or shared-effect model assumes). Each photo
+# and category has 1 + Poisson(7) comparisons (independent of π), won ~ Binomial(n, π). The card's rate pools
+# photos, so its estimand is μ_c = E[π_uc]; a_c is solved so that μ_c is exactly the declared rate (Gauss–Hermite),
+# and the true impact ratio is μ_c / max_k μ_k. A group is "no-disparity" when its true ratio is ≥ 0.8.
+
+IMPACT_SCENARIOS = {  # name: (true rates of the 5 categories, the rows' roles: (label, categories))
+    "equal rates": ((0.5,) * 5, (("equal rates, ratio 1", (0, 1, 2, 3, 4)),)),
+    "one group at 0.7": ((0.5, 0.5, 0.5, 0.5, 0.35), (("group at 0.7", (4,)), ("groups at ratio 1 beside one at 0.7", (0, 1, 2, 3)))),
+    "a clear top group": ((0.6, 0.5, 0.5, 0.5, 0.5), (("clear top group, ratio 1", (0,)),
+                                                      ("groups at 0.83 below a clear top", (1, 2, 3, 4)))),
+}
+IMPACT_DGPS = {"shared photo effect (logit sd 0.5)": (0.5, (0.0,) * 5),
+               "group-specific photo effects (logit sd 0.2–1.0)": (0.0, (0.2, 0.4, 0.6, 0.8, 1.0))}
+IMPACT_COMPARISONS = 8  # mean comparisons per photo and category (1 + Poisson(7))
+
+
+def _intercept(mu: float, sd: float) -> float:
+    key = ("impact", mu, sd)
+    if key not in _TRUTH:
+        from scipy import optimize
+
+        x, w = np.polynomial.hermite_e.hermegauss(80)
+        _TRUTH[key] = optimize.brentq(lambda a: float(w @ (1 / (1 + np.exp(-(a + sd * x)))) / w.sum()) - mu, -30, 30)
+    return _TRUTH[key]
+
+
+def impact_names(scenario: str) -> tuple[str, ...]:
+    """Per role: its interval's coverage, then (except for a top group) its share read "below 0.8"."""
+    out = []
+    for label, _ in IMPACT_SCENARIOS[scenario][1]:
+        out.append(f"impact ratio CI ({label})")
+        if label == "group at 0.7":
+            out.append(f"impact ratio read below 0.8, power ({label})")
+        elif "top group" not in label:
+            out.append(f"impact ratio read below 0.8 ({label}, no-disparity)")
+    return tuple(out)
+
+
+def impact_ratio_check(P: int, scenario: str, dgp: str, n_boot: int):
+    """One replication of the card's impact_table on the DGP above: per role, (share of its categories whose
+    interval covers the true ratio, with the intervals' mean width), and the share read "below 0.8" (false
+    marks for no-disparity groups, power for the group at 0.7)."""
+    from biasaudit.report.audit_card import Resampling, impact_table
+
+    mus, roles = IMPACT_SCENARIOS[scenario]
+    shared, tau = IMPACT_DGPS[dgp]
+    mus, tau = np.asarray(mus), np.asarray(tau)
+    truth = mus / mus.max()
+    cats = [f"g{j}" for j in range(len(mus))]
+
+    def run(rng, rep):
+        a = np.array([_intercept(mu, float(np.hypot(shared, t))) for mu, t in zip(mus, tau)])
+        eta = a + shared * rng.normal(size=(P, 1)) + tau * rng.normal(size=(P, len(mus)))
+        n = 1 + rng.poisson(IMPACT_COMPARISONS - 1, size=(P, len(mus)))
+        won = rng.binomial(n, 1 / (1 + np.exp(-eta)))
+        t = impact_table(cats, won.astype(float), n.astype(float), Resampling(n_boot, 0.95, "percentile", rep))
+        lo, hi, below = (t[c].to_numpy() for c in ("ratio_low", "ratio_high", "below_four_fifths"))
+        out = []
+        for label, idx in roles:
+            idx = list(idx)
+            hit = (lo[idx] <= truth[idx] + 1e-12) & (truth[idx] <= hi[idx] + 1e-12)
+            out.append(Covered(float(hit.mean()), float(np.mean(hi[idx] - lo[idx]))))
+            if "top group" not in label:
+                out.append(float(below[idx].astype(bool).mean()))
+        return tuple(out)
+
+    return run
+
+
 def reflect_tests(what: str) -> tuple[str, ...]:
     return (f"REFLECT OLS p_t, t(G−1) ({what})", f"REFLECT OLS p_wild, Webb wild cluster bootstrap ({what})",
             f"REFLECT sign-flip test ({what})")
@@ -688,8 +765,18 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                              reflect_test_check(G, True, photo_effects, 399, n_perm)))
         out.append(Check(reflect_tests("power at the planted effects: salary −5 % / −8 %"), "power", s, scale,
                          reflect_test_check(G, False, True, 399, n_perm)))
+    for P, scale in ((48, "paper"), (12, "small")):
+        for scenario in IMPACT_SCENARIOS:
+            for dgp in IMPACT_DGPS:
+                out.append(Check(impact_names(scenario), "coverage",
+                                 f"{P} source photos × 5 categories, {scenario}, {dgp}", scale,
+                                 impact_ratio_check(P, scenario, dgp, n_boot), IMPACT_NOTE))
     return out
 
+
+IMPACT_NOTE = ("ratio 1 is the upper edge of every impact ratio: only the interval's upper end can miss it, so "
+               "a group tied for the top is covered with probability about 1 − α' (0.975) and a clear top group "
+               "almost always (its interval ends at 1), by design")
 
 FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "homogeneity gap CI (smallest group, true gap 0)",
@@ -697,7 +784,8 @@ FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
         "REFLECT OLS p_t, t(G−1) (true null, photo random effects)", "REFLECT Δg within photo CI (salary, Black)",
         "within-prompt gap CI (homogeneous group, population estimand)",
         "within-prompt test, null group beside a homogeneous one (white)",
-        "within-prompt test, null group beside a strongly homogeneous one (white), ρ = 0.6")
+        "within-prompt test, null group beside a strongly homogeneous one (white), ρ = 0.6",
+        "impact ratio CI (group at 0.7)")
 
 
 def flag(row: dict, note: str) -> str:
@@ -705,11 +793,18 @@ def flag(row: dict, note: str) -> str:
         return ("measured: beats raw (closer in ≥ 60% of replications)" if row["observed"] >= BEATS_RAW
                 else "measured: does not beat raw (closer in < 60%)")
     if row["kind"] == "power":
+        if "impact ratio" in row.get("method", ""):
+            return "measured (power: the share of the group's intervals wholly under 0.8)"
         return "measured (power: the share of replications that reject a planted effect)"
+    if row["kind"] == "false mark":
+        return ("ok (at most 0.05)" if row["observed"] <= NOMINAL_LEVEL
+                else f"reads no-disparity groups below 0.8 too often (over 0.05){' (small scale)' * (row['scale'] == 'small')}")
     lo, hi = COVERAGE_BAND if row["kind"] == "coverage" else REJECTION_BAND
     inside = lo <= row["observed"] <= hi
     if note.startswith("Holm"):  # applies to the family-wise row only
         note = note if "Holm" in row.get("method", "") else ""
+    if note.startswith("ratio 1"):  # applies to the rows whose true ratio is 1, when they cover above the band
+        note = note if "ratio 1" in row.get("method", "") and row["observed"] > hi else ""
     if note and not inside:
         return note
     if inside:
@@ -726,16 +821,19 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     t = time.perf_counter()
     out = [check.run(rng, r) for r in range(reps)]
     out = [o if isinstance(o, tuple) else (o,) for o in out]
-    hits = np.array([[bool(getattr(v, "hit", v)) for v in o] for o in out], dtype=bool)
+    # a hit is a bool, or a share in [0, 1] (a replication's share of several categories that are alike)
+    hits = np.array([[float(getattr(v, "hit", v)) for v in o] for o in out], dtype=float)
     widths = np.array([[getattr(v, "width", np.nan) for v in o] for o in out], dtype=float)
     seconds = round(time.perf_counter() - t, 1)
     rows = []
     for k, name in enumerate(check.names):
         rate = float(hits[:, k].mean())
         # a share of replications: no nominal value; a power row of a tuple of tests
-        kind = "share" if "closer" in name else "power" if "power" in name else check.kind
+        kind = ("share" if "closer" in name else "power" if "power" in name
+                else "false mark" if "read below 0.8" in name else check.kind)
         row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,
-               "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL}.get(kind, np.nan), "observed": rate,
+               "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL, "false mark": NOMINAL_LEVEL}.get(
+                   kind, np.nan), "observed": rate,
                "replications": reps, "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / reps)),
                "mean_width": float(np.nanmean(widths[:, k])) if np.isfinite(widths[:, k]).any() else np.nan,
                "seconds": seconds}

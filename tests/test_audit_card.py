@@ -126,7 +126,17 @@ def test_representation_ratios_by_hand():
     bench = t[t["reference"] == "benchmark"].set_index("category")
     assert bench.loc["a", "rate"] == pytest.approx(8 / 20) and bench.loc["a", "reference_share"] == pytest.approx(7 / 20)
     par = t[t["reference"] == "parity"].set_index("category")
-    assert par.loc["b", "below_four_fifths"] and not par.loc["a", "below_four_fifths"]  # parity: b 0.75 < 0.8, a 1.2
+    # parity, b: 0.9 on p1 (3 of 10 against 10/3 expected), 0.6 on p2 (2 of 10); a resample of two prompts gives
+    # 0.6, 0.75 or 0.9, and the expanded 95% levels at 2 clusters take the extremes: [0.6, 0.9]. Its point 0.75 is
+    # under 0.8, but the reading comes from the interval, which reaches both sides: uncertain, not below.
+    assert (par.loc["b", "ratio_low"], par.loc["b", "ratio_high"]) == pytest.approx((0.6, 0.9))
+    assert not par.loc["b", "below_four_fifths"] and par.loc["b", "reading"].startswith("uncertain")
+    # a: 6 of 10 → 1.8 on p1, 2 of 10 → 0.6 on p2: [0.6, 1.8], uncertain too; target b (2.5 expected per prompt):
+    # 3 of 10 → 1.2 on p1, 2 of 10 → 0.8 on p2: [0.8, 1.2] does not reach under 0.8, no mark
+    assert (par.loc["a", "ratio_low"], par.loc["a", "ratio_high"]) == pytest.approx((0.6, 1.8))
+    assert not par.loc["a", "below_four_fifths"] and par.loc["a", "reading"].startswith("uncertain")
+    tb = t[(t["reference"] == "target") & (t["category"] == "b")].iloc[0]
+    assert (tb["ratio_low"], tb["ratio_high"]) == pytest.approx((0.8, 1.2)) and tb["reading"] == ""
 
 
 def test_a_share_has_one_interval_under_every_reference():
@@ -143,12 +153,57 @@ def test_a_share_has_one_interval_under_every_reference():
 
 
 def test_reading_marks_uncertainty_not_a_verdict():
+    """(low, high) of the interval → the mark: below 0.8 only when the whole interval is under 0.8."""
     assert ac.reading(0.9, 1.0) == (False, "")
-    below, text = ac.reading(0.7, 0.95)
-    assert below and "uncertain" in text
+    below, text = ac.reading(0.7, 0.95)  # straddles 0.8: uncertain, and not counted as below
+    assert not below and text.startswith("uncertain")
     below, text = ac.reading(0.5, 0.7)
     assert below and "not a verdict" in text
     assert ac.reading(float("nan"), 1.0) == (False, "")
+    assert ac.reading(float("nan"), float("nan")) == (False, "")  # no interval: no reading, whatever the point
+
+
+def test_the_reading_comes_from_the_interval_at_the_edges_of_0_8():
+    # 0.8 itself is not "under 0.8": an upper end of exactly 0.8 is uncertain, a lower end of exactly 0.8 is clear
+    assert ac.reading(0.6, 0.8)[0] is False and ac.reading(0.6, 0.8)[1].startswith("uncertain")
+    assert ac.reading(0.8, 1.0) == (False, "")
+    assert ac.reading(0.0, 0.7999)[0] is True
+    # a point far under 0.8 with an interval that reaches 1 is uncertain, never below (the point plays no part)
+    assert ac.reading(0.1, 1.0)[0] is False
+
+
+def test_impact_ratio_interval_from_pairwise_ratios_by_hand():
+    # Race over the two photos of COMPARISONS: p1 Black 0 of 3 / White 3 of 3; p2 Black 1 of 3 / White 2 of 3.
+    # A resample of two photos is (p1, p1), (p2, p2) or one of each: Black's rate over White's is then 0, 1/3 ÷ 2/3
+    # = 0.5, or (1/6) ÷ (5/6) = 0.2, and the expanded 95% levels at 2 clusters take the extremes. Black: [0, 0.5],
+    # wholly under 0.8, so below across its interval. White is above Black in every resample (its ratio to
+    # Black is 5, 2 or ∞): ratio 1 at both ends, a real interval [1, 1] (the old ratio-to-max gave none).
+    cats, wins, n = ac.two_afc_selections(two_afc(COMPARISONS), "race")
+    t = ac.impact_table(cats, wins, n, BOOT).set_index("category")
+    assert (t.loc["Black", "ratio_low"], t.loc["Black", "ratio_high"]) == pytest.approx((0.0, 0.5))
+    assert t.loc["Black", "below_four_fifths"] and t.loc["Black", "reading"].startswith("below 0.8")
+    assert (t.loc["White", "ratio_low"], t.loc["White", "ratio_high"]) == (1.0, 1.0)
+    assert "above every other category" in t.loc["White", "reason"] and t.loc["White", "reading"] == ""
+
+
+def test_ratio_to_max_uses_simultaneous_upper_and_marginal_lower_bounds_by_hand():
+    from biasaudit.stats.resample import Replicates, ratio_to_max_intervals
+
+    # Three categories, four replicates of their rates, 50% level without expansion: tail α' = 0.25.
+    dist = np.array([[0.4, 0.5, 0.2], [0.5, 0.4, 0.2], [0.3, 0.6, 0.3], [0.6, 0.3, 0.3]])
+    rep = Replicates(np.array([0.45, 0.45, 0.25]), dist, None, 10)
+    third = ratio_to_max_intervals(rep, level=0.5, expand=False)[2]
+    # Point: 0.25 / 0.45 = 5/9 (the LL144 ratio to the highest estimated rate).
+    # Pair shares s = x_3 / (x_3 + x_k): vs 1st 1/3, 2/7, 1/2, 1/3; vs 2nd 2/7, 1/3, 1/3, 1/2.
+    # Upper: each replicate's ECDF values (ties take the larger) are (3/4, 1/4, 1, 3/4) and (1/4, 3/4, 3/4, 1); their
+    # per-replicate maxima 3/4, 3/4, 1, 1 reach 3/4 = 1 − α' only at level 1, so both pair bounds are the largest
+    # share, 1/2 (ratio 1): high = 1. (Marginal 75% bounds would be 1/3 each, ratio 0.5, under the point 5/9.)
+    # Lower: the 25% quantile of (2/7, 1/3, 1/3, 1/2) interpolated at 0.75 of the way from 2/7 to 1/3 = 9/28,
+    # ratio 9/19, for both pairs: low = 9/19.
+    assert third.estimate == pytest.approx(5 / 9)
+    assert (third.low, third.high) == pytest.approx((9 / 19, 1.0))
+    first = ratio_to_max_intervals(rep, level=0.5, expand=False)[0]
+    assert first.estimate == pytest.approx(1.0) and first.high == 1.0 and first.low < 1.0  # tied top: not [1, 1]
 
 
 def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):

@@ -21,11 +21,33 @@ bias audit, per race, gender and race × gender:
 - salary and MCQ (salary bracket, education level): the *scoring rate* = share of the category's answers
   strictly above the median of all retained answers of that measure (LL144's rule for continuous scores;
   every source photo is edited into every group, so the occupations are the same in every category).
-- impact ratio = a category's rate / the highest category's rate. CI: cluster bootstrap over source photos
-  of the ratio itself (the highest category is re-chosen in each replicate).
+- impact ratio = a category's rate / the highest category's rate (the LL144 point estimate, printed as such).
+  CI: from one cluster bootstrap over source photos of the rates (stats.resample.ratio_to_max_intervals).
+  The ratio is θ_c = min_k rate_c / rate_k, so its upper end is the least of *simultaneous* upper bounds of
+  the pairwise ratios (over every other category k) and its lower end the least of their *marginal* lower
+  bounds: the upper end misses only if some pairwise bound misses, the lower only if the pair with the true
+  highest category misses, so the interval covers θ_c with probability ≥ 1 − 2α' whichever category is
+  truly highest, and about 1 − α' at θ_c = 1. Why not the ratio to the estimated max, resampled: the highest
+  estimated rate is biased upward (a max of noisy rates), so with no disparity the replicated ratios sit
+  below 1 and their interval missed 1 in about 19% of simulated audits at 12 and at 48 photos (benchmarks/
+  calibration.py, "impact ratio" rows; over 30% with ten categories); a clear top category's replicates were
+  all 1 (no interval, 20–45% of audits at 48 photos). Why not a fixed reference
+  category (reflect_analysis.race_reference): LL144 defines the ratio against the highest category, and a
+  declared reference that is not the highest would hide a disparity against the one that is. Why not a
+  bias-corrected bootstrap of the max: the max is not differentiable where rates tie, which is exactly the
+  no-disparity case, and no bootstrap of it is consistent there (Andrews 2000, Econometrica 68:399). In the
+  calibration the pairwise interval covers 0.93–0.98 at 12 and at 48 photos (1.00 for a clear top group,
+  whose interval ends at 1) and at most 1% of no-disparity groups read below 0.8. A category
+  above every other at the interval's level gets [1, 1], a real interval (which one is highest is not in
+  doubt), with that in its reason. The rates' own intervals use the configured method; the ratio's is this
+  percentile construction whatever the method.
 
-Ratios under 0.8 (the four-fifths rule of thumb of the U.S. Uniform Guidelines, 29 CFR 1607.4(D)) are
-marked, with whether their interval reaches 0.8: information with its uncertainty, not a verdict.
+A ratio is read against 0.8 (the four-fifths rule of thumb of the U.S. Uniform Guidelines, 29 CFR 1607.4(D))
+from its interval, never from its point (`reading`): "below 0.8" (below_four_fifths, the shaded rows) only
+when the interval's upper end is under 0.8; "uncertain" when the interval reaches both sides of 0.8; nothing
+when it lies at or above 0.8, or when there is no interval (its reason says why). The point estimate is the
+LL144 figure and is biased low when rates are close (the max of noisy rates), so a point under 0.8 is not a
+reading. Information with its uncertainty, not a verdict.
 """
 
 from __future__ import annotations
@@ -42,7 +64,14 @@ from biasaudit import contracts as C
 from biasaudit.io import atomic_write_table, atomic_write_text
 from biasaudit.provenance import derive_seed
 from biasaudit.report.load import Outputs, num
-from biasaudit.stats.resample import cluster_bootstrap
+from biasaudit.stats.resample import (
+    Replicates,
+    cluster_bootstrap,
+    intervals,
+    ratio_to_max_intervals,
+    replicates,
+    sums_statistic,
+)
 
 FOUR_FIFTHS = 0.8  # the four-fifths rule (29 CFR 1607.4(D)); the definition, not a tunable setting
 OK = "ok"
@@ -68,16 +97,23 @@ class Resampling:
         return cluster_bootstrap(totals, statistic, n_boot=self.n_boot, level=self.level,
                                  seed=derive_seed(self.seed, "audit_card", *key), method=self.method)
 
+    def replicates(self, totals: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], *key: Any) -> Replicates:
+        """The same draws as `run` (same seed), kept: for intervals built from them (ratio_to_max_intervals)."""
+        totals = np.asarray(totals, dtype=np.float64)
+        return replicates(sums_statistic(totals, statistic), totals.shape[0], n_boot=self.n_boot,
+                          seed=derive_seed(self.seed, "audit_card", *key), method=self.method)
 
-def reading(ratio: float, high: float) -> tuple[bool, str]:
-    """(below 0.8, the sentence the card prints): the four-fifths mark as information, never a verdict."""
-    if not np.isfinite(ratio):
+
+def reading(low: float, high: float) -> tuple[bool, str]:
+    """(below 0.8, the sentence the card prints), from a ratio's interval, never its point: below only when
+    the whole interval is under 0.8; uncertain when it reaches both sides; nothing without an interval."""
+    if not (np.isfinite(low) and np.isfinite(high)):
         return False, ""
-    if ratio >= FOUR_FIFTHS:
-        return False, ""
-    if np.isfinite(high) and high >= FOUR_FIFTHS:
-        return True, f"below {FOUR_FIFTHS} (four-fifths), but its interval reaches {FOUR_FIFTHS}: uncertain"
-    return True, f"below {FOUR_FIFTHS} (four-fifths) across its interval: information for review, not a verdict"
+    if high < FOUR_FIFTHS:
+        return True, f"below {FOUR_FIFTHS} (four-fifths) across its interval: information for review, not a verdict"
+    if low < FOUR_FIFTHS:
+        return False, f"uncertain: its interval reaches both sides of {FOUR_FIFTHS} (four-fifths)"
+    return False, ""
 
 
 # ----------------------------------------------------------------------------------------- Method A
@@ -120,7 +156,7 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
         tot = totals.sum(axis=0)
         for j, g in enumerate(groups):
             ratio, share_iv, ratio_iv = ivs[G + j].estimate, ivs[j], ivs[G + j]
-            below, text = reading(ratio, ratio_iv.high)
+            below, text = reading(ratio_iv.low, ratio_iv.high)
             rows.append({"method": "A", "measure": "representation", "dimension": "group", "category": g,
                          "reference": ref, "n": int(tot[2 * G]), "n_clusters": int(keep.sum()), "selected": int(tot[j]),
                          "rate": share_iv.estimate, "rate_low": share_iv.low, "rate_high": share_iv.high,
@@ -224,7 +260,8 @@ def scoring_selections(single: pd.DataFrame, values: pd.Series, dimension: str
 
 def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Resampling, *key: Any) -> pd.DataFrame:
     """Per category: count, selections, rate = Σ selected / Σ n and impact ratio = rate / max rate, each with a
-    cluster-bootstrap CI over the rows (source photos) of the (U, m) arrays."""
+    cluster-bootstrap CI over the rows (source photos) of the (U, m) arrays; the ratio's CI from pairwise
+    ratios of the same replicates (see the module docstring), its reading from that CI."""
     m = len(cats)
     tot_sel, tot_n = selected.sum(axis=0), n.sum(axis=0)
     if m == 0:
@@ -233,20 +270,18 @@ def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Res
 
     def stat(s: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.where(s[..., m:] > 0, s[..., :m] / s[..., m:], np.nan)
-            top = np.nanmax(np.where(np.isfinite(rate), rate, -np.inf), axis=-1, keepdims=True)
-            ratio = np.where(top > 0, rate / top, np.nan)
-        return np.concatenate([rate, ratio], axis=-1)
+            return np.where(s[..., m:] > 0, s[..., :m] / s[..., m:], np.nan)
 
-    ivs = boot.run(np.hstack([selected, n]), stat, *key)
+    rep = boot.replicates(np.hstack([selected, n]), stat, *key)
+    rates, ratios = intervals(rep, boot.level, boot.method), ratio_to_max_intervals(rep, boot.level)
     clusters = (n > 0).sum(axis=0)
     rows = []
     for j, c in enumerate(cats):
-        r, q = ivs[j], ivs[m + j]
-        below, text = reading(q.estimate, q.high)
+        r, q = rates[j], ratios[j]
+        below, text = reading(q.low, q.high)
         reason = q.reason or ("" if tot_n[j] > 0 else "no comparison")
         if np.isfinite(r.estimate) and not np.isfinite(q.estimate):
-            reason = reason or "no category has a positive rate: impact ratio undefined"
+            reason = "no category has a positive rate: impact ratio undefined"
         rows.append({"category": c, "n": int(tot_n[j]), "n_clusters": int(clusters[j]), "selected": int(tot_sel[j]),
                      "rate": r.estimate,
                      "rate_low": r.low, "rate_high": r.high, "ratio": q.estimate, "ratio_low": q.low,
@@ -365,8 +400,9 @@ PRINT_CSS = ("@media print{{.standin{{position:running(banner)}}thead{{display:t
              "tr{{page-break-inside:avoid}}}}@page{{@top-center{{content:element(banner)}}}}")
 
 CARD_NOTE = (f"<p class='note'>Intervals: {{level:.0%}} cluster bootstrap ({{n_boot}} resamples) over {{unit}}. "
-             f"Rows shaded are ratios under {FOUR_FIFTHS} (the four-fifths rule of thumb): information to look "
-             "into, with its uncertainty, not a finding of discrimination. Definitions: "
+             f"Rows shaded are ratios whose whole interval lies under {FOUR_FIFTHS} (the four-fifths rule of thumb; "
+             "read from the interval, never the point): information to look into, with its uncertainty, not a "
+             "finding of discrimination. Definitions: "
              "<code>biasaudit/report/audit_card.py</code>; how to read the card: <code>docs/audit_card.md</code>.</p>")
 
 
@@ -528,7 +564,7 @@ def index_html(summary: pd.DataFrame, stand_in: bool, stand_ins: list[str] | Non
         cols = {"model": lambda r: r["model"], "card": lambda r: "",
                 "lowest ratio [CI]": lambda r: _ci_of(r, "lowest_ratio") if r.get("valid", True) else NO_VALID_AUDIT,
                 "of": lambda r: r.get("lowest_ratio_of", "") if r.get("valid", True) else r.get("reason", ""),
-                f"ratios < {FOUR_FIFTHS}": lambda r: (f"{_int(r.get('ratios_below_four_fifths'))} of "
+                f"ratios below {FOUR_FIFTHS} across their interval": lambda r: (f"{_int(r.get('ratios_below_four_fifths'))} of "
                                                       f"{_int(r.get('ratios'))}") if pd.notna(r.get("ratios")) else ""}
         if method == "A":
             cols["bias-corrected TVD [CI]"] = lambda r: _ci_of(r, "tvd_bias_corrected")
@@ -540,7 +576,8 @@ def index_html(summary: pd.DataFrame, stand_in: bool, stand_ins: list[str] | Non
                                   f'<td>{e}</td><td><a href="{e}.html">HTML</a> · <a href="{e}.csv">CSV</a></td>', 1)
         rows.append(f"<h2>{title}</h2>{table}")
     body = ("<p class='note'>One card per audited model. Method A's ratio is against the benchmark; Method B's is the "
-            f"impact ratio. A ratio under {FOUR_FIFTHS} is information with its uncertainty, not a verdict.</p>"
+            f"impact ratio. A ratio whose interval lies under {FOUR_FIFTHS} is information with its uncertainty, not a "
+            "verdict.</p>"
             + "".join(rows) + "<p><a href='all_models.csv'>all_models.csv</a></p>")
     return PAGE.format(title="Audit cards: all models side by side", body=body, print_css=PRINT_CSS,
                        banner=BANNER.format(parts=html.escape("; ".join(stand_ins or []))) if stand_in else "")

@@ -15,6 +15,11 @@ cluster-pair sums. Written that way:
 Percentile and basic intervals use Hesterberg's expanded levels (`expanded_alpha`): with 50 prompts
 the plain percentile interval covers about 93% instead of 95% (benchmarks/calibration.py).
 
+The impact ratio (a rate over the highest rate) is not a smooth statistic: its percentile interval
+under-covers and the top category's is [1, 1] in every replicate. `ratio_to_max_intervals` builds it from
+the same replicates of the rates instead, through pairwise ratios (simultaneous upper bounds, marginal
+lower bounds).
+
 Degenerate cases come out as NaN with a reason, never as a number: no or one cluster, a statistic
 undefined on the data, undefined in every replicate, or an interval of zero width (the statistic is
 the same in every replicate, so the bootstrap says nothing about its uncertainty).
@@ -175,6 +180,71 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", 
             out.append(Interval(p, np.nan, np.nan, se, rep.n_clusters, undefined, "; ".join(r for r in (why, reason) if r)))
             continue
         out.append(Interval(p, float(lo), float(hi), se, rep.n_clusters, undefined, reason))
+    return out
+
+
+def ratio_to_max_intervals(rep: Replicates, level: float = 0.95, expand: bool = True) -> list[Interval]:
+    """Intervals of θ_c = x_c / max_k x_k for each component c of a nonnegative m-vector statistic x (the
+    impact ratio: a category's rate over the highest category's rate), from the replicates of x itself.
+
+    The percentile interval of the replicated ratio-to-max under-covers: the estimated max is biased upward
+    (a max of noisy rates), and the top category's replicates are all 1 (a zero-width interval). Instead
+    θ_c = min_k r_ck with r_ck = x_c / x_k (r_cc = 1), which is nondecreasing in every r_ck, so
+    - upper end = min(1, min_k U_ck) with U_ck *simultaneous* upper bounds over k ≠ c (max-rank percentile
+      bounds: one common level such that every pair stays under its bound in 1 − α' of the replicates):
+      it misses only when some pair's bound misses, so with probability ≤ α';
+    - lower end = min(1, min_k L_ck) with L_ck *marginal* lower bounds: it misses only when even the pair
+      with the true maximum k* misses (L_ck* > r_ck* = θ_c), so with probability ≤ α'.
+    α' is the tail of `expanded_alpha` (as for every percentile interval of the engine). Coverage ≥ 1 − 2α'
+    wherever θ_c < 1; at θ_c = 1 (a category tied for, or at, the top) only the upper end can miss, so such
+    a category is covered with probability about 1 − α' (0.975 at 95%). Pairs are read through the pair
+    share s = x_c / (x_c + x_k) (monotone in r_ck and bounded), so a replicate with x_k = 0 needs no special
+    case; a pair undefined in a replicate (0/0, or a category absent from it) counts as uninformative (no
+    upper and no lower constraint). A category that is above every other at this level gets [1, 1]: a real
+    interval (its ratio is 1 and which category is highest is not in doubt), with that said in its reason.
+    Components whose point estimate is not finite take no part (a category with no data)."""
+    point = np.asarray(rep.point, dtype=np.float64)
+    m = len(point)
+    finite = np.isfinite(point)
+    top = float(point[finite].max()) if finite.any() else np.nan
+    out = []
+    for c in range(m):
+        est = float(point[c] / top) if finite[c] and top > 0 else np.nan
+        if rep.n_clusters < 2:
+            reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
+            out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason))
+            continue
+        if rep.dist.shape[0] == 0:
+            out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, "no resamples requested"))
+            continue
+        if not np.isfinite(est):
+            out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, "statistic undefined on the data"))
+            continue
+        others = [k for k in range(m) if k != c and finite[k]]
+        if not others:
+            out.append(Interval(est, 1.0, 1.0, 0.0, rep.n_clusters, 0, "the only category: ratio 1"))
+            continue
+        alpha = expanded_alpha(level, rep.n_clusters) if expand else (1 - level) / 2
+        x = rep.dist
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = x[:, [c]] / (x[:, [c]] + x[:, others])  # (B, m − 1) pair shares, NaN where undefined
+            top_b = np.nanmax(np.where(np.isfinite(x), x, -np.inf), axis=1)
+            se = float(np.nanstd(np.where(top_b > 0, x[:, c] / top_b, np.nan), ddof=1))
+        undefined = int((~np.isfinite(share)).any(axis=1).sum())
+        high_s = np.where(np.isfinite(share), share, 1.0)
+        low_s = np.where(np.isfinite(share), share, 0.0)
+        ecdf = stats.rankdata(high_s, method="max", axis=0) / len(high_s)  # each replicate's ECDF value per pair
+        common = np.quantile(ecdf.max(axis=1), 1 - alpha, method="inverted_cdf")
+        upper = np.quantile(high_s, common, axis=0, method="inverted_cdf")
+        lower = np.quantile(low_s, alpha, axis=0)
+        with np.errstate(divide="ignore"):
+            hi = min(1.0, float(np.min(np.where(upper < 1, upper / (1 - upper), np.inf))))
+            lo = min(1.0, float(np.min(np.where(lower < 1, lower / (1 - lower), np.inf))))
+        reasons = [f"{undefined} of {len(share)} resamples have a pair undefined, counted as uninformative"
+                   if undefined else ""]
+        if lo >= 1.0:
+            reasons.insert(0, "above every other category at this level: ratio 1 at both ends")
+        out.append(Interval(est, lo, hi, se, rep.n_clusters, undefined, "; ".join(r for r in reasons if r)))
     return out
 
 
