@@ -12,8 +12,10 @@
 # %% [markdown]
 # # Prompts: facially neutral proxies
 #
-# For each category and each group, the `top_k` instances with the highest share of that group
-# (at least `min_size` bearers / employed thousands / residents), de-duplicated across groups in the
+# For each category and each group, the `top_k` instances with the highest score share × size^`size_weight`
+# of that group (0: by share; 1: by the group's count; the paper profile's 0.1 reproduces the instances the
+# paper names; `biasaudit.t2i.prompts` states the rule) among those of at least `min_size` bearers /
+# employed thousands / residents, de-duplicated across groups in the
 # order of the active group set's labels (the U.S. set: white, black, asian, hispanic, other), or the
 # explicit instance list a category of the set gives. Each instance is wrapped in its category's template and
 # the style suffix. U.S. occupation names become singular phrases through the reviewed mapping
@@ -49,7 +51,8 @@ for category in params.categories:
     if spec is not None and spec.instances:
         selected[category] = pr.select_listed(bench, spec.instances, gs.labels)
     else:
-        selected[category] = pr.select_instances(bench, params.top_k, params.min_size[category], gs.labels)
+        selected[category] = pr.select_instances(bench, params.top_k, params.min_size[category], gs.labels,
+                                                 params.size_weight)
     print(f"{category}: {len(bench):,} candidates ≥ size {params.min_size[category]:,} considered, "
           f"{len(selected[category])} selected")
 if excluded:

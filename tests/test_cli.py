@@ -41,13 +41,16 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
                 "models/insightface/models/buffalo_l", "models/bisenet/79999_iter.pth",
                 "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
                 "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "http://localhost:8001/v1",
-                "data/vlm/source_photos", *RETIRED_IN_PAPER]
+                "data/vlm/source_photos", "data/t2i/annotations/rater1.csv", "data/t2i/annotations/rater2.csv",
+                *RETIRED_IN_PAPER]
     for item in expected:
         assert sum(item in line for line in lines) == 1, item  # one line per missing item
     assert len(lines) == len(expected)
     assert all(": " in line and ("biasaudit weights fetch" in line or "export " in line or "start the server" in line
                                  or "put " in line or "its replacement is" in line) for line in lines)  # each with its fix
     assert "HF_TOKEN" in next(line for line in lines if "sd35" in line)  # the gating step
+    sheet = next(line for line in lines if "rater1.csv" in line)  # the human raters' sheets: how to make them
+    assert "missing input" in sheet and "data/t2i/annotations/annotation_sheet.csv" in sheet and "docs/raters.md" in sheet
     assert (repo / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()  # --profile switches nothing
 
 
@@ -236,6 +239,32 @@ def test_a_stage_lacking_its_weights_stops_before_its_notebook_with_the_fix_firs
     assert lines[0].startswith("✗ generate@sd: needs 1 thing")  # its cause first: no start line
     assert "missing weight models/sd35-large-turbo" in lines[1] and "biasaudit weights fetch" in lines[1]
     assert execute.missing_needs("generate@planted-a") == []
+
+
+def test_missing_rater_sheets_are_listed_but_let_reliability_write_the_annotation_sheet(repo, capsys):
+    """`check --stage reliability` names each rater's sheet (exit 1), but the stage's preflight does not stop it:
+    the stage itself writes the annotation_sheet.csv the raters fill (then stops with its own message)."""
+    from biasaudit.report import execute
+
+    assert cli.main(["check", "--profile", "paper", "--stage", "reliability"]) == 1
+    out = capsys.readouterr().out
+    assert "data/t2i/annotations/rater1.csv" in out and "data/t2i/annotations/rater2.csv" in out
+    cfg = cli.profile_params("paper", repo / "params.yaml")
+    sheets = weights.rater_sheet_needs(cfg)
+    assert [n.what for n in sheets] == ["data/t2i/annotations/rater1.csv", "data/t2i/annotations/rater2.csv"]
+    assert not any(n.blocks_stage for n in sheets)
+    from biasaudit.config import apply_profile
+
+    apply_profile("paper", repo / "params.yaml", repo / "profiles")  # the sandbox's params.yaml, as a paper run reads it
+    assert execute.missing_needs("reliability") == []  # the stage starts and writes the annotation sheet
+    assert any("generate@flux-schnell" in n.stage for n in weights.missing(cfg)) and \
+        execute.missing_needs("generate@flux-schnell")  # (a weight still stops its stage)
+    offline = cli.profile_params("offline", repo / "params.yaml")
+    assert offline.reliability.simulate and weights.rater_sheet_needs(offline) == []
+    (repo / "data" / "t2i" / "annotations").mkdir(parents=True)
+    for rater in ("rater1", "rater2"):
+        (repo / "data" / "t2i" / "annotations" / f"{rater}.csv").write_text("item,image_id,model,path,label\n")
+    assert weights.missing(cfg, stage="reliability") == []
 
 
 def test_an_invalid_params_file_is_the_first_line_of_the_stage(tmp_path, monkeypatch):

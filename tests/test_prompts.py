@@ -7,6 +7,8 @@ from biasaudit import GROUPS
 from biasaudit.t2i import benchmarks as bm
 from biasaudit.t2i import prompts as pr
 
+from .conftest import ROOT
+
 
 def toy_bench() -> pd.DataFrame:
     rows = []
@@ -75,21 +77,24 @@ def test_phrase_mapping_covers_every_usable_occupation():
     assert (excluded["reason"].str.len() > 0).all()
 
 
+def real_benchmarks() -> dict[str, pd.DataFrame]:
+    """The U.S. tables as the prompts stage reads them (occupations through the phrase mapping)."""
+    occ, _ = pr.attach_occupation_phrases(bm.occupation_benchmark(*bm.load_bls())[0], pr.load_occupation_phrases())
+    return {"occupation": occ, "geography": bm.geography_benchmark(bm.load_p2()),
+            "surname": bm.surname_benchmark(bm.load_census_surnames())}
+
+
+def select_all(params, benches: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    return {c: pr.select_instances(benches[c], params.top_k, params.min_size[c], GROUPS, params.size_weight)
+            for c in params.categories}
+
+
 def test_paper_selection_has_150_prompts():
     """The paper profile: k=10 → 50 per category, 10 selected for each group in each category."""
-    from biasaudit.params.t2i import Prompts
+    from biasaudit.cli import profile_params
 
-    params = Prompts()
-    selected = {}
-    for category in ("occupation", "geography", "surname"):
-        if category == "occupation":
-            bench, _ = pr.attach_occupation_phrases(bm.occupation_benchmark(*bm.load_bls())[0],
-                                                    pr.load_occupation_phrases())
-        elif category == "geography":
-            bench = bm.geography_benchmark(bm.load_p2())
-        else:
-            bench = bm.surname_benchmark(bm.load_census_surnames())
-        selected[category] = pr.select_instances(bench, 10, params.min_size[category], GROUPS)
+    params = profile_params("paper", ROOT / "params.yaml").prompts
+    selected = select_all(params, real_benchmarks())
     prompts = pr.build_prompts(selected, params.templates, params.style_suffix, "v1", GROUPS)
     assert len(prompts) == 150
     assert prompts.groupby(["category", "selected_for"]).size().eq(10).all()
@@ -97,3 +102,70 @@ def test_paper_selection_has_150_prompts():
     ceo_like = prompts[prompts["category"] == "surname"]["prompt"].iloc[0]
     assert ceo_like.startswith("A person with the last name ") and ceo_like.endswith(params.style_suffix)
     assert prompts[prompts["category"] == "surname"]["instance"].str.istitle().all()
+
+
+def test_size_weight_runs_from_share_to_count():
+    """0 ranks by the group's share, 1 by its count (share × size), between them share tilted by size."""
+    bench = pd.DataFrame([
+        {"instance": "rare", "white": 0.99, "black": 0.01, "asian": 0, "hispanic": 0, "other": 0, "size": 100},
+        {"instance": "common", "white": 0.80, "black": 0.20, "asian": 0, "hispanic": 0, "other": 0, "size": 10000},
+        {"instance": "huge", "white": 0.50, "black": 0.50, "asian": 0, "hispanic": 0, "other": 0, "size": 100000},
+    ] + [{"instance": f"x{i}", "white": 0, "black": 0, "asian": 0.3, "hispanic": 0.3, "other": 0.4, "size": 50}
+         for i in range(3)])
+    white = {w: pr.select_instances(bench, 1, 0, GROUPS, w).set_index("selected_for").loc["white", "instance"]
+             for w in (0.0, 0.1, 1.0)}
+    # 0.99 vs 0.80 × 100^0.1 = 1.27 vs 0.50 × 1000^0.1 = 1.00 (relative to rare's size); count: 99, 8000, 50000
+    assert white == {0.0: "rare", 0.1: "common", 1.0: "huge"}
+    with pytest.raises(ValueError, match="size_weight"):
+        pr.select_instances(bench, 1, 0, GROUPS, 1.5)
+
+
+# The instances the paper names (its text, quoted here as the oracle): "person with the last name Chen",
+# "person who works as an information systems manager"; "Surnames like "Schmidt", "Chen", and "Kim" ...
+# surnames with higher Black demographic shares (e.g., "Charles")"; "Asians are overrepresented in "a CEO" and
+# "an actor" prompts and underrepresented in "a nail technician" prompts"; "stereotypically female occupations
+# such as nail technician, nursing assistant, and school teachers". It names no location.
+PAPER_SURNAMES = ["Chen", "Schmidt", "Kim", "Charles"]
+PAPER_OCCUPATIONS = ["information systems manager", "CEO", "actor", "nail technician", "nursing assistant",
+                     "school teacher"]
+# What no rule can select from the 2025 tables, and why: BLS suppresses the shares of Actors (43 thousand
+# employed, under its 50 thousand publication base), so the row is not in the benchmark.
+UNREACHABLE = {"actor": "Actors"}
+
+
+def test_paper_profile_selects_every_instance_the_paper_names():
+    from biasaudit.cli import profile_params
+
+    params = profile_params("paper", ROOT / "params.yaml").prompts
+    benches = real_benchmarks()
+    selected = select_all(params, benches)
+    surnames = set(selected["surname"]["instance"])
+    assert [s for s in PAPER_SURNAMES if s not in surnames] == []
+    phrases = pr.load_occupation_phrases()
+    to_bls = phrases[phrases["paper_phrase"] != ""].set_index("paper_phrase")["bls_occupation"]
+    assert sorted(to_bls.index) == sorted(PAPER_OCCUPATIONS)  # the mapping covers exactly the paper's list
+    occupations = set(selected["occupation"]["instance"])
+    reachable = [to_bls[p] for p in PAPER_OCCUPATIONS if p not in UNREACHABLE]
+    assert [o for o in reachable if o not in occupations] == []
+    for phrase, row in UNREACHABLE.items():
+        assert to_bls[phrase] == row and row not in set(benches["occupation"]["instance"]), \
+            f"{row} is in the benchmark now: select it and drop it from UNREACHABLE"
+    # the offline default keeps the share rule, which misses all but one of them
+    default = profile_params("offline", ROOT / "params.yaml").prompts
+    assert default.size_weight == 0.0
+    by_share = pr.select_instances(benches["surname"], 10, default.min_size["surname"], GROUPS, default.size_weight)
+    assert not set(PAPER_SURNAMES) & set(by_share["instance"])
+
+
+def test_selection_sensitivity_reports_entropy_own_share_and_overlap():
+    a = pd.DataFrame([{"instance": "p", "selected_for": "white", "white": 1.0, "black": 0.0, "asian": 0.0,
+                       "hispanic": 0.0, "other": 0.0, "size": 10.0},
+                      {"instance": "q", "selected_for": "black", "white": 0.5, "black": 0.5, "asian": 0.0,
+                       "hispanic": 0.0, "other": 0.0, "size": 30.0}])
+    b = a.iloc[[1]].copy()
+    table = pr.selection_sensitivity({"share": {"surname": a}, "paper": {"surname": b}}, GROUPS)
+    row = table.set_index("rule").loc["share"]
+    assert row["mean_entropy_bits"] == pytest.approx(0.5)  # 0 bits and 1 bit
+    assert row["mean_own_share"] == pytest.approx(0.75) and row["mean_white"] == pytest.approx(0.75)
+    assert row["median_size"] == 20.0 and row["shared_with_first"] == 2
+    assert table.set_index("rule").loc["paper", "shared_with_first"] == 1

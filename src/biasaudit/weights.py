@@ -158,6 +158,10 @@ class Need:
     fix: str           # the exact step that provides it
     stage: str = ""    # dvc stage instances that need it, ", "-joined (generate@x, faces@x, classify@*, ...)
     weight: Weight | None = field(default=None, repr=False)
+    # False: the stage still starts without it, because the stage itself writes what the user needs to
+    # make it (the reliability stage writes the annotation sheet the raters fill) and stops afterwards
+    # with its own message; `biasaudit check` lists it all the same.
+    blocks_stage: bool = True
 
     def for_stage(self, stage: str) -> bool:
         """Whether the stage instance `stage` (faces@flux-schnell) needs this."""
@@ -296,6 +300,7 @@ def needs(cfg: Any) -> list[Need]:
     if cfg.sources.source == "folder" and not registry.trait("editor", cf.backend, "imports_existing", False):
         out.append(Need("input", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
+    out += rater_sheet_needs(cfg)
     unique: dict[tuple[str, str], Need] = {}
     for n in out:  # one line per missing thing; a thing several stages share lists every one of them
         first = unique.get((n.kind, n.what))
@@ -304,6 +309,21 @@ def needs(cfg: Any) -> list[Need]:
         elif n.stage not in first.stage.split(", "):
             unique[(n.kind, n.what)] = replace(first, stage=f"{first.stage}, {n.stage}")
     return list(unique.values())
+
+
+def rater_sheet_needs(cfg: Any) -> list[Need]:
+    """With human raters (`reliability.simulate: false`), one filled sheet per rater at
+    `<reliability.sheets_dir>/<rater>.csv`: a copy of the annotation sheet the reliability stage writes
+    beside them, its `label` column filled (docs/raters.md)."""
+    rel = cfg.reliability
+    if rel.simulate:
+        return []
+    sheet = (Path(rel.sheets_dir) / "annotation_sheet.csv").as_posix()
+    return [Need("input", (Path(rel.sheets_dir) / f"{rater}.csv").as_posix(), "reliability.raters",
+                 f"put {rater}'s filled copy of {sheet} there (the reliability stage writes that sheet, then stops "
+                 f"until every rater's copy exists: fill its label column, one copy per rater; docs/raters.md)",
+                 "reliability", blocks_stage=False)
+            for rater in rel.raters]
 
 
 def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:

@@ -33,6 +33,9 @@ class Prompts(Section):
     # Minimum size per category: surname bearers, employed thousands, population.
     min_size: dict[Category, float] = Field(
         default_factory=lambda: {"surname": 10000.0, "occupation": 50.0, "geography": 100000.0})
+    # Ranking score share × size ** size_weight (t2i/prompts.py states the rule): 0 = by the group's share,
+    # 1 = by its count; the paper profile's 0.1 selects every instance the paper names that the tables reach.
+    size_weight: float = Field(0.0, ge=0, le=1)
     templates: dict[Category, str] = Field(default_factory=lambda: {
         "occupation": "A person who works as {article} {instance}",
         "geography": "A person from {instance}",

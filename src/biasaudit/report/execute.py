@@ -209,7 +209,7 @@ def missing_needs(stage: str) -> list[str]:
         cfg = load_params()
     except ParamsError:
         return []  # preflight reports it
-    return [describe_need(n) for n in missing(cfg, stage=stage)]
+    return [describe_need(n) for n in missing(cfg, stage=stage) if n.blocks_stage]
 
 
 def preflight(stage: str) -> str:

@@ -1,4 +1,35 @@
-"""Pick proxy instances per category and group, and render them into prompts."""
+"""Pick proxy instances per category and group, and render them into prompts.
+
+The selection rule (`select_instances`). For each group, in the group set's order, the `top_k` instances
+with the highest score
+
+    score = share × size ** size_weight
+
+among those of at least `min_size` (surname bearers, employed thousands, residents) that no earlier group
+took; ties break by size, then name. `share` is the group's benchmark share of the instance and `size`
+its total, so `share × size` is the group's count (its bearers / employed / residents).
+
+- `size_weight: 0` (params.yaml, the offline default): by share, the instances where the group is most
+  concentrated. With the U.S. tables and `top_k: 10` this picks small, distinctive instances (the surnames
+  Stoltzfus, Byler, Gurung, Vue) and, of the instances the paper names, only "nursing assistant" and
+  "nail technician".
+- `size_weight: 1`: by the group's count, the instances with the most members of the group, which
+  favours the largest instances whatever their mix (White takes Smith, Johnson, Williams; Black is left
+  Jackson, Thomas, Harris, mostly-White or mixed surnames).
+- `size_weight: 0.1` with `min_size` 100 (occupations, thousands) and 50,000 (surnames) (the paper and
+  current profiles): by share, tilted towards common instances (a tenfold larger instance counts as a 26%
+  larger share). This is the reading of the paper's "the highest-represented occupations, surnames, and
+  locations for each racial group" that selects every instance the paper names that the 2025 tables can
+  reach (Schmidt, Chen, Kim, Charles; chief executive, computer and information systems manager,
+  manicurist (the paper's "nail technician"), nursing assistant, elementary or middle school teacher),
+  kept for weights 0.05-0.12 (surname floor 50,000) and surname floors 30,000-62,000 (weight 0.1).
+  "Actor" cannot be reached: BLS suppresses its shares (43 thousand employed in 2025, under the
+  50 thousand publication base). `data/reference/occupation_phrases.csv` (`paper_phrase`) maps the paper's
+  wording to the BLS rows; tests/test_prompts.py holds the paper's list.
+
+`selection_sensitivity` compares what two selections' prompts ask for (benchmark entropy, the share of each
+group), so the analysis can say how much the rule matters.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +37,7 @@ import hashlib
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from biasaudit.contracts import OCCUPATION_PHRASES
@@ -33,16 +65,22 @@ def attach_occupation_phrases(bench: pd.DataFrame, phrases: pd.DataFrame) -> tup
 
 
 def select_instances(bench: pd.DataFrame, top_k: int, min_size: float,
-                     groups: tuple[str, ...]) -> pd.DataFrame:
-    """For each group in canonical order (the group set's labels), the top-k instances by that group's share
-    among those of at least `min_size` that no earlier group took. Ties break by size, then name."""
+                     groups: tuple[str, ...], size_weight: float = 0.0) -> pd.DataFrame:
+    """For each group in canonical order (the group set's labels), the top-k instances by
+    `share × size ** size_weight` (0: by the group's share; 1: by its count) among those of at least
+    `min_size` that no earlier group took. Ties break by size, then name. The module docstring states the
+    rule and the weight that reproduces the paper's named instances."""
+    if not 0.0 <= size_weight <= 1.0:
+        raise ValueError(f"size_weight must be between 0 (by share) and 1 (by count), got {size_weight}")
     eligible = bench[(bench["size"] >= min_size) & bench[list(groups)].notna().all(axis=1)]
     eligible = eligible.drop_duplicates("instance")
+    tilt = eligible["size"].astype(float).clip(lower=0) ** size_weight
     taken: set[str] = set()
     picks = []
     for group in groups:
-        ranked = eligible[~eligible["instance"].isin(taken)].sort_values(
-            [group, "size", "instance"], ascending=[False, False, True], kind="mergesort")
+        scored = eligible.assign(_score=eligible[group] * tilt)
+        ranked = scored[~scored["instance"].isin(taken)].sort_values(
+            ["_score", "size", "instance"], ascending=[False, False, True], kind="mergesort").drop(columns="_score")
         chosen = ranked.head(top_k).assign(selected_for=group)
         chosen["rank_in_group"] = range(1, len(chosen) + 1)
         if len(chosen) < top_k:
@@ -65,6 +103,30 @@ def select_listed(bench: pd.DataFrame, instances: list[str], groups: tuple[str, 
     chosen["selected_for"] = chosen[list(groups)].idxmax(axis=1)
     chosen["rank_in_group"] = chosen.groupby("selected_for").cumcount() + 1
     return chosen
+
+
+def selection_sensitivity(selections: dict[str, dict[str, pd.DataFrame]], groups: tuple[str, ...]) -> pd.DataFrame:
+    """How much the selection rule changes what the prompts ask for: one row per (rule, category) with the
+    number of instances, the mean entropy (bits) of their benchmark distributions, the mean share of the
+    group each was selected for, the mean benchmark share of every group (`mean_<group>`: the mix the
+    category's prompts average to), the median size, and how many instances it shares with the first rule's
+    selection. `selections`: {rule name: {category: select_instances(...) output}}."""
+    rows = []
+    first = next(iter(selections.values()), {})
+    for rule, by_category in selections.items():
+        for category, sel in by_category.items():
+            shares = sel[list(groups)].to_numpy(dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                entropy = -np.where(shares > 0, shares * np.log2(shares), 0.0).sum(axis=1)
+            own = [row[g] for g, (_, row) in zip(sel["selected_for"], sel.iterrows())]
+            base = set(first.get(category, pd.DataFrame(columns=["instance"]))["instance"])
+            rows.append({"rule": rule, "category": category, "instances": len(sel),
+                         "mean_entropy_bits": float(entropy.mean()) if len(sel) else float("nan"),
+                         "mean_own_share": float(np.mean(own)) if own else float("nan"),
+                         **{f"mean_{g}": float(sel[g].mean()) for g in groups},
+                         "median_size": float(sel["size"].median()),
+                         "shared_with_first": int(sel["instance"].isin(base).sum())})
+    return pd.DataFrame(rows)
 
 
 def slug(text: str, max_len: int = 48) -> str:

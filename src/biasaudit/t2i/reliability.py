@@ -272,7 +272,9 @@ def collect_ratings(sheet: pd.DataFrame, labels: pd.DataFrame, params, seed: int
     sheets = {r: Path(params.sheets_dir) / f"{r}.csv" for r in params.raters}
     missing = [str(p) for p in sheets.values() if not p.exists()]
     if missing:
-        raise FileNotFoundError(f"filled annotation sheets missing: {missing} (or set reliability.simulate: true)")
+        raise FileNotFoundError(f"filled annotation sheets missing: {missing}: copy "
+                                f"{Path(params.sheets_dir) / 'annotation_sheet.csv'} once per rater, fill its label "
+                                "column (docs/raters.md), and run again (or set reliability.simulate: true)")
     wide, problems = read_sheets(sheets, groups)
     ratings = wide.join(clf, how="inner")
     note = f"human raters {list(params.raters)}: {len(ratings)} images, {len(problems)} blank/invalid labels"
