@@ -24,6 +24,8 @@
 #   interval), the key figures, and one line per section linking to its page under `reports/pages/`
 #   (model comparison, Method B, validation, instrument bias, calibration, every analysis section,
 #   and per stage what it read, wrote and how long it took);
+# - `reports/replication.csv` and `reports/pages/replication.html`: each number the papers publish beside this
+#   run's, with its interval (report/replication.py);
 # - `reports/audit/`: one audit card (HTML + CSV) per audited model and all models side by side;
 # - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
 #
@@ -47,6 +49,8 @@ from biasaudit.report import build_index
 from biasaudit.report.audit_card import Resampling, Validity, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
+from biasaudit.report.html import replication_summary
+from biasaudit.report.replication import build_replication
 from biasaudit.report.trail import export_all
 
 cfg, params = stage_params("report")
@@ -82,6 +86,20 @@ cards = build_cards(reports, C.RESPONSES_DIR,
                     run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
                          "run_date": info["created_at"]}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir)
 display(cards)
+
+# %% [markdown]
+# ## Replication
+# Every number the two papers publish (`data/reference/published/`, each with its sentence) beside this run's value of
+# the same statistic with its interval: `reports/replication.csv` and `reports/pages/replication.html`. Under a
+# stand-in run the table claims no comparison.
+
+# %%
+replication = build_replication(reports, C.PUBLISHED_DIR, cfg.profile, cfg.stand_ins(), groups=cfg.groups,
+                                 design={"faces.detector": cfg.faces.detector, "faces.det_threshold": cfg.faces.det_threshold,
+                                         "faces.skin_method": cfg.faces.skin_method},
+                                 options={"mcq_salary": ra.salary_brackets, "mcq_education": ra.education_levels},
+                                 level=cfg.analyze.ci_level, title=params.title)
+display(Markdown(replication_summary(replication, stand_in)))
 
 # %%
 index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,

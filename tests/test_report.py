@@ -604,7 +604,7 @@ def test_table_contracts_match_by_output_folder():
     assert C.contract_of("planted_race_winrate_income", "vlm") is C.RACE_WINRATE
     assert C.RACE_WINRATE.parts("planted_race_winrate_income") == {"vlm": "planted", "task": "income"}
     assert C.DELTA_G.of("tiny") == "tiny_delta_g"
-    assert C.contract_of("skin_earnings_ols", "t2i") is None  # a Method A table is no VLM's OLS
+    assert C.contract_of("skin_earnings_ols", "t2i") is C.SKIN_EARNINGS_OLS  # a Method A table is no VLM's OLS
     C.check_table("tvd_summary", [], rows=0)  # a section's empty result passes
     with pytest.raises(ContractError, match="contracts.TVD_SUMMARY"):
         C.check_table("tvd_summary", ["model", "category"], rows=1)

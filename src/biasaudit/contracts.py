@@ -69,6 +69,9 @@ NOTEBOOKS_OUT = REPORTS / "notebooks"
 # tracked output (an executed notebook hashes the same in every run of the same code)
 RUNS_DIR = REPORTS / "runs"
 AUDIT_DIR = REPORTS / "audit"                        # audit cards: <model>.html|csv, index.html, all_models.csv
+PUBLISHED_DIR = REFERENCE_DIR / "published"          # the numbers both papers report (method_a.csv, method_b.csv)
+REPLICATION_CSV = REPORTS / "replication.csv"        # each published number beside this run's (report/replication.py)
+REPLICATION_PAGE = "replication.html"                # its page under reports/pages/
 
 # Method A
 T2I = DATA / "t2i"
@@ -229,7 +232,23 @@ INSTRUMENTS_SUMMARY = Table("instruments_summary", ("method", "mode", "target_L"
                                                     "mean_abs_L_error"))
 # the reliability stage's files (reports/t2i/reliability/<name>.csv)
 MEAN_KAPPA = Table("mean_kappa", ("kind", "mean_cohen_kappa"), ("raters_source",))
-FLEISS_KAPPA = Table("fleiss_kappa", ("group", "raters", "fleiss_kappa", "ci_low", "ci_high"), ("raters_source",))
+FLEISS_KAPPA = Table("fleiss_kappa", ("group", "raters", "fleiss_kappa", "ci_low", "ci_high"), ("raters_source", "n"))
+PAIRWISE_KAPPA = Table("pairwise_kappa", ("rater_a", "rater_b", "kind", "n", "cohen_kappa", "ci_low", "ci_high"))
+# the tables the replication table (report/replication.py) reads beside the headline ones
+DEVIATION_BY_RACE = Table("deviation_by_race", ("model", "category", "race", "mean_deviation", "mean_deviation_low",
+                                                "mean_deviation_high"))
+THRESHOLD_SUMMARY = Table("threshold_summary", ("model", "category", "group", "threshold", "n_prompts_above",
+                                                "n_reaching", "share_reaching"))
+SKIN_EARNINGS_OLS = Table("skin_earnings_ols", ("model", "group", "slope", "ci_low", "ci_high", "p_value", "n",
+                                                "n_clusters"))
+HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group", "n", "intra", "gap"),
+                             ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi"))
+
+
+def disagreements(groups: tuple[str, ...]) -> Table:
+    """reports/t2i/reliability/disagreements.csv: per label (column `index`), the share of its rater-pair
+    disagreements against each other label of the active set (one column per label)."""
+    return Table("disagreements", ("index", "n_disagreements"), tuple(groups))
 # Method B (reports/vlm/tables/, written by vlm/analysis.py and vlm/recovery.py), one per VLM
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
@@ -244,7 +263,8 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
-    FLEISS_KAPPA, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
+    FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
+    RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
 
 
 def contract_of(name: str, method: str = "t2i") -> Table | None:

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, select_autoescape
 
+from biasaudit import contracts as C
 from biasaudit.io import atomic_write_text
 from biasaudit.provenance import git_commit, stable_hash, utc_now
 from biasaudit.report.front import Block, build_blocks, headline_findings
@@ -88,7 +89,7 @@ NOTEBOOKS = """<h1>Notebooks: what each stage read, wrote and how long it took</
 TEMPLATE = """<h1>{{ title }}</h1>
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · commit date {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
-<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a><a href="pages/notebooks.html">Notebooks</a></nav>
+<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a>{% if replication %}<a href="pages/{{ replication_page }}">Replication</a>{% endif %}<a href="pages/notebooks.html">Notebooks</a></nav>
 
 <h2 id="findings">Main findings</h2>
 {% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
@@ -108,6 +109,9 @@ TEMPLATE = """<h1>{{ title }}</h1>
 <small>{{ s.figures|length }} figure{{ '' if s.figures|length == 1 else 's' }}, {{ s.tables|length }} table{{ '' if s.tables|length == 1 else 's' }}{% if s.reason and s.status != 'ok' %}: {{ s.reason }}{% endif %}</small></li>{% endfor %}</ul>
 {% for s in hidden %}<p class="note">{{ s.title }} (no figure or table of its own){% if s.notes %}: {{ s.notes|join('; ') }}{% endif %}</p>{% endfor %}
 
+{% if replication %}<h2 id="replication">Replication</h2>
+<p><a href="pages/{{ replication_page }}">The papers' published numbers beside this run's</a>: {{ replication }}</p>
+{% endif %}
 <h2 id="images">Images</h2>
 <p><a href="images.html">Browse every generated image</a> ({{ gallery.images.images_shown }} thumbnails with label, L*, face box and skin mask; filters by model, category, label, L* bin)
 · <a href="focus.html">FOCUS edits</a> ({{ gallery.focus.photos }} source photos × 10 edits, {{ gallery.focus.flagged }} flagged).</p>
@@ -241,6 +245,34 @@ def stage_rows(infos: list[StageInfo], reports: Path) -> tuple[list[dict[str, An
 PAGES = "pages"  # reports/pages/: a page per headline block, per analysis section, and the notebooks table
 
 
+STAND_IN_NOTE = "stand-in run: no comparison"  # the replication table's reason on every row of a stand-in run
+
+
+def replication_summary(table: pd.DataFrame, stand_in: bool) -> str:
+    """The front page's line for the replication table (report/replication.py): how many published numbers,
+    how many this run computes, how many intervals cover the published value (none under a stand-in run)."""
+    def numbers(column: str) -> pd.Series:
+        return pd.to_numeric(table[column], errors="coerce") if column in table else pd.Series(dtype=float)
+
+    line = (f"{len(table)} published numbers and claims; this run computes {int(numbers('this_run').notna().sum())}")
+    if stand_in:
+        return line + f" ({STAND_IN_NOTE})."
+    cov = table["covered"].astype(str).str.lower() if "covered" in table else pd.Series(dtype=str)
+    return line + (f"; {int((cov == 'true').sum())} of {int(cov.isin(['true', 'false']).sum())} with an interval "
+                   "are covered by it.")
+
+
+def replication_line(reports: Path) -> str:
+    """The line, when the report stage wrote reports/replication.csv and its page ('' otherwise: no link); a
+    stand-in run's table says so in every note, and the line says what the table says."""
+    page = reports / PAGES / C.REPLICATION_PAGE
+    table = read_csv(reports / C.REPLICATION_CSV.relative_to(C.REPORTS))
+    if table is None or not page.exists():
+        return ""
+    notes = table["note"].fillna("").astype(str) if "note" in table else pd.Series(dtype=str)
+    return replication_summary(table, bool(len(notes)) and bool(notes.str.startswith(STAND_IN_NOTE).all()))
+
+
 def _shown(section: dict[str, Any]) -> bool:
     """An empty section (ok, yet no figure and no table) is not shown; its notes go to the front page."""
     return bool(section["figures"] or section["tables"] or section["status"] != "ok")
@@ -299,6 +331,9 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
         if _shown(sec):
             written.add(page(SECTION, Path(sec["page"]).name, sec["title"], s=sec).name)
     written.add(page(NOTEBOOKS, "notebooks.html", "Notebooks", stage_rows=rows, stage_summary=stage_summary).name)
+    replication = replication_line(reports)
+    if replication:  # written before by report/replication.py: kept, and linked
+        written.add(C.REPLICATION_PAGE)
     for old in (reports / PAGES).glob("*.html"):  # a section that is gone leaves no page behind
         if old.name not in written:
             old.unlink()
@@ -311,8 +346,9 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
         groups=[("Method A: model comparison (text-to-image generators)", "method_a"),
                 ("Method B: VLM decisions on face-only edits", "method_b"), ("Checks on the audit itself", "checks")],
         sections=[sec for sec in t2i_secs + vlm_secs if _shown(sec)], stage_summary=stage_summary,
-        hidden=[sec for sec in t2i_secs + vlm_secs if not _shown(sec)])
+        hidden=[sec for sec in t2i_secs + vlm_secs if not _shown(sec)], replication=replication,
+        replication_page=C.REPLICATION_PAGE)
     return atomic_write_text(reports / "index.html", front)
 
 
-__all__ = ["Block", "build_index", "json_tables", "table_html"]
+__all__ = ["Block", "build_index", "json_tables", "replication_summary", "table_html"]

@@ -1,0 +1,608 @@
+"""The replication table: every number the two papers publish (data/reference/published/) beside this
+run's value of the same statistic, with its interval, the difference and whether the interval covers it.
+
+One row per published row (`id`). Each `statistic` is read from the one table that computes it (the
+`source` column names it; `LOOKUPS` maps statistic → reader); where this run does not compute it the row
+says "not computed: <why>". Kinds of rows:
+
+- result: a number the paper reports; `difference` = this run − published, `covered` = the run's interval
+  [low, high] contains the published value (empty when the run's table has no interval for it);
+- claim: a bound the paper states (relation `<` or `>`, e.g. "most … are classified as Black" is a share
+  > 0.5); `covered` = the run's whole interval lies on the claimed side of the bound; no difference;
+- design: a setting of the published study (150 prompts, 300 annotated images, …); `difference` = this
+  run − published, no interval.
+
+Under a stand-in run (`Params.stand_ins()` non-empty: a stand-in, planted or simulated part ran) the
+table claims no comparison: `difference` and `covered` are empty and every note starts with
+"stand-in run: no comparison" (the page carries the banner). Written to `reports/replication.csv` and
+`reports/pages/replication.html`, linked from the front page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, select_autoescape
+
+from biasaudit import contracts as C
+from biasaudit.io import atomic_write_table, atomic_write_text
+from biasaudit.report.html import HEAD, PAGES, STAND_IN_NOTE, STYLE, replication_summary
+from biasaudit.report.load import Loaded, Outputs, fmt, num, read_json
+
+PUBLISHED_FILES = ("method_a.csv", "method_b.csv")
+PUBLISHED_COLUMNS = ("id", "method", "kind", "statistic", "model", "run_model", "category", "group", "subset",
+                     "relation", "value", "unit", "sentence")
+COLUMNS = ("id", "method", "kind", "statistic", "model", "run_model", "category", "group", "subset", "unit",
+           "relation", "published", "this_run", "low", "high", "difference", "covered", "source", "note", "sentence")
+NOT_COMPUTED = "not computed"
+EVERY = "*"  # run_model: every model (or VLM) of the run
+
+
+def load_published(folder: Path) -> pd.DataFrame:
+    """Both papers' published numbers, one row each, in id order (strings kept as written)."""
+    frames = [pd.read_csv(Path(folder) / name, dtype=str, keep_default_na=False) for name in PUBLISHED_FILES]
+    df = pd.concat(frames, ignore_index=True)
+    missing = [c for c in PUBLISHED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{folder}: published CSVs lack column(s) {', '.join(missing)}")
+    if df["id"].duplicated().any():
+        raise ValueError(f"{folder}: duplicate ids {sorted(df.loc[df['id'].duplicated(), 'id'])}")
+    return df
+
+
+def subset_of(text: str) -> dict[str, str]:
+    """'space=face;instance=Chen' → {'space': 'face', 'instance': 'Chen'}."""
+    out = {}
+    for part in str(text or "").split(";"):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass
+class RunValue:
+    """This run's value of one published statistic: the estimate, its interval (NaN: none), the table and
+    column it came from, a note, or the reason it is not computed."""
+
+    value: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    source: str = ""
+    note: str = ""
+    missing: str = ""  # why not computed ('' when computed)
+
+
+def not_computed(why: str, source: str = "") -> RunValue:
+    return RunValue(source=source, missing=why)
+
+
+def covers(published: float, low: float, high: float, relation: str = "=") -> bool | None:
+    """Whether [low, high] covers the published value ('='), or lies wholly on the claimed side of a
+    bound ('<': high below it, '>': low above it); None without an interval."""
+    if any(math.isnan(x) for x in (published, low, high)):
+        return None
+    if relation == "<":
+        return high < published
+    if relation == ">":
+        return low > published
+    return low <= published <= high
+
+
+def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool) -> dict[str, Any]:
+    """One replication row: the published row, this run's value and interval, difference, covered, note."""
+    pub = num(row["value"])
+    rel = str(row.get("relation") or "=")
+    out = {c: row.get(c, "") for c in COLUMNS if c in PUBLISHED_COLUMNS}
+    out.update(published=pub, this_run=rv.value, low=rv.low, high=rv.high, source=rv.source,
+               difference=math.nan, covered="")
+    notes = []
+    if rv.missing:
+        notes.append(f"{NOT_COMPUTED}: {rv.missing}")
+    elif not stand_in:
+        if rel == "=" and not math.isnan(rv.value):
+            out["difference"] = rv.value - pub
+        c = covers(pub, rv.low, rv.high, rel)
+        if c is not None:
+            out["covered"] = c
+        elif not math.isnan(rv.value) and row.get("kind") == "design":
+            notes.append("a setting of the study: compared as a value, no interval")
+        elif not math.isnan(rv.value):
+            notes.append("no interval in this run's table: point only" + (
+                "" if rel == "=" else f"; the point {'satisfies' if _holds(rv.value, pub, rel) else 'does not satisfy'}"
+                f" the claim ({rel} {fmt(pub)})"))
+        if rel != "=" and c is False:
+            against = rv.low > pub if rel == "<" else rv.high < pub
+            notes.append("the interval lies on the other side of the bound: the run contradicts the claim" if against
+                         else "the interval straddles the bound: the claim is neither confirmed nor contradicted")
+    if rv.note:
+        notes.append(rv.note)
+    if stand_in:
+        notes.insert(0, STAND_IN_NOTE)
+    out["note"] = "; ".join(notes)
+    return out
+
+
+def _holds(x: float, bound: float, rel: str) -> bool:
+    return x < bound if rel == "<" else x > bound if rel == ">" else x == bound
+
+
+# ------------------------------------------------------------------------------ this run's values
+
+@dataclass
+class Run:
+    """What the lookups read: the two analysis folders, the FOCUS manifest, the active labels and the few
+    settings the tables do not record (`design`: faces.detector, faces.det_threshold, faces.skin_method;
+    `options`: measure → its answer options, e.g. {"mcq_salary": {"A": …, …}})."""
+
+    t2i: Outputs
+    vlm: Outputs
+    groups: tuple[str, ...] = C.GROUPS
+    focus_manifest: Path | None = None
+    design: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, reports: Path, root: Path = Path("."), **kw: Any) -> "Run":
+        return cls(Outputs.load(Path(reports) / "t2i"), Outputs.load(Path(reports) / "vlm"),
+                   focus_manifest=Path(root) / C.FOCUS_MANIFEST, **kw)
+
+
+def _src(t: Loaded, column: str, where: str = "") -> str:
+    return f"{t.name}.{column}" + (f" ({where})" if where else "")
+
+
+def _pick(t: Loaded, row: Mapping[str, Any], column: str, **match: str) -> tuple[pd.DataFrame, str]:
+    """The rows of a loaded table for the row's model and the given column values, or why there are none."""
+    if not t.ok:
+        return pd.DataFrame(), t.reason or f"no table {t.name}"
+    df = t.df
+    model = str(row["run_model"])
+    if "model" in df and model != EVERY:
+        if model not in set(df["model"].astype(str)):
+            return pd.DataFrame(), (f"this run has no model {model} (its models: "
+                                    f"{', '.join(dict.fromkeys(df['model'].astype(str)))})")
+        df = df[df["model"].astype(str) == model]
+    for col, val in match.items():
+        sel = df[df[col].astype(str).str.lower() == str(val).lower()]
+        if sel.empty:
+            return pd.DataFrame(), f"{t.name} has no row with {col} = {val}" + (
+                f" for {model}" if model != EVERY else "")
+        df = sel
+    return df, ""
+
+
+def _one(t: Loaded, row: Mapping[str, Any], column: str, low: str = "", high: str = "", **match: str) -> RunValue:
+    df, why = _pick(t, row, column, **match)
+    if why:
+        return not_computed(why, _src(t, column))
+    r = df.iloc[0]
+    return RunValue(num(r[column]), num(r[low]) if low else math.nan, num(r[high]) if high else math.nan,
+                    _src(t, column))
+
+
+def mean_tvd(run: Run, row: Mapping[str, Any]) -> RunValue:
+    return _one(run.t2i.table(C.TVD_SUMMARY), row, "mean_tvd", "mean_tvd_low", "mean_tvd_high",
+                category=row["category"])
+
+
+def mean_deviation(run: Run, row: Mapping[str, Any]) -> RunValue:
+    rv = _one(run.t2i.table(C.DEVIATION_BY_RACE), row, "mean_deviation", "mean_deviation_low", "mean_deviation_high",
+              category=row["category"], race=row["group"])
+    if not rv.missing:
+        rv.note = "mean over prompts of (model share − benchmark share)" + (
+            "; the paper's '20%' read as 0.20 of a share (percentage points)" if row["relation"] == "=" else "")
+    return rv
+
+
+def share_reaching(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.THRESHOLD_SUMMARY)
+    df, why = _pick(t, row, "share_reaching", category=row["category"], group=row["group"])
+    if why:
+        return not_computed(why, _src(t, "share_reaching"))
+    r = df.iloc[0]
+    return RunValue(num(r["share_reaching"]), source=_src(t, "share_reaching"),
+                    note=f"{int(num(r['n_reaching']))} of {int(num(r['n_prompts_above']))} prompts above the "
+                         f"benchmark share {fmt(r['threshold'], 2)} reach it")
+
+
+def threshold_share(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.THRESHOLD_SUMMARY)
+    df, why = _pick(t, row, "threshold", group=row["group"])
+    if why:
+        return not_computed(why, _src(t, "threshold"))
+    return RunValue(num(df["threshold"].iloc[0]), source=_src(t, "threshold", "analyze.threshold_share"))
+
+
+def L_mean(run: Run, row: Mapping[str, Any]) -> RunValue:
+    return _one(run.t2i.table(C.SKIN_SUMMARY_BY_LABEL), row, "L_mean", "L_mean_lo", "L_mean_hi", label=row["group"])
+
+
+def n_classified(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    col = f"n_{row['group']}"
+    df, why = _pick(t, row, col)
+    if why:
+        return not_computed(why, _src(t, col))
+    if col not in df:
+        return not_computed(f"{t.name} has no column {col} (not a label of the active group set)", _src(t, col))
+    return RunValue(float(df[col].map(num).sum()), source=_src(t, col, "summed over prompts"))
+
+
+def dark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.SKIN_DARK_SHARE)
+    df, why = _pick(t, row, "share", group=row["group"])
+    if why:
+        return not_computed(why, _src(t, "share"))
+    r = df.iloc[0]
+    want = num(subset_of(row["subset"]).get("L_below"))
+    rv = RunValue(num(r["share"]), num(r["share_low"]), num(r["share_high"]), _src(t, "share"),
+                  f"{int(num(r['n_dark']))} faces below L* {fmt(r['L_threshold'], 0)}")
+    if not math.isnan(want) and num(r["L_threshold"]) != want:
+        return not_computed(f"this run's threshold is L* < {fmt(r['L_threshold'], 0)} (analyze.dark_L_threshold), "
+                            f"the paper's {fmt(want, 0)}", rv.source)
+    return rv
+
+
+def prompt_tvd_max(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    instance = subset_of(row["subset"]).get("instance", "")
+    df, why = _pick(t, row, "tvd", category=row["category"], instance=instance)
+    if why:
+        return not_computed(why, _src(t, "tvd"))
+    tv = df["tvd"].map(num).dropna()
+    if tv.empty:
+        return not_computed(f"no labelled image for the prompt {instance}", _src(t, "tvd"))
+    return RunValue(float(tv.max()), source=_src(t, "tvd", "largest over models"),
+                    note=f"{len(tv)} model(s)")
+
+
+def earnings_slope_p(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.SKIN_EARNINGS_OLS)
+    df, why = _pick(t, row, "p_value", group=row["group"])
+    if why:
+        return not_computed(why, _src(t, "p_value"))
+    r = df.iloc[0]
+    if math.isnan(num(r["p_value"])):
+        return not_computed(f"no fit ({int(num(r['n_clusters']))} prompts)", _src(t, "p_value"))
+    return RunValue(num(r["p_value"]), source=_src(t, "p_value"),
+                    note=f"slope {fmt(r['slope'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] L* per "
+                         f"analyze.earnings_unit_usd of median weekly earnings, {int(num(r['n_clusters']))} prompts")
+
+
+def homogeneity_gap(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.HOMOGENEITY_BY_RACE)
+    space = subset_of(row["subset"]).get("space", "")
+    df, why = _pick(t, row, "gap", space=space, group=row["group"])
+    if why:
+        return not_computed(why, _src(t, "gap"))
+    r = df.iloc[0]
+    return RunValue(num(r["gap"]), num(r["gap_lo"]), num(r["gap_hi"]), _src(t, "gap", "the paper's unstratified gap"),
+                    f"within-prompt gap {fmt(r['wp_gap'])} [{fmt(r['wp_gap_lo'])}, {fmt(r['wp_gap_hi'])}]")
+
+
+def _bins(run: Run, row: Mapping[str, Any], group: str, column: str) -> RunValue:
+    t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
+    df, why = _pick(t, row, column, space=subset_of(row["subset"]).get("space", ""), group=group)
+    if why:
+        return not_computed(why, _src(t, column))
+    return RunValue(num(df[column].iloc[0]), source=_src(t, column))
+
+
+def mean_similarity(run: Run, row: Mapping[str, Any]) -> RunValue:
+    rv = _bins(run, row, str(row["group"]), "intra")
+    rv.source += " (mean intra-bin cosine)" if rv.source else ""
+    return rv
+
+
+def similarity_difference(run: Run, row: Mapping[str, Any]) -> RunValue:
+    a, _, b = str(row["group"]).partition(" minus ")
+    x, y = _bins(run, row, a, "intra"), _bins(run, row, b, "intra")
+    if x.missing or y.missing:
+        return not_computed(x.missing or y.missing, x.source)
+    return RunValue(x.value - y.value, source=f"{x.source}: {a} − {b}")
+
+
+def n_in_bin(run: Run, row: Mapping[str, Any]) -> RunValue:
+    return _bins(run, row, str(row["group"]), "n")
+
+
+def cohen_kappa(run: Run, row: Mapping[str, Any]) -> RunValue:
+    kind = subset_of(row["subset"]).get("kind", "")
+    mean = run.t2i.table(C.MEAN_KAPPA, where="reliability")
+    rv = _one(mean, row, "mean_cohen_kappa", kind=kind)
+    if rv.missing:
+        return rv
+    pairs = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
+    df, _ = _pick(pairs, row, "cohen_kappa", kind=kind)
+    if len(df) == 1:  # one pair: the mean is that pair's κ, whose bootstrap interval over images is the interval
+        rv.low, rv.high = num(df["ci_low"].iloc[0]), num(df["ci_high"].iloc[0])
+        rv.source += f"; interval: {pairs.name}.ci_low/ci_high"
+    elif len(df):
+        rv.note = f"mean of {len(df)} pairs (no interval of the mean): " + ", ".join(
+            f"{r.rater_a}–{r.rater_b} {fmt(r.cohen_kappa)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" for r in df.itertuples())
+    return rv
+
+
+def fleiss_kappa(run: Run, row: Mapping[str, Any]) -> RunValue:
+    raters = subset_of(row["subset"]).get("raters", "all")
+    return _one(run.t2i.table(C.FLEISS_KAPPA, where="reliability"), row, "fleiss_kappa", "ci_low", "ci_high",
+                group=row["group"], raters=raters)
+
+
+def disagreement_share(run: Run, row: Mapping[str, Any]) -> RunValue:
+    against = subset_of(row["subset"]).get("against", "")
+    t = run.t2i.table(C.disagreements(run.groups), where="reliability")
+    if against not in run.groups:
+        return not_computed(f"{against} is not a label of the active group set", _src(t, against))
+    df, why = _pick(t, row, against, index=row["group"])
+    if why:
+        return not_computed(why, _src(t, against))
+    r = df.iloc[0]
+    return RunValue(num(r[against]), source=_src(t, against, "all rater pairs, classifier included"),
+                    note=f"{int(num(r['n_disagreements']))} disagreements involve {row['group']}")
+
+
+def reliability_sample(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
+    df, why = _pick(t, row, "n")
+    if why:
+        return not_computed(why, _src(t, "n"))
+    return RunValue(num(df["n"].iloc[0]), source=_src(t, "n", "images every rater labelled"))
+
+
+def n_raters(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
+    df, why = _pick(t, row, "rater_a")
+    if why:
+        return not_computed(why, _src(t, "rater_a"))
+    hh = df[df["kind"] == "human-human"]
+    humans = set(hh["rater_a"].astype(str)) | set(hh["rater_b"].astype(str))
+    return RunValue(float(len(humans)), source=_src(t, "rater_a/rater_b", "human raters"))
+
+
+def n_labels(run: Run, row: Mapping[str, Any]) -> RunValue:
+    return RunValue(float(len(run.groups)), source="Params.groups (benchmarks.group_set)")
+
+
+def parsing_classes(run: Run, row: Mapping[str, Any]) -> RunValue:
+    method = run.design.get("faces.skin_method", "")
+    return not_computed(f"a constant of the parsing network (faces/bisenet.py N_CLASSES), not a run output; this run's "
+                        f"skin mask: faces.skin_method = {method or '?'}")
+
+
+def det_threshold(run: Run, row: Mapping[str, Any]) -> RunValue:
+    if "faces.det_threshold" not in run.design:
+        return not_computed("faces.det_threshold not passed to the report")
+    return RunValue(num(run.design["faces.det_threshold"]), source="params faces.det_threshold",
+                    note=f"applies to the InsightFace detector; this run's detector: {run.design.get('faces.detector', '?')}")
+
+
+def benchmark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    col = f"bench_{row['group']}"
+    instance = subset_of(row["subset"]).get("instance", "")
+    df, why = _pick(t, row, col, category=row["category"], instance=instance)
+    if why:
+        return not_computed(why + " (this run's prompts do not include it)", _src(t, col))
+    return RunValue(num(df[col].iloc[0]), source=_src(t, col, "the benchmark of this run's prompt"))
+
+
+def _per_prompt(run: Run) -> tuple[pd.DataFrame, str]:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    return (t.df, "") if t.ok else (pd.DataFrame(), t.reason or "no tvd_per_prompt")
+
+
+def n_prompts(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    df, why = _per_prompt(run)
+    if why:
+        return not_computed(why, _src(t, "prompt_id"))
+    if row["category"] == "each":
+        per = df.groupby("category")["prompt_id"].nunique()
+        return RunValue(float(per.min()), source=_src(t, "prompt_id", "fewest prompts of a category"),
+                        note=", ".join(f"{k} {v}" for k, v in per.items()))
+    return RunValue(float(df["prompt_id"].nunique()), source=_src(t, "prompt_id", "prompts with a labelled image"))
+
+
+def images_per_prompt(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    df, why = _per_prompt(run)
+    if why:
+        return not_computed(why, _src(t, "n"))
+    labelled = df["n"].map(num) + (df["n_unknown"].map(num) if "n_unknown" in df else 0)
+    return RunValue(float(labelled.median()), source=_src(t, "n + n_unknown", "median labelled images per prompt × model"))
+
+
+def n_models(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_SUMMARY)
+    if not t.ok:
+        return not_computed(t.reason, _src(t, "model"))
+    return RunValue(float(t.df["model"].nunique()), source=_src(t, "model"))
+
+
+def n_categories(run: Run, row: Mapping[str, Any]) -> RunValue:
+    t = run.t2i.table(C.TVD_SUMMARY)
+    if not t.ok:
+        return not_computed(t.reason, _src(t, "category"))
+    return RunValue(float(t.df.loc[t.df["category"] != "all", "category"].nunique()), source=_src(t, "category"))
+
+
+# ------------------------------------------------------------------------------------- Method B
+
+def _focus(run: Run) -> tuple[pd.DataFrame, str]:
+    path = run.focus_manifest
+    if path is None or not path.exists():
+        return pd.DataFrame(), f"{C.FOCUS_MANIFEST} not found (the counterfactuals stage has not run)"
+    df = pd.read_parquet(path)
+    if "status" in df:
+        df = df[df["status"] == C.OK]
+    return df, ""
+
+
+def _focus_count(column: str | None, what: str) -> Callable[[Run, Mapping[str, Any]], RunValue]:
+    def lookup(run: Run, row: Mapping[str, Any]) -> RunValue:
+        df, why = _focus(run)
+        if why:
+            return not_computed(why)
+        src = f"{C.FOCUS_MANIFEST} ({what}, edits with status ok)"
+        if column is None:
+            return RunValue(float(len(df)), source=src)
+        if column == "group":
+            return RunValue(float(df[["race", "gender"]].drop_duplicates().shape[0]), source=src)
+        return RunValue(float(df[column].nunique()), source=src)
+    return lookup
+
+
+def n_vlms(run: Run, row: Mapping[str, Any]) -> RunValue:
+    summary = read_json(run.vlm.root / "summary.json")
+    if not isinstance(summary, dict) or not isinstance(summary.get("vlms"), dict):
+        return not_computed(f"{run.vlm.root}/summary.json not found (reflect_analysis has not run)")
+    return RunValue(float(len(summary["vlms"])), source="reports/vlm/summary.json (vlms)",
+                    note=", ".join(summary["vlms"]))
+
+
+def n_task_kinds(run: Run, row: Mapping[str, Any]) -> RunValue:
+    tables = [t for _, t in run.vlm.tables_of(C.RETENTION) if t.ok]
+    if not tables:
+        return not_computed("no <vlm>_retention table in reports/vlm/tables")
+    kinds = sorted({str(k) for t in tables for k, a in zip(t.df["kind"], t.df["asked"]) if num(a) > 0})
+    return RunValue(float(len(kinds)), source="<vlm>_retention.kind (asked > 0)", note=", ".join(kinds))
+
+
+def two_afc_scenarios(run: Run, row: Mapping[str, Any]) -> RunValue:
+    tasks = sorted({k["task"] for k, t in run.vlm.tables_of(C.RACE_WINRATE)})
+    if not tasks:
+        return not_computed("no <vlm>_race_winrate_<task> table in reports/vlm/tables")
+    return RunValue(float(len(tasks)), source="<vlm>_race_winrate_<task> tables", note=", ".join(tasks))
+
+
+def two_afc_images(run: Run, row: Mapping[str, Any]) -> RunValue:
+    return not_computed("fixed by the task design (biasaudit.vlm.tasks: two images of one source photo, or one "
+                        "composite of the two for a one-image VLM), not a run output")
+
+
+def mcq_options(run: Run, row: Mapping[str, Any]) -> RunValue:
+    options = run.options.get(str(row["category"]))
+    if options is None:
+        return not_computed(f"no answer options for {row['category']} passed to the report")
+    return RunValue(float(len(options)), source="params reflect_analysis (salary_brackets / education_levels)",
+                    note=", ".join(map(str, options)))
+
+
+def share_negative_delta_g(run: Run, row: Mapping[str, Any]) -> RunValue:
+    ref = subset_of(row["subset"]).get("reference", "White")
+    frames = [t.df.assign(vlm=k["vlm"]) for k, t in run.vlm.tables_of(C.DELTA_G) if t.ok]
+    if not frames:
+        return not_computed("no <vlm>_delta_g table in reports/vlm/tables")
+    df = pd.concat(frames, ignore_index=True)
+    df = df[(df["measure"] == row["category"]) & (df["dimension"] == "race") & (df["level"].astype(str) != ref)]
+    d = df["delta_pct"].map(num).dropna()
+    if d.empty:
+        return not_computed(f"no race Δg on {row['category']} in this run")
+    per = df.assign(neg=df["delta_pct"].map(num) < 0).groupby("vlm")["neg"].mean()
+    return RunValue(float((d < 0).mean()), source="<vlm>_delta_g.delta_pct (race, pooled over VLMs)",
+                    note="per VLM: " + ", ".join(f"{v} {x:.2f}" for v, x in per.items()))
+
+
+LOOKUPS: dict[str, Callable[[Run, Mapping[str, Any]], RunValue]] = {
+    "mean_tvd": mean_tvd, "mean_deviation": mean_deviation, "share_reaching": share_reaching,
+    "threshold_share": threshold_share, "L_mean": L_mean, "n_classified": n_classified, "dark_share": dark_share,
+    "prompt_tvd_max": prompt_tvd_max, "earnings_slope_p": earnings_slope_p, "homogeneity_gap": homogeneity_gap,
+    "mean_similarity": mean_similarity, "similarity_difference": similarity_difference, "n_in_bin": n_in_bin,
+    "cohen_kappa": cohen_kappa, "fleiss_kappa": fleiss_kappa, "disagreement_share": disagreement_share,
+    "reliability_sample": reliability_sample, "n_raters": n_raters, "n_labels": n_labels,
+    "parsing_classes": parsing_classes, "det_threshold": det_threshold, "benchmark_share": benchmark_share,
+    "n_prompts": n_prompts, "n_prompts_per_category": n_prompts, "images_per_prompt": images_per_prompt,
+    "n_models": n_models, "n_categories": n_categories,
+    "focus_images": _focus_count(None, "edits"), "focus_occupations": _focus_count("occupation", "occupations"),
+    "focus_groups": _focus_count("group", "race × gender"), "focus_races": _focus_count("race", "races"),
+    "focus_genders": _focus_count("gender", "genders"), "n_vlms": n_vlms, "n_task_kinds": n_task_kinds,
+    "two_afc_scenarios": two_afc_scenarios, "two_afc_images": two_afc_images, "mcq_options": mcq_options,
+    "share_negative_delta_g": share_negative_delta_g,
+}
+
+
+def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per published row: this run's value, interval, difference, covered and a note."""
+    rows = []
+    for row in published.to_dict("records"):
+        lookup = LOOKUPS.get(str(row["statistic"]))
+        try:
+            rv = lookup(run, row) if lookup else not_computed(f"no reader for the statistic {row['statistic']}")
+        except (KeyError, ValueError, TypeError, OSError) as exc:  # a table read back wrong becomes a reason
+            rv = not_computed(f"{type(exc).__name__}: {exc}")
+        rows.append(compare(row, rv, bool(stand_ins)))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+# -------------------------------------------------------------------------------------- the page
+
+PAGE = """<h1>Replication: the published numbers beside this run's</h1><p><a href="index.html">← front page</a></p>
+{% if stand_ins %}<div class="standin" role="alert">NO COMPARISON — a stand-in run<small>This table claims no
+comparison with the papers: {{ stand_ins|join('; ') }}. The published values are listed with this run's values for
+inspection only; the difference and covered columns are empty.</small></div>{% endif %}
+<p class="note">{{ summary }}</p>
+<p class="note">One row per number the papers report (data/reference/published/, each with its sentence quoted).
+result: difference = this run − published, covered = this run's {{ level }} interval contains the published value;
+claim: a bound the paper states, covered = the whole interval lies on the claimed side; design: a setting of the
+published study. "not computed" says why. Source: the table and column this run's value is read from.</p>
+<div class="scroll"><table class="t"><tr><th>id</th><th>statistic</th><th>published</th><th>this run [interval]</th>
+<th>difference</th><th>covered</th><th>source</th><th>note</th></tr>
+{% for r in rows %}<tr id="{{ r.id }}"><td>{{ r.id }}<br><small>{{ r.kind }}</small></td>
+<td>{{ r.statistic }}<br><small>{{ r.what }}</small><br><small><i>“{{ r.sentence }}”</i></small></td>
+<td>{{ r.relation_shown }}{{ r.published_shown }}<br><small>{{ r.unit }}</small></td><td>{{ r.run_shown }}</td>
+<td>{{ r.difference_shown }}</td><td>{{ r.covered_shown }}</td><td><small>{{ r.source }}</small></td>
+<td><small>{{ r.note }}</small></td></tr>{% endfor %}</table></div>
+<p class="trail">made by <code>biasaudit.report.replication.replication_table</code> · <a href="replication.csv" download>replication.csv</a></p>
+</body></html>
+"""
+
+
+def _shown(r: Mapping[str, Any]) -> dict[str, Any]:
+    what = ", ".join(x for x in (str(r["model"]), str(r["category"]), str(r["group"]), str(r["subset"]))
+                     if x and x != "nan")
+    digits = 1 if str(r["statistic"]) == "L_mean" else 3
+    run = fmt(r["this_run"], digits) if not math.isnan(num(r["this_run"])) else "—"
+    if not math.isnan(num(r["low"])):
+        run += f" [{fmt(r['low'], digits)}, {fmt(r['high'], digits)}]"
+    cov = str(r["covered"]).lower()
+    return {**r, "what": what, "run_shown": run, "published_shown": fmt(r["published"], digits),
+            "relation_shown": "" if r["relation"] == "=" else f"{r['relation']} ",
+            "difference_shown": "" if math.isnan(num(r["difference"])) else f"{num(r['difference']):+.{digits}f}",
+            "covered_shown": {"true": "yes", "false": "NO"}.get(cov, "")}
+
+
+def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_ins: Sequence[str],
+                      level: float = 0.95, title: str = "biasaudit report") -> tuple[Path, Path]:
+    """Write `<reports>/replication.csv` and `<reports>/pages/replication.html`; return both paths."""
+    reports = Path(reports)
+    csv = atomic_write_table(table, reports / C.REPLICATION_CSV.relative_to(C.REPORTS))
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    text = env.from_string(HEAD + PAGE).render(
+        title=f"Replication · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
+        stand_ins=list(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
+        rows=[_shown(r) for r in table.to_dict("records")])
+    page = atomic_write_text(reports / PAGES / C.REPLICATION_PAGE, text)
+    return csv, page
+
+
+def build_replication(reports: Path, published_dir: Path, profile: str, stand_ins: Sequence[str],
+                      groups: tuple[str, ...] = C.GROUPS, design: Mapping[str, Any] | None = None,
+                      options: Mapping[str, Mapping[str, Any]] | None = None, root: Path = Path("."),
+                      level: float = 0.95, title: str = "biasaudit report") -> pd.DataFrame:
+    """Read the published numbers and this run's tables, write the CSV and the page, return the table."""
+    run = Run.load(Path(reports), Path(root), groups=tuple(groups), design=dict(design or {}),
+                   options=dict(options or {}))
+    table = replication_table(load_published(Path(root) / published_dir), run, stand_ins)
+    write_replication(Path(reports), table, profile, stand_ins, level, title)
+    return table
+
+
+__all__ = ["COLUMNS", "LOOKUPS", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
+           "replication_table", "write_replication"]
