@@ -230,7 +230,7 @@ INSTRUMENTS_SUMMARY = Table("instruments_summary", ("method", "mode", "target_L"
 # the reliability stage's files (reports/t2i/reliability/<name>.csv)
 MEAN_KAPPA = Table("mean_kappa", ("kind", "mean_cohen_kappa"), ("raters_source",))
 FLEISS_KAPPA = Table("fleiss_kappa", ("group", "raters", "fleiss_kappa", "ci_low", "ci_high"), ("raters_source",))
-# Method B (reports/vlm/tables/, written by vlm/analysis.py and vlm/recovery.py), one per VLM
+# Method B (reports/vlm/tables/, written by the sections of vlm/analysis/ and vlm/recovery.py), one per VLM
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
 OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted", "measure", "n_clusters"),
