@@ -29,7 +29,7 @@ import argparse
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -524,12 +524,16 @@ def _analysis(n_boot: int = 999, n_perm: int = 999):
 
 def reflect_interval_check(G: int, n_boot: int):
     """One replication: does each interval cover its planted value (vlm.planted.estimands)?"""
-    from biasaudit.vlm import analysis as an
+    from types import SimpleNamespace
+
     from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis import gaps, two_afc
+    from biasaudit.vlm.analysis.inputs import Boot, retained, with_values
 
     pl, params, units = _planted(), _analysis(n_boot), _units(G)
     truth = P.estimands(pl, units, params, two_afc_tasks=("income",))
-    boot = an._boot(params)
+    settings = Boot.of(SimpleNamespace(reflect_analysis=params))
+    boot = settings.resampling
     win = truth["two_afc"]["income"]["winrate"].set_index(["row", "col"])["planted"]
     race = truth["two_afc"]["income"]["race_winrate"].set_index(["gender", "race"])["planted"]
     bt = truth["two_afc"]["income"]["bradley_terry"].set_index("term")["planted"]
@@ -537,16 +541,18 @@ def reflect_interval_check(G: int, n_boot: int):
 
     def run(rng, rep):
         df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))
-        two = an.retained(df, "2afc", "income")
-        w = an.win_rate_table(two, boot | {"seed": rep}).set_index(["row", "col"]).loc[("WM", "BF")]
-        r = an.race_win_rates_within_gender(two, boot | {"seed": rep}).set_index(["gender", "race"]).loc[("man", "Black")]
-        b, _ = an.bradley_terry(two, "WF")
+        two = retained(df, "2afc", "income")
+        w = two_afc.win_rate_table(two, boot | {"seed": rep}).set_index(["row", "col"]).loc[("WM", "BF")]
+        r = two_afc.race_win_rates_within_gender(two, boot | {"seed": rep}).set_index(["gender", "race"]).loc[
+            ("man", "Black")]
+        b, _ = two_afc.bradley_terry(two, params.bt_reference, params.confidence)
         b = b.set_index("term").loc["BM"] if b is not None else {"ci_low": np.nan, "ci_high": np.nan}
         out = [w["low"] <= win[("WM", "BF")] <= w["high"], r["low"] <= race[("man", "Black")] <= r["high"],
                b["ci_low"] <= bt["BM"] <= b["ci_high"]]
         for kind, task, values in (("salary", "salary", None), ("mcq", "salary", params.salary_brackets)):
-            sub = an.with_values(an.retained(df, kind, task), values)
-            d = an.delta_g_within(sub, "race", "Black", "White", n_boot=n_boot, n_permutations=99, seed=rep)
+            sub = with_values(retained(df, kind, task), values)
+            d = gaps.delta_g_within(sub, "race", "Black", params.race_reference,
+                                    replace(settings, n_permutations=99, seed=rep))
             out.append(d["low"] <= dg[f"{kind}_{task}"][("race", "Black")] <= d["high"])
         return tuple(bool(x) for x in out)
 
@@ -560,17 +566,20 @@ REFLECT_INTERVALS = ("REFLECT win-rate CI (income, WM vs BF)", "REFLECT race win
 
 def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_perm: int):
     """One replication: do the OLS t(G−1), OLS wild and sign-flip tests of race:Black (salary) reject?"""
-    from biasaudit.vlm import analysis as an
     from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis.inference import sign_flip
+    from biasaudit.vlm.analysis.inputs import retained, with_values
+    from biasaudit.vlm.analysis.significance import ols_by_group, paired_differences
 
-    pl, units = _planted(null, photo_effects), _units(G)
+    pl, units, params = _planted(null, photo_effects), _units(G), _analysis()
 
     def run(rng, rep):
         df = P.simulate_responses(pl, units, rng, two_afc_tasks=(), mcq_tasks=())
-        sub = an.with_values(an.retained(df, "salary", "salary"), None)
-        table, _ = an.ols_cluster(sub, n_wild=n_wild, seed=rep)
+        sub = with_values(retained(df, "salary", "salary"), None)
+        table, _ = ols_by_group(sub, params.race_reference, params.gender_reference, params.confidence, n_wild,
+                                params.wild_weights, rep)
         row = table.set_index("term").loc["race:Black"]
-        p_flip = an.sign_flip(an.paired_differences(sub, "race", "Black", "White").to_numpy(), n_perm, rep)[1]
+        p_flip = sign_flip(paired_differences(sub, "race", "Black", params.race_reference).to_numpy(), n_perm, rep)[1]
         return (bool(row["p_t"] < NOMINAL_LEVEL), bool(row["p_wild"] < NOMINAL_LEVEL), bool(p_flip < NOMINAL_LEVEL))
 
     return run

@@ -8,9 +8,13 @@ import pytest
 
 from biasaudit.backends.vlm.base import VLMResponse
 from biasaudit.params.vlm import Reflect, ReflectAnalysis
-from biasaudit.vlm import analysis as an
 from biasaudit.vlm import tasks
+from biasaudit.vlm.analysis import gaps, significance, two_afc
+from biasaudit.vlm.analysis.inference import sign_flip, sign_flip_test
+from biasaudit.vlm.analysis.inputs import with_values
 from biasaudit.vlm.groups import GROUP_CODES, group_code
+
+from .fixtures_vlm import answers, boot, config
 
 
 def cmp(a, b, choice, unit="doctor/p1", order=0, status="ok", task="income"):
@@ -29,7 +33,7 @@ def scripted_2afc():
 
 def test_win_rate_matrix_by_hand(scripted_2afc):
     kept = scripted_2afc[scripted_2afc["status"] == "ok"]
-    rate, n = an.win_rate_matrix(kept)
+    rate, n = two_afc.win_rate_matrix(kept)
     assert list(rate.index) == list(GROUP_CODES) and rate.shape == (10, 10)
     assert rate.loc["AM", "BM"] == 0.5 and rate.loc["BM", "AM"] == 0.5
     assert rate.loc["AM", "WF"] == 1.0 and rate.loc["WF", "AM"] == 0.0
@@ -42,7 +46,7 @@ def test_win_rate_matrix_by_hand(scripted_2afc):
 
 def test_position_bias_by_hand(scripted_2afc):
     kept = scripted_2afc[scripted_2afc["status"] == "ok"]
-    pb = an.position_bias(kept)
+    pb = two_afc.position_bias(kept)
     assert pb["share_first"] == pytest.approx(3 / 5)
     assert pb["pairs_both_orders"] == 2           # AM-BM and AM-WF (BM-WF lost one order)
     assert pb["position_bias_rate"] == pytest.approx(1 / 2)  # AM-BM: 'A' both times
@@ -50,7 +54,7 @@ def test_position_bias_by_hand(scripted_2afc):
 
 def test_race_win_rates_within_gender(scripted_2afc):
     kept = scripted_2afc[scripted_2afc["status"] == "ok"]
-    rw = an.race_win_rates_within_gender(kept).set_index(["gender", "race"])
+    rw = two_afc.race_win_rates_within_gender(kept).set_index(["gender", "race"])
     assert rw.loc[("man", "Asian"), "rate"] == 0.5 and rw.loc[("man", "Asian"), "n"] == 2
     assert rw.loc[("man", "Black"), "rate"] == 0.5
     assert math.isnan(rw.loc[("woman", "White"), "rate"])  # no woman-vs-woman comparison
@@ -60,7 +64,7 @@ def test_bradley_terry_saturated_closed_form():
     # AM shown first 10×: chosen 8×; AM shown second 10×: chosen 6× (so 'A' chosen 4×).
     rows = [cmp("AM", "WF", "A" if i < 8 else "B", unit=f"u{i % 2}") for i in range(10)]
     rows += [cmp("WF", "AM", "B" if i < 6 else "A", unit=f"u{i % 2}", order=1) for i in range(10)]
-    table, reason = an.bradley_terry(pd.DataFrame(rows), reference="WF")
+    table, reason = two_afc.bradley_terry(pd.DataFrame(rows), reference="WF", confidence=0.95)
     assert reason == ""
     t = table.set_index("term")
     logit = lambda p: math.log(p / (1 - p))  # noqa: E731
@@ -72,7 +76,7 @@ def test_bradley_terry_saturated_closed_form():
 
 def test_bradley_terry_reports_unidentifiable():
     rows = [cmp("AM", "WF", "A"), cmp("WF", "AM", "A")] * 6
-    table, reason = an.bradley_terry(pd.DataFrame(rows), reference="WF")
+    table, reason = two_afc.bradley_terry(pd.DataFrame(rows), reference="WF", confidence=0.95)
     assert table is None and "not identifiable" in reason
 
 
@@ -87,12 +91,12 @@ def test_mcq_delta_g_by_hand():
                        single("mcq", "salary", "White", "man", choice="D"),
                        single("mcq", "salary", "Black", "woman", choice="B"),
                        single("mcq", "salary", "Black", "man", choice="C")])
-    df = an.with_values(df, brackets)
-    race = an.mean_gaps(df, "race", "White").set_index("level")
+    df = with_values(df, brackets)
+    race = gaps.mean_gaps(df, "race", "White").set_index("level")
     assert race.loc["White", "mean"] == 75000 and race.loc["Black", "mean"] == 51250
     assert race.loc["Black", "delta_pct"] == pytest.approx(100 * (51250 - 75000) / 75000)
     assert race.loc["White", "delta_pct"] == 0
-    gender = an.mean_gaps(df, "gender", "woman").set_index("level")
+    gender = gaps.mean_gaps(df, "gender", "woman").set_index("level")
     assert gender.loc["man", "delta_pct"] == pytest.approx(100 * (75000 - 51250) / 51250)
 
 
@@ -105,16 +109,16 @@ def test_salary_gaps_by_occupation_and_ols_by_hand():
                 for gender, dg in (("woman", 0.0), ("man", 5000.0)):
                     y = base + 7000 * p + dr + dg + rng.normal(0, 500)
                     rows.append(single("salary", "salary", race, gender, unit=f"{occ}/p{p}", value=y, occupation=occ))
-    df = an.with_values(pd.DataFrame(rows), None)
+    df = with_values(pd.DataFrame(rows), None)
     # by hand: per-occupation means and % gaps
-    gaps = an.mean_gaps(df, "race", "White", by=["occupation"]).set_index(["occupation", "level"])
+    by_occ = gaps.mean_gaps(df, "race", "White", by=["occupation"]).set_index(["occupation", "level"])
     for occ in ("nurse", "ceo"):
         sub = df[df["occupation"] == occ]
         w, b = sub[sub.race == "White"]["y"].mean(), sub[sub.race == "Black"]["y"].mean()
-        assert gaps.loc[(occ, "Black"), "delta_pct"] == pytest.approx(100 * (b - w) / w)
-        assert gaps.loc[(occ, "Black"), "delta_pct"] < 0
+        assert by_occ.loc[(occ, "Black"), "delta_pct"] == pytest.approx(100 * (b - w) / w)
+        assert by_occ.loc[(occ, "Black"), "delta_pct"] < 0
     # balanced full factorial with photo fixed effects: OLS main effects = differences of marginal means
-    table, reason = an.ols_cluster(df)
+    table, reason = significance.ols_by_group(df, "White", "woman", 0.95, 999, "webb", 0)
     assert reason == ""
     t = table.set_index("term")
     mean = df.groupby("race")["y"].mean()
@@ -126,9 +130,9 @@ def test_salary_gaps_by_occupation_and_ols_by_hand():
 
 
 def test_sign_flip_exact():
-    mean, p = an.sign_flip_test(np.array([1.0, 2.0, 3.0]), n_permutations=999)
+    mean, p = sign_flip_test(np.array([1.0, 2.0, 3.0]), 999, 0)
     assert mean == 2.0 and p == pytest.approx(2 / 8)  # only +++ and --- reach |mean| ≥ 2
-    mean, p = an.sign_flip_test(np.array([1.0, -1.0]))
+    mean, p = sign_flip_test(np.array([1.0, -1.0]), 9999, 0)
     assert mean == 0 and p == pytest.approx(1.0)
 
 
@@ -177,16 +181,16 @@ def test_position_bias_ignores_a_pair_asked_twice_in_the_same_order():
     """AM-BM asked twice with AM first is not 'both orders' (it used to count as a pair)."""
     two = pd.DataFrame([cmp("AM", "BM", "A", order=0), cmp("AM", "BM", "A", order=1),
                         cmp("AM", "WF", "A", order=0), cmp("WF", "AM", "A", order=1)])
-    pb = an.position_bias(two)
+    pb = two_afc.position_bias(two)
     assert pb["pairs_both_orders"] == 1  # only AM-WF was shown in both orders
     assert pb["position_bias_rate"] == 1.0  # 'A' both times: the chosen group flipped with the order
 
 
 def test_sign_flip_single_photo_is_defined():
-    mean, p, reason = an.sign_flip(np.array([2.5]))
+    mean, p, reason = sign_flip(np.array([2.5]), 9999, 0)
     assert mean == 2.5 and p == 1.0 and "one source photo" in reason
-    assert an.sign_flip_test(np.array([2.5])) == (2.5, 1.0)
-    assert np.isnan(an.sign_flip(np.array([]))[1])
+    assert sign_flip_test(np.array([2.5]), 9999, 0) == (2.5, 1.0)
+    assert np.isnan(sign_flip(np.array([]), 9999, 0)[1])
 
 
 def _single_image_answers(effect=-0.10, drop_black_women=True, photos=12, seed=0):
@@ -209,8 +213,8 @@ def test_delta_g_within_photo_is_unbiased_by_unbalanced_retention():
     """No Black woman retained: the pooled mean-based Δg mixes in the gender effect (about −28% here),
     the within-photo matched-cell Δg recovers the planted −10% exactly (noise-free answers)."""
     df = _single_image_answers()
-    pooled = an.mean_gaps(df, "race", "White").set_index("level").loc["Black", "delta_pct"]
-    within = an.delta_g_within(df, "race", "Black", "White", n_boot=200, n_permutations=99)
+    pooled = gaps.mean_gaps(df, "race", "White").set_index("level").loc["Black", "delta_pct"]
+    within = gaps.delta_g_within(df, "race", "Black", "White", boot(n_boot=200, n_permutations=99, seed=0))
     assert within["delta_pct"] == pytest.approx(-10.0, abs=1e-9)
     assert abs(pooled + 10.0) > 5  # the defect the within estimator removes
     assert within["low"] <= -10.0 + 1e-9 <= within["high"] + 1e-9 or np.isnan(within["low"])
@@ -243,10 +247,83 @@ def test_analyse_exposes_delta_g_and_significant_effects_tables():
         kind="salary", task="salary", status="ok", occupation="occ", choice=None)
     # with some answer noise: a noiseless ratio has a zero-width interval, hence (rightly) no p at all
     df["value_usd"] = df["y"] * (1 + 0.01 * np.random.default_rng(1).standard_normal(len(df)))
-    res = an.analyse(df.drop(columns="y"), ReflectAnalysis(n_permutations=999, n_boot=200, wild_bootstrap=99))
-    dg = res["tables"]["delta_g"].set_index(["dimension", "level"])
+    cfg, data = config(n_permutations=999, n_boot=200, wild_bootstrap=99), answers(df.drop(columns="y"))
+    dg = gaps.estimates(data, cfg)["delta_g"].set_index(["dimension", "level"])
     assert dg.loc[("race", "Black"), "delta_pct"] == pytest.approx(-10.0, abs=0.5)
     assert {"p_value", "p_adjusted", "p_adjust_method", "low", "high"} <= set(dg.columns)
-    sig = res["tables"]["significant_effects"]
+    sig = significance.compute(data, cfg).tables["v_significant_effects"]
     assert "race:Black" in set(sig["effect"])
-    assert {"p_t", "p_wild", "p_adjusted"} <= set(res["tables"]["ols"].columns)
+    assert {"p_t", "p_wild", "p_adjusted"} <= set(significance.estimates(data, cfg)["ols"].columns)
+
+
+# ---- the sections: where a parameter is read, the notebook's order ------------------------------
+
+def _section_reads(path) -> set[str]:
+    """The reflect_analysis fields a module reads: `cfg.reflect_analysis.<f>` or `<a>.<f>` after
+    `a = cfg.reflect_analysis` (also inside a tuple assignment)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    is_section = lambda node: isinstance(node, ast.Attribute) and node.attr == "reflect_analysis"  # noqa: E731
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) and isinstance(
+                    node.value, ast.Tuple) else [(target, node.value)]
+                aliases |= {t.id for t, v in pairs if isinstance(t, ast.Name) and is_section(v)}
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and (
+        is_section(node.value) or (isinstance(node.value, ast.Name) and node.value.id in aliases))}
+
+
+def test_a_method_b_analysis_parameter_is_read_in_one_module_of_the_sections_only():
+    """Adding a Method B analysis option takes 3 edits: the schema field, its params.yaml key, the line of the
+    one section module (or inputs.py, for the settings every section shares) that reads it."""
+    from biasaudit.config import read_yaml
+
+    from .conftest import ROOT
+
+    package = ROOT / "src/biasaudit/vlm/analysis"
+    reads = {p.name: _section_reads(p) for p in sorted(package.glob("*.py"))}
+    fields = set(ReflectAnalysis.model_fields)
+    for key in fields:
+        readers = [name for name, r in reads.items() if key in r]
+        assert len(readers) == 1, (key, readers)
+    assert set().union(*reads.values()) <= fields
+    # nothing else takes the section from the config: not the notebook, no other module (the planted
+    # estimands, vlm/planted.py, are handed the section by the validation)
+    outside = [str(p.relative_to(ROOT)) for p in [*(ROOT / "src").rglob("*.py"), ROOT / "notebooks/vlm_reflect_analysis.py"]
+               if package not in p.parents and "params" not in p.parts and "reflect_analysis." in p.read_text()
+               and _section_reads(p)]
+    assert outside == [], outside
+    text = (ROOT / "notebooks/vlm_reflect_analysis.py").read_text()
+    assert not any(f"params.{key}" in text for key in fields)
+    yaml_keys = read_yaml(ROOT / "params.yaml")["reflect_analysis"]
+    assert set(yaml_keys) <= fields
+    section = (ROOT / "params.yaml").read_text().split("\nreflect_analysis:\n")[1].split("\n\n")[0]
+    assert all(section.count(f"  {key}:") == 1 for key in yaml_keys)
+
+
+def test_the_notebook_runs_the_declared_sections_in_order():
+    import importlib
+    import re
+
+    from biasaudit.vlm.analysis import SECTIONS
+
+    from .conftest import ROOT
+
+    text = (ROOT / "notebooks/vlm_reflect_analysis.py").read_text()
+    assert tuple(re.findall(r"^    show\((\w+)\.compute\(answers, cfg\), writer\)$", text, flags=re.M)) == SECTIONS
+    for name in SECTIONS:
+        assert callable(importlib.import_module(f"biasaudit.vlm.analysis.{name}").compute), name
+
+
+def test_no_function_of_the_sections_is_long():
+    import ast
+
+    from .conftest import ROOT
+
+    for path in sorted((ROOT / "src/biasaudit/vlm/analysis").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                assert node.end_lineno - node.lineno < 50, (path.name, node.name)

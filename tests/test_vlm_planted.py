@@ -11,10 +11,12 @@ from scipy.special import expit
 from biasaudit import known_truth as K
 from biasaudit.params.vlm import PlantedReflect, ReflectAnalysis
 from biasaudit.stats.regression import fe_ols_cluster
-from biasaudit.vlm import analysis as an
 from biasaudit.vlm import planted as P
-from biasaudit.vlm import recovery
+from biasaudit.vlm.analysis import gaps, significance, two_afc, validation
+from biasaudit.vlm.analysis.inputs import degenerate, retained
 from biasaudit.vlm.groups import GROUP_CODES, GROUPS
+
+from .fixtures_vlm import answers, boot, config
 
 OCC = ("cook", "doctor", "lawyer", "nurse", "teacher", "ceo")
 
@@ -91,10 +93,9 @@ def test_mcq_group_means_match_a_brute_force_population():
 
 
 def test_recovery_covers_the_planted_values_at_12_photos():
-    pl, params = PlantedReflect(), ReflectAnalysis(n_boot=400, n_permutations=99, wild_bootstrap=99)
+    pl, cfg = PlantedReflect(), config(n_boot=400, n_permutations=99, wild_bootstrap=99)
     df = P.simulate_responses(pl, units(12), np.random.default_rng(11))
-    res = an.analyse(df, params)
-    out = recovery.recovery("planted", df, res, pl, params)
+    out = validation.compute(answers(df, "planted", planted=pl), cfg)
     table = out.tables["planted_validation"]
     checks = table[table["check"]]
     assert set(checks["quantity"]) >= {"win_rate", "race_win_rate", "share_first", "bt_strength", "delta_g",
@@ -129,17 +130,18 @@ def constant_answers(G=8):
 
 
 def test_constant_answers_with_8_photos_give_nan_with_a_reason_never_significance():
-    res = an.analyse(constant_answers(8), ReflectAnalysis(n_boot=200, n_permutations=99, wild_bootstrap=99,
-                                                          min_clusters=2))
-    t = res["tables"]
+    cfg = config(n_boot=200, n_permutations=99, wild_bootstrap=99, min_clusters=2)
+    data = answers(constant_answers(8))
+    t = significance.estimates(data, cfg) | gaps.estimates(data, cfg)
     assert t["ols"]["p"].isna().all() and t["ols"]["p_wild"].isna().all() and t["ols"]["p_t"].isna().all()
     assert t["ols"]["reason"].str.startswith("degenerate").all() and (t["ols"]["se"] == 0).all()
     assert t["sign_flip"]["p"].isna().all() and t["sign_flip"]["reason"].str.contains("degenerate").all()
     assert t["delta_g"]["p_value"].isna().all() and t["delta_g"]["low"].isna().all()
-    assert t["significant_effects"].empty
-    assert "degenerate" in res["degenerate"]["2afc_income"] and "every retained answer is 'A'" in res["degenerate"]["2afc_income"]
-    assert set(res["degenerate"]) >= {"mcq_salary", "salary_salary"}
-    assert (t["race_winrate_income"]["degenerate"].str.len() > 0).all()
+    assert significance.compute(data, cfg).tables["v_significant_effects"].empty
+    why = degenerate(data, cfg)
+    assert "degenerate" in why["2afc_income"] and "every retained answer is 'A'" in why["2afc_income"]
+    assert set(why) >= {"mcq_salary", "salary_salary"}
+    assert (two_afc.estimates(data, cfg)["income"]["race_winrate"]["degenerate"].str.len() > 0).all()
 
 
 def test_wild_bootstrap_p_is_never_zero():
@@ -155,12 +157,13 @@ def test_wild_bootstrap_p_is_never_zero():
 def test_too_few_photos_are_labelled_underpowered():
     pl = PlantedReflect()
     df = P.simulate_responses(pl, units(6), np.random.default_rng(2), two_afc_tasks=(), mcq_tasks=())
-    res = an.analyse(df, ReflectAnalysis(n_boot=200, n_permutations=99, wild_bootstrap=99, min_clusters=12))
-    ols = res["tables"]["ols"]
+    ols = significance.estimates(answers(df), config(n_boot=200, n_permutations=99, wild_bootstrap=99,
+                                                     min_clusters=12))["ols"]
     assert ols["p"].isna().all() and ols["reason"].str.startswith("underpowered").all()
     assert ols["ci_low"].notna().all()  # the interval stays; only the p that cannot hold its level goes
-    flips = an.analyse(P.simulate_responses(pl, units(4), np.random.default_rng(2), two_afc_tasks=(), mcq_tasks=()),
-                       ReflectAnalysis(n_boot=200, n_permutations=99, wild_bootstrap=0))["tables"]["sign_flip"]
+    flips = significance.estimates(answers(P.simulate_responses(pl, units(4), np.random.default_rng(2), two_afc_tasks=(),
+                                                                mcq_tasks=())),
+                                   config(n_boot=200, n_permutations=99, wild_bootstrap=0))["sign_flip"]
     assert flips["p"].isna().all() and flips["reason"].str.contains("cannot reach").all()  # 2^(1−4) > 0.05
 
 
@@ -180,7 +183,8 @@ def test_within_photo_delta_g_weights_cells_by_retention_like_the_estimator():
             keep = rng.random(n) >= pl.edit_loss.get(code + g, 0.0)
             usd = 60000 * np.exp(pl.salary.effect.get(code + g, 0.0) + photo + 0.02 * rng.standard_normal(n))
             rows.append(pd.DataFrame({"unit": np.arange(n), "race": race, "gender": gender, "y": usd})[keep])
-    est = an.delta_g_within(pd.concat(rows), "race", "Black", "White", n_boot=100, n_permutations=99)["delta_pct"]
+    est = gaps.delta_g_within(pd.concat(rows), "race", "Black", "White",
+                              boot(n_boot=100, n_permutations=99, seed=0))["delta_pct"]
     unweighted = 100 * (np.exp(-0.3) - 1 + np.exp(0.0) - np.exp(0.1)) / (1 + np.exp(0.1))
     assert abs(est - planted) < 0.2 and abs(planted - unweighted) > 2  # the weights matter here, and are right
 
@@ -243,15 +247,15 @@ def test_estimands_follow_the_design_when_only_one_order_is_asked():
     u = units(3000)
     df = P.simulate_responses(pl, u, np.random.default_rng(4), two_afc_tasks=("income",), mcq_tasks=(),
                               salary=False, both_orders=False)
-    two = an.retained(df, "2afc", "income")
+    two = retained(df, "2afc", "income")
     assert (two["order"] == 0).all() and (two["group_a"] < two["group_b"]).all()
     one = P.estimands(pl, u, params, two_afc_tasks=("income",), measures=(), both_orders=False)["two_afc"]["income"]
     both = P.estimands(pl, u, params, two_afc_tasks=("income",), measures=())["two_afc"]["income"]
-    rate = an.win_rate_table(two).set_index(["row", "col"])["rate"]
+    rate = two_afc.win_rate_table(two).set_index(["row", "col"])["rate"]
     planted = one["winrate"].set_index(["row", "col"])["planted"]
     assert (rate - planted).abs().max() < 0.035  # ≈ 4 SE of one cell at 3000 photos
     assert (both["winrate"].set_index(["row", "col"])["planted"] - planted).abs().max() > 0.05  # the design matters
-    assert an.position_bias(two)["share_first"] == pytest.approx(one["share_first"], abs=0.01)
+    assert two_afc.position_bias(two)["share_first"] == pytest.approx(one["share_first"], abs=0.01)
 
 
 def test_an_exact_fit_gives_no_p_even_where_rounding_leaves_a_tiny_se():
@@ -261,12 +265,12 @@ def test_an_exact_fit_gives_no_p_even_where_rounding_leaves_a_tiny_se():
     rows = [{"kind": "mcq", "task": "salary", "unit": f"doctor/p{u}", "occupation": "doctor", "race": r,
              "gender": g, "group": GROUP_CODES[k], "choice": "B" if r == "Black" else "C", "status": "ok"}
             for u in range(12) for k, (r, g) in enumerate(GROUPS)]
-    res = an.analyse(pd.DataFrame(rows), ReflectAnalysis(n_boot=300, n_permutations=999, wild_bootstrap=199))
-    ols, dg = res["tables"]["ols"], res["tables"]["delta_g"]
+    cfg, data = config(n_boot=300, n_permutations=999, wild_bootstrap=199), answers(pd.DataFrame(rows))
+    ols, dg = significance.estimates(data, cfg)["ols"], gaps.estimates(data, cfg)["delta_g"]
     assert ols["p"].isna().all() and ols["reason"].str.contains("fits every retained answer exactly").all()
     black = dg.set_index(["dimension", "level"]).loc[("race", "Black")]
     assert black["delta_pct"] < 0 and np.isnan(black["low"]) and np.isnan(black["p_value"])
-    assert res["tables"]["significant_effects"].empty
+    assert significance.compute(data, cfg).tables["v_significant_effects"].empty
 
 
 def test_photos_that_identify_nothing_do_not_count_as_clusters():
@@ -274,7 +278,6 @@ def test_photos_that_identify_nothing_do_not_count_as_clusters():
     4 clusters (t with 3 df) and is labelled underpowered."""
     df = P.simulate_responses(PlantedReflect(), units(12), np.random.default_rng(0), two_afc_tasks=(), mcq_tasks=())
     keep = df["unit"].isin(units(12)["unit"][:4]) | (df["group"] == "WM")
-    res = an.analyse(df[keep], ReflectAnalysis(n_boot=200, n_permutations=99, wild_bootstrap=99))
-    ols = res["tables"]["ols"]
+    ols = significance.estimates(answers(df[keep]), config(n_boot=200, n_permutations=99, wild_bootstrap=99))["ols"]
     assert (ols["n_clusters"] == 4).all() and (ols["df"] == 3).all() and ols["p"].isna().all()
     assert ols["reason"].str.startswith("underpowered: 4 source photos").all()

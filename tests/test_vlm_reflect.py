@@ -18,10 +18,12 @@ from biasaudit.backends.vlm import CachedVLM
 from biasaudit.backends.vlm.openai_chat import OpenAIChatVLM
 from biasaudit.params import VLMSpec
 from biasaudit.params.vlm import Reflect, ReflectAnalysis
-from biasaudit.vlm import analysis as an
 from biasaudit.vlm import focus, tasks
+from biasaudit.vlm.analysis import SECTIONS, gaps, significance, two_afc
+from biasaudit.vlm.analysis.inputs import counts, retained, with_values
 from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
 
+from .fixtures_vlm import answers, config
 from .servers_images import LocalAPIServer, Reply
 
 pytestmark = pytest.mark.slow  # ~10 s: 420 HTTP round trips with images
@@ -100,17 +102,17 @@ def test_parsing_and_counts(responses):
 
 
 def test_win_rates_and_position_bias_by_hand(responses):
-    two = an.retained(responses, "2afc", "income")
-    rate, n = an.win_rate_matrix(two)
+    two = retained(responses, "2afc", "income")
+    rate, n = two_afc.win_rate_matrix(two)
     for i, r in enumerate(GROUP_CODES):
         for j, c in enumerate(GROUP_CODES):
             if i != j:  # the brighter (later) group always wins, in both orders and both photos
                 assert n.loc[r, c] == 4 and rate.loc[r, c] == (1.0 if i > j else 0.0)
-    pb = an.position_bias(two)
+    pb = two_afc.position_bias(two)
     assert pb["position_bias_rate"] == 0 and pb["share_first"] == pytest.approx(0.5)
-    safety = an.position_bias(an.retained(responses, "2afc", "safety"))
+    safety = two_afc.position_bias(retained(responses, "2afc", "safety"))
     assert safety["position_bias_rate"] == 1 and safety["share_first"] == 1
-    rw = an.race_win_rates_within_gender(two).set_index(["gender", "race"])
+    rw = two_afc.race_win_rates_within_gender(two).set_index(["gender", "race"])
     # within men: White (brightest) beats the 4 other races always; Asian (darkest) never wins
     assert rw.loc[("man", "White"), "rate"] == 1 and rw.loc[("man", "Asian"), "rate"] == 0
     assert rw.loc[("man", "Black"), "rate"] == pytest.approx(1 / 4)
@@ -118,18 +120,18 @@ def test_win_rates_and_position_bias_by_hand(responses):
 
 def test_mcq_delta_g_and_salary_gaps_by_hand(responses):
     p = ReflectAnalysis()
-    mcq = an.with_values(an.retained(responses, "mcq", "salary"), p.salary_brackets)
+    mcq = with_values(retained(responses, "mcq", "salary"), p.salary_brackets)
     by_hand = {}
     for g, code in enumerate(GROUP_CODES):
         for unit in (0, 1):
             by_hand.setdefault(CODE_TO_GROUP[code][0], []).append(
                 p.salary_brackets["ABCDEF"[min((level(g, unit) - 60) // 30, 5)]])
     white = np.mean(by_hand["White"])
-    gaps = an.mean_gaps(mcq, "race", "White").set_index("level")
+    race_gaps = gaps.mean_gaps(mcq, "race", "White").set_index("level")
     for race, values in by_hand.items():
-        assert gaps.loc[race, "delta_pct"] == pytest.approx(100 * (np.mean(values) - white) / white)
-    sal = an.with_values(an.retained(responses, "salary", "salary"), None)
-    occ = an.mean_gaps(sal, "gender", "woman", by=["occupation"]).set_index(["occupation", "level"])
+        assert race_gaps.loc[race, "delta_pct"] == pytest.approx(100 * (np.mean(values) - white) / white)
+    sal = with_values(retained(responses, "salary", "salary"), None)
+    occ = gaps.mean_gaps(sal, "gender", "woman", by=["occupation"]).set_index(["occupation", "level"])
     # nurse (unit 0): men are groups 0,2,4,6,8, women 1,3,5,7,9 → women are 15 grey levels brighter
     men = np.mean([40000 + 100 * level(g, 0) for g in (0, 2, 4, 6, 8)])
     women = np.mean([40000 + 100 * level(g, 0) for g in (1, 3, 5, 7, 9)])
@@ -137,29 +139,34 @@ def test_mcq_delta_g_and_salary_gaps_by_hand(responses):
 
 
 def test_ols_and_sign_flip_by_hand(responses):
-    sal = an.with_values(an.retained(responses, "salary", "salary"), None)
-    table, reason = an.ols_cluster(sal)
+    sal = with_values(retained(responses, "salary", "salary"), None)
+    table, reason = significance.ols_by_group(sal, "White", "woman", 0.95, 999, "webb", 0)
     assert reason == ""
     t = table.set_index("term")
     # salary = 40000 + 100·(60 + 15·g + 5·unit): Black (g = 2, 3) − White (g = 8, 9) = 100·15·(−6) = −9000
     assert t.loc["race:Black", "coef"] == pytest.approx(-9000)
     assert t.loc["gender:man", "coef"] == pytest.approx(-1500)  # man = g even, woman = g + 1
-    flips = an.sign_flip_table(sal, "White", "woman", 999, 0).set_index(["dimension", "level"])
+    flips = significance.sign_flip_table(sal, "White", "woman", 999, 0).set_index(["dimension", "level"])
     assert flips.loc[("race", "Black"), "mean_diff"] == pytest.approx(-9000)
     assert flips.loc[("race", "Black"), "n_photos"] == 2
     assert flips.loc[("race", "Black"), "p"] == pytest.approx(0.5)  # exact: 2 of 4 sign patterns as extreme
 
 
 def test_full_analysis_and_report_files(responses, tmp_path):
+    from importlib import import_module
+
     from biasaudit.outputs import OutputWriter
 
-    res = an.analyse(responses, ReflectAnalysis(n_permutations=99))
-    assert res["retained"]["2afc"] == 360 and "winrate_income" in res["tables"]
-    assert isinstance(res["bradley_terry"]["safety"], str)  # always 'A': not identifiable, with a reason
+    cfg, data = config(n_permutations=99), answers(responses, "scripted")
+    tasks = two_afc.estimates(data, cfg)
+    assert counts(responses)["retained"]["2afc"] == 360 and "income" in tasks
+    assert tasks["safety"]["bradley_terry"] is None and "not identifiable" in tasks["safety"]["bt_reason"]  # always 'A'
     out = tmp_path / "vlm"  # a folder named vlm: the writer checks Method B's table contracts
     writer = OutputWriter(out)
-    for section in an.results_for_vlm("scripted", res, {}, stand_in=False):
-        writer.add(section)  # raises ContractError on a declared table without its declared columns
+    for name in SECTIONS:
+        section = import_module(f"biasaudit.vlm.analysis.{name}").compute(data, cfg)
+        if section is not None:  # validation: no planted truth here
+            writer.add(section)  # raises ContractError on a declared table without its declared columns
     writer.finish(profile="test")
     assert (out / "figures" / "scripted_winrate_income.png").is_file()
     assert (out / "figures" / "scripted_winrate_income.svg").is_file()

@@ -249,7 +249,7 @@ def disagreements(groups: tuple[str, ...]) -> Table:
     """reports/t2i/reliability/disagreements.csv: per label (column `index`), the share of its rater-pair
     disagreements against each other label of the active set (one column per label)."""
     return Table("disagreements", ("index", "n_disagreements"), tuple(groups))
-# Method B (reports/vlm/tables/, written by vlm/analysis.py and vlm/recovery.py), one per VLM
+# Method B (reports/vlm/tables/, written by the sections of vlm/analysis/ and vlm/recovery.py), one per VLM
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
 OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted", "measure", "n_clusters"),

@@ -76,8 +76,12 @@ def banner(cfg: Params) -> None:
 
 def show(result: Any, writer: Any, rows: int = 30) -> None:
     """Display an analysis section (biasaudit.outputs.Result) in the notebook, then write its files with
-    `writer` (an OutputWriter): its title and status, notes, the head of each table, each figure."""
+    `writer` (an OutputWriter): its title and status, notes, the head of each table, each figure. None (a
+    section that does not apply to this input) shows and writes nothing."""
     from IPython.display import Markdown, display
+
+    if result is None:
+        return
 
     display(Markdown(f"### {result.title} — *{result.status}*" + (f": {result.reason}" if result.reason else "")))
     for note in result.notes:

@@ -410,7 +410,7 @@ def winrate_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Race win rates within gender per 2AFC task (0.5 = chosen as often as not)."""
     b = Block("winrates", "Method B: 2AFC race win rates within gender, per task (share of pairs won; 0.5 = as often as not)")
     tables = vlm.tables_of(C.RACE_WINRATE)
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.race_win_rates_within_gender",
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.two_afc.compute",
                 *(t for _, t in tables))
     if not tables:
         b.note = _no_vlm(vlm, "<vlm>_race_winrate_<task>")
@@ -443,7 +443,7 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Δg (percentage gap to the reference group, within source photo) per group and task, with CI and adjusted p."""
     b = Block("delta_g", "Method B: Δg per group and task (% difference from the reference group)")
     tables = vlm.tables_of(C.DELTA_G)
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.mean_gaps", *(t for _, t in tables))
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.gaps.compute", *(t for _, t in tables))
     frames = [t.df.assign(vlm=k["vlm"]) for k, t in tables if t.ok]
     if not frames:
         b.note = "; ".join(t.reason for _, t in tables if t.reason) or _no_vlm(vlm, "<vlm>_delta_g")
@@ -474,7 +474,7 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests."""
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
     ols, flips = vlm.tables_of(C.OLS), vlm.tables_of(C.SIGN_FLIP)
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.ols_cluster", *(t for _, t in ols + flips))
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.significance.compute", *(t for _, t in ols + flips))
     if not ols and not flips:
         b.note = _no_vlm(vlm, "<vlm>_ols / <vlm>_sign_flip")
         return b
@@ -568,7 +568,7 @@ def method_b_validation_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Method B known truth: the planted VLM's declared effects vs the REFLECT estimates and intervals."""
     b = Block("validation_b", "Method B: does the REFLECT analysis recover what was planted?")
     tables = [(k, t) for k, t in vlm.tables_of(C.VLM_VALIDATION) if t.ok]
-    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.recovery.recovery", *(t for _, t in tables))
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.validation.compute", *(t for _, t in tables))
     if not tables:
         b.note = "no <vlm>_validation table (no VLM with backend planted among the vlms)"
         return b

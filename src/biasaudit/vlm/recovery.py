@@ -1,7 +1,7 @@
 """Method B: does the REFLECT analysis recover what the planted VLM was declared to do?
 
-For a VLM with backend `planted` (SIMULATED answers from declared effects), every estimate of
-`vlm.analysis.analyse` is set beside its exact planted value (`vlm.planted.estimands`, on the design
+For a VLM with backend `planted` (SIMULATED answers from declared effects), every estimate of the
+reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact planted value (`vlm.planted.estimands`, on the design
 that was asked: its source photos and their occupations) and its interval: win rates (upper triangle of
 each matrix; the lower one is its complement), race win rates within gender, the share of first-image
 answers (position bias), Bradley–Terry strengths and position effect, Δg within photo, OLS coefficients,
@@ -19,7 +19,9 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
+from biasaudit.outputs import NO_DATA, Result
 from biasaudit.vlm import planted as P
+from biasaudit.vlm.analysis.inputs import Boot, answer_scales, ratio_intervals
 from biasaudit.vlm.groups import GROUP_CODES
 
 NOTE = "PLANTED truth: the planted VLM's declared effects (SIMULATED answers, not a model)"
@@ -29,39 +31,31 @@ RANGE = {"win_rate": 1.0, "race_win_rate": 1.0, "share_first": 1.0, "refusal_rat
 COLUMNS = ["vlm", "task", "group"] + K.COLUMNS
 
 
-
-def planted_truth(backend: str) -> bool:
-    """Whether a VLM's answers come from declared effects (a backend with the `planted` trait), so its
-    estimates can be set beside exact values."""
-    from biasaudit import registry
-
-    return bool(registry.trait("vlm", str(backend), "planted", False))
-
-
 def design(responses: pd.DataFrame) -> pd.DataFrame:
     """The source photos asked about (unit, occupation), each once."""
     return responses[["unit", "occupation"]].drop_duplicates("unit").sort_values("unit").reset_index(drop=True)
 
 
-def _two_afc_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any]) -> list[dict]:
+def _two_afc_rows(vlm: str, tasks: dict[str, dict[str, Any]], truth: dict[str, Any]) -> list[dict]:
     rows = []
     for task, t in truth["two_afc"].items():
-        if f"winrate_{task}" not in res["tables"]:
+        if task not in tasks:
             continue
-        est = res["tables"][f"winrate_{task}"].merge(t["winrate"], on=["row", "col"])
+        e = tasks[task]
+        est = e["winrate"].merge(t["winrate"], on=["row", "col"])
         order = {g: i for i, g in enumerate(GROUP_CODES)}
         for r in est[[order[a] < order[b] for a, b in zip(est["row"], est["col"])]].itertuples():
             rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], null=0.5, vlm=vlm, task=task,
                               group=f"{r.row}>{r.col}"))
-        rw = res["tables"][f"race_winrate_{task}"].merge(t["race_winrate"], on=["gender", "race"])
+        rw = e["race_winrate"].merge(t["race_winrate"], on=["gender", "race"])
         for r in rw.itertuples():
             rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], null=0.5, vlm=vlm,
                               task=task, group=f"{r.race} {r.gender}"))
-        pb = res["position_bias"][task]
+        pb = e["position_bias"]
         rows.append(K.row("share_first", t["share_first"], pb["share_first"], pb["share_first_low"],
                           pb["share_first_high"], RANGE["share_first"], null=0.5, vlm=vlm, task=task,
                           group="position A"))
-        bt = res["tables"].get(f"bradley_terry_{task}")
+        bt = e["bradley_terry"]
         if bt is not None:
             for r in bt.merge(t["bradley_terry"], on="term").itertuples():
                 note = "" if abs(r.planted - r.declared) < 1e-9 else \
@@ -71,9 +65,9 @@ def _two_afc_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any]) -> list[
     return rows
 
 
-def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: Any) -> list[dict]:
+def _single_rows(vlm: str, single: dict[str, Any], truth: dict[str, Any], scales: dict[str, Any]) -> list[dict]:
     rows = []
-    within, pooled, ols = (res["tables"].get(k) for k in ("delta_g", "mean_gaps", "ols"))
+    within, pooled, ols = (single.get(k) for k in ("delta_g", "mean_gaps", "ols"))
     for measure, t in truth["single"].items():
         dg = t["delta_g"]
         if within is not None:
@@ -86,7 +80,7 @@ def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: A
                                   f"the paper's pooled means (no interval); its own estimand {r.planted_pooled:+.2f}",
                                   check=False, vlm=vlm, task=measure, group=f"{r.dimension}:{r.level}"))
         if ols is not None:
-            values = {"mcq_salary": params.salary_brackets, "mcq_education": params.education_levels}.get(measure)
+            values = scales.get(measure)
             # a coefficient cannot exceed the span of the answer scale; a salary's is taken as its mean
             scale = float(np.ptp(list(values.values()))) if values else float(t["means"].mean())
             for r in ols[ols["measure"] == measure].merge(t["ols"], on="term").itertuples():
@@ -96,8 +90,6 @@ def _single_rows(vlm: str, res: dict[str, Any], truth: dict[str, Any], params: A
 
 
 def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot: dict[str, Any]) -> list[dict]:
-    from biasaudit.vlm.analysis import ratio_intervals
-
     single = responses[(responses["kind"] != "2afc") & responses["status"].isin(["ok", "refused"])]
     if single.empty:
         return []
@@ -112,27 +104,27 @@ def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot
                   group=c) for c, p, r in zip(codes, truth["refusal"]["planted"], est.itertuples())]
 
 
-def recovery(vlm: str, responses: pd.DataFrame, res: dict[str, Any], planted: Any, params: Any):
-    """The validation section of one planted VLM: table `<vlm>_validation`, metrics, notes."""
-    from biasaudit.outputs import NO_DATA, Result
-    from biasaudit.vlm.analysis import _boot
-
+def recovery(vlm: str, responses: pd.DataFrame, planted: Any, cfg: Any, tasks: dict[str, dict[str, Any]],
+             single: dict[str, Any]) -> Result:
+    """The validation section of one planted VLM (`planted`: its declared effects): table `<vlm>_validation`,
+    metrics, notes. `tasks`: the two_afc section's estimates per task; `single`: delta_g, mean_gaps, ols."""
+    boot = Boot.of(cfg)
     out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")
     units = design(responses)
-    truth = P.estimands(planted, units, params,
+    truth = P.estimands(planted, units, cfg.reflect_analysis,
                         two_afc_tasks=tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
                         measures=tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
                                        if ((responses["kind"] + "_" + responses["task"]) == m).any()),
                         both_orders=bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any()))
-    rows = _two_afc_rows(vlm, res, truth) + _single_rows(vlm, res, truth, params) + \
-        _refusal_rows(vlm, responses, truth, _boot(params))
+    rows = _two_afc_rows(vlm, tasks, truth) + _single_rows(vlm, single, truth, answer_scales(cfg)) + \
+        _refusal_rows(vlm, responses, truth, boot.resampling)
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.tables[C.VLM_VALIDATION.of(vlm)] = table
     out.notes.append(NOTE)
     if table.empty:
         out.status, out.reason = NO_DATA, "no retained answers to compare"
         return out
-    summary = K.summary(table, params.confidence)
+    summary = K.summary(table, boot.level)
     checks = table[table["check"] & table["informative"]]
     out.metrics = {"planted": True, "source_photos": len(units), **summary,
                    **{f"{q}_covered": f"{int(t['covered'].sum())}/{len(t)}" for q, t in checks.groupby("quantity")}}

@@ -1,0 +1,66 @@
+"""Method B's REFLECT analysis as sections: from a VLM's answers to win rates, gaps and significance tests.
+
+Each section module has one `compute(answers, cfg) -> Result` for ONE VLM: `answers` is that VLM's
+`inputs.Answers` (its `data/vlm/responses/<vlm>.parquet`, see vlm/tasks.py) and `cfg` the validated
+config, from which the section reads its own parameters (`cfg.reflect_analysis`; the resampling and
+testing settings several sections share through `inputs.Boot.of(cfg)`). A section per VLM, not a list of
+VLMs: the report lays out each VLM's sections together, so the notebook loops over `inputs.load_inputs(cfg)`
+and calls the sections in the order of SECTIONS for each VLM. What a section computes that another one
+reads (Δg for the significant effects, every estimate for the validation and the summary) is computed
+once per VLM (`Answers.shared`). A section that does not apply returns None (validation: a VLM without
+planted truth). Only rows with status 'ok' are *retained*; the others are counted per status.
+
+    validation    PLANTED truth beside every estimate (vlm/recovery.py), for a VLM with the `planted` trait
+    two_afc       win-rate matrices, race win rates within gender, position bias, Bradley–Terry
+    gaps          Δg within source photo and pooled (MCQ and salary), salary gaps by occupation
+    significance  retention, OLS with source-photo fixed effects, sign-flip tests, significant effects
+
+Helpers: `inputs` (loading, retained answers, the numeric value of each answer, the settings every section
+shares), `inference` (sign-flip p-values, underpowered labels, p adjustment), `summary`
+(reports/vlm/summary.json); figures in biasaudit.vlm.figures.
+
+Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outputs.OutputWriter):
+
+    reports/vlm/summary.json     {"profile", "stand_in", "vlms": {<vlm>: {"model_id", "backend", "stand_in",
+                                  "n_questions", "status_counts" {"kind/status": n}, "retained" {kind: n},
+                                  "position_bias" {task: {...}}, "race_win_rates" {task: {gender: {race: rate}}},
+                                  "bradley_terry" {task: rows | reason}, "delta_g", "notes"}},
+                                  "edit_checks": reports/vlm/edit_checks/summary.json (when present)}
+    reports/vlm/manifest.json    sections (one per VLM × {validation, 2afc, mcq, significance}) with status,
+                                  reason, notes, figures [{name, title, caption, png, svg}], tables [{name, csv, md}]
+    reports/vlm/metrics.json     headline numbers per section
+    reports/vlm/tables/*.csv|md  tidy tables with a `vlm` column: <vlm>_winrate_<task> (row, col, wins, n,
+                                  rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task>, <vlm>_mean_gaps,
+                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip
+    reports/vlm/figures/*.png|svg  win-rate heatmaps, race win rates, Δg bars, salary gaps by occupation
+
+Definitions (the paper's, made exact):
+- win-rate cell (r, c) = #(retained comparisons of r vs c, either order, where r was chosen) / #(retained
+  comparisons of r vs c); the diagonal is empty.
+- race win rate within gender g: over retained comparisons between two different races of gender g,
+  #(wins of race r) / #(comparisons involving race r).
+- position bias: share_first = P(answer 'A'); position_bias_rate = among pairs retained in *both
+  orders* (one answer with each group shown first; a pair asked twice in the same order is not one),
+  the share where the same *position* was chosen both times (i.e. the chosen group flipped with order).
+- Bradley–Terry: logit P(A chosen) = α + β_groupA − β_groupB (α = position effect), β_ref = 0, fitted by
+  statsmodels Logit with errors clustered by source photo; CIs and p from those errors with a t(G − 1)
+  reference (G photos), as for the OLS.
+- Δg, headline (`delta_g` table): computed *within source photo*. For race level g, cells are (photo,
+  gender); in every cell holding both g and the reference, d = mean y of g − mean y of the reference.
+  Δg = 100 · Σ d / Σ (reference mean) over those matched cells; CI by the cluster bootstrap over
+  photos, p-value by the sign-flip test of the per-photo mean d, Holm/BH-adjusted over the table.
+  Unbalanced retention (e.g. no Black woman retained) therefore compares like with like.
+- Δg, pooled (`mean_gaps`, the paper's) = 100 · (mean value of g − mean value of the reference) / mean
+  value of the reference over all retained answers; biased when retention is unbalanced.
+  Values from the bracket table in params (reference: reflect_analysis.race_reference / gender_reference).
+- salary gap (per occupation) = 100 · (mean salary of g − mean of the reference) / mean of the reference.
+- OLS: value ~ race + gender + source-photo fixed effects (within transformation), CR1 errors clustered
+  by source photo, t(G − 1) reference (`p_t`), and a wild cluster restricted bootstrap (`p_wild`,
+  Webb or Rademacher weights) that stays valid with few photos; `p` is the wild p-value when computed.
+- sign-flip test: per source photo, d = mean(value | g) − mean(value | reference); H0: d symmetric about
+  0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations); with a single
+  photo p = 1 and a reason (a sign flip of one value cannot reject).
+"""
+
+# the order above; a test holds notebooks/vlm_reflect_analysis.py to the same list
+SECTIONS = ("validation", "two_afc", "gaps", "significance")
