@@ -26,6 +26,8 @@
 #   and per stage what it read, wrote and how long it took);
 # - `reports/replication.csv` and `reports/pages/replication.html`: each number the papers publish beside this
 #   run's, with its interval (report/replication.py);
+# - `reports/pages/assumptions.html`: every choice the papers leave open (data/reference/assumptions.csv) with its
+#   params key and this run's value (report/assumptions.py);
 # - `reports/audit/`: one audit card (HTML + CSV) per audited model and all models side by side;
 # - `metrics/headline.json`: about 20 headline numbers, tracked in git for `dvc metrics diff`.
 #
@@ -46,6 +48,7 @@ from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.report import build_index
+from biasaudit.report.assumptions import ASSUMPTIONS_CSV, build_assumptions
 from biasaudit.report.audit_card import Resampling, Validity, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
@@ -100,6 +103,16 @@ replication = build_replication(reports, C.PUBLISHED_DIR, cfg.profile, cfg.stand
                                  options={"mcq_salary": ra.salary_brackets, "mcq_education": ra.education_levels},
                                  level=cfg.analyze.ci_level, title=params.title)
 display(Markdown(replication_summary(replication, stand_in)))
+
+# %% [markdown]
+# ## Assumptions
+# Every choice the two papers leave open that this project makes (`data/reference/assumptions.csv`: value, params
+# key, reason, what the paper says) beside this run's value of its key: `reports/pages/assumptions.html`.
+
+# %%
+assumptions = build_assumptions(reports, cfg.model_dump(), cfg.profile, cfg.stand_ins(), ASSUMPTIONS_CSV,
+                                 title=params.title)
+display(Markdown(f"{len(assumptions)} assumptions listed in `reports/pages/assumptions.html`."))
 
 # %%
 index = build_index(reports, cfg, title=params.title, max_table_rows=params.max_table_rows,

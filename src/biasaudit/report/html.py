@@ -89,7 +89,7 @@ NOTEBOOKS = """<h1>Notebooks: what each stage read, wrote and how long it took</
 TEMPLATE = """<h1>{{ title }}</h1>
 <p class="prov">git commit <code>{{ commit }}</code> · params hash <code>{{ params_hash }}</code> · seed {{ seed }} · commit date {{ built }}
 {% if analysis_info %} · analysis: {{ analysis_info }}{% endif %}</p>
-<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a>{% if replication %}<a href="pages/{{ replication_page }}">Replication</a>{% endif %}<a href="pages/notebooks.html">Notebooks</a></nav>
+<nav><a href="#findings">Findings</a><a href="#figures">Figures</a><a href="#sections">Sections</a><a href="images.html">Images</a><a href="focus.html">FOCUS edits</a><a href="audit/index.html">Audit cards</a>{% if replication %}<a href="pages/{{ replication_page }}">Replication</a>{% endif %}{% if assumptions %}<a href="pages/{{ assumptions_page }}">Assumptions</a>{% endif %}<a href="pages/notebooks.html">Notebooks</a></nav>
 
 <h2 id="findings">Main findings</h2>
 {% if findings %}<ul class="findings">{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
@@ -111,6 +111,9 @@ TEMPLATE = """<h1>{{ title }}</h1>
 
 {% if replication %}<h2 id="replication">Replication</h2>
 <p><a href="pages/{{ replication_page }}">The papers' published numbers beside this run's</a>: {{ replication }}</p>
+{% endif %}
+{% if assumptions %}<h2 id="assumptions">Assumptions</h2>
+<p><a href="pages/{{ assumptions_page }}">Our assumptions in one place</a>: {{ assumptions }}</p>
 {% endif %}
 <h2 id="images">Images</h2>
 <p><a href="images.html">Browse every generated image</a> ({{ gallery.images.images_shown }} thumbnails with label, L*, face box and skin mask; filters by model, category, label, L* bin)
@@ -334,6 +337,11 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     replication = replication_line(reports)
     if replication:  # written before by report/replication.py: kept, and linked
         written.add(C.REPLICATION_PAGE)
+    from biasaudit.report.assumptions import ASSUMPTIONS_PAGE, assumptions_line
+
+    assumptions = assumptions_line(reports)
+    if assumptions:  # written before by report/assumptions.py: kept, and linked
+        written.add(ASSUMPTIONS_PAGE)
     for old in (reports / PAGES).glob("*.html"):  # a section that is gone leaves no page behind
         if old.name not in written:
             old.unlink()
@@ -347,7 +355,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
                 ("Method B: VLM decisions on face-only edits", "method_b"), ("Checks on the audit itself", "checks")],
         sections=[sec for sec in t2i_secs + vlm_secs if _shown(sec)], stage_summary=stage_summary,
         hidden=[sec for sec in t2i_secs + vlm_secs if not _shown(sec)], replication=replication,
-        replication_page=C.REPLICATION_PAGE)
+        replication_page=C.REPLICATION_PAGE, assumptions=assumptions, assumptions_page=ASSUMPTIONS_PAGE)
     return atomic_write_text(reports / "index.html", front)
 
 
