@@ -249,7 +249,9 @@ def is_policy_refusal(text: str | None) -> bool:
 # --- probes: one cheap request before a stage's first batch ----------------------------------------
 
 def _probe_failure(model_id: str, where: str, code: int, message: str) -> str:
-    message = " ".join(str(message).split())[:200]
+    from biasaudit.params.base import redact
+
+    message = redact(" ".join(str(message).split())[:200])  # a server may quote the key it was sent
     if code == 404:
         return f"model {model_id} is not served at {where} (HTTP 404: {message})"
     if code in (401, 403):

@@ -18,10 +18,10 @@ import pandas as pd
 from jinja2 import Environment, select_autoescape
 
 from biasaudit.io import atomic_write_text
-from biasaudit.report.html import HEAD, PAGES, STYLE
+from biasaudit.report.html import ASSUMPTIONS_PAGE, HEAD, PAGES, STYLE, assumptions_line
 
 ASSUMPTIONS_CSV = Path("data/reference/assumptions.csv")
-ASSUMPTIONS_PAGE = "assumptions.html"  # under reports/pages/
+
 COLUMNS = ("id", "method", "choice", "value", "params_key", "reason", "seed_says")
 NO_KEY = "(no params key)"
 MAX_SHOWN = 400  # characters of a run value shown on the page (a mapping such as vlms: is long)
@@ -109,15 +109,6 @@ def build_assumptions(reports: Path, config: Mapping[str, Any], profile: str, st
     table = load_assumptions(Path(root) / path)
     write_assumptions(Path(reports), table, config, profile, stand_ins, title, path)
     return table.assign(this_run=run_values(table, config))
-
-
-def assumptions_line(reports: Path) -> str:
-    """The front page's line when the page was written ('' otherwise: no link)."""
-    page = Path(reports) / PAGES / ASSUMPTIONS_PAGE
-    if not page.exists():
-        return ""
-    n = page.read_text(encoding="utf-8").count('<tr id="')
-    return f"{n} choices the papers leave open, each with its params key, this run's value, our reason and what the paper says."
 
 
 __all__ = ["ASSUMPTIONS_CSV", "ASSUMPTIONS_PAGE", "COLUMNS", "assumptions_line", "build_assumptions",

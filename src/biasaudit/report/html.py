@@ -265,6 +265,18 @@ def replication_summary(table: pd.DataFrame, stand_in: bool) -> str:
                    "are covered by it.")
 
 
+ASSUMPTIONS_PAGE = "assumptions.html"  # under reports/pages/: every choice the papers leave open (report/assumptions.py)
+
+
+def assumptions_line(reports: Path) -> str:
+    """The front page's line when report/assumptions.py wrote its page ('' otherwise: no link)."""
+    page = Path(reports) / PAGES / ASSUMPTIONS_PAGE
+    if not page.exists():
+        return ""
+    n = page.read_text(encoding="utf-8").count('<tr id="')
+    return f"{n} choices the papers leave open, each with its params key, this run's value, our reason and what the paper says."
+
+
 def replication_line(reports: Path) -> str:
     """The line, when the report stage wrote reports/replication.csv and its page ('' otherwise: no link); a
     stand-in run's table says so in every note, and the line says what the table says."""
@@ -337,8 +349,6 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     replication = replication_line(reports)
     if replication:  # written before by report/replication.py: kept, and linked
         written.add(C.REPLICATION_PAGE)
-    from biasaudit.report.assumptions import ASSUMPTIONS_PAGE, assumptions_line
-
     assumptions = assumptions_line(reports)
     if assumptions:  # written before by report/assumptions.py: kept, and linked
         written.add(ASSUMPTIONS_PAGE)
