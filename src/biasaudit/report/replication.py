@@ -244,7 +244,7 @@ def dark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
     rv = RunValue(num(r["share"]), num(r["share_low"]), num(r["share_high"]), _src(t, "share"),
                   f"{int(num(r['n_dark']))} faces below L* {fmt(r['L_threshold'], 0)}")
     if not math.isnan(want) and num(r["L_threshold"]) != want:
-        return not_computed(f"this run's threshold is L* < {fmt(r['L_threshold'], 0)} (analyze.dark_L_threshold), "
+        return not_computed(f"this run's threshold is L* < {fmt(r['L_threshold'], 0)} (the analysis' very-dark threshold), "
                             f"the paper's {fmt(want, 0)}", rv.source)
     return rv
 
