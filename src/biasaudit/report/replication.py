@@ -157,30 +157,37 @@ def _src(t: Loaded, column: str, where: str = "") -> str:
     return f"{t.name}.{column}" + (f" ({where})" if where else "")
 
 
-def _pick(t: Loaded, row: Mapping[str, Any], column: str, **match: str) -> tuple[pd.DataFrame, str]:
-    """The rows of a loaded table for the row's model and the given column values, or why there are none."""
+class NotComputed(Exception):
+    """Raised by a reader that finds no run value; the table builder turns it into not_computed(why, source)."""
+
+    def __init__(self, why: str, source: str = ""):
+        super().__init__(why)
+        self.why, self.source = why, source
+
+
+def _pick(t: Loaded, row: Mapping[str, Any], column: str, **match: str) -> pd.DataFrame:
+    """The rows of a loaded table for the row's model and the given column values; NotComputed, naming why,
+    when there are none."""
     if not t.ok:
-        return pd.DataFrame(), t.reason or f"no table {t.name}"
+        raise NotComputed(t.reason or f"no table {t.name}", _src(t, column))
     df = t.df
     model = str(row["run_model"])
     if "model" in df and model != EVERY:
         if model not in set(df["model"].astype(str)):
-            return pd.DataFrame(), (f"this run has no model {model} (its models: "
-                                    f"{', '.join(dict.fromkeys(df['model'].astype(str)))})")
+            raise NotComputed(f"this run has no model {model} (its models: "
+                              f"{', '.join(dict.fromkeys(df['model'].astype(str)))})", _src(t, column))
         df = df[df["model"].astype(str) == model]
     for col, val in match.items():
         sel = df[df[col].astype(str).str.lower() == str(val).lower()]
         if sel.empty:
-            return pd.DataFrame(), f"{t.name} has no row with {col} = {val}" + (
-                f" for {model}" if model != EVERY else "")
+            raise NotComputed(f"{t.name} has no row with {col} = {val}" + (f" for {model}" if model != EVERY else ""),
+                              _src(t, column))
         df = sel
-    return df, ""
+    return df
 
 
 def _one(t: Loaded, row: Mapping[str, Any], column: str, low: str = "", high: str = "", **match: str) -> RunValue:
-    df, why = _pick(t, row, column, **match)
-    if why:
-        return not_computed(why, _src(t, column))
+    df = _pick(t, row, column, **match)
     r = df.iloc[0]
     return RunValue(num(r[column]), num(r[low]) if low else math.nan, num(r[high]) if high else math.nan,
                     _src(t, column))
@@ -194,17 +201,14 @@ def mean_tvd(run: Run, row: Mapping[str, Any]) -> RunValue:
 def mean_deviation(run: Run, row: Mapping[str, Any]) -> RunValue:
     rv = _one(run.t2i.table(C.DEVIATION_BY_RACE), row, "mean_deviation", "mean_deviation_low", "mean_deviation_high",
               category=row["category"], race=row["group"])
-    if not rv.missing:
-        rv.note = "mean over prompts of (model share − benchmark share)" + (
-            "; the paper's '20%' read as 0.20 of a share (percentage points)" if row["relation"] == "=" else "")
+    rv.note = "mean over prompts of (model share − benchmark share)" + (
+        "; the paper's '20%' read as 0.20 of a share (percentage points)" if row["relation"] == "=" else "")
     return rv
 
 
 def share_reaching(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.THRESHOLD_SUMMARY)
-    df, why = _pick(t, row, "share_reaching", category=row["category"], group=row["group"])
-    if why:
-        return not_computed(why, _src(t, "share_reaching"))
+    df = _pick(t, row, "share_reaching", category=row["category"], group=row["group"])
     r = df.iloc[0]
     return RunValue(num(r["share_reaching"]), source=_src(t, "share_reaching"),
                     note=f"{int(num(r['n_reaching']))} of {int(num(r['n_prompts_above']))} prompts above the "
@@ -213,9 +217,7 @@ def share_reaching(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 def threshold_share(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.THRESHOLD_SUMMARY)
-    df, why = _pick(t, row, "threshold", group=row["group"])
-    if why:
-        return not_computed(why, _src(t, "threshold"))
+    df = _pick(t, row, "threshold", group=row["group"])
     return RunValue(num(df["threshold"].iloc[0]), source=_src(t, "threshold", "analyze.threshold_share"))
 
 
@@ -226,9 +228,7 @@ def L_mean(run: Run, row: Mapping[str, Any]) -> RunValue:
 def n_classified(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.TVD_PER_PROMPT)
     col = f"n_{row['group']}"
-    df, why = _pick(t, row, col)
-    if why:
-        return not_computed(why, _src(t, col))
+    df = _pick(t, row, col)
     if col not in df:
         return not_computed(f"{t.name} has no column {col} (not a label of the active group set)", _src(t, col))
     return RunValue(float(df[col].map(num).sum()), source=_src(t, col, "summed over prompts"))
@@ -236,9 +236,7 @@ def n_classified(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 def dark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.SKIN_DARK_SHARE)
-    df, why = _pick(t, row, "share", group=row["group"])
-    if why:
-        return not_computed(why, _src(t, "share"))
+    df = _pick(t, row, "share", group=row["group"])
     r = df.iloc[0]
     want = num(subset_of(row["subset"]).get("L_below"))
     rv = RunValue(num(r["share"]), num(r["share_low"]), num(r["share_high"]), _src(t, "share"),
@@ -252,9 +250,7 @@ def dark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
 def prompt_tvd_max(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.TVD_PER_PROMPT)
     instance = subset_of(row["subset"]).get("instance", "")
-    df, why = _pick(t, row, "tvd", category=row["category"], instance=instance)
-    if why:
-        return not_computed(why, _src(t, "tvd"))
+    df = _pick(t, row, "tvd", category=row["category"], instance=instance)
     tv = df["tvd"].map(num).dropna()
     if tv.empty:
         return not_computed(f"no labelled image for the prompt {instance}", _src(t, "tvd"))
@@ -264,9 +260,7 @@ def prompt_tvd_max(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 def earnings_slope_p(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.SKIN_EARNINGS_OLS)
-    df, why = _pick(t, row, "p_value", group=row["group"])
-    if why:
-        return not_computed(why, _src(t, "p_value"))
+    df = _pick(t, row, "p_value", group=row["group"])
     r = df.iloc[0]
     if math.isnan(num(r["p_value"])):
         return not_computed(f"no fit ({int(num(r['n_clusters']))} prompts)", _src(t, "p_value"))
@@ -278,9 +272,7 @@ def earnings_slope_p(run: Run, row: Mapping[str, Any]) -> RunValue:
 def homogeneity_gap(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.HOMOGENEITY_BY_RACE)
     space = subset_of(row["subset"]).get("space", "")
-    df, why = _pick(t, row, "gap", space=space, group=row["group"])
-    if why:
-        return not_computed(why, _src(t, "gap"))
+    df = _pick(t, row, "gap", space=space, group=row["group"])
     r = df.iloc[0]
     return RunValue(num(r["gap"]), num(r["gap_lo"]), num(r["gap_hi"]), _src(t, "gap", "the paper's unstratified gap"),
                     f"within-prompt gap {fmt(r['wp_gap'])} [{fmt(r['wp_gap_lo'])}, {fmt(r['wp_gap_hi'])}]")
@@ -288,9 +280,7 @@ def homogeneity_gap(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 def _bins(run: Run, row: Mapping[str, Any], group: str, column: str) -> RunValue:
     t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
-    df, why = _pick(t, row, column, space=subset_of(row["subset"]).get("space", ""), group=group)
-    if why:
-        return not_computed(why, _src(t, column))
+    df = _pick(t, row, column, space=subset_of(row["subset"]).get("space", ""), group=group)
     return RunValue(num(df[column].iloc[0]), source=_src(t, column))
 
 
@@ -316,10 +306,11 @@ def cohen_kappa(run: Run, row: Mapping[str, Any]) -> RunValue:
     kind = subset_of(row["subset"]).get("kind", "")
     mean = run.t2i.table(C.MEAN_KAPPA, where="reliability")
     rv = _one(mean, row, "mean_cohen_kappa", kind=kind)
-    if rv.missing:
-        return rv
     pairs = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
-    df, _ = _pick(pairs, row, "cohen_kappa", kind=kind)
+    try:
+        df = _pick(pairs, row, "cohen_kappa", kind=kind)
+    except NotComputed:  # no pairwise table: the mean stands without an interval
+        df = pd.DataFrame()
     if len(df) == 1:  # one pair: the mean is that pair's κ, whose bootstrap interval over images is the interval
         rv.low, rv.high = num(df["ci_low"].iloc[0]), num(df["ci_high"].iloc[0])
         rv.source += f"; interval: {pairs.name}.ci_low/ci_high"
@@ -340,9 +331,7 @@ def disagreement_share(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.disagreements(run.groups), where="reliability")
     if against not in run.groups:
         return not_computed(f"{against} is not a label of the active group set", _src(t, against))
-    df, why = _pick(t, row, against, index=row["group"])
-    if why:
-        return not_computed(why, _src(t, against))
+    df = _pick(t, row, against, index=row["group"])
     r = df.iloc[0]
     return RunValue(num(r[against]), source=_src(t, against, "all rater pairs, classifier included"),
                     note=f"{int(num(r['n_disagreements']))} disagreements involve {row['group']}")
@@ -350,17 +339,13 @@ def disagreement_share(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 def reliability_sample(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
-    df, why = _pick(t, row, "n")
-    if why:
-        return not_computed(why, _src(t, "n"))
+    df = _pick(t, row, "n")
     return RunValue(num(df["n"].iloc[0]), source=_src(t, "n", "images every rater labelled"))
 
 
 def n_raters(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.PAIRWISE_KAPPA, where="reliability")
-    df, why = _pick(t, row, "rater_a")
-    if why:
-        return not_computed(why, _src(t, "rater_a"))
+    df = _pick(t, row, "rater_a")
     hh = df[df["kind"] == "human-human"]
     humans = set(hh["rater_a"].astype(str)) | set(hh["rater_b"].astype(str))
     return RunValue(float(len(humans)), source=_src(t, "rater_a/rater_b", "human raters"))
@@ -387,9 +372,10 @@ def benchmark_share(run: Run, row: Mapping[str, Any]) -> RunValue:
     t = run.t2i.table(C.TVD_PER_PROMPT)
     col = f"bench_{row['group']}"
     instance = subset_of(row["subset"]).get("instance", "")
-    df, why = _pick(t, row, col, category=row["category"], instance=instance)
-    if why:
-        return not_computed(why + " (this run's prompts do not include it)", _src(t, col))
+    try:
+        df = _pick(t, row, col, category=row["category"], instance=instance)
+    except NotComputed as exc:
+        return not_computed(exc.why + " (this run's prompts do not include it)", exc.source)
     return RunValue(num(df[col].iloc[0]), source=_src(t, col, "the benchmark of this run's prompt"))
 
 
@@ -534,7 +520,10 @@ def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str
     for row in published.to_dict("records"):
         lookup = LOOKUPS.get(str(row["statistic"]))
         try:
-            rv = lookup(run, row) if lookup else not_computed(f"no reader for the statistic {row['statistic']}")
+            try:
+                rv = lookup(run, row) if lookup else not_computed(f"no reader for the statistic {row['statistic']}")
+            except NotComputed as exc:
+                rv = not_computed(exc.why, exc.source)
         except (KeyError, ValueError, TypeError, OSError) as exc:  # a table read back wrong becomes a reason
             rv = not_computed(f"{type(exc).__name__}: {exc}")
         rows.append(compare(row, rv, bool(stand_ins)))

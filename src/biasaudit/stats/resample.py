@@ -129,6 +129,16 @@ def expanded_alpha(level: float, n_clusters: int) -> float:
     return float(stats.norm.sf(z))
 
 
+def no_interval(rep: Replicates, point: float) -> Interval | None:
+    """The interval-less result when the resamples cannot give one (fewer than two clusters, none drawn)."""
+    if rep.n_clusters < 2:
+        reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
+        return Interval(point, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason)
+    if rep.dist.shape[0] == 0:
+        return Interval(point, np.nan, np.nan, np.nan, rep.n_clusters, 0, "no resamples requested")
+    return None
+
+
 def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", expand: bool = True,
               n_effective: Sequence[float] | None = None) -> list[Interval]:
     """One Interval per component of the statistic (see the module docstring for the NaN rules).
@@ -144,12 +154,8 @@ def intervals(rep: Replicates, level: float = 0.95, method: str = "percentile", 
         p = float(p)
         k = counts[i]
         alpha = alphas[k]
-        if rep.n_clusters < 2:
-            reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
-            out.append(Interval(p, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason))
-            continue
-        if rep.dist.shape[0] == 0:
-            out.append(Interval(p, np.nan, np.nan, np.nan, rep.n_clusters, 0, "no resamples requested"))
+        if (none := no_interval(rep, p)) is not None:
+            out.append(none)
             continue
         d = rep.dist[:, i]
         ok = d[np.isfinite(d)]
@@ -210,12 +216,8 @@ def ratio_to_max_intervals(rep: Replicates, level: float = 0.95, expand: bool = 
     out = []
     for c in range(m):
         est = float(point[c] / top) if finite[c] and top > 0 else np.nan
-        if rep.n_clusters < 2:
-            reason = "no clusters" if rep.n_clusters == 0 else "one cluster: no interval"
-            out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, reason))
-            continue
-        if rep.dist.shape[0] == 0:
-            out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, "no resamples requested"))
+        if (none := no_interval(rep, est)) is not None:
+            out.append(none)
             continue
         if not np.isfinite(est):
             out.append(Interval(est, np.nan, np.nan, np.nan, rep.n_clusters, 0, "statistic undefined on the data"))
