@@ -47,3 +47,22 @@ def test_every_cited_module_exists(doc):
     assert len(paths) > 10
     missing = sorted(p for p in paths if resolve(p) is None)
     assert not missing, f"{doc} cites {missing}"
+
+
+def test_the_readme_is_short_and_every_path_and_link_it_names_exists():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = set(re.findall(r"\]\(([^)#]+)\)", text)) - {p for p in re.findall(r"\]\(([^)]+)\)", text) if "://" in p}
+    paths = cited_paths(text) | {p for p in re.findall(r"`((?:notebooks|docs|src|tests|benchmarks|data/reference)/[\w./-]+)`", text)}
+    missing = sorted(p for p in links | paths if resolve(p) is None)
+    assert not missing, f"README.md names {missing}"
+    for stage in re.findall(r"dvc repro (?:--downstream )?(\w+)", text):  # every stage it tells you to run
+        assert stage in (ROOT / "dvc.yaml").read_text(), stage
+
+
+@pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_every_docs_link_resolves(chapter):
+    text = (ROOT / "docs" / chapter).read_text()
+    links = [p for p in re.findall(r"\]\(([^)#]+)\)", text) if "://" not in p]
+    missing = [p for p in links if not (ROOT / "docs" / p).exists()]
+    assert not missing, f"docs/{chapter} links {missing}"

@@ -1,6 +1,6 @@
 """benchmarks/gpu_check.sh for a GPU machine without network: its wheel set (pinned, < 60 MiB, installed with
 pip --no-index --no-deps --target before the first import) and its CPU dry run (tiny sizes, every step
-through our backends, the same wheel install path). The real run needs a GPU (README: "GPU check")."""
+through our backends, the same wheel install path). The real run needs a GPU (docs/real-models.md: "GPU check")."""
 
 import hashlib
 import importlib.util

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
@@ -147,16 +147,10 @@ def mismatch_reason(asked: str, reported: str) -> str:
             f"declare {bare(reported)} among the model's aliases only if it is the same model)")
 
 
-@dataclass
-class Identity:
-    """What one hosted backend expects to hear back: the model asked and its extra accepted names."""
-    asked: str
-    aliases: tuple[str, ...] = field(default_factory=tuple)
-
-    def check(self, reported: str | None) -> str:
-        """'' when `reported` is the model asked, else the mismatch reason naming both."""
-        return "" if answered_as_asked(self.asked, reported, self.aliases) else mismatch_reason(self.asked, reported or "")
+def mismatch(asked: str, reported: str | None) -> str:
+    """'' when the model an API reports is the one asked (answered_as_asked), else the reason naming both."""
+    return "" if answered_as_asked(asked, reported) else mismatch_reason(asked, reported or "")
 
 
-__all__ = ["LIFECYCLE_FILE", "Identity", "ModelStatus", "answered_as_asked", "bare", "lifecycle_path",
-           "mismatch_reason", "parse", "status_of", "status_record", "table"]
+__all__ = ["LIFECYCLE_FILE", "ModelStatus", "answered_as_asked", "bare", "lifecycle_path",
+           "mismatch", "mismatch_reason", "parse", "status_of", "status_record", "table"]

@@ -1,7 +1,7 @@
 """Every model weight the pipeline can use: where it comes from, how big it is, its licence or gating
 step, where it lives locally, and what the current parameters need.
 
-    biasaudit weights list [--profile paper]     # the table (README "Getting the real models")
+    biasaudit weights list [--profile paper]     # the table (docs/real-models.md, "Getting the real models")
     biasaudit weights fetch [--profile paper]    # download what is missing into models/ (HF_TOKEN for gated repos)
     biasaudit weights verify [--profile paper]   # offline: every file present and its sha256 as recorded
 
@@ -239,11 +239,7 @@ def declared_needs(kind: str, spec: Any, used_by: str, stage: str) -> list[Need]
 
 def hosted_models(cfg: Any) -> list[tuple[str, str, str]]:
     """(model id, params key, stage) of every hosted model the parameters name (registry.is_hosted)."""
-    specs = [("generator", spec, f"models.{name}", f"generate@{name}") for name, spec in cfg.models.items()]
-    specs.append(("vlm", cfg.classify.vlm, "classify.vlm", "classify@*"))
-    specs += [("vlm", spec, f"vlms.{name}", f"reflect@{name}") for name, spec in cfg.vlms.items()]
-    specs.append(("editor", cfg.counterfactuals, "counterfactuals", "counterfactuals"))
-    return [(spec.model_id, used_by, stage) for kind, spec, used_by, stage in specs
+    return [(spec.model_id, key, stage) for kind, key, stage, spec in cfg.backends()
             if registry.is_hosted(kind, spec.backend)]
 
 

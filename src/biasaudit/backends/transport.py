@@ -191,6 +191,16 @@ _PARAM_FIRST = re.compile(r"['\"`]([A-Za-z_][\w.]*)['\"`][^.]*(?:is not supporte
                           re.IGNORECASE)
 
 
+# the finish and block reasons google-genai reports for an answer withheld by the content policy (text or image)
+GEMINI_BLOCKED = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
+                            "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
+
+
+def enum_name(value: Any) -> str:
+    """A google-genai enum (or its string) as its bare name: FinishReason.SAFETY → 'SAFETY'; None → ''."""
+    return "" if value is None else str(getattr(value, "name", value)).split(".")[-1]
+
+
 def error_body(exc: Any) -> dict:
     """The `error` object of an API error body (OpenAI `{"error": {...}}`, Google alike), or {}."""
     body = getattr(exc, "body", None)
@@ -463,6 +473,6 @@ def genai_http_options(base_url: str | None, timeout_s: float, api_version: str 
                              retry_options=types.HttpRetryOptions(attempts=1), httpx_client=http_client(timeout_s))
 
 
-__all__ = ["RETRYABLE_STATUS", "RetryableError", "TokenBucket", "api_failure_reason", "backoff_delay",
-           "call_with_retries", "deadline_transport", "error_body", "genai_errors", "genai_http_options", "http_client",
+__all__ = ["GEMINI_BLOCKED", "RETRYABLE_STATUS", "RetryableError", "TokenBucket", "api_failure_reason", "backoff_delay",
+           "call_with_retries", "deadline_transport", "enum_name", "error_body", "genai_errors", "genai_http_options", "http_client",
            "is_policy_refusal", "openai_client", "openai_errors", "parse_retry_after", "probe_gemini", "probe_openai", "retry_after_from_headers", "unsupported_parameter"]

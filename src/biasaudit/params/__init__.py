@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -53,6 +53,13 @@ class Params(Section):
                      "sources.source", "baseline.source", "faces.clip_pretrained", "faces.detector",
                      "faces.insightface_root")
 
+    def backends(self) -> list[tuple[str, str, str, Any]]:
+        """(registry kind, params key, dvc stage, spec) of every model backend the parameters name."""
+        return ([("generator", f"models.{name}", f"generate@{name}", spec) for name, spec in self.models.items()]
+                + [("vlm", "classify.vlm", "classify@*", self.classify.vlm)]
+                + [("vlm", f"vlms.{name}", f"reflect@{name}", spec) for name, spec in self.vlms.items()]
+                + [("editor", "counterfactuals", "counterfactuals", self.counterfactuals)])
+
     def stand_ins(self) -> list[str]:
         """What in these parameters is not a real model or real data: every stand-in, planted or simulated
         backend, simulated raters, packaged stand-in photos and random-weight embedders, one line each. A run
@@ -63,10 +70,7 @@ class Params(Section):
         def fake(kind: str, backend: str) -> bool:
             return any(registry.trait(kind, backend, t, False) for t in ("stand_in", "planted", "answers_from_confusion"))
 
-        out = [f"models.{name}: {spec.backend}" for name, spec in self.models.items() if fake("generator", spec.backend)]
-        out += [f"classify.vlm: {self.classify.vlm.backend}"] if fake("vlm", self.classify.vlm.backend) else []
-        out += [f"vlms.{name}: {spec.backend}" for name, spec in self.vlms.items() if fake("vlm", spec.backend)]
-        out += [f"counterfactuals: {self.counterfactuals.backend}"] if fake("editor", self.counterfactuals.backend) else []
+        out = [f"{key}: {spec.backend}" for kind, key, _, spec in self.backends() if fake(kind, spec.backend)]
         out += ["reliability.simulate: SIMULATED raters"] if self.reliability.simulate else []
         out += ["sources.source: packaged STAND-IN photos"] if self.sources.source == "packaged" else []
         out += ["baseline.source: packaged STAND-IN portraits"] if self.baseline.source == "packaged" else []

@@ -105,16 +105,16 @@ class GeminiEditor(_Hosted):
                             sleep=self._sleep)
 
     def _one(self, req: EditRequest) -> EditResult:
-        from biasaudit.lifecycle import Identity
+        from biasaudit.lifecycle import mismatch
 
         png, reason = source_png(req.source, self.spec.image_max_side)
         if png is None:
             return EditResult.failed(reason)
         resp, retries = self._retrying(lambda: self._call(png, req))
         version = getattr(resp, "model_version", None) or ""
-        mismatch = Identity(self.spec.model_id).check(version)
-        if mismatch:
-            return EditResult.failed(mismatch, retries=retries, model_version=version, model_mismatch=True)
+        why = mismatch(self.spec.model_id, version)
+        if why:
+            return EditResult.failed(why, retries=retries, model_version=version, model_mismatch=True)
         result = self._read(resp, retries)
         result.meta["model_version"] = version
         return result

@@ -17,10 +17,12 @@ from typing import Any
 
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult, api_key_problems, decode_image
 from biasaudit.backends.transport import (
+    GEMINI_BLOCKED,
     RetryableError,
     TokenBucket,
     api_failure_reason,
     call_with_retries,
+    enum_name,
     genai_errors,
     genai_http_options,
     is_policy_refusal,
@@ -28,13 +30,6 @@ from biasaudit.backends.transport import (
 )
 from biasaudit.params.generate import GeneratorSpec
 from biasaudit.registry import register
-
-BLOCK_FINISH = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT",
-                "IMAGE_RECITATION", "RECITATION"}
-
-
-def _name(value: Any) -> str:
-    return "" if value is None else str(getattr(value, "name", value)).split(".")[-1]
 
 
 @register("generator", "gemini-image")
@@ -94,7 +89,7 @@ class GeminiImageGenerator(Generator):
     def _one(self, req: GenRequest) -> GenResult:
         from google.genai import errors
 
-        from biasaudit.lifecycle import Identity
+        from biasaudit.lifecycle import mismatch
 
         s = self.spec
         extra: dict[str, Any] = {"seed_sent": req.seed % (2**31 - 1)}
@@ -114,10 +109,10 @@ class GeminiImageGenerator(Generator):
             return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500], **extra)
         extra["model_version"] = getattr(resp, "model_version", None) or ""
         extra["response_id"] = getattr(resp, "response_id", None) or ""
-        mismatch = Identity(self.model_id).check(extra["model_version"])
-        if mismatch:
-            return GenResult.failed(mismatch, retries, **extra, model_mismatch=True)
-        block = _name(getattr(getattr(resp, "prompt_feedback", None), "block_reason", None))
+        why = mismatch(self.model_id, extra["model_version"])
+        if why:
+            return GenResult.failed(why, retries, **extra, model_mismatch=True)
+        block = enum_name(getattr(getattr(resp, "prompt_feedback", None), "block_reason", None))
         if block and block != "BLOCKED_REASON_UNSPECIFIED":
             return GenResult.refused(f"content policy: prompt blocked ({block})", retries, **extra)
         texts = []
@@ -131,8 +126,8 @@ class GeminiImageGenerator(Generator):
                         return GenResult.failed(f"unreadable image returned: {exc}", retries, **extra)
                 if getattr(part, "text", None):
                     texts.append(part.text)
-            finish = _name(getattr(cand, "finish_reason", None))
-            if finish in BLOCK_FINISH:
+            finish = enum_name(getattr(cand, "finish_reason", None))
+            if finish in GEMINI_BLOCKED:
                 return GenResult.refused(f"content policy: finish_reason {finish}", retries, **extra)
         said = f": {' '.join(texts)[:200]}" if texts else ""
         return GenResult.refused(f"no image returned{said}", retries, **extra) if texts and is_policy_refusal(said) \

@@ -141,10 +141,10 @@ class VLMBackend(ABC):
         """`response` with the model version the API reported (meta.model_version); failed, naming both
         names, when that is not the model asked (lifecycle.answered_as_asked): a re-routed answer is never
         cached or counted, and the stage stops on it (meta.model_mismatch)."""
-        from biasaudit.lifecycle import Identity
+        from biasaudit.lifecycle import mismatch
 
         response.meta["model_version"] = reported or ""
-        why = Identity(self.model_id).check(reported)
+        why = mismatch(self.model_id, reported)
         if not why:
             return response
         return VLMResponse(response.text, FAILED, why, response.tokens_in, response.tokens_out,

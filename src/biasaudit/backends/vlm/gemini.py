@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit.backends.transport import (
+    GEMINI_BLOCKED,
     RetryableError,
     TokenBucket,
     api_failure_reason,
+    enum_name,
     genai_errors,
     genai_http_options,
 )
@@ -47,8 +49,6 @@ from biasaudit.backends.vlm.base import (
 )
 from biasaudit.registry import register
 
-BLOCK_FINISH_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
-                        "IMAGE_PROHIBITED_CONTENT"}
 DONE_STATES = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED",
                "JOB_STATE_PARTIALLY_SUCCEEDED"}
 DEAD_STATES = {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
@@ -65,10 +65,6 @@ DYNAMIC_THINKING_RESERVE = 8192  # output tokens reserved for thinking when the 
 LEVEL_RESERVE = {"MINIMAL": 512, "LOW": 2048, "MEDIUM": 8192, "HIGH": 16384}
 SAMPLED_FAMILIES = ("gemini-1", "gemini-2")
 EMPTY_RETRY_FACTOR = 4           # an empty / MAX_TOKENS answer is asked once more with 4× the budget
-
-
-def _enum_name(value: Any) -> str:
-    return "" if value is None else str(getattr(value, "name", value)).split(".")[-1]
 
 
 def thinking_family(model_id: str) -> tuple[bool, int, int] | None:
@@ -186,18 +182,18 @@ class GeminiVLM(VLMBackend):
         if thoughts:  # billed as output tokens
             tout = (tout or 0) + thoughts
         feedback = getattr(resp, "prompt_feedback", None)
-        block = _enum_name(getattr(feedback, "block_reason", None))
+        block = enum_name(getattr(feedback, "block_reason", None))
         if block and block != "BLOCKED_REASON_UNSPECIFIED":
             return VLMResponse("", REFUSED, f"prompt blocked: {block}", tin, tout)
         candidates = getattr(resp, "candidates", None) or []
         if not candidates:
             return VLMResponse("", FAILED, "malformed response: no candidates", tin, tout)
         cand = candidates[0]
-        finish = _enum_name(getattr(cand, "finish_reason", None))
+        finish = enum_name(getattr(cand, "finish_reason", None))
         parts = getattr(getattr(cand, "content", None), "parts", None) or []
         text = "".join(p.text for p in parts if getattr(p, "text", None) and not getattr(p, "thought", False))
         meta = {"finish_reason": finish, "thoughts_tokens": thoughts}
-        if finish in BLOCK_FINISH_REASONS:
+        if finish in GEMINI_BLOCKED:
             return VLMResponse(text, REFUSED, f"finish reason {finish}", tin, tout, meta=meta)
         if finish == "MAX_TOKENS" or not text.strip():
             why = "cut off by max_output_tokens (finish_reason MAX_TOKENS)" if finish == "MAX_TOKENS" else "empty answer"
@@ -286,7 +282,7 @@ class GeminiVLM(VLMBackend):
     def _poll_all(self, jobs: dict[str, Any]) -> dict[str, Any]:
         """Poll every job concurrently until each is done or the stall timeout passes (then cancel)."""
         start = self._clock()
-        states = {k: _enum_name(j.state) for k, j in jobs.items()}
+        states = {k: enum_name(j.state) for k, j in jobs.items()}
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(jobs)))) as pool:
             while True:
                 pending = [k for k, s in states.items() if s not in DONE_STATES]
@@ -316,7 +312,7 @@ class GeminiVLM(VLMBackend):
                 for k, job in pool.map(get, pending):
                     self.batch_polls += 1
                     if job is not None:
-                        jobs[k], states[k] = job, _enum_name(job.state)
+                        jobs[k], states[k] = job, enum_name(job.state)
 
     def batch(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse | None]:
         """Answer what the batch jobs answer; None where an item still needs an online call."""
@@ -351,7 +347,7 @@ class GeminiVLM(VLMBackend):
             if job is None:
                 self._journal(key, None)
                 continue
-            state = _enum_name(job.state)
+            state = enum_name(job.state)
             self._journal(key, None)  # finished, failed or cancelled: never resumed again
             responses = list(getattr(getattr(job, "dest", None), "inlined_responses", None) or [])
             if state in DEAD_STATES or len(responses) != len(members[key]):
@@ -397,7 +393,7 @@ class GeminiVLM(VLMBackend):
         except Exception:
             self._journal(key, None)
             return None
-        if _enum_name(job.state) in DEAD_STATES:
+        if enum_name(job.state) in DEAD_STATES:
             self._journal(key, None)
             return None
         self._count("batch_resumed")

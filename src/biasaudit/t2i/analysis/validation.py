@@ -40,7 +40,7 @@ COLUMNS = ["model", "category_or_group"] + K.COLUMNS
 # check False are raw or partly corrected estimates, shown for the size of what the corrections remove.
 # An interval as wide as the quantity's plausible range is uninformative (counted apart, never covered).
 PLANTED_NOTE = "PLANTED truth: declared distributions, not a generator; the check tests the audit, not a model"
-L_TOLERANCE = 3.0  # a measured mean L* within this of the planted value counts as recovered (README)
+L_TOLERANCE = 3.0  # a measured mean L* within this of the planted value counts as recovered (docs/validation.md)
 PLAUSIBLE_RANGE = {"mean_L": 100.0, "diversity_de2000": 100.0}  # L* 0–100, ΔE2000 0–100; shares and TVDs: 1
 
 
