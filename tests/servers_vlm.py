@@ -41,6 +41,18 @@ def grey_image(path, level: int, size: int = 64) -> None:
     Image.fromarray(np.full((size, size, 3), level, np.uint8)).save(path)
 
 
+def grey_pair(directory, size: int):
+    """One source photo's two variants as the reflect stage reads them: White man (grey 25), Black man (grey 229)."""
+    import pandas as pd
+
+    rows = []
+    for race, level in (("White", 25), ("Black", 229)):
+        p = directory / f"{race}_man.png"
+        grey_image(p, level, size=size)
+        rows.append({"occupation": "doctor", "base_id": "d1", "race": race, "gender": "man", "path": str(p)})
+    return pd.DataFrame(rows)
+
+
 class VLMServer:
     def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, batch_state: str = "succeed",
                  thinking_tokens: int = 0, reasoning_tokens: int = 0, polls_to_finish: int = 0,

@@ -25,7 +25,7 @@ from biasaudit.backends.vlm.openai_chat import REASONING_RESERVE, Capabilities, 
 from biasaudit.params import VLMSpec
 from biasaudit.params.vlm import Reflect
 
-from .servers_vlm import LABELS, VLMServer, grey_image
+from .servers_vlm import LABELS, VLMServer, grey_image, grey_pair
 
 LEVELS = (25, 76, 127, 178, 229)  # bin centres: white, black, asian, hispanic, other
 
@@ -182,12 +182,7 @@ def _decode_grey(b64: str) -> np.ndarray:
 @pytest.fixture
 def pair(tmp_path):
     """One source photo with two variants: WM (grey 25) and BM (grey 229)."""
-    rows = []
-    for race, level in (("White", 25), ("Black", 229)):
-        p = tmp_path / f"{race}_man.png"
-        grey_image(p, level, size=64)
-        rows.append({"occupation": "doctor", "base_id": "d1", "race": race, "gender": "man", "path": str(p)})
-    return pd.DataFrame(rows)
+    return grey_pair(tmp_path, 64)
 
 
 def _items(pair, params):

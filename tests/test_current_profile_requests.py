@@ -33,7 +33,7 @@ from PIL import Image
 
 from .servers_edit import GeminiEditServer, darken_centre
 from .servers_images import GeminiImageServer, pattern_image
-from .servers_vlm import VLMServer, grey_image
+from .servers_vlm import VLMServer, grey_image, grey_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_ENV = "BIASAUDIT_TEST_PROVIDER_KEY"
@@ -122,12 +122,7 @@ def face(tmp_path) -> str:
 @pytest.fixture
 def pair(tmp_path) -> pd.DataFrame:
     """One source photo, two variants (White man grey 25, Black man grey 229), 32 px; see GREY."""
-    rows = []
-    for race, level in (("White", 25), ("Black", 229)):
-        p = tmp_path / f"{race}_man.png"
-        grey_image(p, level, size=32)
-        rows.append({"occupation": "doctor", "base_id": "d1", "race": race, "gender": "man", "path": str(p)})
-    return pd.DataFrame(rows)
+    return grey_pair(tmp_path, 32)
 
 
 GREY = {"WM": 25, "BM": 229}  # group code → grey level of its picture in `pair`
