@@ -66,6 +66,7 @@ from biasaudit.io import atomic_write_table, atomic_write_text
 from biasaudit.provenance import derive_seed
 from biasaudit.report import statistics as S
 from biasaudit.report.load import Outputs, num
+from biasaudit.report.power import power_line
 from biasaudit.stats.resample import (
     Replicates,
     cluster_bootstrap,
@@ -437,9 +438,15 @@ def trace_html(trace: dict[str, Any]) -> str:
     return f"<table class='trace'>{rows}</table>"
 
 
+def per_photo(rows: pd.DataFrame) -> float:
+    """The median over a card's rate rows of comparisons (or answers) per source photo and category."""
+    ok = rows[(rows["n_clusters"].astype(float) > 0) & rows["n"].notna()]
+    return float((ok["n"].astype(float) / ok["n_clusters"].astype(float)).median()) if len(ok) else float("nan")
+
+
 def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
               display: dict[str, str] | None = None, trace: dict[str, Any] | None = None,
-              stand_ins: list[str] | None = None) -> str:
+              stand_ins: list[str] | None = None, power_table: pd.DataFrame | None = None) -> str:
     """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels).
     A card whose only row is NO_VALID_AUDIT shows its reasons and no rate or ratio."""
     parts = [trace_html(trace or {})]
@@ -479,6 +486,9 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
                      "<p class='note'>count = comparisons in which the category appeared (2AFC) or answers "
                      "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
                      "(rate / the highest category's rate).</p>")
+        photos = num((trace or {}).get("n_photos"))
+        if np.isfinite(photos):
+            parts.append(f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(b)))}</p>")
         for measure, sub in b.groupby("measure", sort=False):
             parts.append(f"<h3>{html.escape(str(measure))}</h3>")
             for dim, d in sub.groupby("dimension", sort=False):
@@ -608,7 +618,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                 references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
                 display: dict[str, str] | None = None, validity: Validity = Validity(12, 0.5),
                 run: dict[str, Any] | None = None, stand_ins: list[str] | None = None,
-                images_dir: Path | None = None) -> pd.DataFrame:
+                images_dir: Path | None = None, power_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write every card, the index and all_models.csv; return the side-by-side table. `run`: the trace fields
     of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row."""
     run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "run_date")}
@@ -644,7 +654,8 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
             **{k: trace[k] for k in TRACE_COLUMNS})
         atomic_write_table(card, out_dir / f"{model}.csv")
         boot = boot_a if (card["method"] == "A").any() else boot_b
-        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display, trace, stand_ins))
+        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display, trace, stand_ins,
+                                                               power_table))
         summary.append(summary_row(model, card, trace))
     table = pd.DataFrame(summary)
     atomic_write_table(table, out_dir / "all_models.csv")
