@@ -315,7 +315,9 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
     if params.classifier not in cfg.vlms:
         raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
     spec = cfg.vlms[params.classifier]
-    todo = checks[(checks["status"] == "ok") & ~checks["group"].isin(CONTROL_ARMS)]  # controls have no target
+    todo = checks[checks["status"] == "ok"]
+    if "group" in todo:  # the null edit and the original have no target
+        todo = todo[~todo["group"].isin(CONTROL_ARMS)]
     if spec.max_source_units:  # a wiring test (the tiny stand-in) asks about its first photos only
         todo = tasks.first_units(todo, spec.max_source_units)
     items = [{"edit_id": r["edit_id"], "path": r["path"], "race": r["race"], "gender": r["gender"],
