@@ -637,7 +637,9 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                                         n_unknown=int(sub["n_unknown"].sum()) if "n_unknown" in sub else "")
     for path in sorted(Path(responses_dir).glob("*.parquet")):
         vlm = path.stem
-        responses = pd.read_parquet(path)
+        from biasaudit.vlm.groups import group_rows
+
+        responses = group_rows(pd.read_parquet(path))  # not the placebo tasks nor the null-edit control
         reasons = invalid_reasons(responses, validity.min_clusters, validity.min_retention)
         cards[vlm] = no_valid_audit(reasons) if reasons else method_b_rows(responses[RESPONSE_COLUMNS], boot_b,
                                                                           mcq_values, vlm)
