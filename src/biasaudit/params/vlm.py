@@ -84,6 +84,17 @@ class PlantedSalary(Section):
     noise_sd: float = Field(0.05, ge=0, le=1)
 
 
+class PlantedSelectiveRefusal(Section):
+    """Answer-dependent refusal (on top of `refusal`): the VLM refuses more often exactly when it would
+    favour or disfavour the listed groups, so the complete-case estimates are biased (issue #38)."""
+    groups: list[str] = Field(default_factory=lambda: ["BM", "BF"])
+    # extra P(refuse) of a 2AFC comparison whose would-be chosen image is of one of `groups`
+    two_afc: float = Field(0.03, ge=0, lt=0.5)
+    # extra P(refuse) of an MCQ / salary question about an image of `groups` whose would-be answer is
+    # low: an MCQ letter below the median letter of mcq.base, a salary below salary.base_usd[occupation]
+    low_answer: float = Field(0.03, ge=0, lt=0.5)
+
+
 class PlantedReflect(Section):
     """The `planted` VLM's declared behaviour (SIMULATED answers, not a model): every effect the REFLECT
     analysis estimates follows exactly from these values (biasaudit.vlm.planted.estimands)."""
@@ -95,9 +106,15 @@ class PlantedReflect(Section):
     refusal: dict[str, float] = Field(default_factory=lambda: {"BM": 0.04, "BF": 0.04, "MEM": 0.03, "MEF": 0.03})
     # P(an edit of the group is lost, as a failed edit: every question about that image fails)
     edit_loss: dict[str, float] = Field(default_factory=lambda: {"BF": 0.15, "LF": 0.10})
+    # small by default, so the demo's planted VLM shows what the refusal bounds are for
+    selective_refusal: PlantedSelectiveRefusal = Field(default_factory=PlantedSelectiveRefusal)
 
     @model_validator(mode="after")
     def _check(self) -> "PlantedReflect":
+        _check_groups("selective_refusal.groups", dict.fromkeys(self.selective_refusal.groups, 0.0))
+        sel = self.selective_refusal
+        if max(self.refusal.values(), default=0.0) + max(sel.two_afc, sel.low_answer) >= 1:
+            raise ValueError("selective_refusal: refusal + the extra rate must stay below 1")
         for field, mapping in (("refusal", self.refusal), ("edit_loss", self.edit_loss),
                                ("salary.effect", self.salary.effect),
                                *((f"two_afc.strengths.{t}", m) for t, m in self.two_afc.strengths.items()),

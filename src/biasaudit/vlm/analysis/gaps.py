@@ -14,7 +14,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Figure, Result
 from biasaudit.params.vlm import GENDERS, RACES
-from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_sign_flip
+from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_intervals, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, measures
 from biasaudit.vlm.figures import bar_figure
 
@@ -99,6 +99,7 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame | None]:
     delta_g = None
     if deltas:
         delta_g = underpowered_sign_flip(pd.concat(deltas, ignore_index=True), "p_value", boot.alpha)
+        delta_g = underpowered_intervals(delta_g, delta_g["n_photos"], boot.min_clusters)
         delta_g = adjusted(delta_g, "p_value", boot.p_adjust)
     return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g,
             "salary_gaps_by_occupation": pd.concat(by_occ, ignore_index=True) if by_occ else None}
