@@ -293,6 +293,23 @@ class Reflect(Section):
         return self
 
 
+MEASURES = ("mcq_salary", "mcq_education", "salary_salary")
+
+
+def parse_endpoint(spec: str) -> dict[str, str]:
+    """A primary endpoint: `delta_g:<measure>:<race|gender>:<level>` or `race_winrate:<task>:<gender>:<race>`
+    (e.g. delta_g:salary_salary:race:Black, race_winrate:income:man:Black)."""
+    parts = spec.split(":")
+    if len(parts) == 4 and parts[0] == "delta_g" and parts[1] in MEASURES and (
+            (parts[2] == "race" and parts[3] in RACES) or (parts[2] == "gender" and parts[3] in GENDERS)):
+        return {"estimate": "delta_g", "measure": parts[1], "dimension": parts[2], "level": parts[3]}
+    if len(parts) == 4 and parts[0] == "race_winrate" and parts[1].isidentifier() and parts[2] in GENDERS \
+            and parts[3] in RACES:
+        return {"estimate": "race_winrate", "task": parts[1], "gender": parts[2], "race": parts[3]}
+    raise ValueError(f"reflect_analysis.primary_endpoints: {spec!r} is not delta_g:<{'|'.join(MEASURES)}>:"
+                     f"<race|gender>:<level> nor race_winrate:<task>:<{'|'.join(GENDERS)}>:<{'|'.join(RACES)}>")
+
+
 class ReflectAnalysis(Section):
     # Numeric value of each MCQ letter for the mean-based gaps Δg (salary: bracket midpoints in USD,
     # the open top bracket at 1.25× its lower bound; education: typical years of schooling).
@@ -314,6 +331,19 @@ class ReflectAnalysis(Section):
     min_clusters: int = Field(12, ge=2)
     seed: int = 20260111
     vlms: list[str] = Field(default_factory=list)  # which responses/<vlm>.parquet to analyse ([] = all present)
+    # The confirmatory family of each VLM (grammar: parse_endpoint): Holm over these bounds the family-wise
+    # error at 1 − confidence; every other p-value is exploratory. Defaults: the paper's headline claims.
+    primary_endpoints: list[str] = Field(default_factory=lambda: [
+        "delta_g:mcq_salary:race:Black", "delta_g:mcq_education:race:Black", "delta_g:salary_salary:race:Black",
+        "race_winrate:income:man:Black", "race_winrate:income:woman:Black"])
+
+    @model_validator(mode="after")
+    def _check_endpoints(self) -> "ReflectAnalysis":
+        for spec in self.primary_endpoints:
+            parse_endpoint(spec)
+        if len(set(self.primary_endpoints)) < len(self.primary_endpoints):
+            raise ValueError("reflect_analysis.primary_endpoints: an endpoint is listed twice")
+        return self
 
 
 __all__ = ["PlantedReflect", "Sources", "Counterfactuals", "ValidateEdits", "Reflect", "ReflectAnalysis", "VLMTaskPrompts",

@@ -142,7 +142,8 @@ def compute(answers: Answers, cfg: Any) -> Result:
     gaps, within = e["mean_gaps"], e["delta_g"]
     if gaps is not None:
         if within is not None:
-            res.tables[C.DELTA_G.of(vlm)] = within.assign(vlm=vlm)
+            # p adjusted over this table only: exploratory (the primary family: significance section)
+            res.tables[C.DELTA_G.of(vlm)] = within.assign(vlm=vlm, family="exploratory")
         res.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm, estimator="pooled means (paper)")
         _gap_figures(res, vlm, within if within is not None else gaps, tag)
         res.metrics = {"delta_g": delta_g_metrics(within)} if within is not None else {}

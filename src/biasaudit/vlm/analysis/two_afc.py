@@ -219,7 +219,7 @@ def _add_task(res: Result, vlm: str, task: str, e: dict[str, Any], tag: str) -> 
     res.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm)
     res.tables[C.RACE_WINRATE.of(vlm, task)] = rw.assign(vlm=vlm)
     if e["bradley_terry"] is not None:
-        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm)
+        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm, family="exploratory")
     res.figures[f"{vlm}_winrate_{task}"] = Figure(
         heatmap_figure(rate, n, f"{vlm} · 2AFC {task}{tag}"), f"2AFC {task}: win-rate matrix",
         "Cell = share of retained comparisons in which the row group was chosen over the column group "
