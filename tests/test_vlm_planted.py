@@ -93,7 +93,10 @@ def test_mcq_group_means_match_a_brute_force_population():
 
 
 def test_recovery_covers_the_planted_values_at_12_photos():
-    pl, cfg = PlantedReflect(), config(n_boot=400, n_permutations=99, wild_bootstrap=99)
+    # answer-independent refusal only: with a selective one the complete-case rows are shown unchecked
+    # (tests/test_vlm_refusals.py checks the bounds instead)
+    pl = PlantedReflect(selective_refusal={"two_afc": 0.0, "low_answer": 0.0})
+    cfg = config(n_boot=400, n_permutations=99, wild_bootstrap=99)
     df = P.simulate_responses(pl, units(12), np.random.default_rng(11))
     out = validation.compute(answers(df, "planted", planted=pl), cfg)
     table = out.tables["planted_validation"]

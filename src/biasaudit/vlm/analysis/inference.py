@@ -44,7 +44,7 @@ def underpowered_intervals(table: pd.DataFrame, n_photos: pd.Series | int, min_c
     """Rows resting on fewer than `min_clusters` source photos lose their interval `columns`: the cluster
     bootstrap and the cluster-robust CIs under-cover there (benchmarks/calibration.py at 6 photos)."""
     photos = pd.Series(np.broadcast_to(np.asarray(n_photos), len(table)), index=table.index)
-    bad = (photos < min_clusters) & table[list(columns)].notna().any(axis=1)
+    bad = (photos < min_clusters) & (photos > 0)
     return label(table, bad, list(columns), "underpowered: " + photos.astype(int).astype(str) +
                  f" source photos < min_clusters {min_clusters}; the interval would under-cover")
 
