@@ -509,6 +509,9 @@ def _planted(null: bool = False, photo_effects: bool = True):
             "salary": pl.salary.model_copy(update={"effect": {}}),
             "mcq": pl.mcq.model_copy(update={"shift": {t: {} for t in pl.mcq.shift}}),
             "two_afc": pl.two_afc.model_copy(update={"strengths": {t: {} for t in pl.two_afc.strengths}})})
+    # answer-independent refusal only (the rows below written before the selective refusal existed)
+    pl = pl.model_copy(update={"selective_refusal": pl.selective_refusal.model_copy(update={"two_afc": 0.0,
+                                                                                             "low_answer": 0.0})})
     if not photo_effects:
         pl = pl.model_copy(update={"salary": pl.salary.model_copy(update={"photo_sd": 0.0}),
                                    "mcq": pl.mcq.model_copy(update={"photo_sd": 0.0}),
@@ -583,6 +586,128 @@ def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_p
         return (bool(row["p_t"] < NOMINAL_LEVEL), bool(row["p_wild"] < NOMINAL_LEVEL), bool(p_flip < NOMINAL_LEVEL))
 
     return run
+
+
+# Selective refusal (issue #38), written from the definitions: the planted VLM with no base refusal refuses a
+# comparison with extra probability 0.3 when it would pick a Black face, and a single-image question about a
+# Black face with extra probability 0.3 when its answer would be low (an MCQ letter below the median letter,
+# a salary below the occupation's base). Its would-have-answered values are the estimands of the same VLM
+# without refusals (vlm.planted.would_answer); under the null (no group effect) they are 0.5 and 0.
+SELECTIVE = {"two_afc": 0.3, "low_answer": 0.3}
+
+
+def _selective(null: bool):
+    pl = _planted(null)
+    return pl.model_copy(update={"refusal": {}, "selective_refusal": pl.selective_refusal.model_copy(update=SELECTIVE)})
+
+
+def _bounds_of(df, settings, rep):
+    """(race win rate bounds of Black men, income; Δg bounds of Black in salary and MCQ salary) rows."""
+    from types import SimpleNamespace
+
+    from biasaudit.vlm.analysis import refusals
+
+    s = replace(settings, seed=rep)
+    rw = refusals.race_win_rate_bounds(df[(df["kind"] == "2afc")], s).set_index(["gender", "race"]).loc[("man", "Black")]
+    dg = refusals.delta_g_bounds(df, SimpleNamespace(reflect_analysis=_analysis(s.n_boot).model_copy(
+        update={"seed": rep}))).set_index(["measure", "dimension", "level"])
+    return rw, dg.loc[("salary_salary", "race", "Black")], dg.loc[("mcq_salary", "race", "Black")]
+
+
+def selective_null_check(G: int, n_boot: int, n_perm: int):
+    """One replication under the selective-refusal null: do the complete-case tests reject, do the bounds'
+    CIs hold the no-effect value?"""
+    from types import SimpleNamespace
+
+    from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis.endpoints import race_winrate_test
+    from biasaudit.vlm.analysis.inference import sign_flip
+    from biasaudit.vlm.analysis.inputs import Boot, retained, with_values
+    from biasaudit.vlm.analysis.significance import ols_by_group, paired_differences
+
+    pl, units, params = _selective(True), _units(G), _analysis(n_boot, n_perm)
+    settings = Boot.of(SimpleNamespace(reflect_analysis=params))
+
+    def run(rng, rep):
+        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=("salary",))
+        p_win = race_winrate_test(retained(df, "2afc", "income"), "man", "Black", replace(settings, seed=rep))[1]
+        sal = with_values(retained(df, "salary", "salary"), None)
+        p_flip = sign_flip(paired_differences(sal, "race", "Black", "White").to_numpy(), n_perm, rep)[1]
+        ols, _ = ols_by_group(sal, "White", "woman", params.confidence, 0, params.wild_weights, rep)
+        rw, dg_sal, dg_mcq = _bounds_of(df, settings, rep)
+        return (bool(p_win < NOMINAL_LEVEL), bool(p_flip < NOMINAL_LEVEL),
+                bool(ols.set_index("term").loc["race:Black", "p_t"] < NOMINAL_LEVEL),
+                Covered(bool(rw["low"] <= 0.5 <= rw["high"]), rw["high"] - rw["low"]),
+                Covered(bool(dg_sal["low"] <= 0 <= dg_sal["high"]), dg_sal["high"] - dg_sal["low"]),
+                Covered(bool(dg_mcq["low"] <= 0 <= dg_mcq["high"]), dg_mcq["high"] - dg_mcq["low"]))
+
+    return run
+
+
+SELECTIVE_NULL = ("REFLECT complete-case race win rate sign-flip test (income, Black men), selective-refusal null",
+                  "REFLECT complete-case Δg sign-flip test (salary, Black), selective-refusal null",
+                  "REFLECT complete-case OLS p_t (salary, race:Black), selective-refusal null",
+                  "REFLECT refusal bounds CI contains 0.5 (race win rate, income, Black men), selective-refusal null",
+                  "REFLECT refusal bounds CI contains 0 (Δg salary, Black), selective-refusal null",
+                  "REFLECT refusal bounds CI contains 0 (Δg MCQ salary, Black), selective-refusal null")
+SELECTIVE_NOTE = ("complete-case rows: a null that selective refusal breaks, rejecting above 0.07 documents the "
+                  "problem; bounds rows: worst-case bounds cover by design at least 0.95, above the band expected")
+
+
+def selective_bounds_check(G: int, n_boot: int):
+    """One replication with the planted effects and selective refusal: do the bounds' CIs hold the
+    would-have-answered values?"""
+    from types import SimpleNamespace
+
+    from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis.inputs import Boot
+
+    pl, units, params = _selective(False), _units(G), _analysis(n_boot)
+    settings = Boot.of(SimpleNamespace(reflect_analysis=params))
+    truth = P.estimands(P.would_answer(pl), units, params, two_afc_tasks=("income",))
+    win = truth["two_afc"]["income"]["race_winrate"].set_index(["gender", "race"]).loc[("man", "Black"), "planted"]
+    dg = {m: truth["single"][m]["delta_g"].set_index(["dimension", "level"]).loc[("race", "Black"), "planted"]
+          for m in ("salary_salary", "mcq_salary")}
+
+    def run(rng, rep):
+        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=("salary",))
+        rw, dg_sal, dg_mcq = _bounds_of(df, settings, rep)
+        return tuple(Covered(bool(r["low"] <= t <= r["high"]), r["high"] - r["low"])
+                     for r, t in ((rw, win), (dg_sal, dg["salary_salary"]), (dg_mcq, dg["mcq_salary"])))
+
+    return run
+
+
+SELECTIVE_BOUNDS = tuple(f"REFLECT refusal bounds CI, would-have-answered value ({w}), planted effects + selective "
+                         "refusal" for w in ("race win rate, income, Black men", "Δg salary, Black",
+                                             "Δg MCQ salary, Black"))
+
+
+def primary_family_check(G: int, n_boot: int, n_perm: int):
+    """One replication under the full null (no group effect, no selective refusal): does Holm over the
+    default primary endpoints reject any?"""
+    from types import SimpleNamespace
+
+    from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis import endpoints, gaps
+    from biasaudit.vlm.analysis.inputs import Boot, retained, with_values
+
+    pl, units, params = _planted(True), _units(G), _analysis(n_boot, n_perm)
+    settings = Boot.of(SimpleNamespace(reflect_analysis=params))
+    scales = {"mcq_salary": params.salary_brackets, "mcq_education": params.education_levels, "salary_salary": None}
+
+    def run(rng, rep):
+        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))
+        s = replace(settings, seed=rep, n_boot=200)
+        p = [gaps.delta_g_within(with_values(retained(df, *m.split("_")), v), "race", "Black", "White", s)["p_value"]
+             for m, v in scales.items()]
+        p += [endpoints.race_winrate_test(retained(df, "2afc", "income"), g, "Black", s)[1] for g in ("man", "woman")]
+        return bool(endpoints.holm(pd.DataFrame({"p": p}), NOMINAL_LEVEL)["reject"].any())
+
+    return run
+
+
+PRIMARY_FAMILY = "REFLECT family-wise error, Holm over the 5 default primary endpoints (full null)"
 
 
 # ---------------------------------------------------------------- Method B: impact ratios (audit card)
@@ -774,6 +899,14 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                              reflect_test_check(G, True, photo_effects, 399, n_perm)))
         out.append(Check(reflect_tests("power at the planted effects: salary −5 % / −8 %"), "power", s, scale,
                          reflect_test_check(G, False, True, 399, n_perm)))
+    for scale, G in (("paper", 48), ("small", 12)):
+        s = f"{G} source photos × 10 groups, planted VLM"
+        out += [Check(SELECTIVE_NULL, "rejection", s + ", no group effect, selective refusal of Black faces (0.3)",
+                      scale, selective_null_check(G, n_boot, n_perm), SELECTIVE_NOTE),
+                Check(SELECTIVE_BOUNDS, "coverage", s + ", selective refusal of Black faces (0.3)", scale,
+                      selective_bounds_check(G, n_boot), SELECTIVE_NOTE),
+                Check(PRIMARY_FAMILY, "rejection", s + ", true null", scale, primary_family_check(G, n_boot, n_perm),
+                      "Holm bounds the family-wise error by 0.05; below it is by design (correlated group tests)")]
     for P, scale in ((48, "paper"), (12, "small")):
         for scenario in IMPACT_SCENARIOS:
             for dgp in IMPACT_DGPS:

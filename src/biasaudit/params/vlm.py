@@ -102,6 +102,17 @@ class PlantedEditArtifact(Section):
     salary: float = 0.02    # log-effect of an edited image on the recommended salary
 
 
+class PlantedSelectiveRefusal(Section):
+    """Answer-dependent refusal (on top of `refusal`): the VLM refuses more often exactly when it would
+    favour or disfavour the listed groups, so the complete-case estimates are biased (issue #38)."""
+    groups: list[str] = Field(default_factory=lambda: ["BM", "BF"])
+    # extra P(refuse) of a 2AFC comparison whose would-be chosen image is of one of `groups`
+    two_afc: float = Field(0.03, ge=0, lt=0.5)
+    # extra P(refuse) of an MCQ / salary question about an image of `groups` whose would-be answer is
+    # low: an MCQ letter below the median letter of mcq.base, a salary below salary.base_usd[occupation]
+    low_answer: float = Field(0.03, ge=0, lt=0.5)
+
+
 class PlantedReflect(Section):
     """The `planted` VLM's declared behaviour (SIMULATED answers, not a model): every effect the REFLECT
     analysis estimates follows exactly from these values (biasaudit.vlm.planted.estimands)."""
@@ -115,9 +126,15 @@ class PlantedReflect(Section):
     edit_loss: dict[str, float] = Field(default_factory=lambda: {"BF": 0.15, "LF": 0.10})
     # the artefact of editing itself (null edit vs original; our choice: small, non-zero)
     edit_artifact: PlantedEditArtifact = Field(default_factory=PlantedEditArtifact)
+    # small by default, so the demo's planted VLM shows what the refusal bounds are for
+    selective_refusal: PlantedSelectiveRefusal = Field(default_factory=PlantedSelectiveRefusal)
 
     @model_validator(mode="after")
     def _check(self) -> "PlantedReflect":
+        _check_groups("selective_refusal.groups", dict.fromkeys(self.selective_refusal.groups, 0.0))
+        sel = self.selective_refusal
+        if max(self.refusal.values(), default=0.0) + max(sel.two_afc, sel.low_answer) >= 1:
+            raise ValueError("selective_refusal: refusal + the extra rate must stay below 1")
         for field, mapping in (("refusal", self.refusal), ("edit_loss", self.edit_loss),
                                ("salary.effect", self.salary.effect),
                                *((f"two_afc.strengths.{t}", m) for t, m in self.two_afc.strengths.items()),
@@ -321,6 +338,23 @@ class Reflect(Section):
         return self
 
 
+MEASURES = ("mcq_salary", "mcq_education", "salary_salary")
+
+
+def parse_endpoint(spec: str) -> dict[str, str]:
+    """A primary endpoint: `delta_g:<measure>:<race|gender>:<level>` or `race_winrate:<task>:<gender>:<race>`
+    (e.g. delta_g:salary_salary:race:Black, race_winrate:income:man:Black)."""
+    parts = spec.split(":")
+    if len(parts) == 4 and parts[0] == "delta_g" and parts[1] in MEASURES and (
+            (parts[2] == "race" and parts[3] in RACES) or (parts[2] == "gender" and parts[3] in GENDERS)):
+        return {"estimate": "delta_g", "measure": parts[1], "dimension": parts[2], "level": parts[3]}
+    if len(parts) == 4 and parts[0] == "race_winrate" and parts[1].isidentifier() and parts[2] in GENDERS \
+            and parts[3] in RACES:
+        return {"estimate": "race_winrate", "task": parts[1], "gender": parts[2], "race": parts[3]}
+    raise ValueError(f"reflect_analysis.primary_endpoints: {spec!r} is not delta_g:<{'|'.join(MEASURES)}>:"
+                     f"<race|gender>:<level> nor race_winrate:<task>:<{'|'.join(GENDERS)}>:<{'|'.join(RACES)}>")
+
+
 class ReflectAnalysis(Section):
     # Numeric value of each MCQ letter for the mean-based gaps Δg (salary: bracket midpoints in USD,
     # the open top bracket at 1.25× its lower bound; education: typical years of schooling).
@@ -345,6 +379,19 @@ class ReflectAnalysis(Section):
     min_clusters: int = Field(12, ge=2)
     seed: int = 20260111
     vlms: list[str] = Field(default_factory=list)  # which responses/<vlm>.parquet to analyse ([] = all present)
+    # The confirmatory family of each VLM (grammar: parse_endpoint): Holm over these bounds the family-wise
+    # error at 1 − confidence; every other p-value is exploratory. Defaults: the paper's headline claims.
+    primary_endpoints: list[str] = Field(default_factory=lambda: [
+        "delta_g:mcq_salary:race:Black", "delta_g:mcq_education:race:Black", "delta_g:salary_salary:race:Black",
+        "race_winrate:income:man:Black", "race_winrate:income:woman:Black"])
+
+    @model_validator(mode="after")
+    def _check_endpoints(self) -> "ReflectAnalysis":
+        for spec in self.primary_endpoints:
+            parse_endpoint(spec)
+        if len(set(self.primary_endpoints)) < len(self.primary_endpoints):
+            raise ValueError("reflect_analysis.primary_endpoints: an endpoint is listed twice")
+        return self
 
 
 __all__ = ["PlantedReflect", "Sources", "Counterfactuals", "ValidateEdits", "Reflect", "ReflectAnalysis", "VLMTaskPrompts",

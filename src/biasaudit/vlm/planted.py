@@ -8,7 +8,13 @@ The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.Plan
 - MCQ, per task: ordered logit, P(letter ≤ k) = σ(c_k − η_task,g − σ_mcq · z_photo,task); the cut points c
   give the declared `base` distribution at η = 0.
 - salary: log(USD) = log base[occupation] + γ_g + σ_photo · z_photo + σ_noise · ε (rounded to whole dollars).
-- refusals: a question about an image of group g is refused with probability r_g (2AFC: (r_a + r_b)/2);
+- refusals: a question about an image of group g is refused with probability r_g (2AFC: (r_a + r_b)/2),
+  plus a *selective* refusal (`selective_refusal`) that depends on the answer the VLM would have given:
+  + e_2afc when the would-be chosen image is of a listed group, + e_low when the would-be MCQ letter is
+  below the median letter of `base` (salary: below base_usd[occupation]) for an image of a listed group.
+  The estimands below ignore it (they assume answer-independent refusal); `would_answer(planted)` drops
+  every refusal, so its estimands are the *would-have-answered* values the refusal bounds
+  (vlm/analysis/refusals.py) must contain;
   retention loss: an edit of group g is lost with probability l_g, and then every question about it fails,
   as after a failed edit.
 
@@ -97,6 +103,43 @@ def loss(planted: Any, group) -> np.ndarray:
     return np.vectorize(lambda g: float(planted.edit_loss.get(g, 0.0)), otypes=[float])(np.asarray(group))
 
 
+def selective_2afc(planted: Any, group_a, group_b, choice) -> np.ndarray:
+    """Extra P(refuse) of comparisons whose would-be chosen image ('A' → group_a) is of a listed group."""
+    sel = planted.selective_refusal
+    chosen = np.where(np.asarray(choice) == "A", np.asarray(group_a), np.asarray(group_b))
+    return sel.two_afc * np.isin(chosen, sel.groups)
+
+
+def low_letter(planted: Any, task: str) -> int:
+    """Letters with a smaller index are 'low' answers: the median letter of the base distribution."""
+    return int(np.searchsorted(np.cumsum(planted.mcq.base[task]), 0.5))
+
+
+def selective_single(planted: Any, kind: str, task: str, group, occupation, answer) -> np.ndarray:
+    """Extra P(refuse) of an MCQ (answer: letter index) or salary (answer: USD) question about an image of
+    a listed group whose would-be answer is low."""
+    sel = planted.selective_refusal
+    low = (np.asarray(answer) < low_letter(planted, task)) if kind == "mcq" else \
+        (np.asarray(answer, float) < salary_base(planted, occupation))
+    return sel.low_answer * (np.isin(np.asarray(group), sel.groups) & low)
+
+
+def draw_refused(base, extra, u) -> np.ndarray:
+    """Refused where the uniform u falls below the base rate plus the answer-dependent extra."""
+    return np.asarray(u) < np.asarray(base, float) + np.asarray(extra, float)
+
+
+def would_answer(planted: Any) -> Any:
+    """The same VLM without refusals (edit loss kept): its estimands are the would-have-answered values."""
+    none = planted.selective_refusal.model_copy(update={"two_afc": 0.0, "low_answer": 0.0})
+    return planted.model_copy(update={"refusal": {}, "selective_refusal": none})
+
+
+def selective(planted: Any) -> bool:
+    sel = planted.selective_refusal
+    return bool(sel.groups) and (sel.two_afc > 0 or sel.low_answer > 0)
+
+
 def cut_points(base: list[float]) -> np.ndarray:
     return logit(np.cumsum(base)[:-1])
 
@@ -180,7 +223,8 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
         uu = np.repeat(np.arange(U), len(pairs))
         a, b = np.tile(ia, U), np.tile(ib, U)
         choice = draw_2afc(planted, task, codes[a], codes[b], z[uu, a], z[uu, b], rng.random(len(uu)))
-        refused = rng.random(len(uu)) < (refusal(planted, codes[a]) + refusal(planted, codes[b])) / 2
+        refused = draw_refused((refusal(planted, codes[a]) + refusal(planted, codes[b])) / 2,
+                               selective_2afc(planted, codes[a], codes[b], choice), rng.random(len(uu)))
         failed = lost[uu, a] | lost[uu, b]
         return pd.DataFrame({
             "kind": "2afc", "task": task, "unit": unit_ids[uu], "occupation": occ[uu], "group_a": codes[a],
@@ -198,16 +242,18 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
     def single_frame(kind: str, task: str) -> pd.DataFrame:
         photo_z[kind, task] = zu = rng.standard_normal(U)
         z = zu[uu]
-        refused = rng.random(len(uu)) < refusal(planted, codes[gg])
+        u_refuse = rng.random(len(uu))
         failed = lost[uu, gg]
+        answer = draw_mcq(planted, task, codes[gg], z, rng.random(len(uu))) if kind == "mcq" else \
+            draw_salary(planted, occ[uu], codes[gg], z, rng.standard_normal(len(uu)))
+        refused = draw_refused(refusal(planted, codes[gg]),
+                               selective_single(planted, kind, task, codes[gg], occ[uu], answer), u_refuse)
         status = np.where(failed, "failed", np.where(refused, "refused", "ok"))
         if kind == "mcq":
-            idx = draw_mcq(planted, task, codes[gg], z, rng.random(len(uu)))
-            frame = {"choice": np.where(status == "ok", np.array(letters(len(planted.mcq.base[task])))[idx], None),
+            frame = {"choice": np.where(status == "ok", np.array(letters(len(planted.mcq.base[task])))[answer], None),
                      "value_usd": np.nan}
         else:
-            usd = draw_salary(planted, occ[uu], codes[gg], z, rng.standard_normal(len(uu)))
-            frame = {"choice": None, "value_usd": np.where(status == "ok", usd, np.nan)}
+            frame = {"choice": None, "value_usd": np.where(status == "ok", answer, np.nan)}
         return pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status})
 
     asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])

@@ -7,7 +7,10 @@ each matrix; the lower one is its complement), race win rates within gender, the
 answers (position bias), Bradley–Terry strengths and position effect, Δg within photo, OLS coefficients,
 and refusal rates by group. Each row states its interval width; an interval at least as wide as the
 quantity's plausible range is uninformative and counted apart (biasaudit.known_truth). The paper's
-pooled Δg is shown beside the planted within-photo value, with no claim to cover it.
+pooled Δg is shown beside the planted within-photo value, with no claim to cover it. With a planted
+selective refusal (answer-dependent), the complete-case rows it biases are shown unchecked, and the
+refusal bounds' CIs (vlm/analysis/refusals.py) are checked against the would-have-answered values (the
+estimands of `planted.would_answer`: the same VLM without refusals).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from biasaudit import known_truth as K
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis.inputs import Boot, answer_scales, ratio_intervals
-from biasaudit.vlm.groups import GROUP_CODES
+from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
 
 NOTE = "PLANTED truth: the planted VLM's declared effects (SIMULATED answers, not a model)"
 RANGE = {"win_rate": 1.0, "race_win_rate": 1.0, "share_first": 1.0, "refusal_rate": 1.0,
@@ -104,20 +107,74 @@ def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot
                   group=c) for c, p, r in zip(codes, truth["refusal"]["planted"], est.itertuples())]
 
 
+SELECTIVE = ("selective refusal planted: the complete-case estimand differs from the declared one (refusals "
+             "depend on the answer); the *_bounds rows check the would-have-answered value instead")
+
+
+def untouched(row: dict, groups: list[str]) -> bool:
+    """Whether a complete-case row is free of the planted selective refusal of `groups`: a win-rate cell
+    between two other groups, a race Δg of another race (its matched cells hold no listed group)."""
+    races = {CODE_TO_GROUP[g][0] for g in groups}
+    if row["quantity"] == "win_rate":
+        return not set(row["group"].split(">")) & set(groups)
+    if row["quantity"] in ("delta_g", "delta_g_pooled"):
+        dimension, level = row["group"].split(":")
+        return dimension == "race" and level not in races
+    if row["quantity"] == "refusal_rate":
+        return row["group"] not in groups
+    return False
+
+
+def with_selective(rows: list[dict], planted: Any) -> list[dict]:
+    """Complete-case rows that a planted selective refusal biases are shown, not checked (SELECTIVE)."""
+    if not P.selective(planted):
+        return rows
+    groups = planted.selective_refusal.groups
+    return [r if untouched(r, groups) else r | {"check": False, "note": "; ".join(x for x in (r["note"], SELECTIVE) if x)}
+            for r in rows]
+
+
+def _bounds_rows(vlm: str, bounds: dict[str, Any], truth: dict[str, Any]) -> list[dict]:
+    """The refusal bounds' CI against the would-have-answered value (vlm.planted.would_answer)."""
+    rows = []
+    rw = bounds.get("race_winrate_bounds")
+    for task, t in truth["two_afc"].items():
+        if rw is None:
+            break
+        for r in rw[rw["task"] == task].merge(t["race_winrate"], on=["gender", "race"]).itertuples():
+            rows.append(K.row("race_win_rate_bounds", r.planted, r.complete_case, r.low, r.high, RANGE["race_win_rate"],
+                              f"identified set [{r.lower:.3f}, {r.upper:.3f}]", null=0.5, vlm=vlm, task=task,
+                              group=f"{r.race} {r.gender}"))
+    dg = bounds.get("delta_g_bounds")
+    for measure, t in truth["single"].items():
+        if dg is None:
+            break
+        for r in dg[dg["measure"] == measure].merge(t["delta_g"], on=["dimension", "level"]).itertuples():
+            rows.append(K.row("delta_g_bounds", r.planted, r.complete_case, r.low, r.high, RANGE["delta_g"],
+                              f"identified set [{r.lower:+.2f}, {r.upper:+.2f}]", null=0.0, vlm=vlm, task=measure,
+                              group=f"{r.dimension}:{r.level}"))
+    return rows
+
+
 def recovery(vlm: str, responses: pd.DataFrame, planted: Any, cfg: Any, tasks: dict[str, dict[str, Any]],
-             single: dict[str, Any]) -> Result:
+             single: dict[str, Any], bounds: dict[str, Any] | None = None) -> Result:
     """The validation section of one planted VLM (`planted`: its declared effects): table `<vlm>_validation`,
     metrics, notes. `tasks`: the two_afc section's estimates per task; `single`: delta_g, mean_gaps, ols."""
     boot = Boot.of(cfg)
     out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")
     units = design(responses)
+    both_orders = bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any())
     truth = P.estimands(planted, units, cfg.reflect_analysis,
                         two_afc_tasks=tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
                         measures=tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
                                        if ((responses["kind"] + "_" + responses["task"]) == m).any()),
-                        both_orders=bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any()))
-    rows = _two_afc_rows(vlm, tasks, truth) + _single_rows(vlm, single, truth, answer_scales(cfg)) + \
-        _refusal_rows(vlm, responses, truth, boot.resampling)
+                        both_orders=both_orders)
+    rows = with_selective(_two_afc_rows(vlm, tasks, truth) + _single_rows(vlm, single, truth, answer_scales(cfg)) +
+                          _refusal_rows(vlm, responses, truth, boot.resampling), planted)
+    if bounds is not None:
+        would = P.estimands(P.would_answer(planted), units, cfg.reflect_analysis, two_afc_tasks=tuple(truth["two_afc"]),
+                            measures=tuple(truth["single"]), both_orders=both_orders)
+        rows += _bounds_rows(vlm, bounds, would)
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.tables[C.VLM_VALIDATION.of(vlm)] = table
     out.notes.append(NOTE)

@@ -9,7 +9,8 @@ same answers, and the per-photo random effects are shared by every question abou
 It needs the REFLECT task of each request (`VLMRequest.task`, set by vlm/tasks.py; real backends ignore
 it) and interleaved 2AFC requests (two images). Lost edits (declared `edit_loss`) fail every question
 about them with the reason, as a failed edit would; refusals are answered in words, so the ordinary
-parser records them as refusals.
+parser records them as refusals. A declared selective refusal depends on the answer the VLM would have
+given, so the answer is drawn first and the refusal decided after (vlm.planted.draw_refused).
 """
 
 from __future__ import annotations
@@ -87,26 +88,29 @@ class PlantedVLM(VLMBackend):
         unit = edits[0]["unit"]
         rng = self._rng("answer", req.task, unit, *groups)
         meta = {"simulated": True, "planted_groups": groups}
-        if rng.random() < float(np.mean(P.refusal(self.planted, groups))):
-            return VLMResponse(text=P.REFUSAL_TEXT, status=OK, meta=meta)
-        u = rng.random()
-        seed = self.planted.seed
+        # the refusal's uniform first, then the answer's: the refusal may depend on the would-be answer
+        u_refuse, u = rng.random(), rng.random()
+        seed, occupation = self.planted.seed, edits[0]["occupation"]
         if kind == "2afc":
             if len(edits) != 2:
                 return failed("the planted VLM answers 2AFC with two images (two_afc_mode: interleaved)")
             z = [P.photo_effect(seed, req.task, unit, g) for g in groups]
             text = str(P.draw_2afc(self.planted, task, groups[0], groups[1], z[0], z[1], u))
+            extra = P.selective_2afc(self.planted, groups[0], groups[1], text)
         elif kind == "mcq":
             if task not in self.planted.mcq.base:
                 return failed(f"no planted MCQ distribution for task '{task}' (planted.mcq.base)")
             letter = int(P.draw_mcq(self.planted, task, groups[0], P.photo_effect(seed, req.task, unit), u))
             text = P.letters(len(self.planted.mcq.base[task]))[letter]
+            extra = P.selective_single(self.planted, kind, task, groups[0], occupation, letter)
         elif kind == "salary":
             eps = float(rng.standard_normal())
-            text = str(int(P.draw_salary(self.planted, edits[0]["occupation"], groups[0],
-                                         P.photo_effect(seed, req.task, unit), eps)))
+            usd = int(P.draw_salary(self.planted, occupation, groups[0], P.photo_effect(seed, req.task, unit), eps))
+            text, extra = str(usd), P.selective_single(self.planted, kind, task, groups[0], occupation, usd)
         else:
             return failed(f"the planted VLM does not know the task '{req.task}'")
+        if P.draw_refused(float(np.mean(P.refusal(self.planted, groups))), extra, u_refuse):
+            return VLMResponse(text=P.REFUSAL_TEXT, status=OK, meta=meta)
         return VLMResponse(text=text, status=OK, meta=meta)
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:

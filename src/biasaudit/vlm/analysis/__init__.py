@@ -16,7 +16,10 @@ the placebo tasks' answers (`Answers.placebo`) and the null-edit control's (`Ans
     validation    PLANTED truth beside every estimate (vlm/recovery.py), for a VLM with the `planted` trait
     two_afc       win-rate matrices, race win rates within gender, position bias, Bradley–Terry
     gaps          Δg within source photo and pooled (MCQ and salary), salary gaps by occupation
-    significance  retention, OLS with source-photo fixed effects, sign-flip tests, significant effects
+    refusals      retention and refusal-rate gaps by group; worst-case bounds of the race win rates and Δg
+                  (refused answers counted as each possible answer: what the VLM would have answered)
+    significance  retention, OLS with source-photo fixed effects, sign-flip tests, significant effects, and
+                  the declared primary endpoints (Holm over them: the report's family-wise error)
     controls      the null-edit artefact floor and the placebo tasks' group tests (rows the others never read)
 
 Helpers: `inputs` (loading, retained answers, the numeric value of each answer, the settings every section
@@ -35,7 +38,10 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outpu
     reports/vlm/metrics.json     headline numbers per section
     reports/vlm/tables/*.csv|md  tidy tables with a `vlm` column: <vlm>_winrate_<task> (row, col, wins, n,
                                   rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task>, <vlm>_mean_gaps,
-                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip;
+                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip,
+                                  <vlm>_retention_by_group, <vlm>_refusal_gaps, <vlm>_refusal_bounds_race_winrate,
+                                  <vlm>_refusal_bounds_gaps, <vlm>_primary_endpoints; every p-value table has a
+                                  `family` column: primary (Holm over the primary endpoints) or exploratory;
                                   controls: <vlm>_artifact_floor (kind, measure, quantity, estimate, low,
                                   high, null, p_value, n, n_photos[, planted, covered]), <vlm>_delta_g_vs_floor
                                   (the Δg table + floor_pct, floor_low, floor_high, floor_bound,
@@ -75,10 +81,16 @@ Definitions (the paper's, made exact):
 - placebo tasks (controls): questions on content the edit leaves alone (reflect.placebo_*_tasks), analysed
   by the unchanged two_afc and gaps estimators; "placebo effect null" = 'yes' when none of a task's
   Bradley–Terry strengths (or Δg rows) is significant after Holm/BH adjustment, 'no' otherwise.
+- intervals and p-values resting on fewer than min_clusters source photos are blanked with the reason
+  "underpowered: N source photos < min_clusters M" (inference.underpowered_intervals): they under-cover.
+- worst-case bounds, refusal-rate gap test: the docstring of refusals.py.
+- primary endpoints (reflect_analysis.primary_endpoints): `delta_g:<measure>:<race|gender>:<level>` (Δg within
+  photo, sign-flip p) and `race_winrate:<task>:<gender>:<race>` (race win rate within gender; sign-flip p of
+  the per-photo wins − n/2); Holm over them bounds the family-wise error of one VLM at 1 − confidence.
 - sign-flip test: per source photo, d = mean(value | g) − mean(value | reference); H0: d symmetric about
   0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations); with a single
   photo p = 1 and a reason (a sign flip of one value cannot reject).
 """
 
 # the order above; a test holds notebooks/vlm_reflect_analysis.py to the same list
-SECTIONS = ("validation", "two_afc", "gaps", "significance", "controls")
+SECTIONS = ("validation", "two_afc", "gaps", "refusals", "significance", "controls")

@@ -14,7 +14,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Figure, Result
 from biasaudit.params.vlm import GENDERS, RACES
-from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_sign_flip
+from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_intervals, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, measures
 from biasaudit.vlm.figures import bar_figure
 
@@ -99,6 +99,7 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame | None]:
     delta_g = None
     if deltas:
         delta_g = underpowered_sign_flip(pd.concat(deltas, ignore_index=True), "p_value", boot.alpha)
+        delta_g = underpowered_intervals(delta_g, delta_g["n_photos"], boot.min_clusters)
         delta_g = adjusted(delta_g, "p_value", boot.p_adjust)
     return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g,
             "salary_gaps_by_occupation": pd.concat(by_occ, ignore_index=True) if by_occ else None}
@@ -141,7 +142,8 @@ def compute(answers: Answers, cfg: Any) -> Result:
     gaps, within = e["mean_gaps"], e["delta_g"]
     if gaps is not None:
         if within is not None:
-            res.tables[C.DELTA_G.of(vlm)] = within.assign(vlm=vlm)
+            # p adjusted over this table only: exploratory (the primary family: significance section)
+            res.tables[C.DELTA_G.of(vlm)] = within.assign(vlm=vlm, family="exploratory")
         res.tables[f"{vlm}_mean_gaps"] = gaps.assign(vlm=vlm, estimator="pooled means (paper)")
         _gap_figures(res, vlm, within if within is not None else gaps, tag)
         res.metrics = {"delta_g": delta_g_metrics(within)} if within is not None else {}

@@ -1,5 +1,5 @@
-"""The tests the sections share: the paired sign-flip test over source photos, the labels of p-values that
-cannot hold their level (underpowered), and the adjustment of a table's p-values."""
+"""The tests the sections share: the paired sign-flip test over source photos, the labels of p-values and
+intervals that cannot hold their level (underpowered), and the adjustment of a table's p-values."""
 
 from __future__ import annotations
 
@@ -34,10 +34,19 @@ def label(df: pd.DataFrame, bad: pd.Series, columns: list[str], why: pd.Series) 
 
 
 def underpowered_clusters(table: pd.DataFrame, min_clusters: int) -> pd.DataFrame:
-    """OLS rows with fewer than `min_clusters` photos lose their p-values (the t(G − 1) and wild tests do
-    not hold their level there, benchmarks/calibration.py)."""
-    return label(table, table["n_clusters"] < min_clusters, ["p_t", "p_wild", "p"],
-                 "underpowered: " + table["n_clusters"].astype(str) + f" source photos < min_clusters {min_clusters}")
+    """OLS rows with fewer than `min_clusters` photos lose their p-values and CIs (the t(G − 1) and wild
+    tests do not hold their level there, benchmarks/calibration.py)."""
+    return underpowered_intervals(table, table["n_clusters"], min_clusters, ("p_t", "p_wild", "p", "ci_low", "ci_high"))
+
+
+def underpowered_intervals(table: pd.DataFrame, n_photos: pd.Series | int, min_clusters: int,
+                           columns: tuple[str, ...] = ("low", "high")) -> pd.DataFrame:
+    """Rows resting on fewer than `min_clusters` source photos lose their interval `columns`: the cluster
+    bootstrap and the cluster-robust CIs under-cover there (benchmarks/calibration.py at 6 photos)."""
+    photos = pd.Series(np.broadcast_to(np.asarray(n_photos), len(table)), index=table.index)
+    bad = (photos < min_clusters) & (photos > 0)
+    return label(table, bad, list(columns), "underpowered: " + photos.astype(int).astype(str) +
+                 f" source photos < min_clusters {min_clusters}; the interval would under-cover")
 
 
 def underpowered_sign_flip(table: pd.DataFrame, p: str, alpha: float) -> pd.DataFrame:

@@ -236,12 +236,13 @@ def counts(responses: pd.DataFrame) -> dict[str, Any]:
 
 
 def ratio_intervals(wins: np.ndarray, n: np.ndarray, boot: dict[str, Any] | None) -> pd.DataFrame:
-    """rate = Σ_u wins / Σ_u n per column of the (U, m) arrays, with a cluster-bootstrap CI over photos
-    (`boot`: Boot.resampling; None: no interval)."""
+    """rate = Σ_u wins / Σ_u n per column of the (U, m) arrays, the photos with n > 0 (`n_photos`), and a
+    cluster-bootstrap CI over photos (`boot`: Boot.resampling; None: no interval)."""
     m = wins.shape[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(n.sum(0) > 0, wins.sum(0) / n.sum(0), np.nan)
-    out = pd.DataFrame({"wins": wins.sum(0).astype(int), "n": n.sum(0).astype(int), "rate": rate})
+    out = pd.DataFrame({"wins": wins.sum(0).astype(int), "n": n.sum(0).astype(int), "rate": rate,
+                        "n_photos": (n > 0).sum(0).astype(int)})
     if boot is None:
         return out
     from biasaudit.stats.resample import cluster_bootstrap

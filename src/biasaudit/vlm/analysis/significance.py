@@ -1,6 +1,7 @@
 """Section `significance`: retention per kind × task, OLS of each single-image measure on race and gender
 with source-photo fixed effects (cluster-robust and wild-bootstrap p), paired sign-flip tests, and the
-effects significant after adjustment (Δg of the `gaps` section and OLS terms). Definitions: the package
+effects significant after adjustment (Δg of the `gaps` section and OLS terms; exploratory), and the declared
+primary endpoints with their Holm adjustment (endpoints.py; parameter `primary_endpoints`). Definitions: the package
 docstring. Parameters: `wild_bootstrap`, `wild_weights`, the references (gaps.references) and the shared
 resampling and testing settings (inputs.Boot)."""
 
@@ -14,7 +15,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.outputs import Result
 from biasaudit.params.vlm import GENDERS, RACES
-from biasaudit.vlm.analysis import gaps
+from biasaudit.vlm.analysis import endpoints, gaps
 from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_clusters, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, degenerate, measures, retention_table
 
@@ -131,10 +132,12 @@ def compute(answers: Answers, cfg: Any) -> Result:
     vlm, e = answers.vlm, estimates(answers, cfg)
     res = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){answers.tag}")
     res.tables[C.RETENTION.of(vlm)] = retention_table(answers.responses).assign(vlm=vlm)
+    primary = endpoints.primary_endpoints(answers, cfg)
+    res.tables[f"{vlm}_primary_endpoints"] = primary.assign(vlm=vlm)
     for name, table in ((C.OLS.of(vlm), e["ols"]), (C.SIGN_FLIP.of(vlm), e["sign_flip"])):
         if table is not None:
-            res.tables[name] = table.assign(vlm=vlm)
+            res.tables[name] = table.assign(vlm=vlm, family=endpoints.EXPLORATORY)
     effects = significant_effects(gaps.estimates(answers, cfg)["delta_g"], e["ols"], Boot.of(cfg).alpha)
-    res.tables[f"{vlm}_significant_effects"] = effects.assign(vlm=vlm)
-    res.notes = notes(answers, cfg)
+    res.tables[f"{vlm}_significant_effects"] = effects.assign(vlm=vlm, family=endpoints.EXPLORATORY)
+    res.notes = [endpoints.error_rate_note(primary, Boot.of(cfg).alpha)] + notes(answers, cfg)
     return res

@@ -12,6 +12,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.outputs import NO_DATA, Figure, Result
+from biasaudit.vlm.analysis.inference import underpowered_intervals
 from biasaudit.vlm.analysis.inputs import Answers, Boot, degenerate_2afc, ratio_intervals, two_afc_tasks
 from biasaudit.vlm.figures import bar_figure, heatmap_figure
 from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
@@ -85,7 +86,7 @@ def share_first_interval(two_afc: pd.DataFrame, boot: dict[str, Any]) -> dict[st
     U = int(units.max()) + 1 if len(units) else 0
     a, n = np.bincount(units, first, U)[:, None], np.bincount(units, minlength=U).astype(float)[:, None]
     r = ratio_intervals(a, n, boot).iloc[0]
-    return {"share_first": r["rate"], "low": r["low"], "high": r["high"], "reason": r["reason"]}
+    return {"share_first": r["rate"], "low": r["low"], "high": r["high"], "reason": r["reason"], "n_photos": U}
 
 
 def position_bias(two_afc: pd.DataFrame) -> dict[str, Any]:
@@ -165,17 +166,14 @@ def bradley_terry(two_afc: pd.DataFrame, reference: str, confidence: float,
 
 
 def bt_tests(bt: pd.DataFrame, min_clusters: int, method: str) -> pd.DataFrame:
-    """The strengths' p-values adjusted over the table (Holm/BH; the position effect apart), and blanked
-    with a reason below `min_clusters` photos, where the cluster-robust logit does not hold its level."""
+    """The strengths' p-values adjusted over the table (Holm/BH; the position effect apart); p-values and
+    CIs blanked with a reason below `min_clusters` photos, where the cluster-robust logit does not hold
+    its level."""
     from biasaudit.stats.resample import p_adjust
 
-    bt = bt.copy()
-    bt["reason"] = ""
+    bt = bt.assign(reason="")
     strengths = bt["term"] != "position_first"
-    if int(bt["n_clusters"].iloc[0]) < min_clusters:
-        bt.loc[bt["p"].notna(), "reason"] = (f"underpowered: {int(bt['n_clusters'].iloc[0])} source photos < "
-                                            f"min_clusters {min_clusters}")
-        bt["p"] = np.nan
+    bt = underpowered_intervals(bt, bt["n_clusters"], min_clusters, ("ci_low", "ci_high", "p"))
     bt["p_adjusted"] = np.nan
     bt.loc[strengths, "p_adjusted"] = p_adjust(bt.loc[strengths, "p"].to_numpy(float), method)
     bt.loc[~strengths, "p_adjusted"] = bt.loc[~strengths, "p"]
@@ -184,15 +182,23 @@ def bt_tests(bt: pd.DataFrame, min_clusters: int, method: str) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------- the section
 
+def share_first_blanked(two_afc: pd.DataFrame, boot: Boot) -> dict[str, Any]:
+    """share_first's interval, blanked with a reason below min_clusters photos (underpowered_intervals)."""
+    iv = pd.DataFrame([share_first_interval(two_afc, boot.resampling)])
+    return underpowered_intervals(iv, iv["n_photos"], boot.min_clusters).iloc[0].to_dict()
+
+
 def _task(two_afc: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     boot = Boot.of(cfg)
     why = degenerate_2afc(two_afc)
     bt, reason = bradley_terry(two_afc, cfg.reflect_analysis.bt_reference, boot.level)
-    return {"position_bias": position_bias(two_afc) | {f"share_first_{k}": v for k, v in share_first_interval(
-                two_afc, boot.resampling).items() if k != "share_first"},
-            "degenerate": why, "winrate": win_rate_table(two_afc, boot.resampling),
+    winrate = win_rate_table(two_afc, boot.resampling)
+    race = race_win_rates_within_gender(two_afc, boot.resampling)
+    return {"position_bias": position_bias(two_afc) | {f"share_first_{k}": v for k, v in share_first_blanked(
+                two_afc, boot).items() if k not in ("share_first", "n_photos")},
+            "degenerate": why, "winrate": underpowered_intervals(winrate, winrate["n_photos"], boot.min_clusters),
             "matrix": win_rate_matrix(two_afc)[0],
-            "race_winrate": race_win_rates_within_gender(two_afc, boot.resampling).assign(degenerate=why),
+            "race_winrate": underpowered_intervals(race, race["n_photos"], boot.min_clusters).assign(degenerate=why),
             "bradley_terry": None if bt is None else bt_tests(bt, boot.min_clusters, boot.p_adjust),
             "bt_reason": reason}
 
@@ -213,7 +219,7 @@ def _add_task(res: Result, vlm: str, task: str, e: dict[str, Any], tag: str) -> 
     res.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm)
     res.tables[C.RACE_WINRATE.of(vlm, task)] = rw.assign(vlm=vlm)
     if e["bradley_terry"] is not None:
-        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm)
+        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm, family="exploratory")
     res.figures[f"{vlm}_winrate_{task}"] = Figure(
         heatmap_figure(rate, n, f"{vlm} · 2AFC {task}{tag}"), f"2AFC {task}: win-rate matrix",
         "Cell = share of retained comparisons in which the row group was chosen over the column group "

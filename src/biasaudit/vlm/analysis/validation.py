@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from biasaudit.outputs import Result
-from biasaudit.vlm.analysis import gaps, significance, two_afc
+from biasaudit.vlm.analysis import gaps, refusals, significance, two_afc
 from biasaudit.vlm.analysis.inputs import Answers
 
 
@@ -19,6 +19,7 @@ def compute(answers: Answers, cfg: Any) -> Result | None:
 
     def check() -> Result:
         single = gaps.estimates(answers, cfg) | {"ols": significance.estimates(answers, cfg)["ols"]}
-        return recovery(answers.vlm, answers.responses, answers.planted, cfg, two_afc.estimates(answers, cfg), single)
+        return recovery(answers.vlm, answers.responses, answers.planted, cfg, two_afc.estimates(answers, cfg), single,
+                        refusals.estimates(answers, cfg))
 
     return answers.shared("validation", cfg, check)
