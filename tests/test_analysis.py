@@ -13,7 +13,8 @@ from biasaudit.outputs import NO_DATA, OK, OutputWriter
 from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
-from biasaudit.t2i.analysis.skin import dark_share, earnings_regression, labels_by_L_bin, skin_table
+from biasaudit.t2i.analysis.skin import (dark_share, earnings_regression, labels_by_L_bin, skin_table,
+                                         women_share_regression)
 
 from .fixtures_t2i import MODELS, analysis_config, write_tree
 
@@ -99,6 +100,25 @@ def test_dark_share_and_earnings_regression():
     dark = dark_share(measured, BOOT, analysis_config(dark_L_threshold=36.0).analyze).iloc[0]
     expect = ((measured["L"] < 36) & (measured["label"] == "black")).sum() / (measured["L"] < 36).sum()
     assert dark["share"] == pytest.approx(expect)
+
+
+def test_skin_against_the_share_of_women_by_hand():
+    """L* = 40 + 2 per 10 points of women + noise: the slope is the least-squares slope of all occupational
+    faces (numpy's polyfit, the oracle), per 10 points; surname faces and faces with no share are left out."""
+    rng = np.random.default_rng(1)
+    women = np.array([0.1, 0.3, 0.5, 0.7, 0.9, np.nan])
+    prompts = pd.DataFrame({"prompt_id": [f"o{i}" for i in range(6)] + ["s0"],
+                            "category": ["occupation"] * 6 + ["surname"], "instance": list("abcdefg"),
+                            "pct_women": [*women, 0.5]})
+    rows = [{"image_id": f"{p}-{j}", "model": "m", "prompt_id": p, "status": "ok", "a": 10.0, "b": 15.0,
+             "L": 40 + 2 * np.nan_to_num(w) * 10 + rng.normal(0, 1) + (30 if p == "s0" else 0)}
+            for p, w in zip(prompts["prompt_id"], [*women, 0.5]) for j in range(8)]
+    measured = skin_table(pd.DataFrame(rows), pd.DataFrame(), prompts, GROUPS)
+    fit = women_share_regression(measured, 0.95).iloc[0]
+    used = measured[(measured["category"] == "occupation") & measured["pct_women"].notna()]
+    slope = np.polyfit(used["pct_women"] * 10, used["L"], 1)[0]
+    assert fit["faces"] == 40 and fit["n_clusters"] == 5
+    assert fit["slope"] == pytest.approx(slope) and fit["ci_low"] < 2 < fit["ci_high"]
 
 
 def test_empty_inputs_say_no_data(tmp_path):

@@ -167,7 +167,8 @@ def build_prompts(selected: dict[str, pd.DataFrame], templates: dict[str, str], 
     if prompts["prompt_id"].duplicated().any():
         raise ValueError("duplicate prompt ids: " + ", ".join(prompts.loc[prompts["prompt_id"].duplicated(), "prompt_id"]))
     columns = ["prompt_id", "category", "instance", "selected_for", "rank_in_group", "prompt", *groups, "size",
-               "median_weekly_earnings_usd", "template_version"]
-    if "median_weekly_earnings_usd" not in prompts:
-        prompts["median_weekly_earnings_usd"] = float("nan")
+               "median_weekly_earnings_usd", "pct_women", "template_version"]
+    for column in ("median_weekly_earnings_usd", "pct_women"):  # occupations only (BLS tables 39 and 11)
+        if column not in prompts:
+            prompts[column] = float("nan")
     return prompts[columns]

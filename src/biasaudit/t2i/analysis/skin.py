@@ -29,7 +29,8 @@ def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame,
         ok = ok.merge(labels[["image_id", "label"]].drop_duplicates("image_id"), on="image_id", how="left")
         ok["label"] = ok["label"].where(ok["label"].isin(groups), UNKNOWN)
     if not prompts.empty:
-        cols = [c for c in ("prompt_id", "category", "instance", "median_weekly_earnings_usd") if c in prompts]
+        cols = [c for c in ("prompt_id", "category", "instance", "median_weekly_earnings_usd", "pct_women")
+                if c in prompts]
         ok = ok.merge(prompts[cols], on="prompt_id", how="left")
     if "C" not in ok and {"a", "b"} <= set(ok.columns):
         ok["C"] = np.hypot(ok["a"], ok["b"])
@@ -77,9 +78,29 @@ def earnings_regression(skin: pd.DataFrame, group: str, unit_usd: float, level: 
     return pd.DataFrame(rows)
 
 
+WOMEN_UNIT = 0.10  # the slope's unit: 10 percentage points of women in the occupation
+
+
+def women_share_regression(skin: pd.DataFrame, level: float) -> pd.DataFrame:
+    """Per model: L* ~ the occupation's share of women (BLS table 11), over every measured face of the
+    occupational prompts whatever its label, clustered by prompt; slope per 10 points of women. The paper
+    notes higher L* for nail technicians, nursing assistants and school teachers (mostly women)."""
+    rows = []
+    for model, sub in skin.groupby("model", sort=True):
+        s = sub[sub.get("category") == "occupation"]
+        if "pct_women" in s:
+            s = s[s["pct_women"].notna()]
+        else:
+            s = s.iloc[:0]
+        fit = ols_cluster(s["L"], s["pct_women"] / WOMEN_UNIT, s["prompt_id"], level=level) if len(s) else \
+            ols_cluster([], [], [])
+        rows.append({"model": model, "faces": len(s), "slope_unit_pct_women": 100 * WOMEN_UNIT, **fit.as_dict()})
+    return pd.DataFrame(rows)
+
+
 def compute(inputs: Inputs, cfg: Any) -> Result:
-    """Skin tone by classified label: the very-dark share, labels by L* bin, L* against earnings, mean L*
-    and ΔE2000 diversity per label."""
+    """Skin tone by classified label: the very-dark share, labels by L* bin, L* against earnings and against
+    the occupation's share of women, mean L* and ΔE2000 diversity per label."""
     boot, a = Boot.of(cfg), cfg.analyze
     res = Result("skin", "Skin tone (CIELAB)")
     skin = skin_table(inputs.faces, inputs.labels, inputs.prompts, inputs.groups)
@@ -92,8 +113,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         return res
     dark = dark_share(skin, boot, a)
     fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
+    women = women_share_regression(skin, boot.level)
     res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin, inputs.groups),
-                  "skin_earnings_ols": fits}
+                  "skin_earnings_ols": fits, "skin_women_share_ols": women}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     colours = inputs.colours
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
@@ -105,7 +127,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},
                    "earnings_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
-                                                "p": r.p_value} for r in fits.itertuples()}}
+                                                "p": r.p_value} for r in fits.itertuples()},
+                   "women_share_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
+                                                   "p": r.p_value} for r in women.itertuples()}}
     if summary is not None and len(summary):
         res.metrics["by_label"] = {f"{r['model']}/{r['label']}": {
             k: r.get(k) for k in ("n", "L_mean", "L_mean_lo", "L_mean_hi", "diversity_de2000",
