@@ -13,8 +13,13 @@ from biasaudit.outputs import NO_DATA, OK, OutputWriter
 from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
-from biasaudit.t2i.analysis.skin import (dark_share, earnings_regression, labels_by_L_bin, skin_table,
-                                         women_share_regression)
+from biasaudit.t2i.analysis.skin import (
+    dark_share,
+    earnings_regression,
+    labels_by_L_bin,
+    skin_table,
+    women_share_regression,
+)
 
 from .fixtures_t2i import MODELS, analysis_config, write_tree
 
