@@ -77,7 +77,7 @@ if params.check_target:  # the classifier's race and gender of each edit (resuma
 
 checks = V.judge_all(checks, params)  # thresholds judge the measurements: failed checks and the action
 cols = ["edit_id", "action", "failed_checks", "ssim_outside", "psnr_outside", "delta_e_outside", "delta_e_inside",
-        "identity_distance", "skin_L_shift", "seam_de_neck_edit", "seam_de_increase", "lpips_outside"]
+        "identity_distance", "skin_L_shift", "seam_de_neck_edit", "seam_de_relative", "lpips_outside"]
 display(checks[[c for c in cols if c in checks]].round(3))
 
 # %% [markdown]

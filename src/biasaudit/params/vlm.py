@@ -204,8 +204,9 @@ class ValidateEdits(Section):
     lightening_tolerance: float = Field(3.0, ge=0)
     darker_targets: list[Race] = Field(default_factory=lambda: ["Black"])
     on_fail: Literal["flag", "exclude"] = "flag"   # excluded edits are left out of reflect
-    # Skin seam: the face-vs-neck/other-skin ΔE2000 of the edit may exceed the source's by at most this
-    # (vlm/edit_quality.py); a darker face over an unedited light neck fails `skin_seam`.
+    # Skin seam: the largest ΔE2000 by which the edited face's skin colour moved away from where the neck /
+    # other skin would have taken it (`seam_de_relative`, vlm/edit_quality.py); a darker face over an
+    # unedited light neck fails `skin_seam`.
     skin_seam_delta_e_max: float = Field(3.0, ge=0)
     # LPIPS trunk (AlexNet ImageNet, torchvision's alexnet-owt-7be5be79.pth): "" = the torch hub cache,
     # a file path, or "random" (a seeded random trunk: a STAND-IN). Never downloaded; missing → reason per row.

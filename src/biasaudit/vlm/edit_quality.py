@@ -14,9 +14,13 @@ percentile ± CHROMA_MARGIN (and ≥ MIN_CHROMA: greys have no reliable hue), an
 skin's 5th percentile − L_BELOW (a neck lies in the chin's shadow) and 95th + L_ABOVE. The neck/other
 pixel sets are chosen on the source and used unchanged in the edit (a clean edit leaves them as they
 were). ΔE2000 (scikit-image) between the face and each body region, source and edit; `seam_de_increase`
-= the larger increase (edit − source) over the regions found; fewer than MIN_SKIN_PIXELS in both
-regions → NaN with `seam_reason`. Limits: skin-hued clothing or background passes the rule (hence the
-neck region first, and the increase over the source rather than the raw ΔE).
+= the larger increase (edit − source) over the regions found. The judged `seam_de_relative` is the
+larger, over the regions, of ΔE2000(edit face, source face + (region in the edit − region in the source)):
+how far the face's colour moved away from where the body skin would have taken it. It keeps the source's
+own face-neck offset (the chin's shadow) out, and, unlike the raw increase, it does not depend on the
+direction: a darker face over a neck that was darker than the face lowers the raw ΔE (measured on the
+packaged astronaut photo: −11) yet is a seam. Fewer than MIN_SKIN_PIXELS in both regions → NaN with
+`seam_reason`. Limits: skin-hued clothing or background passes the rule.
 
 LPIPS (Zhang et al. 2018, package `lpips` 0.1.4, AlexNet trunk, v0.1 linear layers shipped in the
 package): `lpips_whole` on the whole image, `lpips_outside` between the source and the edit with the
@@ -107,24 +111,27 @@ def seam_metrics(src: np.ndarray, edit: np.ndarray, src_face_skin: np.ndarray | 
     out: dict[str, Any] = {"skin_neck_pixels": 0, "skin_other_pixels": 0, "seam_reason": ""}
     for region in ("neck", "other"):
         out |= {f"seam_de_{region}_source": np.nan, f"seam_de_{region}_edit": np.nan}
-    out["seam_de_increase"] = np.nan
+    out["seam_de_increase"] = out["seam_de_relative"] = np.nan
     if src_face_skin is None or not src_face_skin.any() or body is None:
         out["seam_reason"] = "no face skin mask in the source"
         return out
     edit_face_skin = src_face_skin if edit_face_skin is None or not edit_face_skin.any() else edit_face_skin
     face_src, face_edit = mean_lab(src, src_face_skin), mean_lab(edit, edit_face_skin)
-    increases = []
+    increases, relative = [], []
     for region, mask in (("neck", body.neck), ("other", body.other)):
         n = int(mask.sum())
         out[f"skin_{region}_pixels"] = n
         if n < MIN_SKIN_PIXELS:
             continue
-        de_src = float(delta_e2000(face_src, mean_lab(src, mask)))
-        de_edit = float(delta_e2000(face_edit, mean_lab(edit, mask)))
+        region_src, region_edit = mean_lab(src, mask), mean_lab(edit, mask)
+        de_src = float(delta_e2000(face_src, region_src))
+        de_edit = float(delta_e2000(face_edit, region_edit))
         out[f"seam_de_{region}_source"], out[f"seam_de_{region}_edit"] = de_src, de_edit
         increases.append(de_edit - de_src)
+        relative.append(float(delta_e2000(face_edit, face_src + (region_edit - region_src))))
     if increases:
         out["seam_de_increase"] = float(max(increases))
+        out["seam_de_relative"] = float(max(relative))
     else:
         out["seam_reason"] = (f"no neck or other skin outside the face (fewer than {MIN_SKIN_PIXELS} pixels "
                               f"pass the skin rule: neck {out['skin_neck_pixels']}, other {out['skin_other_pixels']})")
@@ -195,7 +202,7 @@ def load_lpips(weights: str = "", seed: int = 0) -> LPIPSModel:
 def _tensor(rgb: np.ndarray):
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+    return torch.from_numpy(np.array(rgb, dtype=np.float32)).permute(2, 0, 1)[None] / 127.5 - 1.0
 
 
 def lpips_distance(model: LPIPSModel, a: np.ndarray, b: np.ndarray) -> float:

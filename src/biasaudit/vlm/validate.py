@@ -11,8 +11,8 @@ For each edited image against its source photo, with the source's face-region ma
 - target attainment: a classifier backend's race and gender answers vs the target (optional);
 - skin L* shift: L* of the mean sRGB over the skin mask, edit − source (skin-lightening shows here);
 - skin seam: ΔE2000 between face skin and the unedited neck / other skin (hands), source and edit, and
-  its increase (vlm/edit_quality.py: the declared skin-pixel rule); `skin_seam` fails above
-  `skin_seam_delta_e_max`;
+  its increase (vlm/edit_quality.py: the declared skin-pixel rule); `skin_seam` fails when the face's
+  colour moved away from the body skin's (`seam_de_relative`) by more than `skin_seam_delta_e_max`;
 - LPIPS (AlexNet) of the whole image and outside the face (vlm/edit_quality.py), beside SSIM; the
   trunk's weights are recorded per row (`lpips_weights_used`, STAND-IN when random).
 A failing check is named in `failed_checks`; `action` is keep | flag | exclude (params `on_fail`).
@@ -107,7 +107,7 @@ def failed_checks(m: dict[str, Any], params: Any, target_race: str | None = None
     if (target_race in params.darker_targets and shift is not None and np.isfinite(shift)
             and shift > params.lightening_tolerance):
         bad.append("skin_lightening")
-    seam = m.get("seam_de_increase")
+    seam = m.get("seam_de_relative")
     if seam is not None and np.isfinite(seam) and seam > params.skin_seam_delta_e_max:
         bad.append("skin_seam")
     return bad
@@ -382,12 +382,12 @@ def by_group_table(checks: Any) -> Any:
     agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
            "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
     for col in ("seam_de_neck_source", "seam_de_neck_edit", "seam_de_other_source", "seam_de_other_edit",
-                "seam_de_increase", "lpips_whole", "lpips_outside"):
+                "seam_de_increase", "seam_de_relative", "lpips_whole", "lpips_outside"):
         if col in ok:
             ok[col] = pd.to_numeric(ok[col], errors="coerce")
             agg[f"{col}_mean"] = (col, "mean")
-    if "seam_de_increase" in ok:
-        ok["seam_missing"] = ok["seam_de_increase"].isna()
+    if "seam_de_relative" in ok:
+        ok["seam_missing"] = ok["seam_de_relative"].isna()
         agg["seam_not_measured"] = ("seam_missing", "sum")
     agg |= {f"fail_{n}": (f"fail_{n}", "sum") for n in FAILURE_NAMES}
     return ok.groupby(["race", "gender"]).agg(**agg).reset_index()
@@ -396,9 +396,9 @@ def by_group_table(checks: Any) -> Any:
 def seam_summary(checks: Any) -> dict[str, Any]:
     """How many measured edits had a skin seam measured, how many not (and the commonest reason), how many failed it."""
     ok = checks[checks["status"] == "ok"]
-    if "seam_de_increase" not in ok or not len(ok):
+    if "seam_de_relative" not in ok or not len(ok):
         return {"measured": 0, "not_measured": 0, "failed": 0, "reasons": {}}
-    seam = ok["seam_de_increase"].astype(float)
+    seam = ok["seam_de_relative"].astype(float)
     failed = ok["failed_checks"].fillna("").str.split(",").map(lambda xs: "skin_seam" in xs)
     return {"measured": int(seam.notna().sum()), "not_measured": int(seam.isna().sum()), "failed": int(failed.sum()),
             "reasons": ok.loc[seam.isna(), "seam_reason"].value_counts().head(3).to_dict()}
@@ -464,14 +464,14 @@ def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
         note = ""
         if expect is None:  # a face-only recolour leaves a seam by design: that is the next control's
             caught = not [b for b in bad if b != "skin_seam"]
-        elif expect == "skin_seam" and not np.isfinite(rec.get("seam_de_increase", np.nan)):
+        elif expect == "skin_seam" and not np.isfinite(rec.get("seam_de_relative", np.nan)):
             caught, note = True, f"not measurable on this photo: {rec.get('seam_reason')}"
         else:
             caught = expect in bad
         rows.append({"control": name, "expected_failure": expect or "(none: must pass)", "failed_checks": ",".join(bad),
                      "as_expected": caught, "note": note, "ssim_outside": rec.get("ssim_outside"),
                      "psnr_outside": rec.get("psnr_outside"), "delta_e_outside": rec.get("delta_e_outside"),
-                     "delta_e_inside": rec.get("delta_e_inside"), "seam_de_increase": rec.get("seam_de_increase")})
+                     "delta_e_inside": rec.get("delta_e_inside"), "seam_de_relative": rec.get("seam_de_relative")})
     return rows
 
 
