@@ -174,7 +174,7 @@ def load_lpips(weights: str = "", seed: int = 0) -> LPIPSModel:
     """LPIPS(net='alex') with its trunk from `weights` ('' = torch hub cache, a file path, or 'random'
     for a seeded random trunk: a STAND-IN). Never downloads: a missing file gives the reason instead."""
     try:
-        import lpips
+        import lpips  # noqa: F401  (present: _random_trunk_lpips builds the network)
         import torch
         import torchvision
     except ImportError as e:

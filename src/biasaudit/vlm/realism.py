@@ -183,7 +183,7 @@ def realism_by_group(scores: pd.DataFrame, n_boot: int, seed: int, level: float 
 
     ivals = cluster_bootstrap(totals, statistic, n_boot=n_boot, level=level, seed=seed)
     rows = []
-    for j, (g, iv) in enumerate(zip(labels + [DIFFERENCE], ivals)):
+    for g, iv in zip(labels + [DIFFERENCE], ivals):
         sel = member[g] if g != DIFFERENCE else (member[ALL_EDITS] | member[ORIGINAL])
         reason = iv.reason or ("" if np.isfinite(iv.estimate) else "no rated images")
         rows.append({"group": g, "n_images": int(sel.sum()), "n_photos": int(scores.loc[sel, "photo"].nunique()),
