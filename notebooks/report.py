@@ -47,7 +47,7 @@ from biasaudit import contracts as C
 from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
-from biasaudit.report import build_index
+from biasaudit.report import build_index, power
 from biasaudit.report.assumptions import ASSUMPTIONS_CSV, build_assumptions
 from biasaudit.report.audit_card import Resampling, Validity, build_cards
 from biasaudit.report.gallery import build_gallery
@@ -87,7 +87,8 @@ cards = build_cards(reports, C.RESPONSES_DIR,
                     {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
                     display=gs.display, validity=Validity(ra.min_clusters, params.card_min_retention),
                     run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
-                         "run_date": info["created_at"]}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir)
+                         "run_date": info["created_at"]}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir,
+                    power_table=power.load())  # each VLM card's power line (benchmarks/power.py's simulation)
 display(cards)
 
 # %% [markdown]

@@ -231,7 +231,7 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     assert page.count('<tr class="below">') == int(pd.read_csv(out / "gen-x.csv")["below_four_fifths"].eq(True).sum())
     x = pd.read_csv(out / "gen-x.csv")
     assert "a" in set(x["category"])  # … and its label in the CSV
-    assert x.loc[x["measure"] == "tvd_bias_corrected", "rate"].item() == 0.25
+    assert x.loc[x["measure"] == "tvd_finite_n_corrected", "rate"].item() == 0.25
     index = (out / "index.html").read_text()
     assert 'href="vlm-z.html"' in index and 'href="gen-x.csv"' in index and "STAND-IN" in index
     z = table.set_index("model").loc["vlm-z"]

@@ -43,7 +43,7 @@ def config(url: str, retry_failed: bool):
                            "concurrency": 1, "constrain": False, "max_retries": 0, "retry_backoff_s": 0.0,
                            "max_tokens": 8}}
     raw["reflect"] = {**raw["reflect"], "tasks": ["2afc", "mcq"], "two_afc_tasks": ["income"], "batch_size": 4,
-                      "limit": 0, "retry_failed": retry_failed}
+                      "limit": 0, "retry_failed": retry_failed, "placebo_two_afc_tasks": [], "placebo_mcq_tasks": []}
     return validate(raw)
 
 

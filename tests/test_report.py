@@ -175,8 +175,8 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     # the front page: at most 6 findings, the first led by the TVD (raw here: the fixture has no reliability sample)
     findings = _findings(page)
     assert 3 <= len(findings) <= 6, findings
-    assert findings[0] == ("Distance from the benchmark over all prompts (mean per-prompt TVD, raw, 95% cluster-bootstrap "
-                           "CI over prompts): synth-a 0.500 [0.400, 0.600]; synth-b 0.300 [0.200, 0.350]. Raw, because "
+    assert findings[0] == ("Distance from the benchmark over all prompts (raw TVD: mean per-prompt TVD, 95% "
+                           "cluster-bootstrap CI over prompts): synth-a 0.500 [0.400, 0.600]; synth-b 0.300 [0.200, 0.350]. Raw, because "
                            "no reliability sample to correct with.")
     # no table on the front page: one line per block, linking to its page
     assert "<table" not in page

@@ -65,10 +65,11 @@ def test_salary_delta_g_and_ols_closed_forms_with_full_retention():
     dg = single["delta_g"].set_index(["dimension", "level"])["planted"]
     assert dg[("race", "Black")] == pytest.approx(100 * num / den, rel=1e-12)
     # OLS with every image retained (a balanced design): the coefficient is the mean over genders of the
-    # difference of expected salaries; E salary = mean base · e^{γ} · e^{(σ_p² + σ_e²)/2}
+    # difference of expected salaries; E salary = mean base · e^{γ + a} · e^{(σ_p² + σ_e²)/2}, a the edit
+    # artefact every group edit carries
     s = pl.salary
     scale = np.mean([s.base_usd.get(o, s.base_usd["default"]) for o in u["occupation"]]) * np.exp(
-        (s.photo_sd ** 2 + s.noise_sd ** 2) / 2)
+        (s.photo_sd ** 2 + s.noise_sd ** 2) / 2 + pl.edit_artifact.salary)
     ols = single["ols"].set_index("term")["planted"]
     expected = scale * np.mean([np.exp(eff[f"B{g}"]) - np.exp(eff[f"W{g}"]) for g in "MF"])
     assert ols["race:Black"] == pytest.approx(expected, rel=1e-9)
@@ -85,7 +86,7 @@ def test_mcq_group_means_match_a_brute_force_population():
     values = np.array([params.salary_brackets[k] for k in "ABCDEF"])
     n = 400_000
     for g in ("WM", "BF"):
-        eta = pl.mcq.shift["salary"].get(g, 0.0) + pl.mcq.photo_sd * rng.standard_normal(n)
+        eta = pl.mcq.shift["salary"].get(g, 0.0) + pl.edit_artifact.mcq + pl.mcq.photo_sd * rng.standard_normal(n)
         cdf = expit(cuts[None, :] - eta[:, None])  # P(letter ≤ k)
         letter = (rng.random(n)[:, None] >= cdf).sum(axis=1)
         sample = values[letter]

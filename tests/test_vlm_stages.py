@@ -39,20 +39,23 @@ def test_edits_and_their_validation_resume_by_content(tmp_path, monkeypatch):
     cfg = config()
     first = focus.run_edits(cfg, sources, out_root="data/vlm/focus", progress=False)
     m1 = first["manifest"]
-    assert first["summary"].processed == 4 and (m1["status"] == "ok").all() and first["editor"]["backend"] == "tiny"
+    # per photo 2 group edits, the null edit and the original (params.yaml: counterfactuals.null_edit)
+    assert first["summary"].processed == 8 and (m1["status"] == "ok").all() and first["editor"]["backend"] == "tiny"
+    assert sorted(m1["arm"].value_counts().items()) == [("counterfactual", 4), ("null_edit", 2), ("original", 2)]
     v1 = V.run_validation(cfg, m1, progress=False)
-    assert v1["summary"].processed == 4 and (v1["checks"]["status"] == "ok").all()
+    assert v1["summary"].processed == 8 and (v1["checks"]["status"] == "ok").all()
     assert v1["checks"]["ssim_outside"].gt(0.9).all()
 
     again = focus.run_edits(cfg, sources, out_root="data/vlm/focus", progress=False)
-    assert again["summary"].processed == 0 and again["summary"].already_done == 4
+    assert again["summary"].processed == 0 and again["summary"].already_done == 8
     assert V.run_validation(cfg, again["manifest"], progress=False)["summary"].processed == 0
 
-    # replace source b's photo: exactly b's two edits are redone, then exactly their validation
+    # replace source b's photo: exactly b's four images are redone, then exactly their validation
     Image.fromarray(np.ascontiguousarray(astro[40:, 40:])).save(paths["b"])
     redo = focus.run_edits(cfg, sources, out_root="data/vlm/focus", progress=False)
     redone = {r["edit_id"] for r in redo["run"].appended}
-    assert redone == {"doctor/b/Black_man", "doctor/b/White_man"} and redo["summary"].stale["input"] == 2
+    assert redone == {"doctor/b/Black_man", "doctor/b/White_man", "doctor/b/null", "doctor/b/original"}
+    assert redo["summary"].stale["input"] == 4
     v2 = V.run_validation(cfg, redo["manifest"], progress=False)
     assert {r["edit_id"] for r in v2["run"].appended} == redone
     # a threshold only judges: no re-measuring

@@ -15,6 +15,7 @@ invalid parameters. Profiles and parameter validation are biasaudit.config's (th
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -235,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="biasaudit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile,plan}")
     check = sub.add_parser("check", help="validate params and list every missing weight, input, key and server",
                            description="Validate the parameters and list, in one pass, every weight, input folder, "
                                        "API key and local server they need and this machine lacks, each with its fix. "
@@ -270,7 +271,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stash", action="store_true",
                    help="switch params.yaml only: leave every output where it is (no stash, no restore)")
     p.set_defaults(func=cmd_profile)
+    plan = sub.add_parser("plan", help="the source photos a Method B audit needs to detect a target impact ratio",
+                          description="From the declared simulation of the audit card's impact-ratio reading "
+                                      "(benchmarks/power.py, data/reference/power/impact_ratio.csv): the source "
+                                      "photos at which a true ratio of --ratio is read below 0.8 with --power, and "
+                                      "what the smallest detectable ratio is at each simulated size. Exit 1 when the "
+                                      "simulated sizes do not reach it.")
+    plan.add_argument("--ratio", type=float, default=0.7, help="the true impact ratio to detect (default %(default)s)")
+    plan.add_argument("--per-photo", type=float, default=8.0,
+                      help="mean comparisons (2AFC) or answers (scores) per source photo and category "
+                           "(default %(default)s)")
+    plan.add_argument("--power", type=float, default=0.8, help="the power wanted (default %(default)s)")
+    plan.add_argument("--table", default="data/reference/power/impact_ratio.csv", metavar="CSV",
+                      help="the simulation's table (default: %(default)s)")
+    plan.set_defaults(func=cmd_plan)
     return parser
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from biasaudit.report import power
+
+    table = power.load(Path(args.table))
+    if table is None:
+        raise FileNotFoundError(f"{args.table} (write it with: python benchmarks/power.py)")
+    if not 0 < args.ratio < 0.8 or not 0 < args.power < 1:
+        raise UsageError("--ratio must lie in (0, 0.8) and --power in (0, 1)")
+    m = power.nearest_per_photo(table, args.per_photo)
+    need = power.photos_needed(table, args.ratio, args.per_photo, args.power)
+    print(f"simulated: {m} comparisons or answers per photo and category (nearest to --per-photo {args.per_photo:g})")
+    for photos in sorted(table["photos"].unique()):
+        x = power.detectable_ratio(table, photos, args.per_photo, args.power)
+        print(f"  {photos:4d} photos: ratios up to {x:.2f} read below 0.8 with power {args.power:g}"
+              if x is not None and x == x else f"  {photos:4d} photos: no simulated ratio reaches power {args.power:g}")
+    if need is None:
+        print(f"a true ratio of {args.ratio:g} is not read below 0.8 with power {args.power:g} within "
+              f"{int(table['photos'].max())} photos")
+        return 1
+    print(f"a true ratio of {args.ratio:g} needs about {math.ceil(need)} source photos for power {args.power:g}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

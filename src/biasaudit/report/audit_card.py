@@ -10,8 +10,9 @@ Method A (text-to-image generators), from `reports/t2i/tables/tvd_per_prompt.csv
   of p and q_pg the reference share of g for p. The reference is the benchmark (census/BLS share of each
   prompt's instance) and, beside it, parity (q = 1/G) and every stated target of the active group set; the
   alternatives never replace the benchmark. CI: cluster bootstrap over prompts.
-- the TVDs of the analysis (raw, bias-corrected, corrected for classifier error), copied with their CIs
-  from `tvd_summary` / `tvd_corrected_summary` (category `all`).
+- the TVDs of the analysis (report.statistics.TVDS: raw, finite-n-corrected, classifier-corrected
+  (plug-in), and the corrected TVD the front page leads with), each under its one name with its own interval,
+  copied from `tvd_summary` / `tvd_corrected_summary` (category `all`).
 
 Method B (VLMs), from `data/vlm/responses/<vlm>.parquet`, in the form of a New York City Local Law 144
 bias audit, per race, gender and race × gender:
@@ -63,7 +64,9 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.io import atomic_write_table, atomic_write_text
 from biasaudit.provenance import derive_seed
+from biasaudit.report import statistics as S
 from biasaudit.report.load import Outputs, num
+from biasaudit.report.power import power_line
 from biasaudit.stats.resample import (
     Replicates,
     cluster_bootstrap,
@@ -78,7 +81,7 @@ OK = "ok"
 
 CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "reference", "n", "n_clusters", "selected",
                 "rate", "rate_low", "rate_high", "reference_share", "ratio", "ratio_low", "ratio_high",
-                "below_four_fifths", "reading", "reason", "refused", "failed", "unknown", "valid"]
+                "below_four_fifths", "reading", "reason", "refused", "failed", "unknown", "valid", "interval", "credit"]
 # what every row of a card's CSV carries, so that a row copied out of it still names its run
 TRACE_COLUMNS = ["model_id", "model_version", "stand_in", "profile", "params_hash", "git_commit", "run_date"]
 NO_VALID_AUDIT = "no valid audit"
@@ -167,29 +170,23 @@ def representation_ratios(per_prompt: pd.DataFrame, boot: Resampling, references
     return pd.DataFrame(rows)
 
 
-TVD_MEASURES = (  # (table, estimate column, card measure name)
-    (C.TVD_SUMMARY, "mean_tvd", "tvd"),
-    (C.TVD_SUMMARY, "tvd_corrected", "tvd_bias_corrected"),
-    (C.TVD_CORRECTED_SUMMARY, "tvd_classifier_corrected", "tvd_classifier_corrected"),
-    (C.TVD_CORRECTED_SUMMARY, "tvd_debiased", "tvd_debiased"),
-)
-
-
 def tvd_rows(t2i: Outputs, model: str) -> list[dict[str, Any]]:
-    """The analysis' TVDs of one model over all prompts, with their CIs (copied, not recomputed)."""
+    """The analysis' TVDs of one model over all prompts (report.statistics.TVDS), each with its own interval
+    (copied, not recomputed); `measure` is the statistic's key, `interval` what its interval is."""
     rows = []
-    for table, est, measure in TVD_MEASURES:
-        t = t2i.table(table)
+    for st in S.TVDS:
+        est, low, high = st.columns
+        t = t2i.table(st.table)
         if not t.ok or est not in t.df or "model" not in t.df:
             continue
         sub = t.df[(t.df["model"].astype(str) == model) & (t.df.get("category", "all") == "all")]
         if sub.empty:
             continue
         r = sub.iloc[0]
-        rows.append({"method": "A", "measure": measure, "dimension": "all prompts", "category": "",
+        rows.append({"method": "A", "measure": st.key, "dimension": "all prompts", "category": "",
                      "reference": "benchmark", "n": int(num(r.get("n_prompts"))) if np.isfinite(num(r.get("n_prompts")))
-                     else pd.NA, "rate": num(r[est]), "rate_low": num(r.get(f"{est}_low")),
-                     "rate_high": num(r.get(f"{est}_high")),
+                     else pd.NA, "rate": num(r[est]), "rate_low": num(r.get(low)), "rate_high": num(r.get(high)),
+                     "interval": st.interval, "credit": f"{st.function} ({st.notebook})",
                      "reason": str(r.get(f"{est}_reason", "")) if pd.notna(r.get(f"{est}_reason", "")) else ""})
     return rows
 
@@ -441,9 +438,15 @@ def trace_html(trace: dict[str, Any]) -> str:
     return f"<table class='trace'>{rows}</table>"
 
 
+def per_photo(rows: pd.DataFrame) -> float:
+    """The median over a card's rate rows of comparisons (or answers) per source photo and category."""
+    ok = rows[(rows["n_clusters"].astype(float) > 0) & rows["n"].notna()]
+    return float((ok["n"].astype(float) / ok["n_clusters"].astype(float)).median()) if len(ok) else float("nan")
+
+
 def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
               display: dict[str, str] | None = None, trace: dict[str, Any] | None = None,
-              stand_ins: list[str] | None = None) -> str:
+              stand_ins: list[str] | None = None, power_table: pd.DataFrame | None = None) -> str:
     """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels).
     A card whose only row is NO_VALID_AUDIT shows its reasons and no rate or ratio."""
     parts = [trace_html(trace or {})]
@@ -472,20 +475,26 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
         tvd = a[a["measure"] != "representation"]
         if len(tvd):
             parts.append("<h3>Total variation distance to the benchmark (all prompts)</h3>" + _table(tvd, {
-                "measure": lambda r: r["measure"], "prompts": lambda r: "" if pd.isna(r["n"]) else int(r["n"]),
-                "value [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
-                "reason": lambda r: r.get("reason", "") or ""}))
+                "statistic": lambda r: S.BY_KEY[r["measure"]].name if r["measure"] in S.BY_KEY else r["measure"],
+                "prompts": lambda r: "" if pd.isna(r["n"]) else int(r["n"]),
+                "value [interval]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
+                "interval": lambda r: f"{boot.level:.0%} {r.get('interval', '')}",
+                "made by": lambda r: r.get("credit", "") or "", "reason": lambda r: r.get("reason", "") or ""}))
     if len(b):
         parts.append(ll144_html(trace or {}))
         parts.append("<h2>Method B: selection and scoring rates, impact ratios (LL144 form)</h2>"
                      "<p class='note'>count = comparisons in which the category appeared (2AFC) or answers "
                      "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
                      "(rate / the highest category's rate).</p>")
+        photos = num((trace or {}).get("n_photos"))
+        if np.isfinite(photos):
+            parts.append(f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(b)))}</p>")
         for measure, sub in b.groupby("measure", sort=False):
             parts.append(f"<h3>{html.escape(str(measure))}</h3>")
             for dim, d in sub.groupby("dimension", sort=False):
                 parts.append(f"<h4>{html.escape(str(dim))}</h4>" + _table(d, RATIO_COLUMNS))
-    unit = "prompts (Method A)" if len(a) else "source photos (Method B)"
+    unit = ("prompts (the representation rates and ratios; each TVD's interval is the one named in its row)" if len(a)
+            else "source photos (Method B)")
     parts.append(CARD_NOTE.format(level=boot.level, n_boot=boot.n_boot, unit=unit))
     parts.append(ABOUT_DATA_A if len(a) else ABOUT_DATA_B)
     return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
@@ -537,7 +546,7 @@ def summary_row(model: str, card: pd.DataFrame, trace: dict[str, Any] | None = N
     ratios = card[(card["measure"] != "") & card["ratio"].notna()] if "ratio" in card else card.iloc[:0]
     if row["method"] == "A":
         ratios = ratios[ratios["reference"] == "benchmark"]
-        for measure in ("tvd_bias_corrected", "tvd_classifier_corrected"):
+        for measure in (S.RAW_TVD.key, S.CORRECTED_TVD.key):
             t = card[card["measure"] == measure]
             for suffix, col in (("", "rate"), ("_low", "rate_low"), ("_high", "rate_high")):
                 row[measure + suffix] = num(t.iloc[0][col]) if len(t) else np.nan
@@ -567,8 +576,8 @@ def index_html(summary: pd.DataFrame, stand_in: bool, stand_ins: list[str] | Non
                 f"ratios below {FOUR_FIFTHS} across their interval": lambda r: (f"{_int(r.get('ratios_below_four_fifths'))} of "
                                                       f"{_int(r.get('ratios'))}") if pd.notna(r.get("ratios")) else ""}
         if method == "A":
-            cols["bias-corrected TVD [CI]"] = lambda r: _ci_of(r, "tvd_bias_corrected")
-            cols["classifier-corrected TVD [CI]"] = lambda r: _ci_of(r, "tvd_classifier_corrected")
+            for st in (S.RAW_TVD, S.CORRECTED_TVD):  # the two the front page shows, under its names
+                cols[f"{st.name} [{st.interval}]"] = lambda r, k=st.key: _ci_of(r, k)
         table = _table(sub, cols)
         for m in sub["model"]:  # the card column holds links (escaped cells cannot)
             e = html.escape(str(m))
@@ -609,7 +618,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                 references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
                 display: dict[str, str] | None = None, validity: Validity = Validity(12, 0.5),
                 run: dict[str, Any] | None = None, stand_ins: list[str] | None = None,
-                images_dir: Path | None = None) -> pd.DataFrame:
+                images_dir: Path | None = None, power_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write every card, the index and all_models.csv; return the side-by-side table. `run`: the trace fields
     of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row."""
     run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "run_date")}
@@ -628,7 +637,9 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                                         n_unknown=int(sub["n_unknown"].sum()) if "n_unknown" in sub else "")
     for path in sorted(Path(responses_dir).glob("*.parquet")):
         vlm = path.stem
-        responses = pd.read_parquet(path)
+        from biasaudit.vlm.groups import group_rows
+
+        responses = group_rows(pd.read_parquet(path))  # not the placebo tasks nor the null-edit control
         reasons = invalid_reasons(responses, validity.min_clusters, validity.min_retention)
         cards[vlm] = no_valid_audit(reasons) if reasons else method_b_rows(responses[RESPONSE_COLUMNS], boot_b,
                                                                           mcq_values, vlm)
@@ -645,7 +656,8 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
             **{k: trace[k] for k in TRACE_COLUMNS})
         atomic_write_table(card, out_dir / f"{model}.csv")
         boot = boot_a if (card["method"] == "A").any() else boot_b
-        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display, trace, stand_ins))
+        atomic_write_text(out_dir / f"{model}.html", card_html(model, card, stand_in, boot, display, trace, stand_ins,
+                                                               power_table))
         summary.append(summary_row(model, card, trace))
     table = pd.DataFrame(summary)
     atomic_write_table(table, out_dir / "all_models.csv")

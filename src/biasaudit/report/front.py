@@ -19,6 +19,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import registry
+from biasaudit.report import statistics as S
 from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, pval, read_json, truthy
 from biasaudit.report.trail import trail
 
@@ -38,6 +39,8 @@ class Block:
     downloads: list[tuple[str, str]] = field(default_factory=list)
     extra: str = ""  # more HTML (a figure, a long table)
     group: str = ""  # the front page's heading for its one line (Method A, Method B, checks)
+    # per statistic shown under its own name (report.statistics): (name, function, notebook, href of the cell)
+    credits: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def page(self) -> str:
@@ -68,6 +71,12 @@ def _with_trail(block: Block, reports: Path, notebook: str, function: str, *load
     return block
 
 
+def _credit(block: Block, reports: Path, *stats: S.Statistic) -> None:
+    """Credit each statistic the block shows to the function and notebook cell that made it."""
+    for st in stats:
+        block.credits.append((st.name, st.function, st.notebook, trail(reports, st.notebook, st.function).href))
+
+
 def _missing(block: Block, *loaded: Loaded) -> Block:
     block.note = "; ".join(x.reason for x in loaded if not x.ok and x.reason) or "no rows"
     return block
@@ -79,8 +88,7 @@ def _models_order(df: pd.DataFrame, model_col: str = "model") -> list[str]:
 
 # ------------------------------------------------------------------------------------- Method A
 
-RAW_CI = "cluster-bootstrap CI over prompts"
-HONEST = "honest interval (allows for the remaining bias)"
+RAW_CI, HONEST = S.RAW_CI, S.HONEST
 
 
 def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
@@ -90,7 +98,8 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
     b = Block("tvd", "Distance from the benchmark (mean per-prompt TVD; 0 = identical, 1 = no overlap)")
     tvd = t2i.table(C.TVD_SUMMARY)
     deb = t2i.table(C.TVD_CORRECTED_SUMMARY)
-    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.representation.compute", tvd, deb)
+    _with_trail(b, reports, S.RAW_TVD.notebook, S.RAW_TVD.function, tvd, deb)
+    _credit(b, reports, *([S.RAW_TVD, S.CORRECTED_TVD] if deb.ok else [S.RAW_TVD]))
     if not tvd.ok:
         return _missing(b, tvd)
     df = tvd.df
@@ -111,14 +120,16 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
                 if len(d):
                     d = d.iloc[0]
                     point, source = d.get("tvd_point", d["tvd_debiased"]), str(d.get("tvd_point_source", "corrected"))
-                    extra.append("corrected " + ci(point, d["tvd_debiased_low"], d["tvd_debiased_high"])
+                    extra.append(f"{S.CORRECTED_TVD.name} " + ci(point, d["tvd_debiased_low"], d["tvd_debiased_high"])
                                  + ("" if source == "corrected" else f" (point {source.split(',')[0]})"))
             row[cat] = html.escape(ci(r["mean_tvd"], r["mean_tvd_low"], r["mean_tvd_high"])) + (
                 f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
         rows.append(row)
-    b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c}: raw TVD [{level} CI]" for c in cats}), escape=False)
-    b.html += (f"<p class='note'>raw: the classified labels' mean per-prompt TVD, {level} {RAW_CI}; null floor: the "
-               "TVD expected from sampling alone at each prompt's n; corrected: for the classifier's confusion matrix "
+    b.html = _table(pd.DataFrame(rows).rename(columns={c: f"{c}: {S.RAW_TVD.name} [{level} CI]" for c in cats}),
+                    escape=False)
+    b.html += (f"<p class='note'>{S.RAW_TVD.name}: the classified labels' mean per-prompt TVD, {level} {RAW_CI}; "
+               f"null floor: the TVD expected from sampling alone at each prompt's n; {S.CORRECTED_TVD.name}: for the "
+               "classifier's confusion matrix "
                f"(reliability sample) and finite n, empirical-Bayes estimate with its {level} {HONEST} "
                "(stats.correction.debiased_tvd).</p>")
     if not deb.ok:
@@ -170,16 +181,16 @@ def tvd_headline(t2i: Outputs, level: str) -> str:
         if len(p):
             planted.append((m, num(p["planted"].iloc[0])))
             raw_missed += int(not truthy(p["covered"].iloc[0]))
-    what = (f"corrected for classifier error and finite n, {level} {HONEST}" if use_corrected
-            else f"raw, {level} {RAW_CI}")
-    out = f"Distance from the benchmark over all prompts (mean per-prompt TVD, {what}): {'; '.join(parts)}."
+    what = (f"{S.CORRECTED_TVD.name}: mean per-prompt TVD corrected for classifier error and finite n, {level} "
+            f"{HONEST}" if use_corrected else f"{S.RAW_TVD.name}: mean per-prompt TVD, {level} {RAW_CI}")
+    out = f"Distance from the benchmark over all prompts ({what}): {'; '.join(parts)}."
     if planted:
         most = max(planted, key=lambda x: x[1])[0]
         out += (" Planted: " + ", ".join(f"{m} {fmt(x)}" for m, x in planted)
                 + (f" ({most} planted as the most biased)" if len(planted) > 1 else "") + ".")
     if use_corrected:
         raw_text = ", ".join(f"{r['model']} {fmt(r['mean_tvd'])}" for _, r in raw.iterrows())
-        out += (f" The raw TVD ({raw_text}) is biased upward by classifier error and finite n"
+        out += (f" The {S.RAW_TVD.name} ({raw_text}) is biased upward by classifier error and finite n"
                 + (f"; the planted check finds it outside its interval in {raw_missed} of {len(planted)} models."
                    if planted else "."))
     elif why_raw:

@@ -63,8 +63,10 @@ BLOCK = """<h1>{{ b.title }}</h1><p><a href="index.html">← front page</a></p>
 {% if b.findings %}<ul class="findings">{% for f in b.findings %}<li>{{ f }}</li>{% endfor %}</ul>{% endif %}
 {% if b.html %}<div class="scroll">{{ b.html|safe }}</div>{% endif %}{% if b.extra %}<div class="scroll">{{ b.extra|safe }}</div>{% endif %}
 {% if b.note %}<p class="note">{% if not b.html %}<b>No data:</b> {% endif %}{{ b.note }}</p>{% endif %}
-<p class="trail">{% if b.function %}made by <code>{{ b.function }}</code>{% endif %}{% if b.trail_href %} in
-<a href="{{ b.trail_href }}">{{ b.notebook }}{% if '#' in b.trail_href %} (the cell){% endif %}</a>{% endif %}
+<p class="trail">{% if b.credits %}{% for name, function, notebook, href in b.credits %}{% if not loop.first %}; {% endif %}{{ name }}
+made by <code>{{ function }}</code>{% if href %} in <a href="{{ href }}">{{ notebook }}{% if '#' in href %} (the cell){% endif %}</a>{% endif %}{% endfor %}
+{% else %}{% if b.function %}made by <code>{{ b.function }}</code>{% endif %}{% if b.trail_href %} in
+<a href="{{ b.trail_href }}">{{ b.notebook }}{% if '#' in b.trail_href %} (the cell){% endif %}</a>{% endif %}{% endif %}
 {% for name, href in b.downloads %} · <a href="{{ href }}" download>{{ name }}</a>{% endfor %}</p></body></html>
 """
 

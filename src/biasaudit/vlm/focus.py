@@ -3,7 +3,9 @@
 Layout (the released FOCUS dataset's): `data/vlm/focus/{occupation}/{base_id}/{Race}_{man|woman}.jpg`,
 Race ∈ {Asian, Black, Latino, MiddleEastern, White}. `data/vlm/focus/manifest.parquet` has one row per
 image: edit_id ('occupation/base_id/Race_gender'), occupation, base_id, race, gender, group (AM…WF),
-path, source_path ('' for an imported set without sources), backend, model_id, revision,
+path, source_path ('' for an imported set without sources), arm (counterfactual | null_edit | original:
+the null-edit control, `counterfactuals.null_edit`, stored as `null.jpg` and `original.<ext>` beside the
+group edits with race and gender empty and group = arm), backend, model_id, revision,
 instruction_version, instruction_sha, seed, attempt, attempts, status (ok | refused | failed), reason,
 pixel-check metrics of the kept attempt (px_*), sha256, stand_in, editor_settings, libraries (JSON),
 created_at.
@@ -27,9 +29,15 @@ from biasaudit.engine import per_item
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
 from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
-from biasaudit.vlm.groups import group_code, parse_group_name
+from biasaudit.vlm.groups import COUNTERFACTUAL, NULL_EDIT, ORIGINAL, group_code, parse_group_name
 
 FOCUS_SUFFIXES = (".jpg", ".jpeg", ".png")
+CONTROL_STEMS = {"null": NULL_EDIT, "original": ORIGINAL}  # file stem → arm of the null-edit control
+
+
+def control_path(root: str | Path, occupation: str, base_id: str, arm: str, suffix: str = ".jpg") -> Path:
+    stem = {v: k for k, v in CONTROL_STEMS.items()}[arm]
+    return Path(root) / occupation / base_id / f"{stem}{suffix}"
 
 
 def focus_path(root: str | Path, occupation: str, base_id: str, race: str, gender: str, suffix: str = ".jpg") -> Path:
@@ -47,14 +55,19 @@ def scan_focus(root: str | Path) -> tuple[pd.DataFrame, list[str]]:
             if path.name != "manifest.parquet":
                 problems.append(f"{path}: not an image in the FOCUS layout")
             continue
+        occ, base = path.parent.parent.name, path.parent.name
+        if path.stem in CONTROL_STEMS:
+            arm = CONTROL_STEMS[path.stem]
+            rows.append({"occupation": occ, "base_id": base, "race": None, "gender": None, "group": arm,
+                         "path": str(path), "arm": arm})
+            continue
         parsed = parse_group_name(path.stem)
         if parsed is None:
-            problems.append(f"{path}: file name is not <Race>_<man|woman>")
+            problems.append(f"{path}: file name is not <Race>_<man|woman> (or null / original)")
             continue
-        occ, base = path.parent.parent.name, path.parent.name
         rows.append({"occupation": occ, "base_id": base, "race": parsed[0], "gender": parsed[1],
-                     "group": group_code(*parsed), "path": str(path)})
-    df = pd.DataFrame(rows, columns=["occupation", "base_id", "race", "gender", "group", "path"])
+                     "group": group_code(*parsed), "path": str(path), "arm": COUNTERFACTUAL})
+    df = pd.DataFrame(rows, columns=["occupation", "base_id", "race", "gender", "group", "path", "arm"])
     return df, problems
 
 
@@ -67,7 +80,10 @@ def import_focus_folder(src: str | Path, dst: str | Path, sources_dir: str | Pat
                                 + (f" ({len(problems)} files skipped, e.g. {problems[0]})" if problems else ""))
     rows = []
     for r in found.to_dict("records"):
-        target = focus_path(dst, r["occupation"], r["base_id"], r["race"], r["gender"], Path(r["path"]).suffix.lower())
+        suffix = Path(r["path"]).suffix.lower()
+        control = r["arm"] != COUNTERFACTUAL
+        target = (control_path(dst, r["occupation"], r["base_id"], r["arm"], suffix) if control else
+                  focus_path(dst, r["occupation"], r["base_id"], r["race"], r["gender"], suffix))
         loaded = load_rgb(r["path"])
         status, reason = ("ok", "") if loaded.ok else ("failed", loaded.reason)
         if loaded.ok and Path(r["path"]).resolve() != target.resolve():
@@ -77,9 +93,10 @@ def import_focus_folder(src: str | Path, dst: str | Path, sources_dir: str | Pat
         if sources_dir is not None:
             cand = Path(sources_dir) / r["occupation"] / f"{r['base_id']}.png"
             src_photo = str(cand) if cand.is_file() else ""
-        rows.append({"edit_id": f"{r['occupation']}/{r['base_id']}/{r['race']}_{r['gender']}",
+        rows.append({"edit_id": f"{r['occupation']}/{r['base_id']}/{Path(r['path']).stem}",
                      "occupation": r["occupation"], "base_id": r["base_id"], "race": r["race"], "gender": r["gender"],
-                     "group": r["group"], "path": str(target), "source_path": src_photo, "backend": "folder",
+                     "group": r["group"], "arm": r["arm"], "path": str(target), "source_path": src_photo,
+                     "backend": "folder",
                      "model_id": str(src), "revision": "", "instruction_version": "", "instruction_sha": "",
                      "seed": None, "attempt": 0, "attempts": 0, "status": status, "reason": reason,
                      "sha256": sha256_file(target) if status == "ok" else "", "stand_in": False,
@@ -87,15 +104,21 @@ def import_focus_folder(src: str | Path, dst: str | Path, sources_dir: str | Pat
     return pd.DataFrame(rows)
 
 
-def edit_items(sources: pd.DataFrame, races: list[str], genders: list[str]) -> list[dict[str, Any]]:
-    """One work item per accepted source photo × target group."""
+def edit_items(sources: pd.DataFrame, races: list[str], genders: list[str], null_edit: bool = False
+               ) -> list[dict[str, Any]]:
+    """One work item per accepted source photo × target group; with `null_edit`, per photo also the null
+    edit and the copy of the unedited original (arm null_edit | original, race and gender None)."""
     items = []
     for s in sources[sources["status"] == "ok"].to_dict("records"):
+        photo = {"occupation": s["occupation"], "base_id": s["base_id"], "source_path": s["path"]}
         for race in races:
             for gender in genders:
-                items.append({"edit_id": f"{s['occupation']}/{s['base_id']}/{race}_{gender}",
-                              "occupation": s["occupation"], "base_id": s["base_id"], "race": race, "gender": gender,
-                              "group": group_code(race, gender), "source_path": s["path"]})
+                items.append(photo | {"edit_id": f"{s['occupation']}/{s['base_id']}/{race}_{gender}", "race": race,
+                                      "gender": gender, "group": group_code(race, gender), "arm": COUNTERFACTUAL})
+        if null_edit:
+            for stem, arm in CONTROL_STEMS.items():
+                items.append(photo | {"edit_id": f"{s['occupation']}/{s['base_id']}/{stem}", "race": None,
+                                      "gender": None, "group": arm, "arm": arm})
     return items
 
 
@@ -103,6 +126,9 @@ def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, format="JPEG", quality=quality, subsampling=0)
     return buf.getvalue()
+
+
+KEYS = ("edit_id", "occupation", "base_id", "race", "gender", "group", "arm", "source_path")  # of every row
 
 
 def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Path, detector: str = "dlib"):
@@ -132,15 +158,29 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
                 masks[path] = (loaded.rgb, mask, f"source: {reason}" if mask is None else "")
         return masks[path]
 
+    def original(item: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+        """The unedited original, copied byte for byte (no editor, no seed) beside the edits."""
+        path = control_path(out_root, item["occupation"], item["base_id"], ORIGINAL,
+                            Path(item["source_path"]).suffix.lower())
+        with atomic_path(path) as tmp:
+            shutil.copyfile(item["source_path"], tmp)
+        return base | prov | {"status": "ok", "reason": "", "attempt": 0, "attempts": 0, "seed": None,
+                              "path": str(path), "sha256": sha256_file(path), "created_at": utc_now()}
+
     def one(item: dict[str, Any]) -> dict[str, Any]:
-        base = {k: item[k] for k in ("edit_id", "occupation", "base_id", "race", "gender", "group", "source_path")}
+        base = {k: item.get(k) for k in KEYS}
+        if item.get("arm") == ORIGINAL:
+            return original(item, base)
         src, mask, reason = source_info(item["source_path"])
         if src is None or mask is None:
             return base | prov | {"status": "failed", "reason": reason, "attempt": 0, "attempts": 0, "path": "",
                                   "seed": None, "sha256": "", "created_at": utc_now()}
-        target = f"{item['race']}_{item['gender']}"
-        description = params.target_descriptions[target]
-        text = getattr(params, getattr(editor, "prompt_field", "instruction")).format(target=description)
+        null = item.get("arm") == NULL_EDIT
+        target = "null" if null else f"{item['race']}_{item['gender']}"
+        description = params.null_description if null else params.target_descriptions[target]
+        field = getattr(editor, "prompt_field", "instruction")
+        text = params.null_instruction if null and field == "instruction" else \
+            getattr(params, field).format(target=description)
         history, last = [], None
         for attempt in range(1, params.max_attempts + 1):
             seed = derive_seed(params.seed, item["edit_id"], attempt)
@@ -155,6 +195,9 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
             jpeg = encode_jpeg(result.image, params.jpeg_quality)
             saved = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
             ok, bad, metrics = pixel_ok(src, saved, mask, checks)
+            if null:  # the null edit is meant to leave the face as it is
+                bad = [b for b in bad if b != "no_face_change"]
+                ok = not bad
             last = (attempt, seed, result, jpeg, metrics, bad)
             history.append(f"{attempt}:" + ("pass" if ok else ",".join(bad)))
             if ok:
@@ -166,14 +209,14 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
             row["stop_reason"] = result.reason
         if jpeg is None:
             return row | {"status": result.status, "reason": result.reason, "path": "", "sha256": ""}
-        path = focus_path(out_root, item["occupation"], item["base_id"], item["race"], item["gender"])
+        path = control_path(out_root, item["occupation"], item["base_id"], NULL_EDIT) if null else \
+            focus_path(out_root, item["occupation"], item["base_id"], item["race"], item["gender"])
         atomic_write_bytes(path, jpeg)
         row |= {"status": "ok", "reason": ("pixel checks failed after all attempts: " + ",".join(bad)) if bad else "",
                 "path": str(path), "sha256": sha256_file(path), "pixel_checks_passed": not bad}
         return row | {f"px_{k}": v for k, v in metrics.items()}
 
-    keys = ("edit_id", "occupation", "base_id", "race", "gender", "group", "source_path")
-    return per_item(one, lambda item, reason: {k: item[k] for k in keys} | prov | {
+    return per_item(one, lambda item, reason: {k: item.get(k) for k in KEYS} | prov | {
         "status": "failed", "reason": reason, "path": "", "attempt": 0, "attempts": 0, "seed": None, "sha256": "",
         "created_at": utc_now()})
 
@@ -192,10 +235,12 @@ def make_edit_fn(params: Any, checks: Any, out_root: str, detector: str = "dlib"
 
 
 def edit_content(item: dict[str, Any]) -> dict[str, Any]:
-    """An edit depends on its source photo's bytes (not its path) and its target group."""
+    """An edit depends on its source photo's bytes (not its path) and its target group (or control arm)."""
     from biasaudit.engine import file_digest
 
-    return {"source": file_digest(item["source_path"]), "race": item["race"], "gender": item["gender"]}
+    content = {"source": file_digest(item["source_path"]), "race": item["race"], "gender": item["gender"]}
+    arm = item.get("arm", COUNTERFACTUAL)
+    return content if arm == COUNTERFACTUAL else content | {"arm": arm}  # group edits keep their earlier hash
 
 
 def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
@@ -232,7 +277,7 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
 
     params = params or cfg.counterfactuals
     checks = cfg.validate_edits
-    items = edit_items(sources, params.races, params.genders)
+    items = edit_items(sources, params.races, params.genders, params.null_edit)
     if editor is not None:
         fn = make_edit_batch_fn(editor, params, checks, out_root, params.mask_detector)
         fn.editor = editor  # type: ignore[attr-defined]

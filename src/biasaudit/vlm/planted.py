@@ -30,6 +30,12 @@ occupations, the tasks, both orders):
 - OLS (y ~ race + gender + photo fixed effects): the probability limit (E[X̃ᵀX̃])⁻¹E[X̃ᵀỹ], enumerating
   all 2¹⁰ retention patterns of a photo.
 
+- controls: every edited image (a group edit or the null edit) carries the declared `edit_artifact`
+  against the unedited original (2AFC log-strength, MCQ latent shift, salary log-effect), which cancels
+  between two edits; placebo tasks have no group effect unless one is declared (a `strengths` or `shift`
+  entry under the task's name). The null edit vs original: share choosing the edit
+  ½[p(α + a) + 1 − p(α − a)], and the within-photo Δ = 100 · (m(a) / m(0) − 1) (salary 100 · (e^a − 1)).
+
 `draw_*` turn uniforms and normals into answers; the backend (backends/vlm/planted.py) feeds them seeded
 per item, benchmarks/calibration.py from one generator per replication, so both answer identically.
 """
@@ -45,7 +51,7 @@ from scipy.special import expit, logit
 
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.provenance import derive_seed
-from biasaudit.vlm.groups import GROUP_CODES, GROUPS, group_code
+from biasaudit.vlm.groups import COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 TWO_AFC_TASKS = ("income", "education", "safety")
 MCQ_TASKS = ("salary", "education")
@@ -63,9 +69,24 @@ def expect(f, sd: float) -> np.ndarray:
 
 # ---------------------------------------------------------------- the declared behaviour
 
+def edited(group) -> np.ndarray:
+    """1.0 for an edited image (a group edit or the null edit), 0.0 for the unedited original."""
+    return (np.asarray(group) != ORIGINAL).astype(float)
+
+
 def strength(planted: Any, task: str, group) -> np.ndarray:
+    """Declared log-strength of the group (0 where the task declares none, e.g. a placebo task) plus the
+    edit artefact of an edited image (which cancels between two edits)."""
     table = planted.two_afc.strengths.get(task, {})
-    return np.vectorize(lambda g: float(table.get(g, 0.0)), otypes=[float])(np.asarray(group))
+    return np.vectorize(lambda g: float(table.get(g, 0.0)), otypes=[float])(np.asarray(group)) \
+        + planted.edit_artifact.two_afc * edited(group)
+
+
+def mcq_shift(planted: Any, task: str, group) -> np.ndarray:
+    """Declared latent shift of the group (0 where none is declared) plus the edit artefact."""
+    table = planted.mcq.shift.get(task, {})
+    return np.vectorize(lambda g: float(table.get(g, 0.0)), otypes=[float])(np.asarray(group)) \
+        + planted.edit_artifact.mcq * edited(group)
 
 
 def refusal(planted: Any, group) -> np.ndarray:
@@ -94,7 +115,8 @@ def salary_base(planted: Any, occupation) -> np.ndarray:
 
 
 def salary_effect(planted: Any, group) -> np.ndarray:
-    return np.vectorize(lambda g: float(planted.salary.effect.get(g, 0.0)), otypes=[float])(np.asarray(group))
+    return np.vectorize(lambda g: float(planted.salary.effect.get(g, 0.0)), otypes=[float])(np.asarray(group)) \
+        + planted.edit_artifact.salary * edited(group)
 
 
 # ---------------------------------------------------------------- drawing answers
@@ -109,8 +131,7 @@ def draw_2afc(planted: Any, task: str, group_a, group_b, z_a, z_b, u) -> np.ndar
 
 def draw_mcq(planted: Any, task: str, group, z, u) -> np.ndarray:
     """Letter index (0 = 'A') per question: the first k with u < P(letter ≤ k)."""
-    eta = np.vectorize(lambda g: float(planted.mcq.shift.get(task, {}).get(g, 0.0)), otypes=[float])(
-        np.asarray(group)) + planted.mcq.photo_sd * np.asarray(z, float)
+    eta = mcq_shift(planted, task, group) + planted.mcq.photo_sd * np.asarray(z, float)
     cdf = np.cumsum(mcq_probs(planted, task, eta), axis=-1)
     return (np.asarray(u)[..., None] >= cdf[..., :-1]).sum(axis=-1)
 
@@ -138,9 +159,12 @@ def letters(options: int) -> tuple[str, ...]:
 
 def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generator,
                        two_afc_tasks: tuple[str, ...] = TWO_AFC_TASKS, mcq_tasks: tuple[str, ...] = MCQ_TASKS,
-                       salary: bool = True, both_orders: bool = True) -> pd.DataFrame:
+                       salary: bool = True, both_orders: bool = True, placebo_two_afc_tasks: tuple[str, ...] = (),
+                       placebo_mcq_tasks: tuple[str, ...] = (), controls: bool = False) -> pd.DataFrame:
     """A whole REFLECT response table (the analysis' columns) for `units` (unit, occupation), drawn from
-    `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py)."""
+    `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py).
+    Placebo tasks are drawn like the real ones (rows placebo True); `controls` adds the null-edit control
+    (arm null_edit | original) for the real tasks. With neither, the random stream is that of earlier versions."""
     U = len(units)
     unit_ids = units["unit"].to_numpy(str)
     occ = units["occupation"].to_numpy(str)
@@ -150,25 +174,30 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
     frames = []
     pairs = [(i, j) for i in range(G) for j in range(G) if i != j and (both_orders or shown_first(codes[i], codes[j]))]
     ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-    for task in two_afc_tasks:
+
+    def two_afc_frame(task: str) -> pd.DataFrame:
         z = rng.standard_normal((U, G))
         uu = np.repeat(np.arange(U), len(pairs))
         a, b = np.tile(ia, U), np.tile(ib, U)
         choice = draw_2afc(planted, task, codes[a], codes[b], z[uu, a], z[uu, b], rng.random(len(uu)))
         refused = rng.random(len(uu)) < (refusal(planted, codes[a]) + refusal(planted, codes[b])) / 2
         failed = lost[uu, a] | lost[uu, b]
-        frames.append(pd.DataFrame({
+        return pd.DataFrame({
             "kind": "2afc", "task": task, "unit": unit_ids[uu], "occupation": occ[uu], "group_a": codes[a],
             "group_b": codes[b], "order": (codes[a] > codes[b]).astype(int),  # 0: vlm.tasks' first order
             "choice": np.where(refused | failed, None, choice),
-            "status": np.where(failed, "failed", np.where(refused, "refused", "ok"))}))
+            "status": np.where(failed, "failed", np.where(refused, "refused", "ok"))})
+
+    frames += [two_afc_frame(task) for task in two_afc_tasks]
     uu, gg = np.repeat(np.arange(U), G), np.tile(np.arange(G), U)
     race = np.array([GROUPS[g][0] for g in gg])
     gender = np.array([GROUPS[g][1] for g in gg])
     single = {"unit": unit_ids[uu], "occupation": occ[uu], "group": codes[gg], "race": race, "gender": gender}
-    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])
-    for kind, task in asks:
-        z = rng.standard_normal(U)[uu]
+    photo_z: dict[tuple[str, str], np.ndarray] = {}
+
+    def single_frame(kind: str, task: str) -> pd.DataFrame:
+        photo_z[kind, task] = zu = rng.standard_normal(U)
+        z = zu[uu]
         refused = rng.random(len(uu)) < refusal(planted, codes[gg])
         failed = lost[uu, gg]
         status = np.where(failed, "failed", np.where(refused, "refused", "ok"))
@@ -179,8 +208,48 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
         else:
             usd = draw_salary(planted, occ[uu], codes[gg], z, rng.standard_normal(len(uu)))
             frame = {"choice": None, "value_usd": np.where(status == "ok", usd, np.nan)}
-        frames.append(pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status}))
-    return pd.concat(frames, ignore_index=True)
+        return pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status})
+
+    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])
+    frames += [single_frame(kind, task) for kind, task in asks]
+    out = pd.concat(frames, ignore_index=True).assign(arm=COUNTERFACTUAL, placebo=False) if frames else None
+    extra = [two_afc_frame(t) for t in placebo_two_afc_tasks] + [single_frame("mcq", t) for t in placebo_mcq_tasks]
+    extra = [f.assign(arm=COUNTERFACTUAL, placebo=True) for f in extra]
+    if controls:
+        extra += simulate_controls(planted, units, rng, two_afc_tasks, asks, photo_z, both_orders)
+    return pd.concat(([out] if out is not None else []) + extra, ignore_index=True)
+
+
+def simulate_controls(planted: Any, units: pd.DataFrame, rng: np.random.Generator, two_afc_tasks: tuple[str, ...],
+                      asks: list[tuple[str, str]], photo_z: dict[tuple[str, str], np.ndarray],
+                      both_orders: bool = True) -> list[pd.DataFrame]:
+    """The null-edit control's rows: per task 2AFC null edit vs original (order 0: null edit first), and
+    each single-image question about both images, sharing the photo effect of the group edits' answers
+    (`photo_z`, per kind and task), as the backend does. Nothing is refused or lost (no group)."""
+    U = len(units)
+    unit_ids, occ = units["unit"].to_numpy(str), units["occupation"].to_numpy(str)
+    frames = []
+    orders = [(NULL_EDIT, ORIGINAL), (ORIGINAL, NULL_EDIT)][:2 if both_orders else 1]
+    for task in two_afc_tasks:
+        z = dict(zip((NULL_EDIT, ORIGINAL), rng.standard_normal((2, U))))
+        for order, (a, b) in enumerate(orders):
+            choice = draw_2afc(planted, task, np.full(U, a), np.full(U, b), z[a], z[b], rng.random(U))
+            frames.append(pd.DataFrame({"kind": "2afc", "task": task, "unit": unit_ids, "occupation": occ,
+                                        "group_a": a, "group_b": b, "order": order, "choice": choice,
+                                        "status": "ok", "arm": NULL_EDIT, "placebo": False}))
+    for kind, task in asks:
+        z = photo_z[kind, task]
+        for arm in (NULL_EDIT, ORIGINAL):
+            group = np.full(U, arm)
+            if kind == "mcq":
+                idx = draw_mcq(planted, task, group, z, rng.random(U))
+                frame = {"choice": np.array(letters(len(planted.mcq.base[task])))[idx], "value_usd": np.nan}
+            else:
+                frame = {"choice": None, "value_usd": draw_salary(planted, occ, group, z, rng.standard_normal(U))}
+            frames.append(pd.DataFrame({"kind": kind, "task": task, "unit": unit_ids, "occupation": occ,
+                                        "group": arm, "race": None, "gender": None, **frame, "status": "ok",
+                                        "arm": arm, "placebo": False}))
+    return frames
 
 
 # ---------------------------------------------------------------- estimands
@@ -271,7 +340,7 @@ def value_means(planted: Any, measure: str, values: dict[str, float] | None, occ
         return scale * np.exp(salary_effect(planted, codes))
     task = measure.split("_", 1)[1]
     v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
-    shift = np.array([float(planted.mcq.shift.get(task, {}).get(g, 0.0)) for g in codes])
+    shift = mcq_shift(planted, task, codes)
     return np.array([float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
                      for e in shift])
 
@@ -322,6 +391,13 @@ def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_ref
     return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
 
 
+def letter_values(analysis: Any) -> dict[str, dict[str, float] | None]:
+    """The numeric value of each letter per measure (`<kind>_<task>`), as the analysis reads them
+    (vlm.analysis.inputs.answer_scales); the salary recommendation is its own value (None)."""
+    return {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,
+            "salary_salary": None, **{f"mcq_{t}": v for t, v in getattr(analysis, "placebo_levels", {}).items()}}
+
+
 def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
               measures=("mcq_salary", "mcq_education", "salary_salary"), both_orders: bool = True) -> dict[str, Any]:
     """Every planted value the validation compares with (see the module docstring). `units` lists the
@@ -331,8 +407,7 @@ def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TW
                                        for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
     pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
-    values = {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,
-              "salary_salary": None}
+    values = letter_values(analysis)
     for measure in measures:
         m = value_means(planted, measure, values[measure], units["occupation"].to_numpy(str))
         out["single"][measure] = {
@@ -341,3 +416,31 @@ def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TW
     out["refusal"] = pd.DataFrame({"group": codes, "planted": refusal(planted, codes)})
     out["retention"] = pd.DataFrame({"group": codes, "planted": pi})
     return out
+
+
+# ---------------------------------------------------------------- the null-edit control's estimands
+
+def control_share_edit(planted: Any, task: str, both_orders: bool = True) -> float:
+    """Expected share of null-edit-vs-original comparisons in which the null edit is chosen: with the null
+    edit first (order 0) p(α + a), with it second 1 − p(α − a), p(μ) = E σ(μ + √2 σ Z), each order equally
+    often (nothing about these two images is refused or lost)."""
+    tw = planted.two_afc
+    a = float(strength(planted, task, NULL_EDIT) - strength(planted, task, ORIGINAL))
+
+    def p(mu: float) -> float:
+        return float(expect(lambda x: expit(mu + x), np.sqrt(2) * tw.photo_sd))
+
+    first = p(tw.position + a)
+    return float((first + 1 - p(tw.position - a)) / 2) if both_orders else first
+
+
+def control_delta_pct(planted: Any, measure: str, values: dict[str, float] | None) -> float:
+    """Within-photo Δ (%) of the null edit vs the original: 100 · (E[value | null edit] / E[value | original] − 1),
+    both images sharing the photo effect (salary: the occupation and photo factors cancel: 100 · (e^a − 1))."""
+    if measure == "salary_salary":
+        return float(100 * np.expm1(salary_effect(planted, NULL_EDIT) - salary_effect(planted, ORIGINAL)))
+    task = measure.split("_", 1)[1]
+    v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
+    m = [float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
+         for e in mcq_shift(planted, task, [NULL_EDIT, ORIGINAL])]
+    return float(100 * (m[0] / m[1] - 1))

@@ -37,10 +37,15 @@ KEY_COLUMNS = ["rating_id", "kind", "photo", "group", "race", "gender", "edit_id
 
 
 def rating_items(checks: pd.DataFrame) -> pd.DataFrame:
-    """One row per image to rate: each measured edit (status ok) and each of their source photos once."""
-    ok = checks[(checks["status"] == "ok") & checks["source_path"].fillna("").astype(bool)]
+    """One row per image to rate: each measured edit (status ok; a null edit of the controls as kind
+    `null_edit`) and each source photo once (the control arm `original` is that photo again: left out)."""
+    from biasaudit.vlm.groups import NULL_EDIT
+
+    ok = checks[(checks["status"] == "ok") & checks["source_path"].fillna("").astype(bool)
+                & (checks["group"] != ORIGINAL)]
     photo = ok["occupation"].astype(str) + "/" + ok["base_id"].astype(str)
-    edits = pd.DataFrame({"kind": "edit", "photo": photo, "group": ok["group"], "race": ok["race"],
+    kind = np.where(ok["group"] == NULL_EDIT, NULL_EDIT, "edit")
+    edits = pd.DataFrame({"kind": kind, "photo": photo, "group": ok["group"], "race": ok["race"],
                           "gender": ok["gender"], "edit_id": ok["edit_id"], "path": ok["path"]})
     firsts = ok.assign(photo=photo).drop_duplicates("photo")
     originals = pd.DataFrame({"kind": ORIGINAL, "photo": firsts["photo"], "group": ORIGINAL, "race": "",

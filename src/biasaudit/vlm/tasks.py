@@ -7,6 +7,10 @@ Three kinds of question (prompt texts in params `reflect.prompts`, versioned by 
   (income, education, safety) all C(10, 2) = 45 pairs of a photo's variants, each asked in both orders.
 - mcq: one image; salary bracket A–F and education level A–D.
 - salary: occupation title, a short biography and the image; an integer annual salary in USD.
+Controls (reflect.placebo_*_tasks; counterfactuals.null_edit): placebo 2AFC and MCQ tasks about content
+the face edit leaves alone, asked over the group edits exactly like the real tasks (rows placebo True);
+and per photo the real tasks about the null edit and the unedited original (2AFC null edit vs original
+in both orders; MCQ and salary about each), rows arm null_edit | original, group = arm.
 
 Each question is one work item (a dict, key `item_id`) and becomes one row of
 `data/vlm/responses/<vlm>.parquet`:
@@ -15,13 +19,15 @@ Each question is one work item (a dict, key `item_id`) and becomes one row of
     prompt_version, prompt_sha, options, text (raw answer), choice, value_usd, status (ok | refused |
     failed), reason, option_probs (JSON), tokens_in, tokens_out, from_cache, vlm, backend, model_id,
     revision, decoding (JSON), stand_in, libraries (JSON), created_at, two_afc_mode (2afc rows),
-    prompt_source (the paper's wording, or ours where the paper gives none).
+    prompt_source (the paper's wording, or ours where the paper gives none), arm (counterfactual |
+    null_edit | original), placebo (bool). The group analyses read vlm.groups.group_rows only.
 Only status 'ok' rows are retained by the analysis; refusals and invalid answers are counted.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from itertools import combinations
 from typing import Any
 
@@ -31,7 +37,7 @@ import pandas as pd
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResponse
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 from biasaudit.provenance import library_versions_json, stable_hash, utc_now
-from biasaudit.vlm.groups import group_code
+from biasaudit.vlm.groups import CONTROL_ARMS, COUNTERFACTUAL, NULL_EDIT, arm_of, group_code
 
 MCQ_OPTIONS: dict[str, tuple[str, ...]] = {"salary": tuple("ABCDEF"), "education": tuple("ABCD")}
 TWO_AFC_OPTIONS: tuple[str, ...] = ("A", "B")
@@ -43,9 +49,17 @@ def _variants(images: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"image table lacks columns {sorted(missing)}")
     out = images.copy()
-    out["group"] = [group_code(r, g) for r, g in zip(out["race"], out["gender"])]
+    out["arm"] = arm_of(out)
+    # a control image (null edit, original) has no race or gender: its group is its arm
+    out["group"] = [arm if arm != COUNTERFACTUAL else group_code(r, g)
+                    for arm, r, g in zip(out["arm"], out["race"], out["gender"])]
     out["unit"] = out["occupation"] + "/" + out["base_id"]
     return out.sort_values(["occupation", "base_id", "group"]).reset_index(drop=True)
+
+
+def option_letters(prompt: str) -> list[str]:
+    """The answer letters a lettered prompt lists, one per line ('A. Dark' → 'A')."""
+    return re.findall(r"^([A-J])\.", prompt, flags=re.M)
 
 
 def question_counts(images: pd.DataFrame, params: Any) -> pd.Series:
@@ -73,8 +87,20 @@ def two_afc_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str, str
                         "kind": "2afc", "task": task, "occupation": occ, "base_id": base, "unit": a["unit"],
                         "order": order, "group_a": a["group"], "group_b": b["group"],
                         "image_a": a["path"], "image_b": b["path"],
-                        "prompt": prompts[task], "options": list(TWO_AFC_OPTIONS)})
+                        "prompt": prompts[task], "options": list(TWO_AFC_OPTIONS), "arm": a["arm"]})
     return items
+
+
+def control_pair_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str, str],
+                       both_orders: bool = True) -> list[dict]:
+    """The null-edit control: per photo holding both, the null edit vs the unedited original, per task
+    (null edit shown first in order 0). Rows carry arm null_edit."""
+    controls = images[arm_of(images).isin(CONTROL_ARMS)]
+    if controls.empty:
+        return []
+    paired = controls.groupby(["occupation", "base_id"]).filter(lambda p: set(arm_of(p)) == set(CONTROL_ARMS))
+    # _variants orders a photo's images by group, and 'null_edit' < 'original': the null edit comes first
+    return [item | {"arm": NULL_EDIT} for item in two_afc_items(paired, tasks, prompts, both_orders)]
 
 
 def single_items(images: pd.DataFrame, prompts: Any, kinds: list[str]) -> list[dict]:
@@ -82,7 +108,7 @@ def single_items(images: pd.DataFrame, prompts: Any, kinds: list[str]) -> list[d
     items = []
     for v in _variants(images).to_dict("records"):
         common = {"occupation": v["occupation"], "base_id": v["base_id"], "unit": v["unit"], "group": v["group"],
-                  "race": v["race"], "gender": v["gender"], "image": v["path"]}
+                  "race": v["race"], "gender": v["gender"], "image": v["path"], "arm": v["arm"]}
         stem = f"{v['occupation']}-{v['base_id']}-{v['group']}"
         if "mcq" in kinds:
             for task, text in (("salary", prompts.mcq_salary), ("education", prompts.mcq_education)):
@@ -97,12 +123,36 @@ def single_items(images: pd.DataFrame, prompts: Any, kinds: list[str]) -> list[d
     return items
 
 
+def placebo_items(images: pd.DataFrame, params: Any) -> list[dict]:
+    """The placebo questions (reflect.placebo_two_afc_tasks, placebo_mcq_tasks) over the group edits,
+    built exactly as the real tasks; rows carry placebo True."""
+    prompts = params.prompts
+    items = two_afc_items(images, params.placebo_two_afc_tasks, prompts.placebo_two_afc, params.both_orders) \
+        if params.placebo_two_afc_tasks else []
+    for v in _variants(images).to_dict("records") if params.placebo_mcq_tasks else []:
+        for task in params.placebo_mcq_tasks:
+            text = prompts.placebo_mcq[task]
+            items.append({"occupation": v["occupation"], "base_id": v["base_id"], "unit": v["unit"],
+                          "group": v["group"], "race": v["race"], "gender": v["gender"], "image": v["path"],
+                          "arm": v["arm"], "item_id": f"mcq-{task}-{v['occupation']}-{v['base_id']}-{v['group']}",
+                          "kind": "mcq", "task": task, "prompt": text, "options": option_letters(text)})
+    return [item | {"placebo": True} for item in items]
+
+
 def build_items(images: pd.DataFrame, params: Any) -> list[dict]:
-    """Every question of the `reflect` section (`params`) about the given images."""
+    """Every question of the `reflect` section (`params`) about the given images: the real tasks and the
+    placebo tasks about the group edits, and the real tasks about the null-edit control's images."""
+    arm = arm_of(images)
+    edits, controls = images[arm == COUNTERFACTUAL], images[arm.isin(CONTROL_ARMS)]
     items = []
     if "2afc" in params.tasks:
-        items += two_afc_items(images, params.two_afc_tasks, params.prompts.two_afc, params.both_orders)
-    items += single_items(images, params.prompts, [k for k in params.tasks if k != "2afc"])
+        items += two_afc_items(edits, params.two_afc_tasks, params.prompts.two_afc, params.both_orders)
+    singles = [k for k in params.tasks if k != "2afc"]
+    items += single_items(edits, params.prompts, singles)
+    items += placebo_items(edits, params)
+    if "2afc" in params.tasks:
+        items += control_pair_items(controls, params.two_afc_tasks, params.prompts.two_afc, params.both_orders)
+    items += single_items(controls, params.prompts, singles)
     return items
 
 
@@ -264,6 +314,8 @@ def prompt_source(item: dict, prompts: Any) -> str:
     """Where the item's wording comes from (the paper, or our own where the paper gives none)."""
     sources = getattr(prompts, "sources", {}) or {}
     key = PROMPT_SOURCE_KEY.get(item["kind"], f"mcq_{item['task']}")
+    if item.get("placebo"):
+        key = "placebo_two_afc" if item["kind"] == "2afc" else "placebo_mcq"
     text = sources.get(key, "")
     if item["kind"] == "salary" and sources.get("biography"):
         text += f"; biography: {sources['biography']}"
@@ -346,7 +398,8 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "image_a", "image_b", "group", "race", "gender", "image", "prompt_version", "prompt_sha",
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
-                    "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode", "model_version"]
+                    "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode", "model_version",
+                    "arm", "placebo"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:
@@ -358,4 +411,7 @@ def responses_frame(records: list[dict]) -> pd.DataFrame:
     df = df[RESPONSE_COLUMNS]
     df["order"] = pd.to_numeric(df["order"]).astype("Int64")
     df["value_usd"] = pd.to_numeric(df["value_usd"], errors="coerce")
+    df["arm"] = arm_of(df)
+    df["placebo"] = df["placebo"].fillna(False).astype(bool)
     return df.sort_values("item_id").reset_index(drop=True)
+

@@ -34,6 +34,7 @@ from biasaudit import contracts as C
 from biasaudit.engine import per_item
 from biasaudit.faces.colour import delta_e2000, srgb_to_lab
 from biasaudit.vlm import edit_quality as Q
+from biasaudit.vlm.groups import CONTROL_ARMS
 
 PIXEL_CHECKS = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change")
 
@@ -222,6 +223,8 @@ def judge(rec: dict[str, Any], params: Any, target_race: str | None) -> dict[str
         return rec | {"passed": False, "failed_checks": rec.get("failed_checks", "") or "invalid",
                       "action": "exclude"}
     bad = failed_checks(rec, params, target_race)
+    if rec.get("group") in CONTROL_ARMS:  # the null edit and the original are meant to leave the face as it is
+        bad = [b for b in bad if b != "no_face_change"]
     action = "keep" if not bad else ("exclude" if params.on_fail == "exclude" else "flag")
     return rec | {"failed_checks": ",".join(bad), "passed": not bad, "action": action}
 
@@ -341,6 +344,8 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
         raise KeyError(f"validate_edits.classifier: '{params.classifier}' is not a key of vlms: {sorted(cfg.vlms)}")
     spec = cfg.vlms[params.classifier]
     todo = checks[checks["status"] == "ok"]
+    if "group" in todo:  # the null edit and the original have no target
+        todo = todo[~todo["group"].isin(CONTROL_ARMS)]
     if spec.max_source_units:  # a wiring test (the tiny stand-in) asks about its first photos only
         todo = tasks.first_units(todo, spec.max_source_units)
     items = [{"edit_id": r["edit_id"], "path": r["path"], "race": r["race"], "gender": r["gender"],

@@ -40,7 +40,7 @@ class TinyEditor(ImageEditor):
         return {"dilate_px": self.dilate_px, "feather_px": self.feather_px, "targets_lab": STANDIN_LAB}
 
     def edit_array(self, rgb: np.ndarray, mask: np.ndarray, target: str, seed: int) -> np.ndarray:
-        race, _, gender = target.rpartition("_")
+        race, _, gender = target.rpartition("_")  # target 'null': the null edit (same person)
         rng = np.random.default_rng(seed)
         face = mask.astype(bool)
         alpha = feathered_alpha(face, self.dilate_px, self.feather_px)
@@ -48,13 +48,16 @@ class TinyEditor(ImageEditor):
         y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1  # work on the face's box only
         lab = srgb_to_lab(rgb[y0:y1, x0:x1])
         face_box = face[y0:y1, x0:x1]
-        L_t, a_t, b_t = STANDIN_LAB[race]
+        # the null edit recolours the face to its own measured colour: only the jitter and the round trip remain
+        L_t, a_t, b_t = lab[face_box].mean(axis=0) if target == "null" else STANDIN_LAB[race]
         jitter = rng.normal(0, 1.5, 3)
         out = lab.copy()
         for ch, t in enumerate((L_t, a_t, b_t)):
             out[..., ch] += (t + jitter[ch]) - lab[..., ch][face_box].mean()
-        # texture: seeded low-frequency shading for 'man', smoothing for 'woman'
-        if gender == "man":
+        # texture: seeded low-frequency shading for 'man', smoothing for 'woman', none for the null edit
+        if target == "null":
+            pass
+        elif gender == "man":
             noise = ndimage.gaussian_filter(rng.normal(0, 1, lab.shape[:2]), 3)
             out[..., 0] += 6.0 * noise / (noise.std() + 1e-9)
         else:

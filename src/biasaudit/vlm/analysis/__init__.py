@@ -8,12 +8,16 @@ VLMs: the report lays out each VLM's sections together, so the notebook loops ov
 and calls the sections in the order of SECTIONS for each VLM. What a section computes that another one
 reads (Δg for the significant effects, every estimate for the validation and the summary) is computed
 once per VLM (`Answers.shared`). A section that does not apply returns None (validation: a VLM without
-planted truth). Only rows with status 'ok' are *retained*; the others are counted per status.
+planted truth). Only rows with status 'ok' are *retained*; the others are counted per status. The group
+sections read only the real tasks' answers about the group edits (`Answers.responses`, vlm.groups.group_rows);
+the placebo tasks' answers (`Answers.placebo`) and the null-edit control's (`Answers.controls`, arm null_edit
+| original) are read by the controls section alone.
 
     validation    PLANTED truth beside every estimate (vlm/recovery.py), for a VLM with the `planted` trait
     two_afc       win-rate matrices, race win rates within gender, position bias, Bradley–Terry
     gaps          Δg within source photo and pooled (MCQ and salary), salary gaps by occupation
     significance  retention, OLS with source-photo fixed effects, sign-flip tests, significant effects
+    controls      the null-edit artefact floor and the placebo tasks' group tests (rows the others never read)
 
 Helpers: `inputs` (loading, retained answers, the numeric value of each answer, the settings every section
 shares), `inference` (sign-flip p-values, underpowered labels, p adjustment), `summary`
@@ -39,7 +43,13 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outpu
     reports/vlm/metrics.json     headline numbers per section
     reports/vlm/tables/*.csv|md  tidy tables with a `vlm` column: <vlm>_winrate_<task> (row, col, wins, n,
                                   rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task>, <vlm>_mean_gaps,
-                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip
+                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip;
+                                  controls: <vlm>_artifact_floor (kind, measure, quantity, estimate, low,
+                                  high, null, p_value, n, n_photos[, planted, covered]), <vlm>_delta_g_vs_floor
+                                  (the Δg table + floor_pct, floor_low, floor_high, floor_bound,
+                                  exceeds_floor_estimate, exceeds_floor), <vlm>_placebo_tests (task, test,
+                                  effect, estimate, low, high, p_value, p_adjusted[, planted, covered]),
+                                  <vlm>_placebo_verdicts (task, test, effects, significant, placebo_effect_null)
     reports/vlm/figures/*.png|svg  win-rate heatmaps, race win rates, Δg bars, salary gaps by occupation
 
 Definitions (the paper's, made exact):
@@ -65,10 +75,18 @@ Definitions (the paper's, made exact):
 - OLS: value ~ race + gender + source-photo fixed effects (within transformation), CR1 errors clustered
   by source photo, t(G − 1) reference (`p_t`), and a wild cluster restricted bootstrap (`p_wild`,
   Webb or Rademacher weights) that stays valid with few photos; `p` is the wild p-value when computed.
+- artefact floor (controls): the null edit re-renders the face as the same person (counterfactuals.null_edit).
+  2AFC: share of retained null-edit vs original comparisons (both orders) choosing the null edit, CI by the
+  cluster bootstrap over photos, p by the sign-flip test of the per-photo share − 0.5. Single-image
+  measures: Δ = 100 · Σ_photos (null edit − original) / Σ_photos original (Δg within photo with one cell per
+  photo). A Δg `exceeds_floor` when its interval lies beyond ± max(|low|, |high|) of its measure's floor.
+- placebo tasks (controls): questions on content the edit leaves alone (reflect.placebo_*_tasks), analysed
+  by the unchanged two_afc and gaps estimators; "placebo effect null" = 'yes' when none of a task's
+  Bradley–Terry strengths (or Δg rows) is significant after Holm/BH adjustment, 'no' otherwise.
 - sign-flip test: per source photo, d = mean(value | g) − mean(value | reference); H0: d symmetric about
   0; p two-sided from scipy.stats.permutation_test (exact when 2^n ≤ n_permutations); with a single
   photo p = 1 and a reason (a sign flip of one value cannot reject).
 """
 
 # the order above; a test holds notebooks/vlm_reflect_analysis.py to the same list
-SECTIONS = ("validation", "two_afc", "gaps", "significance")
+SECTIONS = ("validation", "two_afc", "gaps", "significance", "controls")

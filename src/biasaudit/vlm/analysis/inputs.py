@@ -52,12 +52,30 @@ def planted_truth(backend: Any) -> bool:
 
 @dataclass
 class Answers:
-    """One VLM's answers, and what the sections computed from them that other sections read (`shared`)."""
+    """One VLM's answers, and what the sections computed from them that other sections read (`shared`).
+
+    `responses` holds only the answers the group analyses read (vlm.tasks.group_rows: real tasks about the
+    group edits); the placebo tasks' answers are moved to `placebo`, the null-edit control's rows (arm
+    null_edit | original) to `controls`, both read by the controls section alone."""
 
     vlm: str
     responses: pd.DataFrame
     planted: Any = None  # the declared effects (cfg.vlms[vlm].planted) of a VLM with planted truth
     _shared: dict[Any, Any] = field(default_factory=dict, repr=False)
+    placebo: pd.DataFrame = field(default=None, repr=False)  # type: ignore[assignment]
+    controls: pd.DataFrame = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        from biasaudit.vlm.groups import COUNTERFACTUAL, arm_of
+
+        df = self.responses
+        edits = arm_of(df) == COUNTERFACTUAL
+        placebo = df["placebo"].fillna(False).astype(bool) if "placebo" in df else pd.Series(False, index=df.index)
+        if self.placebo is None:
+            self.placebo = df[edits & placebo]
+        if self.controls is None:
+            self.controls = df[~edits]
+        self.responses = df[edits & ~placebo]
 
     @property
     def first(self) -> Any:
@@ -129,9 +147,11 @@ def two_afc_tasks(answers: Answers) -> dict[str, pd.DataFrame]:
 
 
 def answer_scales(cfg: Any) -> dict[str, dict[str, float]]:
-    """The numeric value of each MCQ letter, per measure (`<kind>_<task>`)."""
+    """The numeric value of each MCQ letter, per measure (`<kind>_<task>`): salary brackets, education
+    levels and the placebo MCQ tasks' levels."""
     a = cfg.reflect_analysis
-    return {"mcq_salary": a.salary_brackets, "mcq_education": a.education_levels}
+    return {"mcq_salary": a.salary_brackets, "mcq_education": a.education_levels,
+            **{f"mcq_{task}": levels for task, levels in a.placebo_levels.items()}}
 
 
 def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFrame:
@@ -141,13 +161,30 @@ def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFr
     return out[np.isfinite(out["y"])]
 
 
+MEASURE_ORDER = (("mcq", "salary"), ("mcq", "education"), ("salary", "salary"))
+
+
+def single_measures(responses: pd.DataFrame, scales: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (kind, task) of each single-image measure asked: the paper's first, then any other MCQ task
+    with a letter scale (the placebo tasks); an MCQ task without one has no numeric value."""
+    asked = responses.loc[responses["kind"] != "2afc", ["kind", "task"]].drop_duplicates()
+    others = sorted((k, t) for k, t in asked.itertuples(index=False) if (k, t) not in MEASURE_ORDER
+                    and f"{k}_{t}" in scales)
+    return list(MEASURE_ORDER) + others
+
+
 def measures(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame]:
-    """Per single-image measure with retained answers (mcq_salary, mcq_education, salary_salary): the
-    retained answers with their numeric value `y`."""
+    """Per single-image measure with retained answers (mcq_salary, mcq_education, salary_salary, and any
+    other MCQ task with a letter scale): the retained answers with their numeric value `y`."""
+    return measure_frames(answers.responses, cfg)
+
+
+def measure_frames(responses: pd.DataFrame, cfg: Any) -> dict[str, pd.DataFrame]:
+    """`measures` of any response rows (the controls section's own rows)."""
     scales = answer_scales(cfg)
     out = {}
-    for kind, task in (("mcq", "salary"), ("mcq", "education"), ("salary", "salary")):
-        sub = retained(answers.responses, kind, task)
+    for kind, task in single_measures(responses, scales):
+        sub = retained(responses, kind, task)
         if not sub.empty:
             out[f"{kind}_{task}"] = with_values(sub, scales.get(f"{kind}_{task}"))
     return out
