@@ -94,6 +94,9 @@ def checks(tmp_path):
                          "race": race, "gender": gender, "group": group, "path": str(edit), "source_path": str(src),
                          "status": "ok"})
     rows.append(rows[0] | {"edit_id": "nurse/b1/Asian_man", "group": "AM", "status": "failed"})  # not rated
+    rows.append(rows[0] | {"edit_id": "nurse/b1/null", "group": "null_edit", "race": "", "gender": ""})
+    rows.append(rows[0] | {"edit_id": "nurse/b1/original", "group": "original", "race": "", "gender": "",
+                           "path": rows[0]["source_path"]})  # the control arm: the source photo again
     return pd.DataFrame(rows)
 
 
@@ -101,12 +104,14 @@ def test_exported_sheet_is_blinded_shuffled_and_complete(checks, tmp_path):
     info = R.export_sheet(checks, tmp_path / "realism", seed=3)
     sheet = pd.read_csv(tmp_path / "realism" / R.SHEET, dtype=str, keep_default_na=False)
     key = pd.read_csv(tmp_path / "realism" / R.KEY, dtype=str, keep_default_na=False)
-    assert info["edits"] == 4 and info["originals"] == 2 and len(sheet) == 6 and not info["image_problems"]
+    assert info["edits"] == 4 and info["originals"] == 2 and len(sheet) == 7 and not info["image_problems"]
+    assert (key["kind"] == "null_edit").sum() == 1  # rated as its own kind; the original arm not twice
     assert list(sheet.columns) == ["item", "rating_id", "image", "realism"] and (sheet["realism"] == "").all()
     assert sheet["rating_id"].is_unique and set(sheet["rating_id"]) == set(key["rating_id"])
     for image in sheet["image"]:  # blinded copies: one format, named by the opaque id only
         assert (tmp_path / "realism" / image).is_file() and image.endswith(".png")
-    assert sorted(key["edit_id"].loc[key["kind"] == "edit"]) == sorted(checks["edit_id"][checks["status"] == "ok"])
+    counterfactual = (checks["status"] == "ok") & ~checks["group"].isin(["null_edit", "original"])
+    assert sorted(key["edit_id"].loc[key["kind"] == "edit"]) == sorted(checks["edit_id"][counterfactual])
     assert sorted(key.loc[key["kind"] == "original", "path"]) == sorted(checks["source_path"].unique())
     again, _ = R.realism_sheet(R.rating_items(checks).assign(digest="d"), seed=3)
     other, _ = R.realism_sheet(R.rating_items(checks).assign(digest="d"), seed=4)
@@ -129,7 +134,7 @@ def test_no_sheets_is_a_status_and_two_sheets_give_the_tables(checks, tmp_path):
     assert done["status"] == "ok" and done["missing_sheets"] == []
     by_group = done["tables"]["realism_by_group"].set_index("group")
     assert by_group.loc["original", "mean"] == 5 and by_group.loc[R.ALL_EDITS, "mean"] == 2.5
-    assert by_group.loc[R.DIFFERENCE, "mean"] == -2.5
+    assert by_group.loc[R.DIFFERENCE, "mean"] == -2.5 and by_group.loc["null_edit", "n_images"] == 1
 
 
 def test_check_lists_missing_realism_sheets_only_where_needed():
