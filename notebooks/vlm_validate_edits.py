@@ -16,8 +16,11 @@
 # against its source photo and the source's face-region mask: SSIM and PSNR outside the face, mean
 # ΔE2000 outside the face (background and clothing kept), ΔE2000 inside (the face did change), identity
 # distance of dlib's face descriptors, skin L* shift (editors that lighten dark targets are flagged),
-# and optionally target attainment by a classifier backend. Thresholds are params; failing edits are
-# flagged or excluded from the REFLECT questions (`on_fail`).
+# and optionally target attainment by a classifier backend. Beyond those: the skin seam (ΔE2000 between the
+# edited face's skin and the unedited neck / other skin, against the same in the source), LPIPS beside SSIM
+# (whole image and outside the face), and human realism ratings (a blinded sheet; agreement and mean realism
+# per group once two raters' sheets are back). Thresholds are params; failing edits are flagged or excluded
+# from the REFLECT questions (`on_fail`).
 #
 # First, the checks are themselves checked: synthetic edits of a source photo with known truth must
 # pass (a recolour confined to the face) or fail the right check (global colour shift, background
@@ -39,6 +42,7 @@ from biasaudit.notebook import banner, stage_params
 from biasaudit.outputs import to_markdown
 from biasaudit.provenance import write_run_info
 from biasaudit.scale.pool import prestart
+from biasaudit.vlm import realism as R
 from biasaudit.vlm import validate as V
 
 cfg, params = stage_params("validate_edits")
@@ -73,7 +77,7 @@ if params.check_target:  # the classifier's race and gender of each edit (resuma
 
 checks = V.judge_all(checks, params)  # thresholds judge the measurements: failed checks and the action
 cols = ["edit_id", "action", "failed_checks", "ssim_outside", "psnr_outside", "delta_e_outside", "delta_e_inside",
-        "identity_distance", "skin_L_shift"]
+        "identity_distance", "skin_L_shift", "seam_de_neck_edit", "seam_de_relative", "lpips_outside"]
 display(checks[[c for c in cols if c in checks]].round(3))
 
 # %% [markdown]
@@ -84,15 +88,34 @@ ok = checks[checks["status"] == "ok"]
 by_group = V.by_group_table(checks)
 display(by_group.round(3))
 
+# %% [markdown]
+# ## Realism: human ratings of every edit and of the unedited originals (docs/raters.md)
+# The stage writes the blank, blinded sheet; with two raters' filled copies back it reports their agreement
+# (quadratic-weighted κ) and the mean realism per target group against the originals.
+
+# %%
+sheet_info = R.export_sheet(checks, params.realism_sheets_dir, cfg.seed)
+print(f"realism sheet: {sheet_info['sheet']} ({sheet_info['edits']} edits, {sheet_info['originals']} originals)")
+realism = R.realism_results(params.realism_sheets_dir, params.realism_raters, params.realism_n_boot, cfg.seed)
+print(realism["reason"] or realism["note"])
+realism_tables = realism["tables"] or R.empty_tables(realism["reason"])
+for table in realism_tables.values():
+    display(table.round(3))
+
 # %%
 atomic_write_table(checks, C.EDIT_CHECKS)
-for name, table in (("by_group", by_group), ("controls", controls)):
+for stale in report_dir.glob("realism_*"):  # tables of an earlier run that this one does not write
+    if stale.stem not in realism_tables:
+        stale.unlink()
+for name, table in (("by_group", by_group), ("controls", controls), *realism_tables.items()):
     atomic_write_table(table, report_dir / f"{name}.csv")
     atomic_write_text(report_dir / f"{name}.md", to_markdown(table) if len(table) else "(empty)\n")
 summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": int(ok["passed"].sum()) if len(ok) else 0,
            "actions": checks["action"].value_counts().to_dict(), "controls_as_expected": controls_ok,
            "stand_in": bool(checks["stand_in"].fillna(False).astype(bool).any()),
-           "thresholds": params.model_dump(exclude={"race_prompt", "gender_prompt"})}
+           "thresholds": params.model_dump(exclude={"race_prompt", "gender_prompt"}),
+           "skin_seam": V.seam_summary(checks), "lpips": V.lpips_summary(checks),
+           "realism": {k: v for k, v in realism.items() if k != "tables"} | {"sheet": sheet_info}}
 atomic_write_json(report_dir / "summary.json", summary)
 write_run_info(report_dir / "run_info.json", stage="validate_edits")
 print(json.dumps(summary, indent=1, default=str))

@@ -1,5 +1,6 @@
 """Edit validation on a real packaged photo (skimage's astronaut, public domain) with synthetic edits
-whose truth is known: a recolour confined to the face mask passes; a global colour shift, a background
+whose truth is known: a recolour confined to the face mask passes the only-the-face checks (and leaves a
+skin seam); a global colour shift, a background
 change, a blur outside the mask, a lightened 'Black' edit and a different person fail the right check."""
 
 import numpy as np
@@ -28,11 +29,13 @@ def check(source, edit, params, target="Asian"):
     return V.judge(V.validate_edit(source, edit, params), params, target)
 
 
-def test_recolour_inside_the_face_passes(source, params):
+def test_recolour_inside_the_face_passes_and_leaves_a_seam(source, params):
+    """Only the face changed (every pixel check passes), and the darker face no longer matches the
+    unedited skin outside it: skin_seam is the one failed check."""
     edit = source.rgb.astype(float)
     edit[source.face] *= [0.7, 0.62, 0.55]
     rec = check(source, edit.astype(np.uint8), params, "Black")
-    assert rec["passed"], rec["failed_checks"]
+    assert rec["failed_checks"] == "skin_seam" and rec["seam_de_relative"] > 10
     assert rec["ssim_outside"] == pytest.approx(1.0) and rec["psnr_outside"] == float("inf") and rec["delta_e_outside"] == 0
     assert rec["delta_e_inside"] > 10 and rec["skin_L_shift"] < -10
     assert rec["identity_distance"] < params.identity_max_distance

@@ -8,7 +8,7 @@ included; a valid one rewrites each file atomically and removes the fingerprints
 
 Inputs named by parameters (sources.input_dir, a folder generator's folder and mapping CSV, the
 portraits of the baseline, an imported FOCUS folder, the CSV of a `file` classifier, the raters'
-filled sheets, the BiSeNet weights) cannot be
+filled sheets (reliability's and validate_edits' realism sheets), the BiSeNet weights) cannot be
 listed in dvc.yaml because they depend on the backend. The stage writes one fingerprint per stage
 instance (`data/check/<stage>.inputs.json`, a content hash of every file); the stage depends on it,
 so a changed input re-runs exactly that stage. Each file is rewritten only when its content changes.
@@ -69,6 +69,8 @@ def external_inputs(cfg: Params) -> dict[str, list[str]]:
     out["baseline"] = [cfg.baseline.portraits_dir] if cfg.baseline.source == "folder" else []
     out["faces"] = [cfg.faces.bisenet_weights] if cfg.faces.skin_method == "bisenet" else []
     out["counterfactuals"] = declared_inputs("editor", cfg.counterfactuals)
+    ve = cfg.validate_edits  # realism sheets, whether or not needed: a filled one re-runs the stage
+    out["validate_edits"] = [(Path(ve.realism_sheets_dir) / f"{r}.csv").as_posix() for r in ve.realism_raters]
     for name, spec in cfg.vlms.items():
         out[f"reflect_{name}"] = declared_inputs("vlm", spec)
     return out

@@ -297,6 +297,7 @@ def needs(cfg: Any) -> list[Need]:
         out.append(Need("input", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
     out += rater_sheet_needs(cfg)
+    out += realism_sheet_needs(cfg)
     unique: dict[tuple[str, str], Need] = {}
     for n in out:  # one line per missing thing; a thing several stages share lists every one of them
         first = unique.get((n.kind, n.what))
@@ -320,6 +321,21 @@ def rater_sheet_needs(cfg: Any) -> list[Need]:
                  f"until every rater's copy exists: fill its label column, one copy per rater; docs/raters.md)",
                  "reliability", blocks_stage=False)
             for rater in rel.raters]
+
+
+def realism_sheet_needs(cfg: Any) -> list[Need]:
+    """With `validate_edits.realism_needed`, one filled realism sheet per rater at
+    `<realism_sheets_dir>/<rater>.csv`: a copy of realism_sheet.csv (the validate_edits stage writes it
+    there), its `realism` column filled 1–5 (docs/raters.md). Missing sheets do not stop the stage."""
+    ve = cfg.validate_edits
+    if not ve.realism_needed:
+        return []
+    sheet = (Path(ve.realism_sheets_dir) / "realism_sheet.csv").as_posix()
+    return [Need("input", (Path(ve.realism_sheets_dir) / f"{rater}.csv").as_posix(), "validate_edits.realism_raters",
+                 f"put {rater}'s filled copy of {sheet} there (the validate_edits stage writes that sheet and the "
+                 f"blinded images beside it: rate each image's realism 1–5, one copy per rater; docs/raters.md)",
+                 "validate_edits", blocks_stage=False)
+            for rater in ve.realism_raters]
 
 
 def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:

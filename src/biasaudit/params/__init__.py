@@ -77,6 +77,7 @@ class Params(Section):
         out += ["faces.clip_pretrained: random-weight CLIP"] if self.faces.clip_pretrained == "tiny" else []
         if self.faces.detector == "insightface" and self.faces.insightface_root == "tiny":
             out.append("faces.insightface_root: random-weight ONNX stand-in")
+        out += ["validate_edits.lpips_weights: random-weight LPIPS trunk"] if self.validate_edits.lpips_weights == "random" else []
         return out
 
     @property

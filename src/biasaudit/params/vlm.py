@@ -248,6 +248,19 @@ class ValidateEdits(Section):
     lightening_tolerance: float = Field(3.0, ge=0)
     darker_targets: list[Race] = Field(default_factory=lambda: ["Black"])
     on_fail: Literal["flag", "exclude"] = "flag"   # excluded edits are left out of reflect
+    # Skin seam: the largest ΔE2000 by which the edited face's skin colour moved away from where the neck /
+    # other skin would have taken it (`seam_de_relative`, vlm/edit_quality.py); a darker face over an
+    # unedited light neck fails `skin_seam`.
+    skin_seam_delta_e_max: float = Field(3.0, ge=0)
+    # LPIPS trunk (AlexNet ImageNet, torchvision's alexnet-owt-7be5be79.pth): "" = the torch hub cache,
+    # a file path, or "random" (a seeded random trunk: a STAND-IN). Never downloaded; missing → reason per row.
+    lpips_weights: str = ""
+    # Realism ratings by humans (1–5) of every edit and every unedited source photo, blinded and shuffled:
+    # the stage writes the blank sheet realism_sheet.csv into `realism_sheets_dir` and reads <rater>.csv there.
+    realism_raters: list[str] = Field(default_factory=lambda: ["rater1", "rater2"])
+    realism_sheets_dir: str = (C.VLM / "realism").as_posix()
+    realism_needed: bool = False   # `biasaudit check` lists the raters' missing sheets (no stage stops)
+    realism_n_boot: int = Field(2000, ge=0)   # cluster bootstrap over source photos (realism per group)
 
 
 # Where each REFLECT text comes from (recorded per response row as `prompt_source`).

@@ -9,7 +9,12 @@ For each edited image against its source photo, with the source's face-region ma
 - identity_distance: Euclidean distance of dlib's 128-D face descriptors (largest face) of source and
   edit (dlib's same-person threshold is 0.6); identity_cosine beside it;
 - target attainment: a classifier backend's race and gender answers vs the target (optional);
-- skin L* shift: L* of the mean sRGB over the skin mask, edit − source (skin-lightening shows here).
+- skin L* shift: L* of the mean sRGB over the skin mask, edit − source (skin-lightening shows here);
+- skin seam: ΔE2000 between face skin and the unedited neck / other skin (hands), source and edit, and
+  its increase (vlm/edit_quality.py: the declared skin-pixel rule); `skin_seam` fails when the face's
+  colour moved away from the body skin's (`seam_de_relative`) by more than `skin_seam_delta_e_max`;
+- LPIPS (AlexNet) of the whole image and outside the face (vlm/edit_quality.py), beside SSIM; the
+  trunk's weights are recorded per row (`lpips_weights_used`, STAND-IN when random).
 A failing check is named in `failed_checks`; `action` is keep | flag | exclude (params `on_fail`).
 """
 
@@ -28,6 +33,7 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 from biasaudit import contracts as C
 from biasaudit.engine import per_item
 from biasaudit.faces.colour import delta_e2000, srgb_to_lab
+from biasaudit.vlm import edit_quality as Q
 from biasaudit.vlm.groups import CONTROL_ARMS
 
 PIXEL_CHECKS = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change")
@@ -102,6 +108,9 @@ def failed_checks(m: dict[str, Any], params: Any, target_race: str | None = None
     if (target_race in params.darker_targets and shift is not None and np.isfinite(shift)
             and shift > params.lightening_tolerance):
         bad.append("skin_lightening")
+    seam = m.get("seam_de_relative")
+    if seam is not None and np.isfinite(seam) and seam > params.skin_seam_delta_e_max:
+        bad.append("skin_seam")
     return bad
 
 
@@ -118,6 +127,12 @@ def _face_encoder():
 
 def face_analysis(rgb: np.ndarray, detector: Any) -> tuple[np.ndarray | None, np.ndarray | None, str]:
     """One detection of the largest face → (dlib 128-D descriptor, landmark skin mask), or Nones + reason."""
+    desc, skin, _, reason = face_parts(rgb, detector)
+    return desc, skin, reason
+
+
+def face_parts(rgb: np.ndarray, detector: Any) -> tuple[Any, Any, Any, str]:
+    """face_analysis and the 68 dlib landmarks (the neck lies below their jaw line)."""
     import dlib
 
     from biasaudit.faces.detect import shape_predictor
@@ -125,13 +140,13 @@ def face_analysis(rgb: np.ndarray, detector: Any) -> tuple[np.ndarray | None, np
 
     faces = detector.detect(rgb)
     if not faces:
-        return None, None, "no face detected"
+        return None, None, None, "no face detected"
     x0, y0, x1, y1 = (int(round(v)) for v in faces[0].bbox)
     img = np.ascontiguousarray(rgb)
     shape = shape_predictor()(img, dlib.rectangle(x0, y0, x1, y1))
     lm = np.array([(q.x, q.y) for q in shape.parts()], dtype=np.float64)
     d = np.asarray(_face_encoder().compute_face_descriptor(img, shape), dtype=np.float64)
-    return d, landmark_skin_from_landmarks(rgb.shape[:2], lm), ""
+    return d, landmark_skin_from_landmarks(rgb.shape[:2], lm), lm, ""
 
 
 def identity_scores(src_desc: np.ndarray | None, edit_desc: np.ndarray | None) -> dict[str, float | None]:
@@ -152,6 +167,8 @@ class SourceInfo:
     skin: np.ndarray | None
     descriptor: np.ndarray | None
     reason: str = ""
+    landmarks: np.ndarray | None = None
+    body: Q.BodySkin | None = None  # neck / other skin pixels, chosen once per source (edit_quality.body_skin)
 
 
 def prepare_source(rgb: np.ndarray, detector_name: str = "dlib", with_identity: bool = True) -> SourceInfo:
@@ -161,14 +178,22 @@ def prepare_source(rgb: np.ndarray, detector_name: str = "dlib", with_identity: 
     face, reason = face_region_mask(rgb, detector_name)
     if face is None:
         return SourceInfo(rgb, None, None, None, f"source: {reason}")
-    desc, skin, _ = face_analysis(rgb, make_detector(detector_name))
-    return SourceInfo(rgb, face, skin, desc if with_identity else None)
+    desc, skin, lm, _ = face_parts(rgb, make_detector(detector_name))
+    return SourceInfo(rgb, face, skin, desc if with_identity else None, landmarks=lm)
+
+
+def body_skin_of(source: SourceInfo, border_px: int) -> Q.BodySkin | None:
+    """The source's neck and other skin pixels outside the grown face mask (computed once, kept)."""
+    if source.body is None and source.skin is not None and source.skin.any():
+        source.body = Q.body_skin(source.rgb, source.skin, ~grow(source.face, border_px), source.landmarks)
+    return source.body
 
 
 def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: Any, with_identity: bool = True,
-                  detector: Any = None) -> dict[str, Any]:
-    """All pixel, identity and skin-tone checks of one edit. Returns a record with status/reason and
-    the metrics; `judge` adds failed_checks/passed/action. Target attainment is added by the caller."""
+                  detector: Any = None, lpips_model: Q.LPIPSModel | None = None) -> dict[str, Any]:
+    """All pixel, identity, skin-tone, skin-seam and LPIPS checks of one edit. Returns a record with
+    status/reason and the metrics; `judge` adds failed_checks/passed/action. Target attainment is added
+    by the caller. Without `lpips_model` the LPIPS columns say why they are empty."""
     from biasaudit.faces.detect import make_detector
 
     if source.face is None:
@@ -186,6 +211,9 @@ def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: Any, with_id
     rec["skin_L_source"] = mean_skin_L(source.rgb, source.skin)
     rec["skin_L_edit"] = mean_skin_L(edit, edit_skin)
     rec["skin_L_shift"] = rec["skin_L_edit"] - rec["skin_L_source"]
+    rec |= Q.seam_metrics(source.rgb, edit, source.skin, edit_skin, body_skin_of(source, params.border_px))
+    model = lpips_model or Q.LPIPSModel(None, "", "LPIPS not computed: no LPIPS model given")
+    rec |= Q.lpips_metrics(model, source.rgb, edit, grow(source.face, params.border_px))
     return rec
 
 
@@ -341,12 +369,13 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
 
 
 FAILURE_NAMES = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change", "identity", "target_race",
-                 "target_gender", "skin_lightening")
+                 "target_gender", "skin_lightening", "skin_seam")
 
 
 def by_group_table(checks: Any) -> Any:
     """Per target race × gender: edits measured, passed, the mean skin L* shift (skin-lightening shows
-    here), outside ΔE mean, the lowest outside SSIM, and how often each check failed."""
+    here), outside ΔE mean, the lowest outside SSIM, the face-vs-neck/other-skin ΔE2000 (source, edit,
+    increase; how many edits had no body skin to compare), mean LPIPS, and how often each check failed."""
     import pandas as pd
 
     ok = checks[checks["status"] == "ok"].copy()
@@ -357,15 +386,46 @@ def by_group_table(checks: Any) -> Any:
         ok[f"fail_{name}"] = failed.map(set).map(lambda xs, n=name: n in xs)
     agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
            "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
+    for col in ("seam_de_neck_source", "seam_de_neck_edit", "seam_de_other_source", "seam_de_other_edit",
+                "seam_de_increase", "seam_de_relative", "lpips_whole", "lpips_outside"):
+        if col in ok:
+            ok[col] = pd.to_numeric(ok[col], errors="coerce")
+            agg[f"{col}_mean"] = (col, "mean")
+    if "seam_de_relative" in ok:
+        ok["seam_missing"] = ok["seam_de_relative"].isna()
+        agg["seam_not_measured"] = ("seam_missing", "sum")
     agg |= {f"fail_{n}": (f"fail_{n}", "sum") for n in FAILURE_NAMES}
     return ok.groupby(["race", "gender"]).agg(**agg).reset_index()
+
+
+def seam_summary(checks: Any) -> dict[str, Any]:
+    """How many measured edits had a skin seam measured, how many not (and the commonest reason), how many failed it."""
+    ok = checks[checks["status"] == "ok"]
+    if "seam_de_relative" not in ok or not len(ok):
+        return {"measured": 0, "not_measured": 0, "failed": 0, "reasons": {}}
+    seam = ok["seam_de_relative"].astype(float)
+    failed = ok["failed_checks"].fillna("").str.split(",").map(lambda xs: "skin_seam" in xs)
+    return {"measured": int(seam.notna().sum()), "not_measured": int(seam.isna().sum()), "failed": int(failed.sum()),
+            "reasons": ok.loc[seam.isna(), "seam_reason"].value_counts().head(3).to_dict()}
+
+
+def lpips_summary(checks: Any) -> dict[str, Any]:
+    """Which LPIPS weights the rows used (STAND-IN when random), and why rows have none."""
+    ok = checks[checks["status"] == "ok"]
+    if "lpips_weights_used" not in ok or not len(ok):
+        return {"weights": [], "not_computed": {}}
+    used = ok["lpips_weights_used"].fillna("")
+    return {"weights": sorted(set(used) - {""}), "computed": int((used != "").sum()),
+            "stand_in": bool(used.str.startswith("STAND-IN").any()),
+            "not_computed": ok.loc[used == "", "lpips_reason"].value_counts().to_dict()}
 
 
 # ----------------------------------------------------------------- controls: do the checks catch bad edits?
 
 def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tuple[str, np.ndarray, str | None]]:
     """Synthetic edits of a source photo with known truth: (name, image, the check that must fail or None).
-    A recolour confined to the face must pass; each corruption must fail its check."""
+    A recolour confined to the face must pass the only-the-face-changed checks, and fail skin_seam (a darker
+    face over the unedited neck); each corruption must fail its check."""
     rgb, face = source.rgb, source.face
     out = ~grow(face, border_px)
     recolour = rgb.astype(np.float64)
@@ -381,7 +441,8 @@ def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tup
     blurred = recolour.copy()
     blur = ndimage.gaussian_filter(rgb.astype(np.float64), sigma=(2, 2, 0)).astype(np.uint8)
     blurred[out] = blur[out]
-    return [("recolour face only", recolour, None), ("global colour shift", shifted, "delta_e_outside"),
+    return [("recolour face only", recolour, None), ("darker face, body skin unchanged", recolour, "skin_seam"),
+            ("global colour shift", shifted, "delta_e_outside"),
             ("background replaced", background, "ssim_outside"), ("blur outside the face", blurred, "ssim_outside"),
             ("face unchanged", rgb.copy(), "no_face_change")]
 
@@ -405,11 +466,17 @@ def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
         rec = judge(validate_edit(source, img, params.model_copy(update={"check_identity": False}),
                                   with_identity=False), params, None)
         bad = [b for b in rec.get("failed_checks", "").split(",") if b]
-        caught = (not bad) if expect is None else (expect in bad)
+        note = ""
+        if expect is None:  # a face-only recolour leaves a seam by design: that is the next control's
+            caught = not [b for b in bad if b != "skin_seam"]
+        elif expect == "skin_seam" and not np.isfinite(rec.get("seam_de_relative", np.nan)):
+            caught, note = True, f"not measurable on this photo: {rec.get('seam_reason')}"
+        else:
+            caught = expect in bad
         rows.append({"control": name, "expected_failure": expect or "(none: must pass)", "failed_checks": ",".join(bad),
-                     "as_expected": caught, "ssim_outside": rec.get("ssim_outside"),
+                     "as_expected": caught, "note": note, "ssim_outside": rec.get("ssim_outside"),
                      "psnr_outside": rec.get("psnr_outside"), "delta_e_outside": rec.get("delta_e_outside"),
-                     "delta_e_inside": rec.get("delta_e_inside")})
+                     "delta_e_inside": rec.get("delta_e_inside"), "seam_de_relative": rec.get("seam_de_relative")})
     return rows
 
 
@@ -417,7 +484,7 @@ def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
 
 BASE_FIELDS = ("edit_id", "occupation", "base_id", "race", "gender", "group", "path", "source_path", "backend",
                "model_id", "stand_in")
-MEASURE_SETTINGS = ("mask_detector", "border_px", "check_identity")  # thresholds only judge: no re-measuring
+MEASURE_SETTINGS = ("mask_detector", "border_px", "check_identity", "lpips_weights")  # thresholds only judge
 
 
 def validation_items(manifest: Any) -> list[dict[str, Any]]:
@@ -444,6 +511,7 @@ def make_validate_fn(params: Any):
 
     detector = make_detector(params.mask_detector)
     sources: dict[str, SourceInfo] = {}
+    lpips_model = Q.load_lpips(params.lpips_weights)  # once per worker; a missing trunk: the reason per row
 
     def source_of(path: str) -> SourceInfo:
         if path not in sources:
@@ -464,7 +532,8 @@ def make_validate_fn(params: Any):
         if not loaded.ok:
             return base | {"status": "failed", "reason": loaded.reason, "passed": False, "failed_checks": "",
                            "action": "exclude"}
-        return base | validate_edit(source_of(item["source_path"]), loaded.rgb, params, params.check_identity, detector)
+        return base | validate_edit(source_of(item["source_path"]), loaded.rgb, params, params.check_identity, detector,
+                                    lpips_model)
 
     return per_item(one, lambda item, reason: {k: item.get(k) for k in BASE_FIELDS} | {
         "status": "failed", "reason": reason, "passed": False, "failed_checks": "", "action": "exclude"})
