@@ -31,7 +31,7 @@ from biasaudit.io import atomic_write_json
 from biasaudit.notebook import banner, show, stage_params
 from biasaudit.outputs import OutputWriter, json_safe
 from biasaudit.provenance import write_run_info
-from biasaudit.vlm.analysis import gaps, inputs, significance, summary, two_afc, validation
+from biasaudit.vlm.analysis import gaps, inputs, interaction, significance, summary, two_afc, validation
 
 cfg, params = stage_params("reflect_analysis")
 banner(cfg)
@@ -43,7 +43,8 @@ writer = OutputWriter(C.VLM_REPORTS)
 # %% [markdown]
 # ## Each VLM's sections
 # With PLANTED truth (offline profile) first the validation: every estimate beside its planted value. Then
-# the 2AFC win rates, the gaps Δg of the single-image answers, and their significance (with retention).
+# the 2AFC win rates, the gaps Δg of the single-image answers, their significance (with retention), and
+# whether the race effect differs between the tasks (task × group interaction).
 
 # %%
 for answers in data.vlms:
@@ -52,6 +53,7 @@ for answers in data.vlms:
     show(two_afc.compute(answers, cfg), writer)
     show(gaps.compute(answers, cfg), writer)
     show(significance.compute(answers, cfg), writer)
+    show(interaction.compute(answers, cfg), writer)
 
 # %%
 result = summary.compute(data, cfg)
