@@ -121,8 +121,8 @@ def race_rows(race: str, tasks: list[str], X: np.ndarray, SS: np.ndarray, DF: np
     e = X[complete] / np.sqrt(SS.sum(0) / DF.sum(0))
     D = np.column_stack([e[:, i] - e[:, j] for i, j in pairs]) if pairs else np.zeros((n, 0))
     p = np.nan if few or k < 2 else sign_flip_max_t(D, boot.n_permutations, boot.seed)
-    rows.append({"race": race, "kind": "joint", "task": "all", "task_b": "",
-                 "estimate": float(np.nanmax(theta) - np.nanmin(theta)), "low": np.nan, "high": np.nan, "p": p,
+    spread = float(np.nanmax(theta) - np.nanmin(theta)) if np.isfinite(theta).any() else np.nan
+    rows.append({"race": race, "kind": "joint", "task": "all", "task_b": "", "estimate": spread, "low": np.nan, "high": np.nan, "p": p,
                  "n_photos": n, "reason": reason or "estimate: the spread (max − min) of the effects across tasks; "
                                                    "its test is p (no interval for a range)"})
     return rows
