@@ -1,6 +1,6 @@
 """Section `interaction`: does the race effect differ between the task formulations (2AFC, MCQ, salary)?
 A task × group interaction on a common standardised scale (definitions: the package docstring). Parameters:
-`race_reference`, and the shared resampling and testing settings (inputs.Boot: n_boot, confidence,
+`race_reference` (read through gaps.references), and the shared resampling and testing settings (inputs.Boot: n_boot, confidence,
 n_permutations, min_clusters, p_adjust)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pandas as pd
 
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.vlm.analysis.gaps import references
 from biasaudit.vlm.analysis.inputs import Answers, Boot, measures, two_afc_tasks
 from biasaudit.vlm.analysis.two_afc import order_pairs
 from biasaudit.vlm.groups import CODE_TO_GROUP
@@ -153,7 +154,8 @@ def compute(answers: Answers, cfg: Any) -> Result:
     if len(values) < 2:
         res.status, res.reason = NO_DATA, f"fewer than two tasks with retained answers ({', '.join(values) or 'none'})"
         return res
-    table = interaction_table(values, cfg.reflect_analysis.race_reference, Boot.of(cfg))
+    race_reference = dict((d, ref) for d, _, ref in references(cfg))["race"]
+    table = interaction_table(values, race_reference, Boot.of(cfg))
     res.tables[f"{vlm}_task_interaction"] = table.assign(vlm=vlm)
     joint = table[table["kind"] == "joint"]
     res.metrics = {"tasks": sorted(values), "joint_p": dict(zip(joint["race"], joint["p"])),
