@@ -650,7 +650,9 @@ def reflect_interaction_check(G: int, null: bool, n_boot: int, n_perm: int):
     from biasaudit.vlm.analysis.inputs import Boot
 
     pl, units, params = _pair_pull(_planted(null=null)), _units(G), _analysis(n_boot, n_perm)
-    settings = Boot.of(SimpleNamespace(reflect_analysis=params))
+    # the intervals and the test themselves: the section blanks them below min_clusters complete photos (at 12
+    # photos, lost edits leave fewer in most replications), a reporting rule measured nowhere else
+    settings = replace(Boot.of(SimpleNamespace(reflect_analysis=params)), min_clusters=2)
 
     def run(rng, rep):
         truth = None if null else _interaction_truth(pl, params, settings)
