@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ OUT = Path("reports/calibration/calibration.csv")
 @dataclass(frozen=True)
 class Check:
     name: str | tuple[str, ...]  # method: the interval or test (a tuple: one replication answers several)
-    kind: str  # coverage | rejection
+    kind: str | tuple[str, ...]  # coverage | rejection (a tuple: one per name)
     setting: str
     scale: str  # paper | small
     run: Callable[[np.random.Generator, int], "bool | Covered | tuple[bool | Covered, ...]"]  # one replication
@@ -567,6 +568,107 @@ REFLECT_INTERVALS = ("REFLECT win-rate CI (income, WM vs BF)", "REFLECT race win
                      "REFLECT Δg within photo CI (MCQ salary, Black)")
 
 
+PAIR_PULL = {"position_same_gender": 1.5, "position_cross_gender": 0.0}  # the independent simulation's case
+
+
+def _pair_pull(pl):
+    """The planted VLM with the position pull differing by pair (log-odds 1.5 same gender, 0 across)."""
+    return pl.model_copy(update={"two_afc": pl.two_afc.model_copy(update=PAIR_PULL)})
+
+
+POSITION_TESTS = tuple(f"REFLECT Bradley–Terry test, {est} ({term} vs WF), pair-varying position pull"
+                       for est in ("symmetric", "pooled") for term in ("BF", "BM"))
+POSITION_INTERVALS = ("REFLECT win-rate CI, symmetric (all 45 cells), pair-varying position pull",
+                      "REFLECT win-rate CI, pooled (all 45 cells), pair-varying position pull",
+                      "REFLECT race win rate CI, symmetric (all 10), pair-varying position pull")
+
+
+def reflect_position_check(G: int, which: str, n_boot: int):
+    """One replication under no group effect and a position pull that differs by pair (PAIR_PULL): whether
+    each Bradley–Terry test rejects (`tests`), or the share of win-rate intervals covering 0.5 (`intervals`)."""
+    from biasaudit.vlm import planted as P
+    from biasaudit.vlm.analysis import two_afc
+    from biasaudit.vlm.analysis.inputs import Boot, retained
+
+    pl, units, params = _pair_pull(_planted(null=True)), _units(G), _analysis(n_boot)
+    boot = Boot.of(SimpleNamespace(reflect_analysis=params)).resampling
+
+    def run(rng, rep):
+        two = retained(P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=(), salary=False),
+                       "2afc", "income")
+        if which == "tests":
+            out = []
+            for est in ("symmetric", "pooled"):
+                b, _ = two_afc.BT_FITS[est](two, params.bt_reference, params.confidence)
+                out += [bool(b is not None and b.set_index("term").loc[t, "p"] < NOMINAL_LEVEL) for t in ("BF", "BM")]
+            return tuple(out)
+        out = []
+        for est in ("symmetric", "pooled"):
+            w = two_afc.win_rate_table(two, boot | {"seed": rep}, estimator=est)
+            w = w[w["row"] < w["col"]]
+            out.append(Covered(float(((w["low"] <= 0.5) & (0.5 <= w["high"])).mean()), float((w["high"] - w["low"]).mean())))
+        r = two_afc.race_win_rates_within_gender(two, boot | {"seed": rep}, "symmetric")
+        out.append(Covered(float(((r["low"] <= 0.5) & (0.5 <= r["high"])).mean()), float((r["high"] - r["low"]).mean())))
+        return tuple(out)
+
+    return run
+
+
+def _interaction(df, params, boot):
+    from biasaudit.vlm.analysis import interaction
+    from biasaudit.vlm.analysis.inputs import Answers
+
+    values = interaction.image_values(Answers("sim", df), SimpleNamespace(reflect_analysis=params))
+    return interaction.interaction_table(values, params.race_reference, boot).query("race == 'Black'")
+
+
+def _interaction_truth(pl, params, settings, photos: int = 1500):
+    """The interaction estimates of Black at the population: one draw of `photos` source photos (a large
+    Monte Carlo of the probability limit; no interval computed)."""
+    key = ("interaction", repr(pl))
+    if key not in _TRUTH:
+        df = P_simulate(pl, _units(photos), np.random.default_rng(777))
+        t = _interaction(df, params, replace(settings, min_clusters=10 ** 9))
+        _TRUTH[key] = t[t["kind"] == "difference"].set_index(["task", "task_b"])["estimate"]
+    return _TRUTH[key]
+
+
+def P_simulate(pl, units, rng):
+    from biasaudit.vlm import planted as P
+
+    return P.simulate_responses(pl, units, rng)
+
+
+def interaction_names(null: bool) -> tuple[str, ...]:
+    what = "null: no group effect in any task" if null else "planted effects"
+    return (f"REFLECT task × group joint test (Black, {what if null else 'power at the planted effects'})",
+            f"REFLECT task × group difference CIs (Black, 15 task pairs, {what})")
+
+
+def reflect_interaction_check(G: int, null: bool, n_boot: int, n_perm: int):
+    """One replication: does the joint test of equal standardised effects of Black across the 6 tasks reject,
+    and the share of the 15 pairwise-difference intervals covering the truth (0 under the null; under the
+    planted effects the population value, by a large Monte Carlo)? Null: no group effect in any task, with
+    the pair-varying position pull."""
+    from biasaudit.vlm.analysis.inputs import Boot
+
+    pl, units, params = _pair_pull(_planted(null=null)), _units(G), _analysis(n_boot, n_perm)
+    # the intervals and the test themselves: the section blanks them below min_clusters complete photos (at 12
+    # photos, lost edits leave fewer in most replications), a reporting rule measured nowhere else
+    settings = replace(Boot.of(SimpleNamespace(reflect_analysis=params)), min_clusters=2)
+
+    def run(rng, rep):
+        truth = None if null else _interaction_truth(pl, params, settings)
+        t = _interaction(P_simulate(pl, units, rng), params, replace(settings, seed=rep))
+        d = t[t["kind"] == "difference"].set_index(["task", "task_b"])
+        target = 0.0 if truth is None else truth.reindex(d.index).to_numpy()
+        hit = (d["low"] <= target) & (target <= d["high"])
+        joint = t.loc[t["kind"] == "joint", "p"].iloc[0]
+        return bool(joint < NOMINAL_LEVEL), Covered(float(hit.mean()), float((d["high"] - d["low"]).mean()))
+
+    return run
+
+
 def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_perm: int):
     """One replication: do the OLS t(G−1), OLS wild and sign-flip tests of race:Black (salary) reject?"""
     from biasaudit.vlm import planted as P
@@ -899,6 +1001,17 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                              reflect_test_check(G, True, photo_effects, 399, n_perm)))
         out.append(Check(reflect_tests("power at the planted effects: salary −5 % / −8 %"), "power", s, scale,
                          reflect_test_check(G, False, True, 399, n_perm)))
+        if G >= 12:
+            out.append(Check(POSITION_TESTS, "rejection", s + ", no group effect", scale,
+                             reflect_position_check(G, "tests", n_boot),
+                             "pooled: one position term cannot absorb a pull that differs by pair (documents the "
+                             "problem); symmetric: each pair's two orders averaged"))
+            out.append(Check(POSITION_INTERVALS, "coverage", s + ", no group effect", scale,
+                             reflect_position_check(G, "intervals", n_boot)))
+            out.append(Check(interaction_names(True), ("rejection", "coverage"), s, scale,
+                             reflect_interaction_check(G, True, n_boot, n_perm)))
+            out.append(Check(interaction_names(False), "coverage", s, scale,
+                             reflect_interaction_check(G, False, n_boot, n_perm)))
     for scale, G in (("paper", 48), ("small", 12)):
         s = f"{G} source photos × 10 groups, planted VLM"
         out += [Check(SELECTIVE_NULL, "rejection", s + ", no group effect, selective refusal of Black faces (0.3)",
@@ -945,6 +1058,8 @@ def flag(row: dict, note: str) -> str:
     inside = lo <= row["observed"] <= hi
     if note.startswith("Holm"):  # applies to the family-wise row only
         note = note if "Holm" in row.get("method", "") else ""
+    if note.startswith("pooled:"):  # documents the pooled estimator's rows only
+        note = note if "pooled" in row.get("method", "") else ""
     if note.startswith("ratio 1"):  # applies to the rows whose true ratio is 1, when they cover above the band
         note = note if "ratio 1" in row.get("method", "") and row["observed"] > hi else ""
     if note and not inside:
@@ -972,7 +1087,8 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
         rate = float(hits[:, k].mean())
         # a share of replications: no nominal value; a power row of a tuple of tests
         kind = ("share" if "closer" in name else "power" if "power" in name
-                else "false mark" if "read below 0.8" in name else check.kind)
+                else "false mark" if "read below 0.8" in name
+                else check.kind[k] if isinstance(check.kind, tuple) else check.kind)
         row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,
                "nominal": {"coverage": NOMINAL_COVERAGE, "rejection": NOMINAL_LEVEL, "false mark": NOMINAL_LEVEL}.get(
                    kind, np.nan), "observed": rate,

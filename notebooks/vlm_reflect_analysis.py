@@ -31,7 +31,17 @@ from biasaudit.io import atomic_write_json
 from biasaudit.notebook import banner, show, stage_params
 from biasaudit.outputs import OutputWriter, json_safe
 from biasaudit.provenance import write_run_info
-from biasaudit.vlm.analysis import controls, gaps, inputs, refusals, significance, summary, two_afc, validation
+from biasaudit.vlm.analysis import (
+    controls,
+    gaps,
+    inputs,
+    interaction,
+    refusals,
+    significance,
+    summary,
+    two_afc,
+    validation,
+)
 
 cfg, params = stage_params("reflect_analysis")
 banner(cfg)
@@ -44,9 +54,9 @@ writer = OutputWriter(C.VLM_REPORTS)
 # ## Each VLM's sections
 # With PLANTED truth (offline profile) first the validation: every estimate beside its planted value. Then
 # the 2AFC win rates, the gaps Δg of the single-image answers, refusals by group with worst-case bounds,
-# and their significance (with retention and the primary endpoints). Last the controls: what the null edit
-# alone does to the answers (the artefact floor, beside each Δg) and the placebo tasks' group tests, which
-# must find nothing.
+# their significance (with retention and the primary endpoints), and whether the race effect differs between
+# the tasks (task × group interaction). Last the controls: what the null edit alone does to the answers (the
+# artefact floor, beside each Δg) and the placebo tasks' group tests, which must find nothing.
 
 # %%
 for answers in data.vlms:
@@ -56,6 +66,7 @@ for answers in data.vlms:
     show(gaps.compute(answers, cfg), writer)
     show(refusals.compute(answers, cfg), writer)
     show(significance.compute(answers, cfg), writer)
+    show(interaction.compute(answers, cfg), writer)
     show(controls.compute(answers, cfg), writer)
 
 # %%

@@ -153,9 +153,15 @@ def test_primary_endpoints_table_on_planted_answers():
     t = endpoints.primary_endpoints(answers(df), cfg)
     assert list(t["endpoint"]) == ReflectAnalysis().primary_endpoints and (t["family"] == "primary").all()
     bm = t.set_index("endpoint").loc["race_winrate:income:man:Black"]
-    W = two_afc.win_counts(df[(df["kind"] == "2afc") & (df["status"] == "ok")])
+    # the headline (symmetric) race win rate, from its definition: per (photo, BM vs a man of another race)
+    # retained in both orders, the mean over the two orders of BM's win share; averaged over those pairs
+    ok = df[(df["kind"] == "2afc") & (df["status"] == "ok")]
     rivals = ["AM", "LM", "MEM", "WM"]
-    assert bm["estimate"] == pytest.approx(W.loc["BM", rivals].sum() / (W.loc["BM", rivals].sum() + W.loc[rivals, "BM"].sum()))
+    ok = ok[((ok["group_a"] == "BM") & ok["group_b"].isin(rivals)) | ((ok["group_b"] == "BM") & ok["group_a"].isin(rivals))]
+    ok = ok.assign(rival=ok["group_a"].where(ok["group_b"] == "BM", ok["group_b"]), bm_first=ok["group_a"] == "BM",
+                   bm_won=(ok["choice"] == "A") == (ok["group_a"] == "BM"))
+    per_order = ok.groupby(["unit", "rival", "bm_first"])["bm_won"].mean().unstack("bm_first").dropna()
+    assert bm["estimate"] == pytest.approx(per_order.mean(axis=1).mean())
 
 
 def test_planted_selective_refusal_is_bounded_and_biases_the_complete_case():

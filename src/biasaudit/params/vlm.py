@@ -54,8 +54,13 @@ def _check_groups(field: str, mapping: dict[str, float]) -> None:
 
 
 class PlantedTwoAFC(Section):
-    """P(first image chosen) = logistic(position + s_a − s_b), s_g = strength[task][g] + photo_sd · z."""
+    """P(first image chosen) = logistic(α_ab + s_a − s_b), s_g = strength[task][g] + photo_sd · z, α_ab the
+    position pull of the pair (`position`, or per pair type: same or different genders)."""
     position: float = 0.4                     # log-odds of choosing the image shown first (0 = no position bias)
+    # a position pull that differs by pair: the log-odds for pairs of the same gender / of different
+    # genders (None = `position`); the pooled Bradley–Terry model's single position term cannot absorb it
+    position_same_gender: float | None = None
+    position_cross_gender: float | None = None
     # sd of a per-source-photo × group random strength (per task); ≤ 2 keeps the estimands' quadrature exact
     photo_sd: float = Field(0.3, ge=0, le=2)
     # Bradley–Terry log-strengths; a task without an entry (the placebo tasks) has no group effect
@@ -380,6 +385,10 @@ class ReflectAnalysis(Section):
     race_reference: Race = "White"
     gender_reference: Gender = "woman"         # the paper's reference: Female
     bt_reference: str = "WF"                  # Bradley–Terry strengths relative to this group code
+    # 2AFC win rates and Bradley–Terry: 'symmetric' averages the two orders of each pair (a position pull of
+    # any form cancels; pairs retained in one order are left out), 'pooled' takes every answer with one
+    # position term (biased tests when the pull differs by pair); the other one's strengths are reported beside
+    two_afc_estimator: Literal["symmetric", "pooled"] = "symmetric"
     n_permutations: int = Field(9999, ge=99)  # sign-flip resamples (exact enumeration when fewer are needed)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     n_boot: int = Field(2000, ge=100, le=100_000)  # cluster bootstrap over source photos (Δg CIs)

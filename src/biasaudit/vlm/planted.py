@@ -3,8 +3,9 @@ the REFLECT analysis estimates from those answers (its *estimands*). SIMULATED, 
 
 The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.PlantedReflect):
 
-- 2AFC, per task: P(first image chosen) = σ(α + s_a − s_b) with s_g = β_task,g + σ_2afc · z_photo,task,g
-  (Bradley–Terry log-strengths β, a position effect α, and a per-source-photo × group random strength).
+- 2AFC, per task: P(first image chosen) = σ(α_ab + s_a − s_b) with s_g = β_task,g + σ_2afc · z_photo,task,g
+  (Bradley–Terry log-strengths β, a position effect α_ab — one value, or one for pairs of the same gender
+  and one across genders — and a per-source-photo × group random strength).
 - MCQ, per task: ordered logit, P(letter ≤ k) = σ(c_k − η_task,g − σ_mcq · z_photo,task); the cut points c
   give the declared `base` distribution at η = 0.
 - salary: log(USD) = log base[occupation] + γ_g + σ_photo · z_photo + σ_noise · ε (rounded to whole dollars).
@@ -24,12 +25,16 @@ photo_sd ≤ 2; salaries are rounded to whole dollars, which the estimands ignor
 ≥ 1000 USD) and given the design (units and their
 occupations, the tasks, both orders):
 
-- win rate (r, c) = ½[p(r, c) + 1 − p(c, r)], p(a, b) = E σ(α + β_a − β_b + √2 σ Z), both orders asked
-  equally often in expectation (retention does not depend on order);
-- race win rate within gender, share of 'A' answers: the same p weighted by expected retained pairs;
+- win rate (r, c) = ½[p(r, c) + 1 − p(c, r)], p(a, b) = E σ(α_ab + β_a − β_b + √2 σ Z), both orders asked
+  equally often in expectation (retention does not depend on order); the same for the order-symmetric
+  estimator, which averages the two orders of each pair;
+- race win rate within gender, share of 'A' answers: the same p weighted by expected retained pairs (the
+  symmetric estimator: by pairs retained in both orders); share of 'A' also per pair type;
 - Bradley–Terry: the population ('pseudo-true') parameters of the analysis' logit model, fitted to the
-  exact p over the expected design. With σ_2afc = 0 they equal the declared β − β_ref and α; with photo
-  random effects the marginal model is attenuated, which is what the fitted strengths estimate;
+  exact p over the expected design: pooled, α + β_a − β_b on each answer; symmetric, β_lo − β_hi on the
+  order-averaged outcome ½[p(lo, hi) + 1 − p(hi, lo)] of each pair retained in both orders. With σ_2afc = 0
+  and one position value the pooled ones equal the declared β − β_ref and α; with photo random effects, or
+  a position pull (symmetric), the marginal model is attenuated, which is what the fitted strengths estimate;
 - Δg within photo = Σ_cells w (m_g − m_ref) / Σ_cells w m_ref over the other dimension's levels, with w the
   probability that both answers of a cell are retained and m the mean answer value; pooled Δg (the
   paper's) weights each group's cells by its own retention;
@@ -57,7 +62,7 @@ from scipy.special import expit, logit
 
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.provenance import derive_seed
-from biasaudit.vlm.groups import COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
+from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 TWO_AFC_TASKS = ("income", "education", "safety")
 MCQ_TASKS = ("salary", "education")
@@ -164,10 +169,26 @@ def salary_effect(planted: Any, group) -> np.ndarray:
 
 # ---------------------------------------------------------------- drawing answers
 
+def position(planted: Any, group_a, group_b) -> np.ndarray:
+    """The declared position pull α_ab (log-odds of choosing the first image) of each pair; a control pair
+    (null edit vs original: one person, no group code) is a same-gender pair."""
+    tw = planted.two_afc
+    same = np.vectorize(lambda a, b: a not in CODE_TO_GROUP or b not in CODE_TO_GROUP
+                        or CODE_TO_GROUP[a][1] == CODE_TO_GROUP[b][1], otypes=[bool])(
+        np.asarray(group_a), np.asarray(group_b))
+    pull = [tw.position if v is None else v for v in (tw.position_same_gender, tw.position_cross_gender)]
+    return np.where(same, pull[0], pull[1]).astype(float)
+
+
+def pair_varying(planted: Any) -> bool:
+    tw = planted.two_afc
+    return len({tw.position if v is None else v for v in (tw.position_same_gender, tw.position_cross_gender)}) > 1
+
+
 def draw_2afc(planted: Any, task: str, group_a, group_b, z_a, z_b, u) -> np.ndarray:
     """'A' or 'B' per comparison from uniforms u and the two images' photo effects z."""
     tw = planted.two_afc
-    eta = tw.position + strength(planted, task, group_a) - strength(planted, task, group_b) \
+    eta = position(planted, group_a, group_b) + strength(planted, task, group_a) - strength(planted, task, group_b) \
         + tw.photo_sd * (np.asarray(z_a, float) - np.asarray(z_b, float))
     return np.where(np.asarray(u) < expit(eta), "A", "B")
 
@@ -303,7 +324,7 @@ def simulate_controls(planted: Any, units: pd.DataFrame, rng: np.random.Generato
 def p_first(planted: Any, task: str, a: str, b: str) -> float:
     """P(the first image, of group a, is chosen over b), marginal over the photo effects."""
     tw = planted.two_afc
-    mu = tw.position + float(strength(planted, task, a) - strength(planted, task, b))
+    mu = float(position(planted, a, b)) + float(strength(planted, task, a) - strength(planted, task, b))
     return float(expect(lambda x: expit(mu + x), np.sqrt(2) * tw.photo_sd))
 
 
@@ -323,8 +344,22 @@ def shown_first(a: str, b: str) -> bool:
     return a < b
 
 
+def pair_retention_both(planted: Any, a: str, b: str) -> float:
+    """P(a pair of a and b is retained in both orders): both edits kept, neither question refused."""
+    la, lb = loss(planted, a), loss(planted, b)
+    return float((1 - la) * (1 - lb) * (1 - (refusal(planted, a) + refusal(planted, b)) / 2) ** 2)
+
+
+def same_gender(a: str, b: str) -> bool:
+    return CODE_TO_GROUP[a][1] == CODE_TO_GROUP[b][1]
+
+
+PAIR_TYPES = {"all": lambda a, b: True, "same_gender": same_gender,
+              "cross_gender": lambda a, b: not same_gender(a, b)}
+
+
 def two_afc_estimands(planted: Any, task: str, reference: str = "WF", both_orders: bool = True
-                      ) -> dict[str, pd.DataFrame]:
+                      ) -> dict[str, Any]:
     codes = list(GROUP_CODES)
     asked = [(a, b) for a in codes for b in codes if a != b and (both_orders or shown_first(a, b))]
     P = {(a, b): p_first(planted, task, a, b) for a, b in asked}
@@ -337,33 +372,48 @@ def two_afc_estimands(planted: Any, task: str, reference: str = "WF", both_order
         return float(np.mean(rates))
 
     win = pd.DataFrame([{"row": r, "col": c, "planted": win_of(r, c)} for r in codes for c in codes if r != c])
+    out: dict[str, Any] = {"winrate": win, "race_winrate": race_winrate_estimands(planted, win_of, pair_retention)}
+    w = np.array([rho[k] for k in P])
+    out["share_first"] = float(w @ np.array(list(P.values())) / w.sum())
+    out["share_first_by_type"] = {
+        kind: float(sum(rho[k] * P[k] for k in P if keep(*k)) / sum(rho[k] for k in P if keep(*k)))
+        for kind, keep in PAIR_TYPES.items()}
+    out["bradley_terry"] = bradley_terry_pseudo_true(planted, task, P, rho, reference)
+    if both_orders:
+        out["race_winrate_symmetric"] = race_winrate_estimands(planted, win_of, pair_retention_both)
+        pairs = [(a, b) for a, b in asked if shown_first(a, b)]
+        out["bradley_terry_symmetric"] = bradley_terry_symmetric_pseudo_true(
+            planted, task, {k: win_of(*k) for k in pairs}, {k: pair_retention_both(planted, *k) for k in pairs},
+            reference)
+    return out
+
+
+def race_winrate_estimands(planted: Any, win_of, weight) -> pd.DataFrame:
+    """Race win rate within gender: the win rates over the same-gender rivals, weighted by `weight`(a, b)."""
     rows = []
     for gender in GENDERS:
         for race in RACES:
             me = group_code(race, gender)
             rivals = [group_code(o, gender) for o in RACES if o != race]
-            w = np.array([pair_retention(planted, me, c) for c in rivals])
+            w = np.array([weight(planted, me, c) for c in rivals])
             rate = np.array([win_of(me, c) for c in rivals])
             rows.append({"gender": gender, "race": race, "planted": float(w @ rate / w.sum())})
-    w = np.array([rho[k] for k in P])
-    share_first = float(w @ np.array(list(P.values())) / w.sum())
-    bt = bradley_terry_pseudo_true(planted, task, P, rho, reference)
-    return {"winrate": win, "race_winrate": pd.DataFrame(rows), "share_first": share_first, "bradley_terry": bt}
+    return pd.DataFrame(rows)
 
 
-def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, reference: str) -> pd.DataFrame:
-    """The logit fit of the analysis (α + β_a − β_b, β_ref = 0) to the exact probabilities, by Newton."""
-    others = [g for g in GROUP_CODES if g != reference]
-    keys = list(P)
-    X = np.zeros((len(keys), len(others) + 1))
-    X[:, 0] = 1.0
+def contrast_design(keys: list[tuple[str, str]], others: list[str]) -> np.ndarray:
+    """+1 for the first group of each pair, −1 for the second (the reference group has no column)."""
+    X = np.zeros((len(keys), len(others)))
     for i, (a, b) in enumerate(keys):
-        if a != reference:
-            X[i, 1 + others.index(a)] += 1
-        if b != reference:
-            X[i, 1 + others.index(b)] -= 1
-    y = np.array([P[k] for k in keys])
-    w = np.array([rho[k] for k in keys])
+        if a in others:
+            X[i, others.index(a)] += 1
+        if b in others:
+            X[i, others.index(b)] -= 1
+    return X
+
+
+def logit_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The weighted logit fit to exact probabilities y (the population score equations), by Newton."""
     theta = np.zeros(X.shape[1])
     for _ in range(100):
         mu = expit(X @ theta)
@@ -371,9 +421,28 @@ def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, refer
         theta += step
         if np.abs(step).max() < 1e-13:
             break
-    declared = [planted.two_afc.position] + [float(strength(planted, task, g) - strength(planted, task, reference))
-                                             for g in others]
+    return theta
+
+
+def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, reference: str) -> pd.DataFrame:
+    """The logit fit of the pooled analysis (α + β_a − β_b, β_ref = 0) to the exact probabilities."""
+    others = [g for g in GROUP_CODES if g != reference]
+    keys = list(P)
+    X = np.column_stack([np.ones(len(keys)), contrast_design(keys, others)])
+    theta = logit_fit(X, np.array([P[k] for k in keys]), np.array([rho[k] for k in keys]))
+    alpha = np.nan if pair_varying(planted) else planted.two_afc.position  # no single declared value
+    declared = [alpha] + [float(strength(planted, task, g) - strength(planted, task, reference)) for g in others]
     return pd.DataFrame({"term": ["position_first"] + others, "planted": theta, "declared": declared})
+
+
+def bradley_terry_symmetric_pseudo_true(planted: Any, task: str, W: dict, rho: dict, reference: str) -> pd.DataFrame:
+    """The logit fit of the order-symmetric analysis (β_lo − β_hi, no position term) to the exact
+    order-averaged outcomes W[(lo, hi)] of the pairs, weighted by their retention in both orders."""
+    others = [g for g in GROUP_CODES if g != reference]
+    keys = list(W)
+    theta = logit_fit(contrast_design(keys, others), np.array([W[k] for k in keys]), np.array([rho[k] for k in keys]))
+    declared = [float(strength(planted, task, g) - strength(planted, task, reference)) for g in others]
+    return pd.DataFrame({"term": others, "planted": theta, "declared": declared})
 
 
 def value_means(planted: Any, measure: str, values: dict[str, float] | None, occupations: np.ndarray) -> np.ndarray:

@@ -4,7 +4,8 @@ For a VLM with backend `planted` (SIMULATED answers from declared effects), ever
 reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact planted value (`vlm.planted.estimands`, on the design
 that was asked: its source photos and their occupations) and its interval: win rates (upper triangle of
 each matrix; the lower one is its complement), race win rates within gender, the share of first-image
-answers (position bias), Bradley–Terry strengths and position effect, Δg within photo, OLS coefficients,
+answers (position bias, also per pair type), Bradley–Terry strengths (of the estimator the analysis
+headlines: reflect_analysis.two_afc_estimator) and position effect, Δg within photo, OLS coefficients,
 and refusal rates by group. Each row states its interval width; an interval at least as wide as the
 quantity's plausible range is uninformative and counted apart (biasaudit.known_truth). The paper's
 pooled Δg is shown beside the planted within-photo value, with no claim to cover it. With a planted
@@ -50,7 +51,8 @@ def _two_afc_rows(vlm: str, tasks: dict[str, dict[str, Any]], truth: dict[str, A
         for r in est[[order[a] < order[b] for a, b in zip(est["row"], est["col"])]].itertuples():
             rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], null=0.5, vlm=vlm, task=task,
                               group=f"{r.row}>{r.col}"))
-        rw = e["race_winrate"].merge(t["race_winrate"], on=["gender", "race"])
+        symmetric = e.get("estimator") == "symmetric"
+        rw = e["race_winrate"].merge(t["race_winrate_symmetric" if symmetric else "race_winrate"], on=["gender", "race"])
         for r in rw.itertuples():
             rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], null=0.5, vlm=vlm,
                               task=task, group=f"{r.race} {r.gender}"))
@@ -58,11 +60,17 @@ def _two_afc_rows(vlm: str, tasks: dict[str, dict[str, Any]], truth: dict[str, A
         rows.append(K.row("share_first", t["share_first"], pb["share_first"], pb["share_first_low"],
                           pb["share_first_high"], RANGE["share_first"], null=0.5, vlm=vlm, task=task,
                           group="position A"))
+        for r in e["position_by_type"].itertuples():
+            if r.pair_type != "all":
+                rows.append(K.row("share_first", t["share_first_by_type"][r.pair_type], r.share_first, r.low, r.high,
+                                  RANGE["share_first"], null=0.5, vlm=vlm, task=task, group=f"position A ({r.pair_type})"))
         bt = e["bradley_terry"]
         if bt is not None:
-            for r in bt.merge(t["bradley_terry"], on="term").itertuples():
+            for r in bt.merge(t["bradley_terry_symmetric" if symmetric else "bradley_terry"], on="term").itertuples():
                 note = "" if abs(r.planted - r.declared) < 1e-9 else \
-                    f"declared {r.declared:+.3f}; photo random effects attenuate the marginal strength"
+                    "position pull differs by pair: no single declared value" if np.isnan(r.declared) else \
+                    f"declared {r.declared:+.3f}; photo random effects (or, symmetric, the position pull) attenuate " \
+                    "the marginal strength"
                 rows.append(K.row("bt_strength", r.planted, r.strength, r.ci_low, r.ci_high, RANGE["bt_strength"],
                                   note, null=0.0, vlm=vlm, task=task, group=r.term))
     return rows

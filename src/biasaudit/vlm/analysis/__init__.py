@@ -20,6 +20,7 @@ the placebo tasks' answers (`Answers.placebo`) and the null-edit control's (`Ans
                   (refused answers counted as each possible answer: what the VLM would have answered)
     significance  retention, OLS with source-photo fixed effects, sign-flip tests, significant effects, and
                   the declared primary endpoints (Holm over them: the report's family-wise error)
+    interaction   task × group: does each race's standardised effect differ between 2AFC, MCQ and salary
     controls      the null-edit artefact floor and the placebo tasks' group tests (rows the others never read)
 
 Helpers: `inputs` (loading, retained answers, the numeric value of each answer, the settings every section
@@ -45,8 +46,11 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outpu
                                   reason, notes, figures [{name, title, caption, png, svg}], tables [{name, csv, md}]
     reports/vlm/metrics.json     headline numbers per section
     reports/vlm/tables/*.csv|md  tidy tables with a `vlm` column: <vlm>_winrate_<task> (row, col, wins, n,
-                                  rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task>, <vlm>_mean_gaps,
-                                  <vlm>_salary_gaps_by_occupation, <vlm>_ols, <vlm>_sign_flip,
+                                  rate), <vlm>_race_winrate_<task>, <vlm>_bradley_terry_<task> (the headline
+                                  estimator's; the other one's: <vlm>_bt_<estimator>_<task>), <vlm>_position_<task>
+                                  (share of 'A' per pair type), <vlm>_mean_gaps, <vlm>_salary_gaps_by_occupation,
+                                  <vlm>_ols, <vlm>_sign_flip, <vlm>_task_interaction (race, kind effect |
+                                  difference | joint, task, task_b, estimate, low, high, p, p_adjusted, n_photos),
                                   <vlm>_retention_by_group, <vlm>_refusal_gaps, <vlm>_refusal_bounds_race_winrate,
                                   <vlm>_refusal_bounds_gaps, <vlm>_primary_endpoints; every p-value table has a
                                   `family` column: primary (Holm over the primary endpoints) or exploratory;
@@ -59,16 +63,34 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outpu
     reports/vlm/figures/*.png|svg  win-rate heatmaps, race win rates, Δg bars, salary gaps by occupation
 
 Definitions (the paper's, made exact):
+- 2AFC estimator (reflect_analysis.two_afc_estimator): `symmetric` (the headline) counts each (source photo,
+  unordered pair, task) retained in *both* orders once, by its order-averaged outcome s = ½[share of r chosen
+  with r first + share of r chosen with r second] (2 answers); pairs retained in one order only are left out
+  (counted: pairs_one_order). Any position pull, the same or different for each pair, cancels from s when
+  the groups do not matter. `pooled` (the paper's) counts every retained answer.
 - win-rate cell (r, c) = #(retained comparisons of r vs c, either order, where r was chosen) / #(retained
-  comparisons of r vs c); the diagonal is empty.
+  comparisons of r vs c) (symmetric: Σ 2s / 2·#pairs over the pairs in both orders); the diagonal is empty.
 - race win rate within gender g: over retained comparisons between two different races of gender g,
-  #(wins of race r) / #(comparisons involving race r).
+  #(wins of race r) / #(comparisons involving race r) (symmetric: as the cells).
+- position per pair type (`<vlm>_position_<task>`): share of 'A' answers over all pairs, pairs of the same
+  gender and pairs across genders, with cluster-bootstrap CIs: a pull that differs by pair shows here.
 - position bias: share_first = P(answer 'A'); position_bias_rate = among pairs retained in *both
   orders* (one answer with each group shown first; a pair asked twice in the same order is not one),
   the share where the same *position* was chosen both times (i.e. the chosen group flipped with order).
-- Bradley–Terry: logit P(A chosen) = α + β_groupA − β_groupB (α = position effect), β_ref = 0, fitted by
-  statsmodels Logit with errors clustered by source photo; CIs and p from those errors with a t(G − 1)
-  reference (G photos), as for the OLS.
+- Bradley–Terry, pooled: logit P(A chosen) = α + β_groupA − β_groupB (α = position effect), β_ref = 0;
+  symmetric: logit E[s] = β_lo − β_hi on each pair's order-averaged outcome (a fractional response, no
+  position term). Both fitted by statsmodels Logit with errors clustered by source photo; CIs and p from
+  those errors with a t(G − 1) reference (G photos), as for the OLS.
+- task × group interaction (`interaction`): per task T (2afc_<task>, mcq_<task>, salary_salary) each image
+  (photo, group) has a value v: 2AFC its mean order-averaged outcome s over its pairs in both orders (its
+  win share within the photo), MCQ the bracket value, salary the log salary. SD_T = √(Σ_photos Σ (v − photo
+  mean)² / Σ_photos (images − 1)), the pooled within-photo SD. Per race r ≠ race_reference and photo u:
+  x_uT = mean over genders of v(r, g) − v(reference, g); over the photos with x in every task,
+  θ_rT = mean_u x_uT / SD_T, and θ_rT − θ_rT' per pair of tasks, with cluster-bootstrap CIs over photos (SD_T
+  resampled too). Joint row per race: estimate = max_T θ − min_T θ, p = sign-flip test of the per-photo
+  vectors of standardised differences (x_uT/SD_T − x_uT'/SD_T'), statistic max |t| over the pairs (exact
+  when 2^n ≤ n_permutations), Holm/BH over races; H0: each photo's vector is symmetric about 0 (exact under
+  groups that do not matter in any task). Below min_clusters photos: no interval and no p, with a reason.
 - Δg, headline (`delta_g` table): computed *within source photo*. For race level g, cells are (photo,
   gender); in every cell holding both g and the reference, d = mean y of g − mean y of the reference.
   Δg = 100 · Σ d / Σ (reference mean) over those matched cells; CI by the cluster bootstrap over
@@ -101,4 +123,4 @@ Definitions (the paper's, made exact):
 """
 
 # the order above; a test holds notebooks/vlm_reflect_analysis.py to the same list
-SECTIONS = ("validation", "two_afc", "gaps", "refusals", "significance", "controls")
+SECTIONS = ("validation", "two_afc", "gaps", "refusals", "significance", "interaction", "controls")

@@ -1,6 +1,7 @@
 """Section `two_afc`: per 2AFC task, the win-rate matrix, race win rates within gender, the position bias
-and Bradley–Terry strengths (definitions: the package docstring). Parameters: `bt_reference`, and the
-shared resampling and testing settings (inputs.Boot)."""
+(also per pair type) and Bradley–Terry strengths (definitions: the package docstring). Parameters:
+`bt_reference`, `two_afc_estimator` (symmetric: each pair's two orders averaged, the headline; pooled: every
+answer, with one position term), and the shared resampling and testing settings (inputs.Boot)."""
 
 from __future__ import annotations
 
@@ -54,22 +55,65 @@ def unit_win_counts(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES
     return W
 
 
-def win_rate_table(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None,
-                   groups: tuple[str, ...] = GROUP_CODES) -> pd.DataFrame:
-    """Tidy win-rate matrix (row, col, wins, n, rate[, low, high, reason]); the CI resamples photos."""
+def order_pairs(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> tuple[pd.DataFrame, int]:
+    """(pairs, one_order): per (unit, lo, hi) retained in *both* orders (lo = the earlier of the two group
+    codes in `groups`), s = the order-averaged share of answers choosing lo: ½[mean over the lo-first answers
+    + mean over the hi-first answers]; any position pull, whatever the pair, cancels from s under no group
+    effect. `one_order`: the pairs retained in one order only, left out."""
+    index = {g: i for i, g in enumerate(groups)}
+    ia, ib = two_afc["group_a"].map(index).to_numpy(), two_afc["group_b"].map(index).to_numpy()
+    lo_first = ia < ib
+    key = pd.DataFrame({"unit": two_afc["unit"].to_numpy(), "lo": np.where(lo_first, two_afc["group_a"],
+                        two_afc["group_b"]), "hi": np.where(lo_first, two_afc["group_b"], two_afc["group_a"]),
+                        "lo_first": lo_first, "lo_won": (two_afc["choice"].to_numpy() == "A") == lo_first})
+    per_order = key.groupby(["unit", "lo", "hi", "lo_first"])["lo_won"].mean().unstack("lo_first")
+    per_order = per_order.reindex(columns=[False, True])
+    both = per_order.dropna()
+    pairs = both.mean(axis=1).rename("s").reset_index()
+    return pairs, int(len(per_order) - len(both))
+
+
+def symmetric_unit_counts(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> tuple[np.ndarray, np.ndarray]:
+    """(W, N)[u, r, c] over pairs retained in both orders: N = 2 answers per pair, W = 2 s (r's share of
+    them, order-averaged), so each pair weighs its two orders equally."""
+    pairs, _ = order_pairs(two_afc, groups)
+    units = pd.factorize(two_afc["unit"])[0]
+    U = int(units.max()) + 1 if len(units) else 0
+    u = pd.Index(pd.unique(two_afc["unit"])).get_indexer(pairs["unit"])
+    index = {g: i for i, g in enumerate(groups)}
+    lo, hi = pairs["lo"].map(index).to_numpy(), pairs["hi"].map(index).to_numpy()
+    W, N = np.zeros((U, len(groups), len(groups))), np.zeros((U, len(groups), len(groups)))
+    np.add.at(W, (u, lo, hi), 2 * pairs["s"].to_numpy())
+    np.add.at(W, (u, hi, lo), 2 * (1 - pairs["s"].to_numpy()))
+    np.add.at(N, (u, lo, hi), 2.0)
+    np.add.at(N, (u, hi, lo), 2.0)
+    return W, N
+
+
+def unit_counts(two_afc: pd.DataFrame, estimator: str = "pooled",
+                groups: tuple[str, ...] = GROUP_CODES) -> tuple[np.ndarray, np.ndarray]:
+    """(wins, comparisons)[u, r, c] of the estimator: pooled (every retained answer) or symmetric."""
+    if estimator == "symmetric":
+        return symmetric_unit_counts(two_afc, groups)
     W = unit_win_counts(two_afc, groups)
-    N = W + W.transpose(0, 2, 1)
+    return W, W + W.transpose(0, 2, 1)
+
+
+def win_rate_table(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None,
+                   groups: tuple[str, ...] = GROUP_CODES, estimator: str = "pooled") -> pd.DataFrame:
+    """Tidy win-rate matrix (row, col, wins, n, rate[, low, high, reason]); the CI resamples photos."""
+    W, N = unit_counts(two_afc, estimator, groups)
     G = len(groups)
     rows, cols = np.meshgrid(groups, groups, indexing="ij")
     tidy = ratio_intervals(W.reshape(len(W), G * G), N.reshape(len(N), G * G), boot)
     return pd.concat([pd.DataFrame({"row": rows.ravel(), "col": cols.ravel()}), tidy], axis=1)
 
 
-def race_win_rates_within_gender(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None) -> pd.DataFrame:
+def race_win_rates_within_gender(two_afc: pd.DataFrame, boot: dict[str, Any] | None = None,
+                                 estimator: str = "pooled") -> pd.DataFrame:
     """Rows (gender, race): wins, n, rate over comparisons of two different races of that gender
     [, low, high, reason: the cluster-bootstrap CI over source photos]."""
-    W = unit_win_counts(two_afc)
-    N = W + W.transpose(0, 2, 1)
+    W, N = unit_counts(two_afc, estimator)
     race = np.array([CODE_TO_GROUP[c][0] for c in GROUP_CODES])
     gender = np.array([CODE_TO_GROUP[c][1] for c in GROUP_CODES])
     rivals = (gender[:, None] == gender[None, :]) & (race[:, None] != race[None, :])
@@ -107,6 +151,22 @@ def position_bias(two_afc: pd.DataFrame) -> dict[str, Any]:
     out["pairs_both_orders"] = int(len(both))
     out["position_bias_rate"] = same_position / len(both) if len(both) else None
     return out
+
+
+def position_by_pair_type(two_afc: pd.DataFrame, boot: dict[str, Any] | None) -> pd.DataFrame:
+    """Share of 'A' answers over all retained answers, pairs of the same gender and pairs across genders
+    (pair_type, wins = 'A' answers, n, rate[, low, high, reason]): a position pull that differs by pair
+    shows as different rates."""
+    gender = {c: g for c, (_, g) in CODE_TO_GROUP.items()}
+    same = two_afc["group_a"].map(gender).to_numpy() == two_afc["group_b"].map(gender).to_numpy()
+    first = (two_afc["choice"].to_numpy() == "A").astype(float)
+    units = pd.factorize(two_afc["unit"])[0]
+    U = int(units.max()) + 1 if len(units) else 0
+    masks = [np.ones(len(first), bool), same, ~same]
+    a = np.column_stack([np.bincount(units, first * m, U) for m in masks]) if U else np.zeros((0, 3))
+    n = np.column_stack([np.bincount(units, m.astype(float), U) for m in masks]) if U else np.zeros((0, 3))
+    return pd.concat([pd.DataFrame({"pair_type": ["all", "same_gender", "cross_gender"]}),
+                      ratio_intervals(a, n, boot)], axis=1).rename(columns={"rate": "share_first"})
 
 
 def _bt_design(two_afc: pd.DataFrame, others: list[str]) -> np.ndarray:
@@ -165,6 +225,41 @@ def bradley_terry(two_afc: pd.DataFrame, reference: str, confidence: float,
     return _bt_table(fit, ["position_first"] + others, reference, confidence, clusters), ""
 
 
+def bradley_terry_symmetric(two_afc: pd.DataFrame, reference: str, confidence: float,
+                            groups: tuple[str, ...] = GROUP_CODES) -> tuple[pd.DataFrame | None, str]:
+    """Order-symmetric Bradley–Terry: logit E[s] = β_lo − β_hi on the order-averaged outcome s of each pair
+    retained in both orders (order_pairs; a fractional response of 2 answers), no position term, so that a
+    position pull of any form cancels under no group effect; errors clustered by source photo, t(G − 1)
+    reference. Returns (table as `bradley_terry`, plus pairs_one_order: the pairs left out) or (None, reason)."""
+    import statsmodels.api as sm
+
+    pairs, one_order = order_pairs(two_afc, groups)
+    if len(pairs) < len(groups):
+        return None, f"too few pairs retained in both orders ({len(pairs)}; {one_order} in one order only)"
+    present = sorted(set(pairs["lo"]) | set(pairs["hi"]), key=list(groups).index)
+    if reference not in present:
+        return None, f"reference group {reference} not among the compared groups"
+    others = [g for g in present if g != reference]
+    y = pairs["s"].to_numpy(float)
+    if y.min() == y.max():
+        return None, f"every pair's order-averaged outcome is {y[0]:g}: strengths are not identifiable"
+    X = np.column_stack([(pairs["lo"] == g).to_numpy(float) - (pairs["hi"] == g).to_numpy(float) for g in others])
+    clusters = pd.factorize(pairs["unit"])[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sm.Logit(y, X).fit(disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": clusters})
+    except Exception as exc:  # perfect separation, singular design
+        return None, f"Bradley–Terry fit failed: {type(exc).__name__}: {exc}"
+    if not np.all(np.isfinite(fit.params)) or not fit.mle_retvals.get("converged", False):
+        return None, "Bradley–Terry fit did not converge (probably separation: some group always wins)"
+    return _bt_table(fit, others, reference, confidence, clusters).assign(pairs_one_order=one_order), ""
+
+
+BT_FITS = {"symmetric": bradley_terry_symmetric, "pooled": bradley_terry}
+ESTIMATORS = tuple(BT_FITS)
+
+
 def bt_tests(bt: pd.DataFrame, min_clusters: int, method: str) -> pd.DataFrame:
     """The strengths' p-values adjusted over the table (Holm/BH; the position effect apart); p-values and
     CIs blanked with a reason below `min_clusters` photos, where the cluster-robust logit does not hold
@@ -191,16 +286,24 @@ def share_first_blanked(two_afc: pd.DataFrame, boot: Boot) -> dict[str, Any]:
 def _task(two_afc: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     boot = Boot.of(cfg)
     why = degenerate_2afc(two_afc)
-    bt, reason = bradley_terry(two_afc, cfg.reflect_analysis.bt_reference, boot.level)
-    winrate = win_rate_table(two_afc, boot.resampling)
-    race = race_win_rates_within_gender(two_afc, boot.resampling)
-    return {"position_bias": position_bias(two_afc) | {f"share_first_{k}": v for k, v in share_first_blanked(
-                two_afc, boot).items() if k not in ("share_first", "n_photos")},
-            "degenerate": why, "winrate": underpowered_intervals(winrate, winrate["n_photos"], boot.min_clusters),
-            "matrix": win_rate_matrix(two_afc)[0],
+    estimator = cfg.reflect_analysis.two_afc_estimator
+    fits = {k: fit(two_afc, cfg.reflect_analysis.bt_reference, boot.level) for k, fit in BT_FITS.items()}
+    bt = {k: None if t is None else bt_tests(t, boot.min_clusters, boot.p_adjust) for k, (t, _) in fits.items()}
+    _, one_order = order_pairs(two_afc)
+    tidy, groups = win_rate_table(two_afc, boot.resampling, estimator=estimator), list(GROUP_CODES)
+    race = race_win_rates_within_gender(two_afc, boot.resampling, estimator)
+    by_type = position_by_pair_type(two_afc, boot.resampling)
+    if "n_photos" in by_type:
+        by_type = underpowered_intervals(by_type, by_type["n_photos"], boot.min_clusters)
+    return {"estimator": estimator,
+            "position_bias": position_bias(two_afc) | {f"share_first_{k}": v for k, v in share_first_blanked(
+                two_afc, boot).items() if k not in ("share_first", "n_photos")} | {"pairs_one_order": one_order},
+            "position_by_type": by_type,
+            "degenerate": why, "winrate": underpowered_intervals(tidy, tidy["n_photos"], boot.min_clusters),
+            "matrix": tidy.pivot(index="row", columns="col", values="rate").reindex(index=groups, columns=groups),
             "race_winrate": underpowered_intervals(race, race["n_photos"], boot.min_clusters).assign(degenerate=why),
-            "bradley_terry": None if bt is None else bt_tests(bt, boot.min_clusters, boot.p_adjust),
-            "bt_reason": reason}
+            "bradley_terry": bt[estimator], "bt_reason": fits[estimator][1],
+            "bradley_terry_other": {k: (t, fits[k][1]) for k, t in bt.items() if k != estimator}}
 
 
 def estimates(answers: Answers, cfg: Any) -> dict[str, dict[str, Any]]:
@@ -213,27 +316,42 @@ def race_win_rates(e: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {g: dict(zip(s["race"], s["rate"])) for g, s in e["race_winrate"].groupby("gender")}
 
 
+ESTIMATOR_NOTE = {
+    "symmetric": "each pair asked in both orders counts the average of its two orders (pairs retained in one "
+                 "order only are left out), so a position pull cancels",
+    "pooled": "every retained answer, both orders pooled"}
+
+
 def _add_task(res: Result, vlm: str, task: str, e: dict[str, Any], tag: str) -> None:
     tidy, rate, rw = e["winrate"], e["matrix"], e["race_winrate"]
     n = tidy.pivot(index="row", columns="col", values="n").reindex(index=rate.index, columns=rate.columns)
-    res.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm)
-    res.tables[C.RACE_WINRATE.of(vlm, task)] = rw.assign(vlm=vlm)
+    res.tables[f"{vlm}_winrate_{task}"] = tidy.assign(vlm=vlm, estimator=e["estimator"])
+    res.tables[C.RACE_WINRATE.of(vlm, task)] = rw.assign(vlm=vlm, estimator=e["estimator"])
+    res.tables[f"{vlm}_position_{task}"] = e["position_by_type"].assign(vlm=vlm)
     if e["bradley_terry"] is not None:
-        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm, family="exploratory")
+        res.tables[f"{vlm}_bradley_terry_{task}"] = e["bradley_terry"].assign(vlm=vlm, estimator=e["estimator"],
+                                                                           family="exploratory")
+    for other, (bt, _) in e["bradley_terry_other"].items():
+        if bt is not None:
+            res.tables[f"{vlm}_bt_{other}_{task}"] = bt.assign(vlm=vlm, estimator=other, family="exploratory")
     res.figures[f"{vlm}_winrate_{task}"] = Figure(
         heatmap_figure(rate, n, f"{vlm} · 2AFC {task}{tag}"), f"2AFC {task}: win-rate matrix",
         "Cell = share of retained comparisons in which the row group was chosen over the column group "
-        f"(both orders pooled; n = {int(tidy['wins'].sum())} retained comparisons).")
+        f"({ESTIMATOR_NOTE[e['estimator']]}; n = {int(tidy['wins'].sum())} retained answers).")
     res.figures[f"{vlm}_race_winrate_{task}"] = Figure(
         bar_figure(rw, "race", "rate", "gender", f"{vlm} · race win rates within gender · {task}{tag}",
                    "win rate", 0.5), f"2AFC {task}: race win rates within gender",
-        "Wins of each race over the other races of the same gender / comparisons involving it.")
+        f"Wins of each race over the other races of the same gender / comparisons involving it "
+        f"({ESTIMATOR_NOTE[e['estimator']]}).")
 
 
 def compute(answers: Answers, cfg: Any) -> Result:
     vlm, tasks = answers.vlm, estimates(answers, cfg)
     res = Result(f"{vlm}_2afc", f"{vlm}: 2AFC win rates{answers.tag}")
-    res.metrics = {"position_bias": {t: e["position_bias"] for t, e in tasks.items()},
+    res.metrics = {"two_afc_estimator": cfg.reflect_analysis.two_afc_estimator,
+                   "position_bias": {t: e["position_bias"] | {
+                       f"share_first_{r.pair_type}": r.share_first for r in e["position_by_type"].itertuples()}
+                       for t, e in tasks.items()},
                    "race_win_rates": {t: race_win_rates(e) for t, e in tasks.items()},
                    "bradley_terry": {t: "table" if e["bradley_terry"] is not None else e["bt_reason"]
                                      for t, e in tasks.items()}}
