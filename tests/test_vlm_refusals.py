@@ -194,3 +194,11 @@ def test_backend_and_simulation_share_the_selective_refusal_draw():
     assert P.selective_single(pl, "mcq", "salary", ["BM", "BM", "WM"], ["cook"] * 3, [1, 2, 0]).tolist() == [0.3, 0, 0]
     assert P.selective_single(pl, "salary", "salary", ["BM", "BM"], ["cook", "cook"], [37000, 39000]).tolist() == [0.3, 0]
     assert not P.selective(P.would_answer(pl)) and P.would_answer(pl).refusal == {}
+
+
+def test_a_task_whose_every_answer_failed_gets_a_row_not_a_crash():
+    """The tiny stand-in's case: one task with no answered question (every call failed)."""
+    rows = [{"kind": "mcq", "task": "salary", "unit": f"u{u}", "group": g, "status": "failed"}
+            for u in range(3) for g in ("WM", "BM")]
+    t = refusals.refusal_gaps(pd.DataFrame(rows).assign(group_a=None, group_b=None), boot(min_clusters=2))
+    assert len(t) == 1 and np.isnan(t["p"].iloc[0]) and t["reason"].iloc[0]

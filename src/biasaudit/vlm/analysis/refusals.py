@@ -70,7 +70,8 @@ def unit_group_counts(long: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     answered = long[long["status"].isin([OK, REFUSED])]
     units = pd.factorize(answered["unit"])[0]
     U = int(units.max()) + 1 if len(units) else 0
-    g = answered["group"].map({c: i for i, c in enumerate(GROUP_CODES)}).to_numpy()
+    # int even when nothing was answered (an empty map is float, which numpy refuses as an index)
+    g = answered["group"].map({c: i for i, c in enumerate(GROUP_CODES)}).to_numpy(dtype=int)
     refused, n = np.zeros((U, len(GROUP_CODES))), np.zeros((U, len(GROUP_CODES)))
     np.add.at(refused, (units, g), answered["status"].eq(REFUSED).to_numpy(float))
     np.add.at(n, (units, g), 1.0)
