@@ -19,9 +19,10 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a table is written: 0.5 s every stage runner would pay
+    import pandas as pd
 
 
 @contextmanager
@@ -235,6 +236,8 @@ class RecordLog:
         return {k for k, r in self.records().items() if all(r.get(f) == v for f, v in where.items())}
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(list(self.records().values()))
 
 
