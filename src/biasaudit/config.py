@@ -201,9 +201,10 @@ def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
         atomic_write_text(restore_path, yaml.safe_dump({"profile": name, "applied_sha256": sha(text),
                                                         "restore": restore, "default_text": default_text},
                                                        sort_keys=False, allow_unicode=True, width=1000))
-    elif restore_path.exists():
-        restore_path.unlink()
-    atomic_write_text(params_path, text)
+        atomic_write_text(params_path, text)
+    else:  # back to the defaults: params.yaml first, so a kill between the two never leaves a profile without its undo
+        atomic_write_text(params_path, text)
+        restore_path.unlink(missing_ok=True)
     return params
 
 
