@@ -17,6 +17,11 @@ Measured on the 2-core development machine, shared with other jobs (load average
 Whole offline demo (`dvc repro` from nothing, old commit e12c3c1 vs this one, both copies run at the
 same time so they share the load): old 512 s, new 455 s (-11%); the work inside the stages dominates
 under that load, so the idle-machine ratio (the issue's 5.5 s per stage, 39% of the demo) is not shown.
+
+`--fixed-cost` (#40 item 7): the cost above a plain `python -c pass`, with rfc3987_syntax imported as before
+and without it (report.execute.skip_unused_imports; pandas no longer imported by biasaudit.io), median of 5,
+same 2-core machine shared with 3 other jobs (load 1.8-2.1): 3.65 s before, 1.74 s after (2.10x); a single
+run by hand at load 1.3: 1.35-1.45 s wall in all, of which ~0.8-1.3 s is the kernel's own start.
 """
 
 from __future__ import annotations
@@ -71,11 +76,39 @@ def old_stage(nb: Path, out: Path) -> dict[str, float]:
     return times
 
 
-def new_stage(nb: Path, out: Path) -> dict[str, float]:
+# The runner as it was before #40 item 7: rfc3987_syntax imported (through jupytext → nbformat's
+# validator → jsonschema) before the runner marks it unused, so its 1.2 s Earley grammar is built.
+WITH_RFC3987 = "import sys, rfc3987_syntax; from biasaudit.report.execute import main; sys.exit(main(sys.argv[1:]))"
+
+
+def new_stage(nb: Path, out: Path, preload_rfc3987: bool = False) -> dict[str, float]:
+    head = ["-c", WITH_RFC3987] if preload_rfc3987 else ["-m", "biasaudit.report.execute"]
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "biasaudit.report.execute", str(nb), "new", "-p", "n", "3"], check=True,
-                   capture_output=True, cwd=out)
+    subprocess.run([sys.executable, *head, str(nb), "new", "-p", "n", "3"], check=True, capture_output=True, cwd=out)
     return {"total": time.perf_counter() - t}
+
+
+def bare_python() -> float:
+    """A plain `python -c pass`: the start no stage can go below."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - t
+
+
+def fixed_cost(nb: Path, out: Path, repeats: int) -> None:
+    """Per-stage cost above a plain Python start, before and after the unused import is skipped
+    (interleaved, medians)."""
+    new_stage(nb, out), new_stage(nb, out, preload_rfc3987=True)  # warm
+    bare, before, after = [], [], []
+    for _ in range(repeats):
+        bare.append(bare_python())
+        before.append(new_stage(nb, out, preload_rfc3987=True)["total"])
+        after.append(new_stage(nb, out)["total"])
+    b, pre, post = (statistics.median(x) for x in (bare, before, after))
+    print(f"per-stage fixed cost above `python -c pass` ({b:.2f} s), median of {repeats} interleaved runs:")
+    print(f"  with rfc3987_syntax imported (before)   {pre - b:6.2f} s")
+    print(f"  without it (skip_unused_imports)        {post - b:6.2f} s")
+    print(f"  ratio before / after                    {(pre - b) / (post - b):6.2f}x")
 
 
 def export_once(out: Path, n: int) -> float:
@@ -93,6 +126,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--stages", type=int, default=19, help="notebook stages in the demo (dvc.yaml)")
+    ap.add_argument("--fixed-cost", action="store_true",
+                    help="only the cost above a plain Python start, with and without rfc3987_syntax (#40 item 7)")
     args = ap.parse_args()
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
@@ -100,6 +135,8 @@ def main() -> None:
         out = Path(tmp)
         nb = out / "stage.py"
         nb.write_text(NOTEBOOK)
+        if args.fixed_cost:
+            return fixed_cost(nb, out, args.repeats)
         old_stage(nb, out), new_stage(nb, out)  # warm both (imports, kernel spec lookup, disk cache)
         olds, news = [], []
         for _ in range(args.repeats):

@@ -37,7 +37,7 @@ from biasaudit import contracts as C
 from biasaudit.engine import finish
 from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
-from biasaudit.io import atomic_write_json, atomic_write_table
+from biasaudit.io import atomic_write_json, atomic_write_table, stable_floats
 from biasaudit.notebook import banner, stage_params
 from biasaudit.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table
@@ -91,7 +91,7 @@ gaps = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
 display(gaps.round(3))
 
 # %%
-atomic_write_table(gaps, gaps_path)
+atomic_write_table(stable_floats(gaps), gaps_path)  # the same bytes on every machine
 atomic_write_json(out / "run.json", run_info(params.model_dump()) | {
     "source": params.source, "stand_in": stand_in, "portraits": int(len(manifest)),
     "note": "STAND-IN: packaged photos dealt into group folders" if stand_in else ""})

@@ -37,7 +37,7 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text
+from biasaudit.io import atomic_write_json, atomic_write_table, atomic_write_text, stable_floats
 from biasaudit.notebook import banner, stage_params
 from biasaudit.outputs import to_markdown
 from biasaudit.provenance import write_run_info
@@ -103,12 +103,12 @@ for table in realism_tables.values():
     display(table.round(3))
 
 # %%
-atomic_write_table(checks, C.EDIT_CHECKS)
+atomic_write_table(stable_floats(checks), C.EDIT_CHECKS)  # the same bytes on every machine
 for stale in report_dir.glob("realism_*"):  # tables of an earlier run that this one does not write
     if stale.stem not in realism_tables:
         stale.unlink()
 for name, table in (("by_group", by_group), ("controls", controls), *realism_tables.items()):
-    atomic_write_table(table, report_dir / f"{name}.csv")
+    atomic_write_table(stable_floats(table), report_dir / f"{name}.csv")
     atomic_write_text(report_dir / f"{name}.md", to_markdown(table) if len(table) else "(empty)\n")
 summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": int(ok["passed"].sum()) if len(ok) else 0,
            "actions": checks["action"].value_counts().to_dict(), "controls_as_expected": controls_ok,

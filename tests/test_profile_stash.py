@@ -176,3 +176,66 @@ def test_an_older_stash_of_the_current_profile_is_put_back_not_deleted(project, 
     assert cli.main(["profile", "offline"]) == 0
     assert "DVC finds every one up to date" in capsys.readouterr().out
     assert status(root) == {} and tree(root) == offline
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL: no `except Exception` in the code under test catches it."""
+
+
+def kill_at(monkeypatch, step: int | None) -> list[str]:
+    """Count the steps that change files during a switch (each rename, copy, removal, atomic write) and
+    raise Killed before step number `step` (1-based; None: count only). Returns the steps seen."""
+    import biasaudit.io as bio
+    from biasaudit import profile_stash as ps
+
+    seen: list[str] = []
+
+    def wrap(name, fn):
+        def step_fn(*a, **kw):
+            seen.append(name)
+            if step is not None and len(seen) == step:
+                raise Killed(f"killed before step {step} ({name})")
+            return fn(*a, **kw)
+        return step_fn
+
+    for mod, name in ((ps, "_move"), (ps, "_copy"), (ps, "_remove"), (bio, "atomic_write_text")):
+        monkeypatch.setattr(mod, name, wrap(name, getattr(mod, name)))
+    return seen
+
+
+@pytest.mark.slow
+def test_a_switch_killed_at_any_step_is_finished_by_the_next_one_and_loses_no_lock_entry(project, capsys):
+    """Kill `biasaudit profile` before each of several steps, in both directions; the next switch (to the
+    same target or back) finishes it. DVC is the oracle: after it, and after switching to the other
+    profile, `dvc status` finds every stage up to date and the outputs are those of the profile's run."""
+    root = project
+    trees = {"offline": tree(root)}
+    assert cli.main(["profile", "paper"]) == 0
+    dvc(root, "repro", "--quiet")
+    trees["paper"] = tree(root)
+    other = {"offline": "paper", "paper": "offline"}
+    steps = {}
+    for target in ("offline", "paper"):  # a whole switch in each direction, counted
+        with pytest.MonkeyPatch.context() as mp:
+            seen = kill_at(mp, None)
+            assert cli.main(["profile", target]) == 0
+        steps[target] = len(seen)
+    assert min(steps.values()) >= 10
+    capsys.readouterr()
+    current = "paper"
+    n_runs = len(ran(root, 0))
+    for i, fourteenths in enumerate((1, 3, 5, 7, 9, 11, 13)):  # 7 points spread over the switch
+        target = other[current]
+        k = max(1, round(fourteenths / 14 * steps[target]))
+        with pytest.MonkeyPatch.context() as mp:
+            kill_at(mp, k)
+            with pytest.raises(Killed):
+                cli.main(["profile", target])
+        then = target if i % 2 == 0 else current  # the next switch: the same target, or back
+        assert cli.main(["profile", then]) == 0, f"kill before step {k} of {current} -> {target}"
+        assert status(root) == {} and tree(root) == trees[then], f"kill before step {k} of {current} -> {target}"
+        assert cli.main(["profile", other[then]]) == 0
+        assert status(root) == {} and tree(root) == trees[other[then]], f"kill before step {k} of {current} -> {target}"
+        current = other[then]
+        assert not list((root / ".dvc/tmp/profile-stash").glob(f"{current}*"))  # nothing of it left in a stash
+    assert ran(root, n_runs) == []  # no stage ran again

@@ -67,3 +67,20 @@ def test_a_url_with_credentials_is_rejected(url):
     with pytest.raises(ParamsError) as info:
         validate(raw)
     assert "vlms" in str(info.value) and "base_url" in str(info.value) and url not in str(info.value)
+
+
+KEYS = ("sk-proj-AbCdEf1234567890XyZ", "AIzaSyA1234567890abcdefGHIJklmn", "Ab3dEf6hIj9kLm2nOp5qRs8tUv")
+
+
+@pytest.mark.parametrize("where", ["vlms", "classify.prices", "models"])
+@pytest.mark.parametrize("key", KEYS)
+def test_a_name_shaped_like_a_key_is_refused_and_never_echoed(where, key):
+    raw = copy.deepcopy(read_yaml(ROOT / "params.yaml"))
+    table = raw
+    for part in where.split("."):
+        table = table[part]
+    table[key] = copy.deepcopy(next(iter(table.values())))  # an entry like the first, named by a pasted key
+    with pytest.raises(ParamsError) as exc:
+        validate(raw)
+    assert key not in str(exc.value) and key[4:16] not in str(exc.value)
+    assert "<not shown>" in str(exc.value) or "<redacted>" in str(exc.value)

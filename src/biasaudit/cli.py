@@ -187,7 +187,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except config.ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
-    keep = args.no_stash or current == args.name or not profile_stash.is_dvc_project()
+    dvc_project = profile_stash.is_dvc_project()
+    keep = args.no_stash or current == args.name or not dvc_project
+    if dvc_project and not args.no_stash:
+        from dvc.lock import LockError
+
+        try:  # a switch killed halfway is finished first, whatever this one's target
+            resumed = profile_stash.resume(current)
+        except LockError as exc:
+            print(f"profile: {exc}; switch when it has finished", file=sys.stderr)
+            return 1
+        if resumed is not None:
+            print("finishing an interrupted switch: " + profile_stash.describe_restore(resumed, current))
     if not keep:
         from dvc.lock import LockError
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from biasaudit.params import Params
 from biasaudit.params.base import looks_like_secret
+from biasaudit.secrets import redact_keys
 
 PARAMS_FILE = Path("params.yaml")
 PROFILES_DIR = Path("profiles")
@@ -86,7 +87,7 @@ def validate(raw: dict[str, Any]) -> Params:
     try:
         return Params.model_validate(raw)
     except ValidationError as exc:
-        problems = [_describe(e, Params) for e in exc.errors()]
+        problems = [redact_keys(_describe(e, Params)) for e in exc.errors()]  # a validator may quote a name: never a key
         raise ParamsError("invalid parameters:\n  - " + "\n  - ".join(problems)) from None
 
 
@@ -168,7 +169,7 @@ def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
     profile_path = Path(profiles_dir) / f"{name}.yaml"
     if not profile_path.exists():
         known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
-        raise ParamsError(f"unknown profile '{name}'; available: {', '.join(known)}")
+        raise ParamsError(redact_keys(f"unknown profile '{name}'; available: {', '.join(known)}"))
     overrides = read_yaml(profile_path)
     sha = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()  # noqa: E731
     text = Path(params_path).read_text(encoding="utf-8")
@@ -201,9 +202,10 @@ def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
         atomic_write_text(restore_path, yaml.safe_dump({"profile": name, "applied_sha256": sha(text),
                                                         "restore": restore, "default_text": default_text},
                                                        sort_keys=False, allow_unicode=True, width=1000))
-    elif restore_path.exists():
-        restore_path.unlink()
-    atomic_write_text(params_path, text)
+        atomic_write_text(params_path, text)
+    else:  # back to the defaults: params.yaml first, so a kill between the two never leaves a profile without its undo
+        atomic_write_text(params_path, text)
+        restore_path.unlink(missing_ok=True)
     return params
 
 

@@ -19,9 +19,10 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a table is written: 0.5 s every stage runner would pay
+    import pandas as pd
 
 
 @contextmanager
@@ -54,6 +55,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+# Floats whose last bits depend on the machine (the BLAS / oneDNN / onnxruntime kernel chosen for the CPU,
+# its summation order, the thread count) are rounded before they are written to a hashed output, so the
+# same inputs give the same bytes, and dvc.lock the same hash, on another machine. The decimals keep every
+# reported digit (tables show at most 3-4) and cosines between rounded unit embeddings move by < 1e-4.
+TABLE_DECIMALS = 5
+EMBEDDING_DECIMALS = 4
+
+
+def stable_floats(values: Any, decimals: int = TABLE_DECIMALS) -> Any:
+    """`values` (a numpy array or a DataFrame) with its floats rounded to `decimals`, dtypes kept; -0.0
+    becomes 0.0 (its sign bit differs across kernels too); other columns are untouched."""
+    import numpy as np
+
+    if hasattr(values, "select_dtypes"):
+        out = values.copy()
+        for col in out.select_dtypes(include="floating").columns:
+            out[col] = stable_floats(out[col].to_numpy(), decimals)
+        return out
+    arr = np.asarray(values)
+    if not np.issubdtype(arr.dtype, np.floating):
+        return arr
+    return np.round(arr, decimals) + arr.dtype.type(0.0)  # + 0.0 turns -0.0 into 0.0
 
 
 def atomic_write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -235,6 +260,8 @@ class RecordLog:
         return {k for k, r in self.records().items() if all(r.get(f) == v for f, v in where.items())}
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(list(self.records().values()))
 
 

@@ -15,9 +15,13 @@ besides the `cache: false` ones it never saves. So `biasaudit profile <name>` do
    what they were made from) and what depends on them; the message names them. The others are up to
    date, so `dvc repro` after switching back runs no stage.
 
-A stash is consumed when restored. Stashing a profile that has an older stash (a switch killed halfway,
-or one made with `--no-stash`) first puts back what that stash holds where nothing holds its path now,
-and drops the rest (the outputs in place supersede it). The stash lives in
+A stash is consumed when restored. A kill at any point of a switch loses no output and no lock entry:
+each output's slot is recorded before its rename, the stash's copy of `dvc.lock` is written before
+`dvc.lock` loses the entries, a restore takes the stash's entry or else keeps dvc.lock's, and a stash
+is deleted last (renamed away first). The next `biasaudit profile`, whatever its target, first
+finishes the switch (`resume`: a stash of the current profile is put back), and so does stashing a
+profile that has an older stash (one made with `--no-stash`): what it holds goes back where nothing
+holds its path now, with its lock entries, and the rest is dropped (the outputs in place supersede it). The stash lives in
 DVC's scratch folder (ignored by git), on the same filesystem, so both steps are renames, not copies.
 """
 
@@ -109,16 +113,73 @@ def _dump_lock(data: Any) -> str:
     return dumps_yaml(data)
 
 
-def _put_back_where_free(target: Path, root: Path) -> None:
-    """An older stash of the current profile: what it holds goes back where nothing holds its path (a
-    switch killed halfway); the rest is superseded by the outputs now in place and removed."""
-    manifest = target / "manifest.json"
-    outputs = json.loads(manifest.read_text()).get("outputs", []) if manifest.is_file() else []
-    for out in outputs:
-        src, dst = target / out["slot"], root / out["path"]
-        if (src.exists() or src.is_symlink()) and not (dst.exists() or dst.is_symlink()):
-            _move(src, dst)
-    _remove(target)
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _discard(source: Path) -> None:
+    """Remove a stash: renamed away first (one atomic step), so a kill while it is deleted leaves no
+    half stash that a later switch would take for one; leftovers of such a kill go too."""
+    trash = source.with_name(f".{source.name}.trash")
+    if _exists(source):
+        _remove(trash)
+        os.replace(source, trash)
+    _remove(trash)
+
+
+def _put_back(profile: str, root: Path, now: dict[str, list[str]]) -> Report | None:
+    """Move the stash of `profile` back and merge its dvc.lock entries into dvc.lock; None without one.
+    Resumable: a switch killed anywhere in it (or in the stash before it) is finished by calling it
+    again. An output whose slot is empty is already back (or was never moved: a kill before its rename);
+    a stage is dropped only when dvc.yaml no longer defines it, or when its stashed output and another
+    file at its path both exist. A restored stage takes its stashed lock entry, else keeps the one
+    dvc.lock has (a stash killed before it took the entries away), so no entry is ever lost."""
+    from biasaudit.io import atomic_write_text
+
+    source = stash_dir(profile, root)
+    manifest_path = source / "manifest.json"
+    if not manifest_path.is_file():
+        _discard(source)  # killed before its manifest: nothing was moved yet
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    report = Report(profile)
+    occupied = {o["stage"] for o in manifest["outputs"]
+                if o["how"] == "moved" and _exists(source / o["slot"]) and _exists(root / o["path"])}
+    report.skipped = [s for s in manifest["stages"] if s not in now or s in occupied]
+    report.stages = [s for s in manifest["stages"] if s not in report.skipped]
+    for out in manifest["outputs"]:
+        src, dst = source / out["slot"], root / out["path"]
+        if out["stage"] not in report.stages or out["path"] not in now[out["stage"]] or not _exists(src):
+            continue  # (an output dvc.yaml no longer declares is dropped with the stash)
+        if out["how"] == "copied":
+            _remove(dst)
+        _move(src, dst)
+        report.outputs += 1
+    lock_path = root / LOCK_FILE
+    current_text = lock_path.read_text(encoding="utf-8") if lock_path.is_file() else ""
+    current = _load_lock(current_text) if current_text else {}
+    stashed_path = source / LOCK_FILE
+    stashed_text = stashed_path.read_text(encoding="utf-8") if stashed_path.is_file() else ""
+    stashed = _load_lock(stashed_text) if stashed_text else {}
+    entries = stashed.get("stages") or {}
+    now_entries = current.get("stages") or {}
+    restored = {s: entries[s] if s in entries else now_entries[s] for s in report.stages
+                if s in entries or s in now_entries}
+    kept = {s: e for s, e in now_entries.items() if s not in report.stages}
+    # the stashed order; an entry of a stage not restored is the current lock's (or gone), then the rest
+    merged = {s: (restored[s] if s in restored else kept[s]) for s in entries if s in restored or s in kept}
+    merged |= {s: e for s, e in {**restored, **kept}.items() if s not in merged}
+    if merged:
+        if merged == dict(entries):
+            text = stashed_text  # byte for byte what dvc.lock was when the profile was left
+        else:
+            data = stashed if stashed else (current if current else {"schema": "2.0"})
+            data["stages"] = merged
+            text = _dump_lock(data)
+        if text != current_text:
+            atomic_write_text(lock_path, text)
+    _discard(source)  # last: until here a kill leaves a stash that the next call finishes
+    return report
 
 
 def stash(profile: str, root: str | os.PathLike = ".") -> Report:
@@ -136,8 +197,11 @@ def stash(profile: str, root: str | os.PathLike = ".") -> Report:
         lock = _load_lock(lock_text) if lock_text else {}
         entries = lock.get("stages") or {}
         target = stash_dir(profile, root)
-        if target.exists():  # an older stash of this profile (a switch that was killed, or made without one)
-            _put_back_where_free(target, root)
+        if _exists(target):  # an older stash of this profile (a switch that was killed, or made without one)
+            _put_back(profile, root, outputs)
+            lock_text = lock_path.read_text(encoding="utf-8") if lock_path.is_file() else ""
+            lock = _load_lock(lock_text) if lock_text else {}
+            entries = lock.get("stages") or {}
         present = {s: [p for p in outs if (root / p).exists() or (root / p).is_symlink()] for s, outs in outputs.items()}
         tracked = _git_tracked(root, [p for s in outputs for p in present[s]])
         # a stage with a lock entry or an output of its own (a git-tracked file alone is the tree's, not a run's)
@@ -167,56 +231,27 @@ def stash(profile: str, root: str | os.PathLike = ".") -> Report:
 
 def restore(profile: str, root: str | os.PathLike = ".") -> Report | None:
     """Put the stash of `profile` (now the current one) back and ask DVC which restored stages changed
-    since; None when there is no stash."""
+    since; None when there is no stash. Also what finishes a switch killed halfway (`resume`)."""
     from dvc.repo import Repo, lock_repo
 
-    from biasaudit.io import atomic_write_text
-
     root = Path(root).resolve()
-    source = stash_dir(profile, root)
-    manifest_path = source / "manifest.json"
-    if not manifest_path.is_file():
+    if not _exists(stash_dir(profile, root)):
         return None
-    manifest = json.loads(manifest_path.read_text())
-    report = Report(profile)
     with Repo(str(root)) as repo, lock_repo(repo):
-        now = _stage_outputs(repo)  # the stage instances dvc.yaml defines for these params
-        occupied = {o["stage"] for o in manifest["outputs"]
-                    if o["how"] == "moved" and ((root / o["path"]).exists() or (root / o["path"]).is_symlink())}
-        # dropped: a stage dvc.yaml no longer defines, or one whose output's path something else now holds
-        report.skipped = [s for s in manifest["stages"] if s not in now or s in occupied]
-        report.stages = [s for s in manifest["stages"] if s not in report.skipped]
-        for out in manifest["outputs"]:
-            if out["stage"] not in report.stages or out["path"] not in now[out["stage"]]:
-                continue  # (an output dvc.yaml no longer declares is dropped with the stash)
-            dst, src = root / out["path"], source / out["slot"]
-            if out["how"] == "copied":
-                _remove(dst)
-            _move(src, dst)
-            report.outputs += 1
-        lock_path = root / LOCK_FILE
-        current_text = lock_path.read_text(encoding="utf-8") if lock_path.is_file() else ""
-        current = _load_lock(current_text) if current_text else {}
-        stashed_text = (source / LOCK_FILE).read_text(encoding="utf-8")
-        stashed = _load_lock(stashed_text) if stashed_text else {}
-        entries = stashed.get("stages") or {}
-        kept = {s: e for s, e in (current.get("stages") or {}).items() if s not in report.stages}
-        # the stashed order; an entry of a stage not restored is the current lock's (or gone), then the rest
-        merged = {s: (entries[s] if s in report.stages else kept[s]) for s in entries if s in report.stages or s in kept}
-        merged |= {s: e for s, e in kept.items() if s not in merged}
-        if merged:
-            if merged == dict(entries):
-                text = stashed_text  # byte for byte what dvc.lock was when the profile was left
-            else:
-                data = stashed if stashed else {"schema": "2.0"}
-                data["stages"] = merged
-                text = _dump_lock(data)
-            atomic_write_text(lock_path, text)
-        _remove(source)
+        report = _put_back(profile, root, _stage_outputs(repo))
+    if report is None:
+        return None
     with Repo(str(root)) as repo:  # DVC's own verdict on what was restored
         status = repo.status()
     report.changed = [s for s in report.stages if s in status]
     return report
+
+
+def resume(profile: str, root: str | os.PathLike = ".") -> Report | None:
+    """A stash of the current profile exists only when a switch was killed (or params.yaml was switched
+    back by hand): its outputs and lock entries go back before anything else moves, whatever profile the
+    next switch goes to; None when there is none."""
+    return restore(profile, root)
 
 
 def describe_stash(report: Report) -> str:

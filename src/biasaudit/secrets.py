@@ -64,12 +64,31 @@ def embeds_secret(value: str) -> bool:
     return False
 
 
+def is_key_shaped(value: Any) -> bool:
+    """A name (of a model, a VLM, a price entry) that is, or carries, a key: embeds_secret, which knows
+    words; looks_like_secret would take a long model id such as imagen-4.0-fast-generate-001 for one."""
+    return isinstance(value, str) and embeds_secret(value)
+
+
+def redact_keys(text: str) -> str:
+    """`text` with every word shaped like a key replaced by '<redacted>' (for messages that quote a
+    name or a value someone typed: a key pasted where a name belongs is never echoed)."""
+    text = redact(text)
+    return re.sub(r"[A-Za-z0-9_\-\.]{12,}", lambda m: "<redacted>" if is_key_shaped(m.group(0)) else m.group(0), text)
+
+
 def secret_fields(data: Any, prefix: str = "") -> list[str]:
-    """The dotted names of every string (in nested dicts and lists) that embeds a secret."""
+    """The dotted names of every string (in nested dicts and lists) that embeds a secret, and of every
+    dict key shaped like one (a VLM, a generator or a price named by a pasted key), that key not shown."""
     if isinstance(data, str):
         return [prefix] if embeds_secret(data) else []
     if isinstance(data, dict):
-        return [f for k, v in data.items() for f in secret_fields(v, f"{prefix}.{k}" if prefix else str(k))]
+        def name(k: Any) -> str:
+            shown = "<not shown>" if is_key_shaped(k) else str(k)
+            return f"{prefix}.{shown}" if prefix else shown
+
+        keys = [name(k) for k in data if is_key_shaped(k)]
+        return keys + [f for k, v in data.items() if not is_key_shaped(k) for f in secret_fields(v, name(k))]
     if isinstance(data, (list, tuple)):
         return [f for i, v in enumerate(data) for f in secret_fields(v, f"{prefix}[{i}]")]
     return []

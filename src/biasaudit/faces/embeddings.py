@@ -63,12 +63,21 @@ class ClipEmbedder:
 
         torch = self._torch
         out = []
-        for start in range(0, len(images), self.batch_size):
-            batch = torch.stack([self.preprocess(Image.fromarray(im)) for im in images[start:start + self.batch_size]])
-            dtype = next(self.model.parameters()).dtype
-            with torch.inference_mode():
-                feats = self.model.encode_image(batch.to(self.device, dtype=dtype))
-            out.append(feats.float().cpu().numpy())
+        # torch's CPU kernels split sums by thread, so the last bits of an embedding depend on the machine's
+        # core count; the stand-in is tiny, so on the CPU it runs on one thread and its bytes (dvc.lock's
+        # hash of the embeddings) are the same on every machine with the same kernels
+        threads = torch.get_num_threads()
+        if self.stand_in and self.device == "cpu":
+            torch.set_num_threads(1)
+        try:
+            for start in range(0, len(images), self.batch_size):
+                batch = torch.stack([self.preprocess(Image.fromarray(im)) for im in images[start:start + self.batch_size]])
+                dtype = next(self.model.parameters()).dtype
+                with torch.inference_mode():
+                    feats = self.model.encode_image(batch.to(self.device, dtype=dtype))
+                out.append(feats.float().cpu().numpy())
+        finally:
+            torch.set_num_threads(threads)
         dim = self.model.visual.output_dim if hasattr(self.model.visual, "output_dim") else 0
         return _normalise(np.concatenate(out)) if out else np.zeros((0, dim), np.float32)
 

@@ -21,7 +21,7 @@ from biasaudit.faces.colour import achromatic_reason, describe_rgb, mean_skin_rg
 from biasaudit.faces.detect import landmarks68, make_detector
 from biasaudit.faces.segment import bisenet_masks, landmark_skin_from_landmarks, outline_overlay, remove_extremes
 from biasaudit.images import load_rgb
-from biasaudit.io import atomic_path
+from biasaudit.io import EMBEDDING_DECIMALS, atomic_path, stable_floats
 from biasaudit.provenance import stable_hash
 
 COLOUR_COLUMNS = list(C.COLOUR_COLUMNS)
@@ -314,7 +314,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
         for name, matrix in (("clip", clip), ("face", face)):
             with atomic_path(emb_dir / f"{name}.npy") as tmp:
                 with open(tmp, "wb") as fh:
-                    np.save(fh, matrix.astype(np.float32))
+                    np.save(fh, stable_floats(matrix.astype(np.float32), EMBEDDING_DECIMALS))
         atomic_write_table(index, emb_dir / "index.parquet")
         atomic_write_json(emb_dir / "meta.json", emb_meta | {"run": run_info(params.model_dump())})
         atomic_write_json(faces_path.with_suffix(".run.json"), run_info(params.model_dump())

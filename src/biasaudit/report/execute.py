@@ -35,6 +35,20 @@ _BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
 _BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00,  1.18item/s]": differs every run
 
 
+# Imported by jupytext and never used by the runner, so marked absent (both imports are optional there):
+# - rfc3987_syntax: jsonschema (nbformat's validator) imports it only to check the "iri" string format,
+#   which no notebook schema uses, and importing it builds an Earley parser: 1.2 s of every stage's start.
+#   Without it jsonschema skips that one format checker; nbformat validates every notebook as before.
+# - jupyter_server (with tornado): jupytext's contents manager for JupyterLab, 0.25 s.
+UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server")
+
+
+def skip_unused_imports() -> None:
+    """Mark UNUSED_IMPORTS absent in this process (before jupytext is imported); one already imported stays."""
+    for name in UNUSED_IMPORTS:
+        sys.modules.setdefault(name, None)
+
+
 def resolve_type(value: str) -> Any:
     """papermill's `-p` typing: True/False/None, int, float, else the string."""
     if value in ("True", "False", "None"):
@@ -291,6 +305,7 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     """Execute `notebook` into `<out_dir>/<name>.ipynb`; returns the exit status (0 ok, 1 failed).
     Parameters are injected as papermill does; the kernel runs through nbclient (papermill's engine)
     without papermill's own import cost."""
+    skip_unused_imports()
     import jupytext
     import nbformat
     from nbclient.exceptions import CellExecutionError
