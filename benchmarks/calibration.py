@@ -447,6 +447,95 @@ def wp_test_check(P: int, m: int, n_perm: int, rho: float, near_dup: float = 0.0
     return run
 
 
+# ---------------------------------------------------------------- Method A: the localising test
+#
+# Same prompts and label mixes as _wp_data. A *shifted* group has a look of its own: its images move by
+# LOOK_SHIFT along one direction v (the same in every prompt; drawn per data set). Copies: a share of the
+# images of the copying groups replaced by a near copy (noise 0.02·s_p) of another image of the same prompt
+# and the same label. Without a shift, ρ or copies in a group, it is exchangeable with every other group: the
+# pairwise gap and tightness contrast of two such groups are exactly 0, and the near-duplicate-free gap of a
+# group without ρ or shift is 0 (a copy's other pairs are its source's, whatever the label).
+
+LOOK_SHIFT, COPY_RATE = 2.0, 0.10
+
+
+def _loc_data(rng, P, m, shift=0.0, rho=0.0, copies=0.0, copy_groups=()):
+    X, labels, prompts = _wp_data(rng, P, m, rho=rho, homogeneous="black" if rho > 0 else None)
+    if shift:
+        v = rng.normal(size=WP_D)
+        X[labels == "black"] += shift * v / np.linalg.norm(v)
+    s = np.linalg.norm(X - X.mean(axis=0), axis=1).mean() / np.sqrt(WP_D)
+    for g in copy_groups:
+        for p in range(P):
+            rows = np.flatnonzero((prompts == p) & (labels == g))
+            if len(rows) < 2:
+                continue
+            dup = rows[rng.random(len(rows)) < copies]
+            for i in dup:
+                src = rng.choice(rows[rows != i])
+                X[i] = X[src] + 0.02 * s * rng.normal(size=WP_D)
+    return X, labels, prompts
+
+
+def localise_check(P: int, m: int, n_boot: int, shift=0.0, rho=0.0, copies=0.0, copy_groups=()):
+    """One replication of the localising test (stats.homogeneity.localise, α = 0.05, near-duplicates at the
+    stage's cosine 0.95): (white flagged, any unaffected group flagged, the affected group (black) flagged,
+    white–asian pairwise gap CI covers 0, white–asian tightness contrast CI covers 0) with a shifted or
+    homogeneous group; with copies: (any group flagged without copy pairs, any group flagged with them,
+    black flagged without copy pairs, white's near-duplicate-free gap CI covers 0, black's covers 0)."""
+    from biasaudit.stats.homogeneity import within_prompt_table
+
+    def run(rng, rep):
+        X, labels, prompts = _loc_data(rng, P, m, shift, rho, copies, copy_groups)
+        pairs = {}
+        t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=n_boot,
+                                n_perm=0, seed=rep, paper=False, near_dup_cosine=0.95, pairs_out=pairs)["race"]
+        t = t.set_index("group")
+        pr = pairs["race"].set_index(["group", "other"]).loc[("white", "asian")]
+
+        def cov(lo, hi, truth=0.0):
+            ok = np.isfinite(lo) and np.isfinite(hi)
+            return Covered(bool(ok and lo <= truth <= hi), float(hi - lo) if ok else np.nan)
+
+        if copies:
+            return (bool(t["dedup_flagged"].any()), bool(t["flagged"].any()), bool(t.loc["black", "dedup_flagged"]),
+                    cov(t.loc["white", "wp_gap_dedup_lo"], t.loc["white", "wp_gap_dedup_hi"]),
+                    cov(t.loc["black", "wp_gap_dedup_lo"], t.loc["black", "wp_gap_dedup_hi"]))
+        null = [g for g in GROUPS if g != "black"]
+        return (bool(t.loc["white", "flagged"]), bool(t.loc[null, "flagged"].any()), bool(t.loc["black", "flagged"]),
+                cov(pr["pair_gap_lo"], pr["pair_gap_hi"]), cov(pr["tight_diff_lo"], pr["tight_diff_hi"]))
+
+    return run
+
+
+IUT_NOTE = ("intersection-union test: a group is flagged only when all its 2(G − 1) comparisons reject, so a group "
+            "that is not more self-similar than the others is flagged far below 0.05 (the bound is ≤ 0.05), by design")
+
+
+def localise_checks(n_boot: int) -> list[Check]:
+    out = []
+    for scale, P in (("paper", 50), ("small", 10)):
+        wp = f"{P} prompts × 100 images, labels depend on the prompt"
+        for what, kw in ((f"one shifted group (black, shift {LOOK_SHIFT})", {"shift": LOOK_SHIFT}),
+                         (f"one homogeneous group (black, ρ = {RARE_RHO})", {"rho": RARE_RHO})):
+            out.append(Check((f"localising test: unaffected group flagged (white), {what}",
+                              f"localising test: any unaffected group flagged, {what}",
+                              f"localising test: power, the affected group flagged, {what}",
+                              f"pairwise gap CI (white vs asian, true 0), {what}",
+                              f"tightness contrast CI (white vs asian, true 0), {what}"), "rejection",
+                             f"{wp}, {what}", scale, localise_check(P, 100, n_boot, **kw), IUT_NOTE))
+        for what, groups in (("every group", tuple(GROUPS)), ("one group (black)", ("black",))):
+            c = f"{int(COPY_RATE * 100)}% same-label near-duplicates in {what}"
+            out.append(Check((f"localising test without copy pairs: any group flagged, {c}",
+                              f"localising test with copy pairs: any group flagged (power to read copies as self-similarity), {c}",
+                              f"localising test without copy pairs: black flagged, {c}",
+                              f"near-duplicate-free gap CI (white, true 0), {c}",
+                              f"near-duplicate-free gap CI (black, true 0), {c}"), "rejection",
+                             f"{wp}, {c}", scale,
+                             localise_check(P, 100, n_boot, copies=COPY_RATE, copy_groups=groups), IUT_NOTE))
+    return out
+
+
 # ---------------------------------------------------------------- Method A: skin
 
 LAB0, PROMPT_SD, IMAGE_SD = np.array([55.0, 12.0, 18.0]), np.array([8.0, 2.0, 3.0]), np.array([6.0, 2.0, 3.0])
@@ -966,6 +1055,7 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
         out.append(Check("homogeneity permutation test, across prompts (prompt-confounded null)", "rejection", s, scale,
                          permutation_check(P, 100, "across", n_perm),
                          "different null: across-prompt design also rejects prompt effects (documented option)"))
+    out += localise_checks(n_boot)
     honest = "honest (bias-aware) interval: it covers at least 95% by design, so above the band is expected"
     for scale, P, n in (("paper", 50, 100), ("small", 10, 100), ("small", 5, 12)):
         for strength, what in ((0.5, "biased model"), (0.0, "model = benchmark")):
@@ -1060,6 +1150,8 @@ def flag(row: dict, note: str) -> str:
         note = note if "Holm" in row.get("method", "") else ""
     if note.startswith("pooled:"):  # documents the pooled estimator's rows only
         note = note if "pooled" in row.get("method", "") else ""
+    if note.startswith("intersection-union"):  # applies to rejection rows below the band only
+        note = note if row["kind"] == "rejection" and row["observed"] < lo else ""
     if note.startswith("ratio 1"):  # applies to the rows whose true ratio is 1, when they cover above the band
         note = note if "ratio 1" in row.get("method", "") and row["observed"] > hi else ""
     if note and not inside:
@@ -1086,7 +1178,8 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     for k, name in enumerate(check.names):
         rate = float(hits[:, k].mean())
         # a share of replications: no nominal value; a power row of a tuple of tests
-        kind = ("share" if "closer" in name else "power" if "power" in name
+        kind = ("share" if "closer" in name else "coverage" if isinstance(out[0][k], Covered)
+                else "power" if "power" in name
                 else "false mark" if "read below 0.8" in name
                 else check.kind[k] if isinstance(check.kind, tuple) else check.kind)
         row = {"method": name, "kind": kind, "setting": check.setting, "scale": check.scale,

@@ -735,7 +735,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
                         categories: dict[str, list] | None = None, n_boot: int = 1000, n_perm: int = 1000,
                         seed: int = 0, level: float = 0.95, method: str = "percentile", design: str = "within",
                         stop_after: int = 0, near_dup_cosine: float | None = None, small_group: int = SMALL_GROUP,
-                        paper: bool = True, blocks: PromptBlocks | None = None) -> dict[str, pd.DataFrame]:
+                        paper: bool = True, blocks: PromptBlocks | None = None, localise_alpha: float | None = None,
+                        pairs_out: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
     """Per labelling (e.g. race, L_bin: one label or None per row of X) a table per group:
 
     the within-prompt gap (wp_intra, wp_inter, wp_gap, its prompt-cluster bootstrap CI wp_gap_lo/hi,
@@ -746,7 +747,13 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     gap, gap_lo, gap_hi: pairs across prompts too) beside it. Per labelling, one pass over X gives the
     per-(prompt, group) sums behind both gaps and their bootstraps; the per-prompt Gram matrices (one
     more pass, `blocks`) serve only the permutation test and the near-duplicates, and are built only
-    when one of them is asked for."""
+    when one of them is asked for.
+
+    The localising test (pairwise gaps, intersection-union rule at `localise_alpha`, default 1 − level) adds
+    p_localise and flagged; with `near_dup_cosine`, the same with near-duplicate pairs left out (p_dedup_localise,
+    dedup_flagged) and the within-prompt gap without them (wp_gap_dedup, its CI and SE). `pairs_out`, when
+    given, receives each labelling's pairwise table (pairwise_gaps, one row per ordered pair of groups)."""
+    alpha = 1 - level if localise_alpha is None else localise_alpha
     if blocks is None and (n_perm > 0 or near_dup_cosine is not None):
         blocks = prompt_blocks(X, prompts)
     elif blocks is None:  # no pairs needed: only the names of the prompts and the unusable rows
@@ -820,6 +827,174 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
                 t = t.assign(gap_lo=[piv[2 * G + i].low for i in range(G)], gap_hi=[piv[2 * G + i].high for i in range(G)],
                              gap_se=[piv[2 * G + i].se for i in range(G)],
                              ci_reason=[piv[2 * G + i].reason for i in range(G)])
+        A, Np = pair_sums_from_cells(S, n_c, q_c)
+        pairs = pairwise_gaps(A, Np, n_c, cats, level)
+        loc = localise(pairs, cats, alpha)
+        if near_dup_cosine is not None:
+            Ad, Nd = pair_sums_dedup(blocks, codes, G, near_dup_cosine)
+            pairs = pairs.merge(pairwise_gaps(Ad, Nd, n_c, cats, level, "dedup_"), on=["group", "other"])
+            loc = loc.merge(localise(pairs, cats, alpha, "dedup_"), on="group")
+            drep = replicates(sums_statistic(dedup_gap_totals(Ad, Nd, n_c), within_prompt_statistic(G)),
+                              blocks.n_prompts, n_boot=n_boot, seed=seed + 7919 * (j + 1), method=method)
+            div = intervals(drep, level, method, n_effective=np.tile(n_prompts, 3))
+            t = t.assign(wp_gap_dedup=drep.point[:G], wp_gap_dedup_lo=[div[i].low for i in range(G)],
+                         wp_gap_dedup_hi=[div[i].high for i in range(G)], wp_gap_dedup_se=[div[i].se for i in range(G)])
+        t = t.merge(loc, on="group", how="left")
         t["reason"] = t["wp_reason"]
         out[name] = t
+        if pairs_out is not None:
+            pairs_out[name] = pairs
     return out
+
+
+# ---------------------------------------------------------------- pairwise within-prompt gaps (the localising test)
+#
+# The per-group gap of g against "the rest" rises for every group when one group h has a look of its own:
+# every other group's inter similarity falls because h is in its rest. Pairs of groups localise. Within
+# prompt p, from the pair sums A_p[g, h] (Σ cosine over pairs of one image of g and one of h, distinct images)
+# and their counts N_p[g, h]:
+#
+#     intra_pg = A_p[g, g] / N_p[g, g]      between_pgh = A_p[g, h] / N_p[g, h]
+#     D_pgh    = intra_pg − between_pgh     g closer to itself than to h (the pairwise gap)
+#     C_pgh    = intra_pg − intra_ph        g tighter than h (= D_pgh − D_phg: antisymmetric)
+#
+# averaged over the prompts with the two-sample weights n_pg n_ph / (n_pg + n_ph) where defined. "g is more
+# self-similar than the others" is H1_g: D_gh > 0 and C_gh > 0 for every h ≠ g. Its null is a union, so the
+# intersection-union test (Berger 1982, Technometrics 24:295) rejects it at level α when every one of the
+# 2(G − 1) one-sided component tests rejects at α: p_localise = max of their p-values, no adjustment. Since C
+# is antisymmetric, at most one group can be flagged. A group beside a shifted one is not flagged (its C
+# against the shifted group is negative), nor are groups with equal copy rates once copy pairs (cosine ≥ the
+# near-duplicate threshold) are left out of A and N (the `dedup` pair sums).
+#
+# Each component is a ratio of prompt sums, tested by its linearised prompt-cluster t statistic
+# θ̂ / SE, SE² = P'/(P' − 1) · Σ_p w_p² (x_p − θ̂)² / (Σ_p w_p)² over the P' prompts where it is defined,
+# against t(P' − 1): no resampling, so its cost is that of the pair sums (one pass over the cell sums).
+
+def pair_sums_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(A, N): per prompt the G×G sums of cosine over pairs of distinct images of groups g and h, and their
+    counts, from the per-(prompt, group) sums of unit rows S (P×G×d), counts n and Σ‖x‖² q (P×G)."""
+    S = np.asarray(S, dtype=np.float64)
+    A = np.matmul(S, np.swapaxes(S, 1, 2))
+    G = A.shape[-1]
+    diag = np.arange(G)
+    A[:, diag, diag] -= q
+    N = n[:, :, None] * n[:, None, :]
+    N[:, diag, diag] -= n
+    return A, N
+
+
+def pair_sums_dedup(blocks: PromptBlocks, codes: np.ndarray, n_groups: int, threshold: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """pair_sums_from_cells with every pair at cosine ≥ `threshold` left out (near-duplicates), from the
+    per-prompt Gram matrices: per size class of prompts, Zᵀ (K ⊙ keep) Z and Zᵀ keep Z with Z the one-hot of
+    the labels (code −1: no column)."""
+    P = blocks.n_prompts
+    A = np.zeros((P, n_groups, n_groups))
+    N = np.zeros((P, n_groups, n_groups))
+    codes = np.asarray(codes)
+    for members, rows, Gs in blocks.classes:
+        m = rows.shape[1]
+        Z = (codes[rows][..., None] == np.arange(n_groups)).astype(np.float64)  # k × n × G
+        keep = (Gs < threshold) & ~np.eye(m, dtype=bool)
+        K = np.where(keep, Gs, 0.0).astype(np.float64)
+        Zt = np.swapaxes(Z, 1, 2)
+        A[members] = Zt @ K @ Z
+        N[members] = Zt @ keep.astype(np.float64) @ Z
+    return A, N
+
+
+def pairwise_terms(A: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per prompt (P × 4 × G × G): [w·D, w_D, w·C, w_C] of the pairwise gap D_pgh = intra_pg − between_pgh and
+    the tightness contrast C_pgh = intra_pg − intra_ph, weights n_pg n_ph / (n_pg + n_ph) where the pair
+    means are defined (else 0)."""
+    G = A.shape[-1]
+    off = ~np.eye(G, dtype=bool)
+    Nd = np.diagonal(N, axis1=1, axis2=2)
+    intra = _ratio(np.diagonal(A, axis1=1, axis2=2), Nd)
+    between = _ratio(A, N)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = _ratio(n[:, :, None] * n[:, None, :], n[:, :, None] + n[:, None, :])
+    has_intra = Nd > 0
+    okD = has_intra[:, :, None] & (N > 0) & off
+    okC = has_intra[:, :, None] & has_intra[:, None, :] & off
+    D = intra[:, :, None] - between
+    C = intra[:, :, None] - intra[:, None, :]
+    wD, wC = np.where(okD, w, 0.0), np.where(okC, w, 0.0)
+    return np.stack([wD * np.where(okD, D, 0.0), wD, wC * np.where(okC, C, 0.0), wC], axis=1)
+
+
+def linearised_t(wx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate Σ w·x / Σ w, its prompt-cluster SE, degrees of freedom P' − 1) over the first axis (prompts),
+    P' the prompts with w > 0; SE NaN below 2 such prompts."""
+    sw = w.sum(axis=0)
+    est = _ratio(wx.sum(axis=0), sw)
+    k = (w > 0).sum(axis=0).astype(float)
+    resid = np.where(w > 0, wx - w * np.where(np.isfinite(est), est, 0.0), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where(k >= 2, np.sqrt(k / np.maximum(k - 1, 1) * (resid ** 2).sum(axis=0)) / np.where(sw > 0, sw, 1),
+                      np.nan)
+    return est, se, k - 1
+
+
+def _t_test(est, se, df, level):
+    """One-sided p of est > 0 and the two-sided `level` t interval (NaN where undefined)."""
+    from scipy import stats as st
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = np.isfinite(est) & np.isfinite(se) & (se > 0) & (df >= 1)
+        dfs = np.where(ok, df, 1.0)
+        p = np.where(ok, st.t.sf(_ratio(est, np.where(ok, se, 1.0)), dfs), np.nan)
+        half = np.where(ok, st.t.ppf(0.5 + level / 2, dfs) * se, np.nan)
+    return p, est - half, est + half
+
+
+def pairwise_gaps(A: np.ndarray, N: np.ndarray, n: np.ndarray, cats: Sequence, level: float = 0.95,
+                  prefix: str = "") -> pd.DataFrame:
+    """One row per ordered pair (group, other): the pairwise within-prompt gap `pair_gap` (g closer to itself
+    than to h) and the tightness contrast `tight_diff` (intra g − intra h), each with its linearised
+    prompt-cluster t interval (`_lo`/`_hi`), SE, one-sided p of > 0, and n_prompts; `prefix` names the pair
+    sums (e.g. 'dedup_')."""
+    tot = pairwise_terms(A, N, n)
+    G = len(cats)
+    gi, hi = np.nonzero(~np.eye(G, dtype=bool))
+    out = pd.DataFrame({"group": np.asarray(cats, dtype=object)[gi], "other": np.asarray(cats, dtype=object)[hi]})
+    for name, j in (("pair_gap", 0), ("tight_diff", 2)):
+        est, se, df = linearised_t(tot[:, j], tot[:, j + 1])
+        p, lo, up = _t_test(est, se, df, level)
+        out[f"{prefix}{name}"] = est[gi, hi]
+        out[f"{prefix}{name}_lo"], out[f"{prefix}{name}_hi"] = lo[gi, hi], up[gi, hi]
+        out[f"{prefix}{name}_se"], out[f"p_{prefix}{name}"] = se[gi, hi], p[gi, hi]
+        if j == 0:
+            out[f"{prefix}n_prompts_pair"] = (df[gi, hi] + 1).astype(int)
+    return out
+
+
+def localise(pairs: pd.DataFrame, cats: Sequence, alpha: float = 0.05, prefix: str = "") -> pd.DataFrame:
+    """Per group, the intersection-union test of "g is more self-similar than every other group": p_localise =
+    the largest p of its pairwise gaps and tightness contrasts against every other group (a comparison that
+    is undefined counts as p = 1, said in the reason), flagged where it is below `alpha`."""
+    p = pairs[[f"p_{prefix}pair_gap", f"p_{prefix}tight_diff"]].max(axis=1, skipna=False)
+    undefined = p.isna()
+    per = pairs.assign(_p=p.fillna(1.0), _undef=np.where(undefined, pairs["other"].astype(str), ""))
+    agg = per.groupby("group", sort=False).agg(_p=("_p", "max"), _undef=("_undef", lambda s: ", ".join(x for x in s if x)))
+    agg = agg.reindex(list(cats))
+    out = pd.DataFrame({"group": list(cats), f"p_{prefix}localise": agg["_p"].to_numpy(float)})
+    out[f"{prefix}flagged"] = out[f"p_{prefix}localise"] < alpha
+    out[f"{prefix}localise_reason"] = ["" if not u else f"no pairs to compare with {u}: counts as p = 1"
+                                       for u in agg["_undef"].fillna("")]
+    return out
+
+
+def dedup_gap_totals(A: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(P, 4G) per-prompt totals [w·Δ, w·intra, w·inter, w] of the within-prompt gap against the rest of the
+    prompt from pair sums (e.g. near-duplicate pairs left out): intra = A_gg / N_gg, inter = Σ_h≠g A_gh /
+    Σ_h≠g N_gh, w = n (m − n) / m as for the headline gap."""
+    Nd = np.diagonal(N, axis1=1, axis2=2)
+    Ad = np.diagonal(A, axis1=1, axis2=2)
+    intra = _ratio(Ad, Nd)
+    inter = _ratio(A.sum(axis=2) - Ad, N.sum(axis=2) - Nd)
+    m = n.sum(axis=1, keepdims=True)
+    ok = np.isfinite(intra) & np.isfinite(inter) & (n >= 2) & (m - n >= 1)
+    w = np.where(ok, _ratio(n * (m - n), np.broadcast_to(m, n.shape)), 0.0)
+    intra, inter = np.where(ok, intra, 0.0), np.where(ok, inter, 0.0)
+    return np.concatenate([w * (intra - inter), w * intra, w * inter, w], axis=1)

@@ -7,7 +7,10 @@ the reason. The `analyze` notebook runs them in this order:
     provenance      counts per stage and model, model ids and revisions
     representation  TVD per prompt, mean and pooled, null floor, bias-corrected, paired; deviations; thresholds
     skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity
-    homogeneity     the homogeneity gap by race and L* bin, CLIP and face embeddings
+    homogeneity     the homogeneity gap by race and L* bin, CLIP and face embeddings; the localising test
+                    (pairwise within-prompt gaps g vs h, table homogeneity_pairs; a group is flagged only if
+                    more self-similar than every other: intersection-union rule, columns flagged/p_localise),
+                    and the same without near-duplicate pairs (wp_gap_dedup, dedup_flagged)
     reliability     classifier vs raters (κ tables of the reliability stage)
     corrected       TVD and deviations corrected for classifier error (stats.correction)
     calibration     the committed calibration table (benchmarks/calibration.py)

@@ -25,7 +25,8 @@ def _labels(meta: pd.DataFrame, by: str):
 
 
 def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -> dict[str, pd.DataFrame]:
-    """Every labelling's table for one model and embedding space (one pass over its X)."""
+    """Every labelling's table for one model and embedding space (one pass over its X), and its pairwise
+    table under "<labelling>_pairs"."""
     a = cfg.analyze
     loaded = load_embeddings(inputs.root, model, space)
     if loaded is None or len(loaded[0]) == 0:
@@ -37,12 +38,17 @@ def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -
     if not labellings:
         return {}
     blocks = prompt_blocks(X, prompts)  # one pass over X: every labelling and permutation reuses it
+    pairs: dict[str, pd.DataFrame] = {}
     out = within_prompt_table(X, prompts, labellings, n_boot=boot.n_boot, n_perm=a.n_permutations,
                               seed=derive_seed(boot.seed, "homogeneity", model, space), level=boot.level,
                               method=boot.method, design=boot.permutation_design,
                               stop_after=a.permutation_stop_after, near_dup_cosine=a.near_duplicate_cosine,
-                              small_group=a.min_group_size, blocks=blocks)
-    for by, t in out.items():
+                              small_group=a.min_group_size, blocks=blocks, pairs_out=pairs)
+    for by, p in pairs.items():
+        out[f"{by}_pairs"] = p.assign(model=model, space=space, grouping=by)
+    for by, t in list(out.items()):
+        if by.endswith("_pairs"):
+            continue
         t = t.assign(model=model, space=space, grouping=by)
         if "p_perm" in t:
             t["p_value"] = t["p_perm"]
@@ -68,6 +74,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(lambda u: _model_space(inputs, cfg, boot, *u), units))
     tables: dict[str, list[pd.DataFrame]] = {by: [p[by] for p in parts if by in p] for by in BYS}
+    pair_tables = [p["race_pairs"] for p in parts if "race_pairs" in p]
     if not any(tables.values()):
         res.status, res.reason = NO_DATA, ("no embeddings under data/t2i/embeddings/ for any model"
                                            if inputs.models else "no models found")
@@ -88,6 +95,14 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                          f"p_global: the pooled within-prompt gap of all groups; Besag–Clifford stopping at "
                          f"{a.permutation_stop_after} exceedances; p_adjusted: {boot.p_adjust} over every group, space "
                          "and model of a table")
+    res.notes.append(f"localising test (flagged, p_localise): group g is flagged only if it is more self-similar than "
+                     "every other group h, i.e. every one of its pairwise within-prompt gaps (pair_gap: mean cosine "
+                     "within g minus between g and h, pairs sharing a prompt) and tightness contrasts (tight_diff: "
+                     "intra g minus intra h) is above 0 at one-sided level "
+                     f"{1 - boot.level:.2f} (intersection-union rule, prompt-cluster t tests); a group beside one with "
+                     "a look of its own is not flagged. dedup_flagged, p_dedup_localise, wp_gap_dedup: the same with "
+                     f"near-duplicate pairs (cosine ≥ {a.near_duplicate_cosine}) left out, so equal copy rates read as "
+                     "no group effect. Pairwise table: homogeneity_pairs")
     res.notes.append(f"near_dup_rate: share of a group's images with another image of the same prompt at cosine ≥ "
                      f"{a.near_duplicate_cosine} (near-duplicates are real repetition and raise the gap)")
     adjust = (lambda t: add_p_adjusted(t, boot.p_adjust)) if a.n_permutations > 0 else (lambda t: t)
@@ -114,6 +129,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
             if bool(baseline.get("stand_in", pd.Series([False])).any()):
                 res.notes.append("the real-portrait baseline is a STAND-IN (packaged photos dealt into group "
                                  "folders): its gaps and the differences mean nothing")
+        if pair_tables:
+            pt = pd.concat(pair_tables, ignore_index=True)
+            res.tables["homogeneity_pairs"] = pt[["model", "space", *[c for c in pt.columns if c not in ("model", "space")]]]
     else:
         res.notes.append("no labelled image has an embedding: race gaps not computed")
     if tables["L_bin"]:

@@ -1,0 +1,122 @@
+"""The localising test of stats.homogeneity: pairwise within-prompt gaps against brute-force pair enumeration,
+the intersection-union rule on a hand example, and near-duplicate pairs left out."""
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from biasaudit.stats import homogeneity as H
+
+
+def _tiny(seed=0, P=4, m=7, d=5, G=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(P * m, d))
+    prompts = np.repeat(np.arange(P), m)
+    labels = rng.integers(0, G, size=P * m)
+    labels[::m] = 0  # every prompt has group 0 at least twice
+    labels[1::m] = 0
+    return X, prompts, labels
+
+
+def _brute_pairs(X, prompts, labels, G, skip=lambda c: False):
+    """Per prompt, loops over every ordered pair of distinct images: (sums A, counts N) of cosines by group pair."""
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    P = prompts.max() + 1
+    A, N = np.zeros((P, G, G)), np.zeros((P, G, G))
+    for i in range(len(X)):
+        for j in range(len(X)):
+            if i == j or prompts[i] != prompts[j]:
+                continue
+            c = float(U[i] @ U[j])
+            if skip(c):
+                continue
+            A[prompts[i], labels[i], labels[j]] += c
+            N[prompts[i], labels[i], labels[j]] += 1
+    return A, N
+
+
+def test_pair_sums_equal_brute_force_enumeration():
+    X, prompts, labels = _tiny()
+    S, n, q = H.cell_sums(X, labels, prompts, 3, 4)
+    A, N = H.pair_sums_from_cells(S, n, q)
+    A0, N0 = _brute_pairs(X, prompts, labels, 3)
+    # ordered pairs within g count each unordered pair twice, as ‖S_g‖² − q does
+    np.testing.assert_allclose(A, A0, atol=1e-5)
+    np.testing.assert_allclose(N, N0)
+
+
+def test_dedup_pair_sums_leave_out_exactly_the_pairs_above_the_threshold():
+    X, prompts, labels = _tiny(seed=3)
+    X[3] = X[4] * 2.0 + 1e-3  # a near copy inside prompt 0
+    blocks = H.prompt_blocks(X, prompts)
+    A, N = H.pair_sums_dedup(blocks, labels, 3, 0.9)
+    A0, N0 = _brute_pairs(X, prompts, labels, 3, skip=lambda c: c >= 0.9)
+    np.testing.assert_allclose(A, A0, atol=1e-5)
+    np.testing.assert_allclose(N, N0)
+    assert N0.sum() < _brute_pairs(X, prompts, labels, 3)[1].sum()  # the copy pair was there to leave out
+
+
+def test_pairwise_gap_and_its_t_interval_from_the_definition():
+    X, prompts, labels = _tiny(seed=5, P=6, m=9)
+    S, n, q = H.cell_sums(X, labels, prompts, 3, 6)
+    A, N = _brute_pairs(X, prompts, labels, 3)
+    t = H.pairwise_gaps(*H.pair_sums_from_cells(S, n, q), n, ["a", "b", "c"]).set_index(["group", "other"])
+    # g = 0, h = 1 by hand: per prompt intra_0 − between_01, weights n0 n1 / (n0 + n1), ratio of sums
+    x, w = [], []
+    for p in range(6):
+        n0, n1 = (labels[prompts == p] == 0).sum(), (labels[prompts == p] == 1).sum()
+        if n0 >= 2 and n1 >= 1:
+            x.append(A[p, 0, 0] / N[p, 0, 0] - A[p, 0, 1] / N[p, 0, 1])
+            w.append(n0 * n1 / (n0 + n1))
+    x, w = np.array(x), np.array(w)
+    est = (w * x).sum() / w.sum()
+    k = len(x)
+    se = np.sqrt(k / (k - 1) * ((w * (x - est)) ** 2).sum()) / w.sum()
+    row = t.loc[("a", "b")]
+    assert np.isclose(row["pair_gap"], est) and np.isclose(row["pair_gap_se"], se)
+    assert np.isclose(row["p_pair_gap"], stats.t.sf(est / se, k - 1))
+    assert np.isclose(row["pair_gap_hi"] - row["pair_gap_lo"], 2 * stats.t.ppf(0.975, k - 1) * se)
+    # the tightness contrast is antisymmetric
+    assert np.isclose(t.loc[("a", "b"), "tight_diff"], -t.loc[("b", "a"), "tight_diff"])
+
+
+def test_intersection_union_rule_hand_example():
+    # a: every comparison rejects → flagged at the largest p (0.03); b: one comparison fails → not flagged;
+    # c: a comparison undefined → p = 1 with a reason
+    pairs = pd.DataFrame({
+        "group": ["a", "a", "b", "b", "c", "c"], "other": ["b", "c", "a", "c", "a", "b"],
+        "p_pair_gap": [0.01, 0.02, 0.001, 0.2, 0.001, np.nan], "p_tight_diff": [0.03, 0.001, 0.01, 0.01, 0.01, 0.01]})
+    out = H.localise(pairs, ["a", "b", "c"], alpha=0.05).set_index("group")
+    assert out.loc["a", "p_localise"] == 0.03 and out.loc["a", "flagged"]
+    assert out.loc["b", "p_localise"] == 0.2 and not out.loc["b", "flagged"]
+    assert out.loc["c", "p_localise"] == 1.0 and not out.loc["c", "flagged"] and "b" in out.loc["c", "localise_reason"]
+
+
+def _looks(rng, P=30, m=60, d=8, shift=0.0, copies_in=()):
+    """Prompts with centres; group 'x' optionally shifted along one direction; copies within chosen groups."""
+    prompts = np.repeat(np.arange(P), m)
+    labels = np.array(["w", "x", "y", "z"], dtype=object)[rng.integers(0, 4, size=P * m)]
+    X = rng.normal(size=(P, d))[prompts] * 0.8 + 0.5 + rng.normal(size=(P * m, d))
+    X[labels == "x"] += shift * np.eye(d)[0]
+    for g in copies_in:
+        for p in range(P):
+            rows = np.flatnonzero((prompts == p) & (labels == g))
+            for i in rows[: max(1, len(rows) // 5)]:
+                X[i] = X[rows[-1]] + 1e-4 * rng.normal(size=d)
+    return X, prompts, labels
+
+
+def test_shifted_group_is_the_only_one_flagged():
+    rng = np.random.default_rng(11)
+    X, prompts, labels = _looks(rng, shift=1.5)
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False)["race"].set_index("group")
+    assert t.loc["x", "flagged"] and not t.loc[["w", "y", "z"], "flagged"].any()
+
+
+def test_equal_copies_flag_nothing_once_copy_pairs_are_left_out():
+    rng = np.random.default_rng(12)
+    X, prompts, labels = _looks(rng, copies_in=("w", "x", "y", "z"))
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=50, n_perm=0, paper=False,
+                              near_dup_cosine=0.99)["race"].set_index("group")
+    assert (t["wp_gap"] > t["wp_gap_dedup"]).all()  # the copies raise every headline gap
+    assert not t["dedup_flagged"].any()
