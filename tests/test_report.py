@@ -44,7 +44,7 @@ TVD = {  # model → (mean_tvd, low, high, null_floor, corrected, corrected_low,
 }
 
 
-def _analysis(root: Path) -> None:
+def _analysis(root: Path, stand_in: bool = True) -> None:
     cfg = analysis_config(n_boot=100)
     inputs = load_inputs(root, groups=GROUPS)
     writer = OutputWriter(root / "reports/t2i", dpi=50)
@@ -76,7 +76,7 @@ def _analysis(root: Path) -> None:
     writer.add(Result("validation", "Validation", tables={"validation": validation}))
     writer.add(Result("face_loss", "Face loss", tables={"face_loss": face_loss}))
     writer.add(Result("calibration", "Calibration", tables={"calibration": calibration}))
-    writer.finish(PLOTS, profile="offline", stand_in=True)
+    writer.finish(PLOTS, profile="offline", stand_in=stand_in)
 
 
 def _vlm(reports: Path) -> None:
