@@ -406,7 +406,7 @@ def tvd_lower_bound(deviation: np.ndarray, draws: np.ndarray, level: float = 0.9
     """One-sided lower confidence bound at `level` for ½Σ_g |δ̄_g|, the TVD of the mean deviation, from
     its estimate D̄ (K) and bootstrap draws of it (B×K). ½Σ|δ̄| = max_s ½ sᵀδ̄ over sign vectors s, each a
     linear statistic with standard error se_s (from the draws); with c the `level` quantile of
-    max_s (½ sᵀ(D̄* − D̄))/se_s over the draws (simultaneous over s), every ½ sᵀδ̄ ≥ ½ sᵀD̄ − c·se_s at
+    max_s (½ sᵀ(D̄* − mean D̄*))/se_s over the draws (simultaneous over s), every ½ sᵀδ̄ ≥ ½ sᵀD̄ − c·se_s at
     once, so ½Σ|δ̄| ≥ L = max(0, max_s ½ sᵀD̄ − c·se_s). The mean TVD over prompts is ≥ ½Σ|δ̄| (the
     triangle inequality), so L bounds it too; deviations that cancel across prompts make it weak (the
     null-floor test, tvd_above_floor_p, still sees them). NaN with fewer than 2 draws."""
@@ -420,7 +420,7 @@ def tvd_lower_bound(deviation: np.ndarray, draws: np.ndarray, level: float = 0.9
     if not varies.any():
         bound = point.max()
     else:
-        c = float(np.quantile(((boot[:, varies] - point[varies]) / se[varies]).max(axis=1), level))
+        c = float(np.quantile(((boot - boot.mean(axis=0))[:, varies] / se[varies]).max(axis=1), level))
         bound = (point - c * np.where(varies, se, 0.0)).max()
     return float(bound) if bound > 1e-12 else 0.0  # ½Σδ̄ = 0 up to round-off is no evidence
 
@@ -462,8 +462,6 @@ def _redraw(shares: np.ndarray, n: np.ndarray, E: np.ndarray, W: np.ndarray, k: 
     """(classified shares B×P×K ~ Multinomial(n, shares)/n, W* = M*⁻ᵀ B×K×K, usable B): M* re-estimated
     from a resample of the annotated images E (or W itself when E is empty: M declared); replicates
     whose M* is not identifiable are unusable."""
-    shares = np.clip(shares, 0, None)
-    shares = shares / shares.sum(axis=-1, keepdims=True)  # float round-off must not push Σ above 1 or a share below 0
     draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
     if len(E):
         Ms = matrix_from_counts(cluster_weights(len(E), n_boot, rng) @ E, k, prior)
@@ -548,8 +546,7 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     T = tvd(draws, bench[None]).mean(axis=1)[usable]
     note = _excluded(n_boot, usable)
     raw = float(tvd(pi, bench).mean())
-    info = {**info, "plug_in": plug_in, "bias_bound": bound, "reason": note, "raw": raw,
-            "lower_bound": tvd_lower_bound(deviation.mean(axis=0), (draws - bench[None]).mean(axis=1)[usable], level)}
+    info = {**info, "plug_in": plug_in, "bias_bound": bound, "reason": note, "raw": raw}
     if len(T) < 2:
         why = "; ".join(r for r in ("no usable resample", note) if r)
         return Interval(np.nan, np.nan, np.nan, np.nan, len(n), n_boot - len(T), why), {**info, "reason": why}
@@ -559,6 +556,12 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     low = max(0.0, plug_in - bound - (q_hi - centre))
     high = plug_in + (centre - q_lo)
     M_hat = np.linalg.inv(W).T
+    # the bound's draws start from add-one shares: a group a prompt never showed still varies (from π̂ its
+    # draws would be 0 every time, and with few images the bound would then exclude a true TVD of 0)
+    smooth, Ws_lb, ok_lb = _redraw(_simplex(pi * n[:, None] + 1), n, E, W, len(groups), n_boot, rng, max_condition,
+                                   prior)
+    info["lower_bound"] = tvd_lower_bound(deviation.mean(axis=0),
+                                          np.einsum("bjc,bgc->bg", smooth[ok_lb], Ws_lb[ok_lb]) / len(n), level)
     info |= _mse_weighting(pi, n, bench, deviation, sd, M_hat, W, E, n_boot, rng, max_condition, prior, raw, point)
     info["above_floor_p"] = _floor_test(pi, n, bench, M_hat, W, E, n_boot, rng, max_condition, prior)
     return Interval(point, float(low), float(high), float(T.std(ddof=1)), len(n), n_boot - len(T), note), \
@@ -573,7 +576,7 @@ def _mse_weighting(pi, n, bench, deviation, sd, M, W, E, n_boot, rng, max_condit
     world = np.clip(bench + eb_pooled_deviation(deviation, sd), 0, None)
     world /= world.sum(axis=1, keepdims=True)
     truth = float(tvd(world, bench).mean())
-    draws, Ws, usable = _redraw(world @ M, n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
+    draws, Ws, usable = _redraw(_simplex(world @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
     draws, Ws = draws[usable], Ws[usable]
     if len(draws) < 2:
         return {}
@@ -584,12 +587,19 @@ def _mse_weighting(pi, n, bench, deviation, sd, M, W, E, n_boot, rng, max_condit
             "rmse_corrected": float(np.sqrt(mse_corr))}
 
 
+def _simplex(x: np.ndarray) -> np.ndarray:
+    """Rows clipped at 0 and renormalised: round-off in a product of stochastic matrices must not make
+    a multinomial's probabilities negative or sum above 1."""
+    x = np.clip(x, 0, None)
+    return x / x.sum(axis=-1, keepdims=True)
+
+
 def _floor_test(pi, n, bench, M, W, E, n_boot, rng, max_condition, prior) -> float:
     """above_floor_p of S = mean over prompts of ½Σ|π̂ − M̂ᵀq| (the classified shares against the
     benchmark seen through the classifier) under the null p = q for every prompt: classified counts
     ~ Multinomial(n, M̂ᵀq), M re-estimated from resampled annotated images."""
     observed = float(tvd(pi, bench @ M).mean())
-    draws, Ws, usable = _redraw(bench @ M, n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
+    draws, Ws, usable = _redraw(_simplex(bench @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
     Ms = np.transpose(np.linalg.inv(Ws[usable]), (0, 2, 1))
     return above_floor_p(observed, tvd(draws[usable], np.einsum("jt,btc->bjc", bench, Ms)).mean(axis=1))
 
