@@ -252,6 +252,54 @@ def grid_check(P: int, n: int, points: list[dict] | None, n_boot: int, declared:
     return run
 
 
+def failing_point_check(P: int, n: int, n_boot: int):
+    """The unseen distortion (FAILING_CASE) with M estimated from 300 annotated images: (honest interval
+    covers the true mean TVD (Covered: its width), the point the report reads (point_rule: MSE-weighted
+    from MIN_PROMPTS_POINT prompts, else raw) closer to the truth than raw, the report reads raw there
+    (the declared rule), one-sided lower bound ≤ the truth, lower bound > 0, null-floor test p ≤ 0.05)."""
+    from biasaudit.stats.correction import debiased_tvd, point_rule
+
+    def run(rng, rep):
+        counts, q, E, M, truth = distortion_audit(rng, P, n, failing_case(), False)
+        iv, info = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=rep)
+        point, source = point_rule(P, info["mse_weighted"], info["raw"], info["weight"])
+        return (Covered(bool(iv.low <= truth <= iv.high), iv.high - iv.low),
+                abs(point - truth) < abs(info["raw"] - truth), source.startswith("raw"),
+                Covered(bool(info["lower_bound"] <= truth), truth - info["lower_bound"]),
+                info["lower_bound"] > 0, info["above_floor_p"] <= NOMINAL_LEVEL)
+
+    return run
+
+
+def floor_null_check(P: int, n: int, n_boot: int):
+    """Model = benchmark (true TVD 0), the paper's confusion pattern, M from 300 annotated images:
+    (null-floor test rejects at 0.05, lower bound > 0): both are false positives here."""
+    from biasaudit.stats.correction import debiased_tvd
+
+    M = default_confusion()
+
+    def run(rng, rep):
+        q, p = _prompts(rng, P, 0.0)
+        counts = np.stack([rng.multinomial(n, row @ M) for row in p]).astype(float)
+        humans, classifier = _annotated_sample(rng, p, M, group_accuracy={"hispanic": 0.9})
+        from biasaudit.stats.correction import image_confusions, reference_labels
+        E = image_confusions(reference_labels(humans, "consensus"), classifier, GROUPS)
+        _, info = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=rep)
+        return info["above_floor_p"] <= NOMINAL_LEVEL, info["lower_bound"] > 0
+
+    return run
+
+
+def failing_point_names(P: int) -> tuple[str, ...]:
+    what = f"{FAILING_CASE['name']}, M vs consensus labels"
+    return (f"debiased_tvd honest interval (true TVD, {what}; reported point)",
+            f"tvd_point closer to the true TVD than raw ({what}; point_rule)",
+            f"tvd_point reads raw, share of audits ({what}; point_rule, declared)",
+            f"tvd_lower_bound one-sided 95% (true TVD, {what})",
+            f"tvd_lower_bound > 0, power ({what})",
+            f"tvd_above_floor_p ≤ 0.05, power ({what})")
+
+
 # ---------------------------------------------------------------- skewed statistics at small n
 
 SKEW_SIGMA = 1.0  # log-normal(0, 1): skewness ≈ 6.2; its mean is exp(σ²/2)
@@ -1076,6 +1124,15 @@ def checks(n_boot: int, n_perm: int) -> list[Check]:
                           f"debiased_tvd estimate closer to the true TVD than raw ({FAILING_CASE['name']}, {how})"),
                          "coverage", "50 prompts × 100 images" + ("" if declared else ", 300 annotated"), "paper",
                          grid_check(50, 100, [failing_case()], n_boot, declared), honest))
+    for scale, P, n in (("paper", 50, 100), ("small", 15, 12), ("small", 5, 12)):
+        out.append(Check(failing_point_names(P), ("coverage", "share", "share", "coverage", "power", "power"),
+                         f"{P} prompts × {n} images, 300 annotated", scale, failing_point_check(P, n, n_boot),
+                         honest + "; the lower bound is one-sided and allows for the mean over prompts ≥ the TVD of "
+                         "the mean deviation, so above the band is expected too"))
+        out.append(Check(("tvd_above_floor_p test (model = benchmark, M vs consensus labels)",
+                          "tvd_lower_bound > 0 (model = benchmark, M vs consensus labels)"), "rejection",
+                         f"{P} prompts × {n} images, 300 annotated", scale, floor_null_check(P, n, n_boot),
+                         "a false-positive rate at most 0.05 is the aim: below it is conservative by design"))
     for n in (30, 200):
         out.append(Check(SKEWED, "coverage", f"n = {n} i.i.d. values", "small" if n < 50 else "paper",
                          skewed_mean_check(n, n_boot),
@@ -1134,6 +1191,8 @@ FAST = ("mean_tvd CI (E[observed TVD])", "tvd_bias_corrected CI (true TVD)",
 
 
 def flag(row: dict, note: str) -> str:
+    if "share of audits" in row.get("method", ""):
+        return "measured (the declared rule reads raw in this share of audits)"
     if "closer" in row.get("method", ""):  # a share of replications, not an interval: no nominal value
         return ("measured: beats raw (closer in ≥ 60% of replications)" if row["observed"] >= BEATS_RAW
                 else "measured: does not beat raw (closer in < 60%)")
@@ -1178,7 +1237,8 @@ def run_check(check: Check, reps: int, seed: int = 0) -> list[dict]:
     for k, name in enumerate(check.names):
         rate = float(hits[:, k].mean())
         # a share of replications: no nominal value; a power row of a tuple of tests
-        kind = ("share" if "closer" in name else "coverage" if isinstance(out[0][k], Covered)
+        kind = ("share" if "closer" in name or "share of audits" in name
+                else "coverage" if isinstance(out[0][k], Covered)
                 else "power" if "power" in name
                 else "false mark" if "read below 0.8" in name
                 else check.kind[k] if isinstance(check.kind, tuple) else check.kind)

@@ -11,7 +11,8 @@ TVD over its prompts:
 - bootstrap bias-corrected: mean ½Σ(2|d| − E|N(d, sd²)|), the infinite-B bootstrap correction per cell;
 - EB, prior at 0: each |d| shrunk under δ ~ N(0, τ²) (stats.correction.eb_abs_deviation, the previous estimate);
 - EB, prior at the pooled deviation: stats.correction.eb_tvd, the estimate debiased_tvd reports;
-- read by the report: point_rule's choice (the EB estimate from MIN_PROMPTS_POINT prompts, else raw).
+- MSE-weighted: (1 − w)·raw + w·EB with w from bootstrap MSEs (M re-estimated per replicate; debiased_tvd);
+- read by the report: point_rule's choice (the MSE-weighted estimate from MIN_PROMPTS_POINT prompts, else raw).
 
 A replication whose M̂ is not identifiable has no corrected estimate (counted as `undefined`, not closer;
 the report then reads raw).
@@ -46,7 +47,7 @@ OUT = Path(__file__).resolve().parent / "results" / "tvd_grid.csv"
 SCALES = (("paper", 50, 100, 1), ("demo, all prompts", 15, 12, 1), ("below the rule", 8, 12, 2),
           ("demo, per category", 5, 12, 4), ("below the rule", 3, 12, 2))
 ESTIMATORS = ("raw", "linear plug-in", "bootstrap bias-corrected", "EB, prior at 0", "EB, prior at the pooled deviation",
-              "read by the report (point_rule)")
+              "MSE-weighted", "read by the report (point_rule)")
 
 
 def write_grid(path: Path = cal.GRID_FILE) -> None:
@@ -80,12 +81,13 @@ def estimates(counts: np.ndarray, q: np.ndarray, E: np.ndarray | None, M: np.nda
            "bootstrap bias-corrected": float(0.5 * (2 * np.abs(d) - folded_normal_mean(d, sd)).sum(axis=1).mean()),
            "EB, prior at 0": float(0.5 * eb_abs_deviation(d, sd).sum(axis=1).mean()),
            "EB, prior at the pooled deviation": eb_tvd(d, sd)}
-    iv, _ = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=seed, M=None if E is not None else M)
+    iv, info = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=seed, M=None if E is not None else M)
     if not np.isfinite(iv.estimate):  # M̂ not identifiable (NaN with its reason): every candidate is undefined
         out = dict.fromkeys(out, np.nan) | {"raw": out["raw"]}
     else:
         assert abs(iv.estimate - out["EB, prior at the pooled deviation"]) < 1e-12
-    out["read by the report (point_rule)"] = point_rule(len(counts), iv.estimate, out["raw"])[0]
+    out["MSE-weighted"] = info["mse_weighted"]
+    out["read by the report (point_rule)"] = point_rule(len(counts), info["mse_weighted"], out["raw"], info["weight"])[0]
     return out, iv
 
 

@@ -205,7 +205,9 @@ TVD_PER_PROMPT = Table("tvd_per_prompt", ("model", "prompt_id", "n"),
 TVD_PAIRED = Table("tvd_paired", ("model_a", "model_b", "category", "diff", *_CI, "p_value", "p_adjusted"))
 TVD_CORRECTED_SUMMARY = Table("tvd_corrected_summary", (
     "model", "category", "mean_tvd_raw", "tvd_debiased", "tvd_debiased_low", "tvd_debiased_high", "identifiable"),
-    ("condition_number", "reason", "tvd_point", "tvd_point_source", "tvd_debiased_width", "tvd_classifier_corrected",
+    ("condition_number", "reason", "tvd_point", "tvd_point_source", "tvd_debiased_width", "tvd_mse_weighted",
+     "tvd_point_weight", "tvd_rmse_raw", "tvd_rmse_corrected", "tvd_lower_bound", "tvd_above_floor_p",
+     "tvd_classifier_corrected",
      "tvd_classifier_corrected_low", "tvd_classifier_corrected_high", "n_prompts"))
 SKIN_SUMMARY_BY_LABEL = Table("skin_summary_by_label", ("model", "label", "n", "L_mean", "L_mean_lo", "L_mean_hi"),
                               ("diversity_de2000", "diversity_pairs"))

@@ -121,7 +121,10 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
                     d = d.iloc[0]
                     point, source = d.get("tvd_point", d["tvd_debiased"]), str(d.get("tvd_point_source", "corrected"))
                     extra.append(f"{S.CORRECTED_TVD.name} " + ci(point, d["tvd_debiased_low"], d["tvd_debiased_high"])
-                                 + ("" if source == "corrected" else f" (point {source.split(',')[0]})"))
+                                 + ("" if source == "corrected" else f" (point {source.split(',')[0].split(' (')[0]})"))
+                    if "tvd_lower_bound" in d and not math.isnan(num(d["tvd_lower_bound"])):
+                        extra.append(f"lower bound {fmt(d['tvd_lower_bound'])}, p(above floor) "
+                                     f"{pval(d.get('tvd_above_floor_p'))}")
             row[cat] = html.escape(ci(r["mean_tvd"], r["mean_tvd_low"], r["mean_tvd_high"])) + (
                 f"<br><small>{html.escape(' · '.join(extra))}</small>" if extra else "")
         rows.append(row)
@@ -130,8 +133,10 @@ def tvd_block(t2i: Outputs, reports: Path, level: str) -> Block:
     b.html += (f"<p class='note'>{S.RAW_TVD.name}: the classified labels' mean per-prompt TVD, {level} {RAW_CI}; "
                f"null floor: the TVD expected from sampling alone at each prompt's n; {S.CORRECTED_TVD.name}: for the "
                "classifier's confusion matrix "
-               f"(reliability sample) and finite n, empirical-Bayes estimate with its {level} {HONEST} "
-               "(stats.correction.debiased_tvd).</p>")
+               f"(reliability sample) and finite n, with its {level} {HONEST} "
+               "(stats.correction.debiased_tvd); its point is the MSE-weighted mix of raw and empirical-Bayes "
+               "estimates (raw with fewer than 10 prompts: stats.correction.point_rule); lower bound: one-sided "
+               f"{level} bound; p(above floor): p-value of a TVD above what sampling and classifier error give.</p>")
     if not deb.ok:
         b.note = f"corrected TVD: no data ({deb.reason})"
     b.findings += [x for x in [tvd_headline(t2i, level)] if x] + tvd_findings(df)

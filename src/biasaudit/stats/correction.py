@@ -317,14 +317,15 @@ def classifier_corrected_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarra
 # ---------------------------------------------------------------- classifier error and finite n together
 
 def _share_sd(pi: np.ndarray, n: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """(P, K) standard deviations of the linearly corrected shares W·π̂ of each prompt: the unbiased
-    multinomial covariance (diag π − ππᵀ)/(n − 1) through W; n = 1 takes Popoviciu's bound, the largest
-    variance a share can have ((max − min of W's row)² / 4n), since one image says nothing about it."""
-    cov = (pi[:, :, None] * np.eye(pi.shape[1])[None] - pi[:, :, None] * pi[:, None, :])
+    """(…, P, K) standard deviations of the linearly corrected shares W·π̂ of each prompt: the unbiased
+    multinomial variance Σ_c W_gc² π_c − (Σ_c W_gc π_c)², over n − 1; n = 1 takes Popoviciu's bound, the
+    largest variance a share can have ((max − min of W's row)² / 4n), since one image says nothing about
+    it. pi (…, P, K) and W (…, K, K) may carry a leading stack of bootstrap replicates."""
+    first = np.einsum("...jc,...gc->...jg", pi, W)
     with np.errstate(invalid="ignore", divide="ignore"):
-        var = np.einsum("gc,jcd,gd->jg", W, cov, W) / (n - 1)[:, None]
-    worst = (W.max(axis=1) - W.min(axis=1)) ** 2 / 4
-    var = np.where((n > 1)[:, None], var, worst[None, :] / np.maximum(n, 1)[:, None])
+        var = (np.einsum("...jc,...gc->...jg", pi, W ** 2) - first ** 2) / (n - 1)[:, None]
+    worst = (W.max(axis=-1) - W.min(axis=-1)) ** 2 / 4
+    var = np.where((n > 1)[:, None], var, worst[..., None, :] / np.maximum(n, 1)[:, None])
     return np.sqrt(np.clip(var, 0, None))
 
 
@@ -352,31 +353,83 @@ def eb_abs_deviation(d: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
 
 def eb_pooled_deviation(d: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """Empirical-Bayes estimate of δ per cell of d (P×K): d = δ + noise with known sd, and, per group
-    (column), δ ~ N(μ, τ²) across prompts with μ = the pooled mean deviation of the group and τ² = the
-    between-prompt variance of d less the mean noise variance, floored at 0 (the method of moments).
-    The estimate is the posterior mean μ + λ(d − μ), λ = τ²/(τ² + sd²): a prompt's deviation is shrunk
-    toward its group's common deviation, not toward 0, so a deviation every prompt shares (a model that
-    doubles Asian shares everywhere) is kept, while noise around it is removed. One prompt (P = 1) has no
-    between-prompt variance: λ = 0 and the estimate is d itself."""
+    """Empirical-Bayes estimate of δ per cell of d (P×K, or a stack …×P×K): d = δ + noise with known sd,
+    and, per group (column), δ ~ N(μ, τ²) across prompts with μ = the pooled mean deviation of the group
+    and τ² = the between-prompt variance of d less the mean noise variance, floored at 0 (the method of
+    moments). The estimate is the posterior mean μ + λ(d − μ), λ = τ²/(τ² + sd²): a prompt's deviation is
+    shrunk toward its group's common deviation, not toward 0, so a deviation every prompt shares (a model
+    that doubles Asian shares everywhere) is kept, while noise around it is removed. One prompt (P = 1)
+    has no between-prompt variance: λ = 0 and the estimate is d itself."""
     d, sd = np.asarray(d, dtype=np.float64), np.asarray(sd, dtype=np.float64)
-    mu = d.mean(axis=0, keepdims=True)
-    spread = d.var(axis=0, ddof=1) if len(d) > 1 else np.zeros(d.shape[1])
-    tau2 = np.clip(spread - (sd ** 2).mean(axis=0), 0, None)[None, :]
+    mu = d.mean(axis=-2, keepdims=True)
+    spread = d.var(axis=-2, ddof=1, keepdims=True) if d.shape[-2] > 1 else np.zeros_like(mu)
+    tau2 = np.clip(spread - (sd ** 2).mean(axis=-2, keepdims=True), 0, None)
     den = tau2 + sd ** 2
     lam = np.where(den > 0, tau2 / np.where(den > 0, den, 1.0), 0.0)
     return mu + lam * (d - mu)
 
 
-def eb_tvd(d: np.ndarray, sd: np.ndarray) -> float:
+def eb_tvd(d: np.ndarray, sd: np.ndarray) -> float | np.ndarray:
     """The corrected point estimate of the mean TVD: mean over prompts of ½ Σ_g |E[δ_g | d]|
-    (eb_pooled_deviation). Chosen by simulation (benchmarks/tvd_grid.py) over the zero-centred prior
-    (eb_abs_deviation), the linear plug-in and the bootstrap bias correction: on a grid of 12 random
-    distortions and confusion matrices (M estimated from 300 annotated images) it is closer to the true
-    TVD than the raw TVD in 73% of 600 replications at 50 prompts × 100 images (MAE 0.017 vs raw 0.029)
-    and 75% at 15 × 12 (MAE 0.040 vs 0.065), where the zero-centred prior gets 73% and 68%
-    (benchmarks/results/tvd_grid.csv)."""
-    return float(0.5 * np.abs(eb_pooled_deviation(d, sd)).sum(axis=1).mean())
+    (eb_pooled_deviation); one value per replicate for a stack …×P×K. Chosen by simulation
+    (benchmarks/tvd_grid.py) over the zero-centred prior (eb_abs_deviation), the linear plug-in and the
+    bootstrap bias correction: on a grid of 12 random distortions and confusion matrices (M estimated
+    from 300 annotated images) it is closer to the true TVD than the raw TVD in 73% of 600 replications
+    at 50 prompts × 100 images (MAE 0.017 vs raw 0.029) and 75% at 15 × 12 (MAE 0.040 vs 0.065), where
+    the zero-centred prior gets 73% and 68% (benchmarks/results/tvd_grid.csv)."""
+    out = 0.5 * np.abs(eb_pooled_deviation(d, sd)).sum(axis=-1).mean(axis=-1)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def mse_weight(raw: np.ndarray, corrected: np.ndarray, truth: float) -> tuple[float, float, float]:
+    """(w, MSE of raw, MSE of corrected) over bootstrap draws of the two estimates in a world whose true
+    TVD is `truth`: w ∈ [0, 1] minimises the draws' mean of ((1 − w)·raw + w·corrected − truth)², i.e.
+    w = mean((R − θ)(R − C)) / mean((R − C)²), clipped. Each MSE is bias² (the draws' mean less the
+    truth) plus variance, so an uncertain M (a corrected estimate that scatters) moves w toward raw, and a
+    raw TVD far from the truth moves it toward the correction. Draws that agree everywhere give w = 1."""
+    R, Cc = np.asarray(raw, dtype=np.float64), np.asarray(corrected, dtype=np.float64)
+    gap = R - Cc
+    den = float(np.mean(gap ** 2))
+    w = float(np.clip(np.mean((R - truth) * gap) / den, 0.0, 1.0)) if den > 0 else 1.0
+    return w, float(np.mean((R - truth) ** 2)), float(np.mean((Cc - truth) ** 2))
+
+
+def sign_vectors(k: int) -> np.ndarray:
+    """(2^k, k) every vector of ±1: ½Σ|x| = max over them of ½ sᵀx (the sign of each x_g attains it)."""
+    return 1.0 - 2.0 * ((np.arange(2 ** k)[:, None] >> np.arange(k)[None, :]) & 1)
+
+
+MAX_BOUND_GROUPS = 12  # the lower bound takes a max over 2^K sign vectors: 4096 at 12 groups
+
+
+def tvd_lower_bound(deviation: np.ndarray, draws: np.ndarray, level: float = 0.95) -> float:
+    """One-sided lower confidence bound at `level` for ½Σ_g |δ̄_g|, the TVD of the mean deviation, from
+    its estimate D̄ (K) and bootstrap draws of it (B×K). ½Σ|δ̄| = max_s ½ sᵀδ̄ over sign vectors s, each a
+    linear statistic with standard error se_s (from the draws); with c the `level` quantile of
+    max_s (½ sᵀ(D̄* − mean D̄*))/se_s over the draws (simultaneous over s), every ½ sᵀδ̄ ≥ ½ sᵀD̄ − c·se_s at
+    once, so ½Σ|δ̄| ≥ L = max(0, max_s ½ sᵀD̄ − c·se_s). The mean TVD over prompts is ≥ ½Σ|δ̄| (the
+    triangle inequality), so L bounds it too; deviations that cancel across prompts make it weak (the
+    null-floor test, tvd_above_floor_p, still sees them). NaN with fewer than 2 draws."""
+    D, X = np.asarray(deviation, dtype=np.float64), np.asarray(draws, dtype=np.float64)
+    if len(X) < 2 or len(D) > MAX_BOUND_GROUPS:
+        return float("nan")
+    S = 0.5 * sign_vectors(len(D))
+    point, boot = S @ D, X @ S.T
+    se = boot.std(axis=0, ddof=1)
+    varies = se > 1e-12
+    if not varies.any():
+        bound = point.max()
+    else:
+        c = float(np.quantile(((boot - boot.mean(axis=0))[:, varies] / se[varies]).max(axis=1), level))
+        bound = (point - c * np.where(varies, se, 0.0)).max()
+    return float(bound) if bound > 1e-12 else 0.0  # ½Σδ̄ = 0 up to round-off is no evidence
+
+
+def above_floor_p(statistic: float, null_draws: np.ndarray) -> float:
+    """Bootstrap p-value of "the TVD is above what sampling and classifier error alone give":
+    (1 + #{null draws ≥ statistic}) / (1 + #draws)."""
+    null = np.asarray(null_draws, dtype=np.float64)
+    return float((1 + np.sum(null >= statistic)) / (1 + len(null))) if len(null) else float("nan")
 
 
 # Below this many prompts the corrected point estimate is not read: the prior's centre and spread
@@ -388,16 +441,36 @@ def eb_tvd(d: np.ndarray, sd: np.ndarray) -> float:
 MIN_PROMPTS_POINT = 10
 
 
-def point_rule(n_prompts: int, corrected: float, raw: float) -> tuple[float, str]:
-    """(the TVD point estimate the report reads, where it comes from): the corrected estimate with at
-    least MIN_PROMPTS_POINT prompts, else the raw TVD. A declared rule on the design, never a choice
-    made by looking at the estimates."""
-    if not np.isfinite(corrected):
+def point_rule(n_prompts: int, weighted: float, raw: float, weight: float = float("nan"),
+               rmse_raw: float = float("nan"), rmse_corrected: float = float("nan")) -> tuple[float, str]:
+    """(the TVD point estimate the report reads, where it comes from): with at least MIN_PROMPTS_POINT
+    prompts the MSE-weighted estimate (1 − w)·raw + w·corrected (debiased_tvd: w from the bootstrap MSEs,
+    which carry the uncertainty of M), else the raw TVD. A declared rule on the design and the estimated
+    MSEs, never a choice made by comparing the estimates with each other."""
+    if not np.isfinite(weighted):
         return raw, "raw: no corrected estimate"
     if n_prompts < MIN_PROMPTS_POINT:
         return raw, (f"raw: {n_prompts} < {MIN_PROMPTS_POINT} prompts, too few for the corrected point estimate "
                      "to beat the raw TVD (the honest interval still holds)")
-    return corrected, "corrected"
+    how = (f"bootstrap RMSE raw {rmse_raw:.3f}, corrected {rmse_corrected:.3f}"
+           if np.isfinite(rmse_raw) and np.isfinite(rmse_corrected) else "")
+    return weighted, f"MSE-weighted: {weight:.2f} × corrected + {1 - weight:.2f} × raw" + (f" ({how})" if how else "")
+
+
+def _redraw(shares: np.ndarray, n: np.ndarray, E: np.ndarray, W: np.ndarray, k: int, n_boot: int,
+            rng: np.random.Generator, max_condition: float, prior: float):
+    """(classified shares B×P×K ~ Multinomial(n, shares)/n, W* = M*⁻ᵀ B×K×K, usable B): M* re-estimated
+    from a resample of the annotated images E (or W itself when E is empty: M declared); replicates
+    whose M* is not identifiable are unusable."""
+    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
+    if len(E):
+        Ms = matrix_from_counts(cluster_weights(len(E), n_boot, rng) @ E, k, prior)
+        usable = identifiable(condition_number(Ms), max_condition)
+        Ws = np.linalg.inv(np.transpose(np.where(usable[:, None, None], Ms, np.eye(k)), (0, 2, 1)))
+    else:
+        usable = np.ones(n_boot, dtype=bool)
+        Ws = np.broadcast_to(W, (n_boot, k, k))
+    return draws, Ws, usable
 
 
 def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int,
@@ -427,15 +500,8 @@ def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k
         return bench, pi, n, None, None, None, {**info, "reason": reason or "no prompt with a label"}
     W = np.linalg.inv(M.T)
     rng = np.random.default_rng(seed)
-    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, pi)], axis=1) / n[None, :, None]
-    if len(E):
-        Ms = matrix_from_counts(cluster_weights(len(E), n_boot, rng) @ E, k, prior)
-        usable = identifiable(condition_number(Ms), max_condition)
-        Ws = np.linalg.inv(np.transpose(np.where(usable[:, None, None], Ms, np.eye(k)), (0, 2, 1)))
-    else:
-        usable = np.ones(n_boot, dtype=bool)
-        Ws = np.broadcast_to(W, (n_boot, k, k))
-    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, info
+    draws, Ws, usable = _redraw(pi, n, E, W, k, n_boot, rng, max_condition, prior)
+    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, {**info, "E": E, "rng": rng}
 
 
 def _excluded(n_boot: int, usable: np.ndarray) -> str:
@@ -466,7 +532,10 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     identifiable, reason, M_source)."""
     bench, pi, n, W, draws, usable, info = _linear_draws(counts, bench, E, len(groups), n_boot, seed, max_condition,
                                                          prior, M)
-    info = {**info, "plug_in": np.nan, "bias_bound": np.nan}
+    E, rng = info.pop("E", None), info.pop("rng", None)
+    nan = float("nan")
+    info = {**info, "plug_in": nan, "bias_bound": nan, "raw": nan, "mse_weighted": nan, "weight": nan,
+            "rmse_raw": nan, "rmse_corrected": nan, "lower_bound": nan, "above_floor_p": nan}
     if W is None:
         return Interval(np.nan, np.nan, np.nan, np.nan, len(n), 0, info["reason"]), info
     sd = _share_sd(pi, n, W)
@@ -476,7 +545,8 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     point = eb_tvd(deviation, sd)
     T = tvd(draws, bench[None]).mean(axis=1)[usable]
     note = _excluded(n_boot, usable)
-    info = {**info, "plug_in": plug_in, "bias_bound": bound, "reason": note}
+    raw = float(tvd(pi, bench).mean())
+    info = {**info, "plug_in": plug_in, "bias_bound": bound, "reason": note, "raw": raw}
     if len(T) < 2:
         why = "; ".join(r for r in ("no usable resample", note) if r)
         return Interval(np.nan, np.nan, np.nan, np.nan, len(n), n_boot - len(T), why), {**info, "reason": why}
@@ -485,8 +555,53 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     q_lo, q_hi = np.quantile(T, [alpha, 1 - alpha])
     low = max(0.0, plug_in - bound - (q_hi - centre))
     high = plug_in + (centre - q_lo)
+    M_hat = np.linalg.inv(W).T
+    # the bound's draws start from add-one shares: a group a prompt never showed still varies (from π̂ its
+    # draws would be 0 every time, and with few images the bound would then exclude a true TVD of 0)
+    smooth, Ws_lb, ok_lb = _redraw(_simplex(pi * n[:, None] + 1), n, E, W, len(groups), n_boot, rng, max_condition,
+                                   prior)
+    info["lower_bound"] = tvd_lower_bound(deviation.mean(axis=0),
+                                          np.einsum("bjc,bgc->bg", smooth[ok_lb], Ws_lb[ok_lb]) / len(n), level)
+    info |= _mse_weighting(pi, n, bench, deviation, sd, M_hat, W, E, n_boot, rng, max_condition, prior, raw, point)
+    info["above_floor_p"] = _floor_test(pi, n, bench, M_hat, W, E, n_boot, rng, max_condition, prior)
     return Interval(point, float(low), float(high), float(T.std(ddof=1)), len(n), n_boot - len(T), note), \
         {**info, "bootstrap_bias_corrected": float(2 * plug_in - centre)}
+
+
+def _mse_weighting(pi, n, bench, deviation, sd, M, W, E, n_boot, rng, max_condition, prior, raw, point) -> dict:
+    """The MSE-weighted point estimate (mse_weight) from a parametric bootstrap in the world the
+    corrected estimate describes: true shares q + the EB deviations (eb_pooled_deviation), clipped to
+    the simplex, classified through M̂, with M re-estimated from resampled annotated images in every
+    replicate (so the error of M̂ enters both MSEs)."""
+    world = np.clip(bench + eb_pooled_deviation(deviation, sd), 0, None)
+    world /= world.sum(axis=1, keepdims=True)
+    truth = float(tvd(world, bench).mean())
+    draws, Ws, usable = _redraw(_simplex(world @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
+    draws, Ws = draws[usable], Ws[usable]
+    if len(draws) < 2:
+        return {}
+    raw_draws = tvd(draws, bench[None]).mean(axis=1)
+    corr_draws = eb_tvd(np.einsum("bjc,bgc->bjg", draws, Ws) - bench[None], _share_sd(draws, n, Ws))
+    w, mse_raw, mse_corr = mse_weight(raw_draws, corr_draws, truth)
+    return {"weight": w, "mse_weighted": (1 - w) * raw + w * point, "rmse_raw": float(np.sqrt(mse_raw)),
+            "rmse_corrected": float(np.sqrt(mse_corr))}
+
+
+def _simplex(x: np.ndarray) -> np.ndarray:
+    """Rows clipped at 0 and renormalised: round-off in a product of stochastic matrices must not make
+    a multinomial's probabilities negative or sum above 1."""
+    x = np.clip(x, 0, None)
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+def _floor_test(pi, n, bench, M, W, E, n_boot, rng, max_condition, prior) -> float:
+    """above_floor_p of S = mean over prompts of ½Σ|π̂ − M̂ᵀq| (the classified shares against the
+    benchmark seen through the classifier) under the null p = q for every prompt: classified counts
+    ~ Multinomial(n, M̂ᵀq), M re-estimated from resampled annotated images."""
+    observed = float(tvd(pi, bench @ M).mean())
+    draws, Ws, usable = _redraw(_simplex(bench @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
+    Ms = np.transpose(np.linalg.inv(Ws[usable]), (0, 2, 1))
+    return above_floor_p(observed, tvd(draws[usable], np.einsum("jt,btc->bjc", bench, Ms)).mean(axis=1))
 
 
 def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],

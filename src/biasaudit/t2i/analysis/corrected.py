@@ -70,8 +70,12 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     correction is computed, with `reliability.correction_method`.
     `tvd_debiased*` is corrected for classifier error and finite n together, with the honest interval
     (stats.correction.debiased_tvd) and its width. `tvd_point` is the point estimate the report reads:
-    tvd_debiased with at least stats.correction.MIN_PROMPTS_POINT prompts, else the raw TVD
-    (`tvd_point_source` says which and why; stats.correction.point_rule)."""
+    with at least stats.correction.MIN_PROMPTS_POINT prompts `tvd_mse_weighted`, (1 − w)·raw + w·corrected
+    with w (`tvd_point_weight`) from the bootstrap MSEs (`tvd_rmse_raw`, `tvd_rmse_corrected`, M
+    re-estimated in every replicate), else the raw TVD (`tvd_point_source` says which and why;
+    stats.correction.point_rule). `tvd_lower_bound`: one-sided lower confidence bound (stats.correction.
+    tvd_lower_bound); `tvd_above_floor_p`: p-value of "TVD above what sampling and classifier error
+    alone give" (parametric bootstrap under the benchmark with M̂)."""
     res = Result("corrected_tvd", "TVD corrected for classifier error")
     rel = inputs.root / C.RELIABILITY_DIR
     recorded = {}
@@ -125,7 +129,8 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
                                  E, groups, n_boot=min(boot.n_boot, 1000), level=boot.level,
                                  seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
-        point, point_source = point_rule(len(sub), deb.estimate, raw.estimate)
+        point, point_source = point_rule(len(sub), dinfo["mse_weighted"], dinfo["raw"], dinfo["weight"],
+                                         dinfo["rmse_raw"], dinfo["rmse_corrected"])
         # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this
         # table keeps only its estimate for comparison (this bootstrap also resamples the annotated images)
         rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
@@ -133,6 +138,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                      "tvd_classifier_corrected_high": corr.high, "correction_method": method,
                      "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
                      "tvd_debiased_width": deb.high - deb.low, "tvd_point": point, "tvd_point_source": point_source,
+                     "tvd_mse_weighted": dinfo["mse_weighted"], "tvd_point_weight": dinfo["weight"],
+                     "tvd_rmse_raw": dinfo["rmse_raw"], "tvd_rmse_corrected": dinfo["rmse_corrected"],
+                     "tvd_lower_bound": dinfo["lower_bound"], "tvd_above_floor_p": dinfo["above_floor_p"],
                      "tvd_linear_plug_in": dinfo["plug_in"], "bias_bound": dinfo["bias_bound"],
                      "pooled_tvd_debiased": pooled.estimate, "pooled_tvd_debiased_low": pooled.low,
                      "pooled_tvd_debiased_high": pooled.high,
@@ -152,6 +160,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                                                "debiased": r.tvd_debiased, "debiased_low": r.tvd_debiased_low,
                                                "debiased_high": r.tvd_debiased_high,
                                                "point": r.tvd_point, "point_source": r.tvd_point_source,
+                                               "lower_bound": r.tvd_lower_bound, "above_floor_p": r.tvd_above_floor_p,
                                                "identifiable": bool(r.identifiable)}
                    for r in summary.itertuples()}
     return res

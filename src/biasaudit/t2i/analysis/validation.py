@@ -147,6 +147,11 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
                          f"{'closer to' if closer else 'NOT closer to'} planted; classifier error (M from "
                          f"{r.n_annotated_images} annotated images) and finite n corrected; honest interval: "
                          f"plug-in {r.tvd_linear_plug_in:.3f}, bias bound {r.bias_bound:.3f}"))
+        point_closer = abs(r.tvd_point - p) < abs(r.mean_tvd_raw - p)
+        rows.append(_row(r.model, "tvd_point", r.category, p, r.tvd_point, r.tvd_lower_bound, 1.0,
+                         f"the point the report reads ({r.tvd_point_source}): "
+                         f"{'closer to' if point_closer else 'NOT closer to'} planted than raw; interval: the "
+                         f"one-sided lower bound {r.tvd_lower_bound:.3f} (p above floor {r.tvd_above_floor_p:.3g})"))
         rows.append(_row(r.model, "debiased_pooled_tvd", r.category, p_pooled, r.pooled_tvd_debiased,
                          r.pooled_tvd_debiased_low, r.pooled_tvd_debiased_high,
                          "pooled shares, classifier error and finite n corrected (honest interval)"))
