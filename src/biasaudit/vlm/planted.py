@@ -13,7 +13,8 @@ The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.Plan
   plus a *selective* refusal (`selective_refusal`) that depends on the answer the VLM would have given:
   + e_2afc when the would-be chosen image is of a listed group, + e_low when the would-be MCQ letter is
   below the median letter of `base` (salary: below base_usd[occupation]) for an image of a listed group.
-  The estimands below ignore it (they assume answer-independent refusal); `would_answer(planted)` drops
+  `estimands` ignore it (answer-independent refusal, closed forms); `complete_case_estimands` are exact
+  under any refusal (see below) and equal them without a selective one; `would_answer(planted)` drops
   every refusal, so its estimands are the *would-have-answered* values the refusal bounds
   (vlm/analysis/refusals.py) must contain;
   retention loss: an edit of group g is lost with probability l_g, and then every question about it fails,
@@ -40,6 +41,19 @@ occupations, the tasks, both orders):
   paper's) weights each group's cells by its own retention;
 - OLS (y ~ race + gender + photo fixed effects): the probability limit (E[X̃ᵀX̃])⁻¹E[X̃ᵀỹ], enumerating
   all 2¹⁰ retention patterns of a photo.
+
+- complete-case estimands (`complete_case_estimands`, refusal depending on the answer): the refusal uniform is
+  drawn apart from the answer's, so given the answer it is independent of the photo effects. 2AFC: per asked
+  order P(retained, A) = E p · k_A, P(retained) = E p · k_A + E(1 − p) · k_B (k the kept share given the
+  choice), times both edits kept; every pooled quantity is a ratio of these sums (win rate, race win rate,
+  share of 'A', and the BT fit to P(A | retained) weighted by P(retained)); the symmetric estimator's pair
+  moments E[s R₁R₂] and E[R₁R₂] are integrated over D = σ(z_lo − z_hi), which both orders share. Single
+  images: given the photo effect z the ten answers and refusals are independent, with q(z) = P(retained | z)
+  and a(z) = E[value · retained | z] (MCQ: letter probabilities × kept share of the letter; salary: the
+  lognormal mean below / above base_usd, E[e^{σε} 1(ε < c)] = e^{σ²/2} Φ(c − σ)); Δg within photo sums
+  E_z[a_l q_r − q_l a_r] over E_z[q_l a_r], the pooled Δg E a / E q per group, the OLS limit sums the
+  retention patterns' moments given z and integrates over z; the refusal rate adds e_low · P(low answer)
+  averaged over the measures.
 
 - controls: every edited image (a group edit or the null edit) carries the declared `edit_artifact`
   against the unedited original (2AFC log-strength, MCQ latent shift, salary log-effect), which cancels

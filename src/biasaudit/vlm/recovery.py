@@ -1,17 +1,20 @@
 """Method B: does the REFLECT analysis recover what the planted VLM was declared to do?
 
 For a VLM with backend `planted` (SIMULATED answers from declared effects), every estimate of the
-reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact planted value (`vlm.planted.estimands`, on the design
-that was asked: its source photos and their occupations) and its interval: win rates (upper triangle of
+reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact
+planted value (`vlm.planted.complete_case_estimands`, on the design that was asked: its source photos and
+their occupations) and its interval: win rates (upper triangle of
 each matrix; the lower one is its complement), race win rates within gender, the share of first-image
 answers (position bias, also per pair type), Bradley–Terry strengths (of the estimator the analysis
 headlines: reflect_analysis.two_afc_estimator) and position effect, Δg within photo, OLS coefficients,
 and refusal rates by group. Each row states its interval width; an interval at least as wide as the
 quantity's plausible range is uninformative and counted apart (biasaudit.known_truth). The paper's
 pooled Δg is shown beside the planted within-photo value, with no claim to cover it. With a planted
-selective refusal (answer-dependent), the complete-case rows it biases are shown unchecked, and the
-refusal bounds' CIs (vlm/analysis/refusals.py) are checked against the would-have-answered values (the
-estimands of `planted.would_answer`: the same VLM without refusals).
+selective refusal (answer-dependent) every complete-case row is still checked, against its complete-case
+estimand (`vlm.planted.complete_case_estimands`: what the complete-case estimator converges to); column
+`would_have_answered` holds the value without refusals (the estimands of `planted.would_answer`), and the
+note says where the selective refusal moves it. The refusal bounds' CIs (vlm/analysis/refusals.py) are
+checked against the would-have-answered values.
 """
 
 from __future__ import annotations
