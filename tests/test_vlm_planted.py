@@ -94,9 +94,9 @@ def test_mcq_group_means_match_a_brute_force_population():
 
 
 def test_recovery_covers_the_planted_values_at_12_photos():
-    # answer-independent refusal only: with a selective one the complete-case rows are shown unchecked
-    # (tests/test_vlm_refusals.py checks the bounds instead)
-    pl = PlantedReflect(selective_refusal={"two_afc": 0.0, "low_answer": 0.0})
+    # the default planted VLM, selective refusal included: every complete-case row is checked against its
+    # complete-case estimand (tests/test_vlm_complete_case.py), the would-have-answered value beside it
+    pl = PlantedReflect()
     cfg = config(n_boot=400, n_permutations=99, wild_bootstrap=99)
     df = P.simulate_responses(pl, units(12), np.random.default_rng(11))
     out = validation.compute(answers(df, "planted", planted=pl), cfg)
@@ -108,6 +108,9 @@ def test_recovery_covers_the_planted_values_at_12_photos():
     assert informative["width"].notna().all() and (informative["width"] < informative["plausible_range"]).all()
     assert out.metrics["covered"] / out.metrics["informative"] >= 0.85
     assert out.metrics["uninformative"] == len(checks) - len(informative)
+    assert table.loc[table["quantity"] != "delta_g_pooled", "check"].all()
+    moved = table["note"].str.contains("selective refusal")
+    assert moved.any() and ((table["planted"] - table["would_have_answered"]).abs()[moved] > 1e-9).all()
 
 
 def test_an_interval_as_wide_as_the_range_is_uninformative_not_covered():

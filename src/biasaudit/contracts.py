@@ -259,8 +259,8 @@ OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted"
 SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"), ("reason",), method="vlm")
 RETENTION = Table("{vlm}_retention", ("kind", "task", "asked", "retained", "top_reason"), method="vlm")
 VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", "planted", "estimate", *_CI, "width",
-                                            "plausible_range", "covered", "informative", "check"), ("note", "excludes_null"),
-                       method="vlm")
+                                            "plausible_range", "covered", "informative", "check"),
+                       ("note", "excludes_null", "would_have_answered"), method="vlm")
 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,

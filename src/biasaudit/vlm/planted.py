@@ -13,7 +13,8 @@ The declared behaviour (params: `vlms.<name>.planted`, biasaudit.params.vlm.Plan
   plus a *selective* refusal (`selective_refusal`) that depends on the answer the VLM would have given:
   + e_2afc when the would-be chosen image is of a listed group, + e_low when the would-be MCQ letter is
   below the median letter of `base` (salary: below base_usd[occupation]) for an image of a listed group.
-  The estimands below ignore it (they assume answer-independent refusal); `would_answer(planted)` drops
+  `estimands` ignore it (answer-independent refusal, closed forms); `complete_case_estimands` are exact
+  under any refusal (see below) and equal them without a selective one; `would_answer(planted)` drops
   every refusal, so its estimands are the *would-have-answered* values the refusal bounds
   (vlm/analysis/refusals.py) must contain;
   retention loss: an edit of group g is lost with probability l_g, and then every question about it fails,
@@ -40,6 +41,19 @@ occupations, the tasks, both orders):
   paper's) weights each group's cells by its own retention;
 - OLS (y ~ race + gender + photo fixed effects): the probability limit (E[X̃ᵀX̃])⁻¹E[X̃ᵀỹ], enumerating
   all 2¹⁰ retention patterns of a photo.
+
+- complete-case estimands (`complete_case_estimands`, refusal depending on the answer): the refusal uniform is
+  drawn apart from the answer's, so given the answer it is independent of the photo effects. 2AFC: per asked
+  order P(retained, A) = E p · k_A, P(retained) = E p · k_A + E(1 − p) · k_B (k the kept share given the
+  choice), times both edits kept; every pooled quantity is a ratio of these sums (win rate, race win rate,
+  share of 'A', and the BT fit to P(A | retained) weighted by P(retained)); the symmetric estimator's pair
+  moments E[s R₁R₂] and E[R₁R₂] are integrated over D = σ(z_lo − z_hi), which both orders share. Single
+  images: given the photo effect z the ten answers and refusals are independent, with q(z) = P(retained | z)
+  and a(z) = E[value · retained | z] (MCQ: letter probabilities × kept share of the letter; salary: the
+  lognormal mean below / above base_usd, E[e^{σε} 1(ε < c)] = e^{σ²/2} Φ(c − σ)); Δg within photo sums
+  E_z[a_l q_r − q_l a_r] over E_z[q_l a_r], the pooled Δg E a / E q per group, the OLS limit sums the
+  retention patterns' moments given z and integrates over z; the refusal rate adds e_low · P(low answer)
+  averaged over the measures.
 
 - controls: every edited image (a group edit or the null edit) carries the declared `edit_artifact`
   against the unedited original (2AFC log-strength, MCQ latent shift, salary log-effect), which cancels
@@ -559,3 +573,199 @@ def control_delta_pct(planted: Any, measure: str, values: dict[str, float] | Non
     m = [float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
          for e in mcq_shift(planted, task, [NULL_EDIT, ORIGINAL])]
     return float(100 * (m[0] / m[1] - 1))
+
+
+# ---------------------------------------------------------------- complete-case estimands
+
+def kept_given_choice(planted: Any, a: str, b: str) -> tuple[float, float]:
+    """P(not refused | image A chosen), P(not refused | image B chosen) of a comparison of a (first) and b:
+    the refusal uniform is drawn apart from the choice's, so given the choice it is independent of z."""
+    base = float(refusal(planted, a) + refusal(planted, b)) / 2
+    return tuple(1 - base - float(selective_2afc(planted, a, b, c)) for c in ("A", "B"))
+
+
+def order_moments(planted: Any, task: str, a: str, b: str) -> tuple[float, float]:
+    """(P(retained and A chosen), P(retained)) of one comparison of a (first) and b."""
+    p = p_first(planted, task, a, b)
+    k_a, k_b = kept_given_choice(planted, a, b)
+    both_kept = float((1 - loss(planted, a)) * (1 - loss(planted, b)))
+    return both_kept * p * k_a, both_kept * (p * k_a + (1 - p) * k_b)
+
+
+def symmetric_moments(planted: Any, task: str, lo: str, hi: str) -> tuple[float, float]:
+    """(E[s · R_1 R_2], P(R_1 R_2)) of a pair asked in both orders: s the order-averaged share of lo's wins,
+    R_o the retention of order o. Both orders share the photo effects (D = σ(z_lo − z_hi)), so the products
+    are integrated over D."""
+    mu1 = float(position(planted, lo, hi) + strength(planted, task, lo) - strength(planted, task, hi))
+    mu2 = float(position(planted, hi, lo) + strength(planted, task, hi) - strength(planted, task, lo))
+    k1a, k1b = kept_given_choice(planted, lo, hi)   # lo first: A is lo
+    k2a, k2b = kept_given_choice(planted, hi, lo)   # hi first: A is hi
+
+    def moments(d: np.ndarray) -> np.ndarray:
+        p1, p2 = expit(mu1 + d), expit(mu2 - d)
+        won1, kept1 = p1 * k1a, p1 * k1a + (1 - p1) * k1b
+        won2, kept2 = (1 - p2) * k2b, p2 * k2a + (1 - p2) * k2b
+        return np.stack([(won1 * kept2 + kept1 * won2) / 2, kept1 * kept2])
+
+    share, both = expect(moments, np.sqrt(2) * planted.two_afc.photo_sd)
+    both_kept = float((1 - loss(planted, lo)) * (1 - loss(planted, hi)))
+    return both_kept * float(share), both_kept * float(both)
+
+
+def win_tables(codes: list[str], wins: dict, n: dict) -> tuple[pd.DataFrame, Any]:
+    """The win-rate table from expected wins[r, c] and comparisons n[r, c] per photo, and win_of(r, c)."""
+    def win_of(r: str, c: str) -> float:
+        return wins[r, c] / n[r, c]
+
+    return pd.DataFrame([{"row": r, "col": c, "planted": win_of(r, c)} for r in codes for c in codes if r != c]), win_of
+
+
+def two_afc_complete_case(planted: Any, task: str, reference: str = "WF", both_orders: bool = True) -> dict[str, Any]:
+    """two_afc_estimands when refusals may depend on the answer: every quantity from expected retained
+    wins and comparisons per photo (order_moments, symmetric_moments)."""
+    codes = list(GROUP_CODES)
+    asked = [(a, b) for a in codes for b in codes if a != b and (both_orders or shown_first(a, b))]
+    first, kept = {}, {}
+    for k in asked:
+        first[k], kept[k] = order_moments(planted, task, *k)
+    wins = {(r, c): (first.get((r, c), 0.0) + kept.get((c, r), 0.0) - first.get((c, r), 0.0))
+            for r in codes for c in codes if r != c}
+    n = {(r, c): kept.get((r, c), 0.0) + kept.get((c, r), 0.0) for r in codes for c in codes if r != c}
+    win, win_of = win_tables(codes, wins, n)
+    out: dict[str, Any] = {"winrate": win,
+                           "race_winrate": race_winrate_estimands(planted, win_of, lambda _, a, b: n[a, b])}
+    out["share_first"] = sum(first.values()) / sum(kept.values())
+    out["share_first_by_type"] = {kind: sum(first[k] for k in asked if keep(*k)) / sum(kept[k] for k in asked if keep(*k))
+                                  for kind, keep in PAIR_TYPES.items()}
+    out["bradley_terry"] = bradley_terry_pseudo_true(planted, task, {k: first[k] / kept[k] for k in asked}, kept,
+                                                     reference)
+    if both_orders:
+        pairs = [(a, b) for a, b in asked if shown_first(a, b)]
+        s_wins, s_n = {}, {}
+        for lo, hi in pairs:
+            share, both = symmetric_moments(planted, task, lo, hi)
+            s_wins[lo, hi], s_wins[hi, lo], s_n[lo, hi], s_n[hi, lo] = share, both - share, both, both
+        out["winrate_symmetric"], sym_of = win_tables(codes, s_wins, s_n)
+        out["race_winrate_symmetric"] = race_winrate_estimands(planted, sym_of, lambda _, a, b: s_n[a, b])
+        out["bradley_terry_symmetric"] = bradley_terry_symmetric_pseudo_true(
+            planted, task, {k: sym_of(*k) for k in pairs}, {k: s_n[k] for k in pairs}, reference)
+    return out
+
+
+def nodes_and_weights(sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """The quadrature of `expect`: photo effects sd · Z and their weights."""
+    return (np.zeros(1), np.ones(1)) if sd == 0 else (sd * _NODES, _WEIGHTS)
+
+
+def normal_cdf_below(mu: np.ndarray, sd: float, shift: float = 0.0) -> np.ndarray:
+    """Φ(−mu/sd − shift): P(mu + sd · ε < 0) (shift 0) or the lognormal's truncated factor (shift sd);
+    the limit 1[mu < 0] when sd = 0."""
+    from scipy.special import ndtr
+
+    return (np.asarray(mu) < 0).astype(float) if sd == 0 else ndtr(-np.asarray(mu) / sd - shift)
+
+
+def single_moments(planted: Any, measure: str, values: dict[str, float] | None, occupations: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(w, q, a, low) of one single-image measure over the photo effect's quadrature nodes: q[z, g] =
+    P(retained | z), a[z, g] = E[answer value · retained | z] (salary: averaged over the photos'
+    occupations, each photo once), low[z, g] = P(low answer | z); w the nodes' weights. Given z the ten
+    images' answers and refusals are independent."""
+    codes = np.array(GROUP_CODES)
+    sel = planted.selective_refusal
+    extra = sel.low_answer * np.isin(codes, sel.groups)
+    kept_edit, base = 1 - loss(planted, codes), refusal(planted, codes)
+    if measure == "salary_salary":
+        s = planted.salary
+        z, w = nodes_and_weights(s.photo_sd)
+        mu = salary_effect(planted, codes)[None, :] + z[:, None]
+        low = normal_cdf_below(mu, s.noise_sd)
+        below = normal_cdf_below(mu, s.noise_sd, s.noise_sd)  # E[e^{σε} 1(low)] / e^{σ²/2}
+        scale = float(salary_base(planted, occupations).mean()) * np.exp(s.noise_sd ** 2 / 2)
+        a = kept_edit * scale * np.exp(mu) * ((1 - base) - extra * below)
+    else:
+        task = measure.split("_", 1)[1]
+        z, w = nodes_and_weights(planted.mcq.photo_sd)
+        v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
+        probs = mcq_probs(planted, task, mcq_shift(planted, task, codes)[None, :] + z[:, None])  # (z, g, K)
+        is_low = np.arange(probs.shape[-1]) < low_letter(planted, task)
+        low = probs @ is_low.astype(float)
+        kept_answer = (1 - base)[:, None] - extra[:, None] * is_low[None, :]  # (g, K)
+        a = kept_edit * (probs * kept_answer * v).sum(axis=-1)
+    q = kept_edit * (1 - base - extra * low)
+    return w, q, a, low
+
+
+def delta_g_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
+                          gender_reference: str) -> pd.DataFrame:
+    """delta_g_estimands with answer-dependent retention: a cell's terms E[(y_l − y_r) R_l R_r] and
+    E[y_r R_l R_r] integrated over the photo effect both images share."""
+    idx = {g: i for i, g in enumerate(GROUPS)}
+    Ea, Eq = w @ a, w @ q
+    rows = []
+    for dimension, levels, ref, others in (("race", RACES, race_reference, GENDERS),
+                                           ("gender", GENDERS, gender_reference, RACES)):
+        def at(level, other, dimension=dimension):
+            return idx[(level, other)] if dimension == "race" else idx[(other, level)]
+
+        for level in levels:
+            if level == ref:
+                continue
+            lv, rf = [at(level, o) for o in others], [at(ref, o) for o in others]
+            den = w @ (q[:, lv] * a[:, rf]).sum(axis=1)
+            num = w @ (a[:, lv] * q[:, rf]).sum(axis=1) - den
+            pooled = 100 * ((Ea[lv].sum() / Eq[lv].sum()) / (Ea[rf].sum() / Eq[rf].sum()) - 1)
+            rows.append({"dimension": dimension, "level": level, "planted": float(100 * num / den),
+                         "planted_pooled": float(pooled)})
+    return pd.DataFrame(rows)
+
+
+def ols_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
+                      gender_reference: str) -> pd.DataFrame:
+    """ols_estimands with answer-dependent retention: given the photo effect z the retention pattern R has
+    probability Π q^R (1 − q)^(1−R) and a retained answer's mean is a / q; both moments are summed over the
+    patterns and integrated over z."""
+    names, X = [], np.zeros((len(GROUPS), 0))
+    for dim, ref, levels in (("race", race_reference, RACES), ("gender", gender_reference, GENDERS)):
+        for level in levels:
+            if level != ref:
+                X = np.column_stack([X, [float((r if dim == "race" else g) == level) for r, g in GROUPS]])
+                names.append(f"{dim}:{level}")
+    R = np.array(list(product((0.0, 1.0), repeat=len(GROUPS))))
+    n = R.sum(axis=1)
+    R = R[n >= 2]
+    n = n[n >= 2]
+    prob = np.where(R[None, :, :] == 1, q[:, None, :], 1 - q[:, None, :]).prod(axis=-1)  # (z, patterns)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(q > 0, a / q, 0.0)
+    s = R @ X                                                          # (patterns, k)
+    p_bar = w @ prob
+    A = (X.T * (p_bar @ R)) @ X - np.einsum("r,ri,rj->ij", p_bar / n, s, s)
+    Rm = R[None, :, :] * m[:, None, :]                                 # (z, patterns, g)
+    term = Rm @ X - s[None, :, :] * (Rm.sum(axis=-1) / n)[..., None]
+    b = np.einsum("z,zr,zrk->k", w, prob, term)
+    return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
+
+
+def complete_case_estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
+                            measures=("mcq_salary", "mcq_education", "salary_salary"),
+                            both_orders: bool = True) -> dict[str, Any]:
+    """What the complete-case estimators converge to under any planted refusal, answer-dependent
+    (`selective_refusal`) or not: `estimands`' tables (plus `winrate_symmetric`: the order-symmetric
+    estimator's win rates), equal to them when refusal does not depend on the answer."""
+    out: dict[str, Any] = {"two_afc": {t: two_afc_complete_case(planted, t, analysis.bt_reference, both_orders)
+                                       for t in two_afc_tasks}, "single": {}}
+    codes = np.array(GROUP_CODES)
+    values, lows = letter_values(analysis), []
+    sel = planted.selective_refusal
+    for measure in measures:
+        w, q, a, low = single_moments(planted, measure, values[measure], units["occupation"].to_numpy(str))
+        lows.append(w @ low)
+        out["single"][measure] = {
+            "means": (w @ a) / (w @ q),
+            "delta_g": delta_g_complete_case(w, q, a, analysis.race_reference, analysis.gender_reference),
+            "ols": ols_complete_case(w, q, a, analysis.race_reference, analysis.gender_reference)}
+    # refused share of the asked (not lost) single-image questions, each measure asked once per image
+    extra = sel.low_answer * np.isin(codes, sel.groups) * (np.mean(lows, axis=0) if lows else 0.0)
+    out["refusal"] = pd.DataFrame({"group": codes, "planted": refusal(planted, codes) + extra})
+    return out

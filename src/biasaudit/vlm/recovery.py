@@ -1,17 +1,20 @@
 """Method B: does the REFLECT analysis recover what the planted VLM was declared to do?
 
 For a VLM with backend `planted` (SIMULATED answers from declared effects), every estimate of the
-reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact planted value (`vlm.planted.estimands`, on the design
-that was asked: its source photos and their occupations) and its interval: win rates (upper triangle of
+reflect_analysis sections (biasaudit.vlm.analysis: two_afc, gaps, significance) is set beside its exact
+planted value (`vlm.planted.complete_case_estimands`, on the design that was asked: its source photos and
+their occupations) and its interval: win rates (upper triangle of
 each matrix; the lower one is its complement), race win rates within gender, the share of first-image
 answers (position bias, also per pair type), Bradley–Terry strengths (of the estimator the analysis
 headlines: reflect_analysis.two_afc_estimator) and position effect, Δg within photo, OLS coefficients,
 and refusal rates by group. Each row states its interval width; an interval at least as wide as the
 quantity's plausible range is uninformative and counted apart (biasaudit.known_truth). The paper's
 pooled Δg is shown beside the planted within-photo value, with no claim to cover it. With a planted
-selective refusal (answer-dependent), the complete-case rows it biases are shown unchecked, and the
-refusal bounds' CIs (vlm/analysis/refusals.py) are checked against the would-have-answered values (the
-estimands of `planted.would_answer`: the same VLM without refusals).
+selective refusal (answer-dependent) every complete-case row is still checked, against its complete-case
+estimand (`vlm.planted.complete_case_estimands`: what the complete-case estimator converges to); column
+`would_have_answered` holds the value without refusals (the estimands of `planted.would_answer`), and the
+note says where the selective refusal moves it. The refusal bounds' CIs (vlm/analysis/refusals.py) are
+checked against the would-have-answered values.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ from biasaudit import known_truth as K
 from biasaudit.outputs import NO_DATA, Result
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis.inputs import Boot, answer_scales, ratio_intervals
-from biasaudit.vlm.groups import CODE_TO_GROUP, GROUP_CODES
+from biasaudit.vlm.groups import GROUP_CODES
 
 NOTE = "PLANTED truth: the planted VLM's declared effects (SIMULATED answers, not a model)"
 RANGE = {"win_rate": 1.0, "race_win_rate": 1.0, "share_first": 1.0, "refusal_rate": 1.0,
          "bt_strength": 4.0,  # log-odds −2 … 2 between two groups: win probabilities 0.12 … 0.88
          "delta_g": 100.0}  # percentage points, −50 % … +50 %
-COLUMNS = ["vlm", "task", "group"] + K.COLUMNS
+COLUMNS = ["vlm", "task", "group"] + K.COLUMNS + ["would_have_answered"]
 
 
 def design(responses: pd.DataFrame) -> pd.DataFrame:
@@ -46,12 +49,12 @@ def _two_afc_rows(vlm: str, tasks: dict[str, dict[str, Any]], truth: dict[str, A
         if task not in tasks:
             continue
         e = tasks[task]
-        est = e["winrate"].merge(t["winrate"], on=["row", "col"])
+        symmetric = e.get("estimator") == "symmetric"
+        est = e["winrate"].merge(t["winrate_symmetric" if symmetric else "winrate"], on=["row", "col"])
         order = {g: i for i, g in enumerate(GROUP_CODES)}
         for r in est[[order[a] < order[b] for a, b in zip(est["row"], est["col"])]].itertuples():
             rows.append(K.row("win_rate", r.planted, r.rate, r.low, r.high, RANGE["win_rate"], null=0.5, vlm=vlm, task=task,
                               group=f"{r.row}>{r.col}"))
-        symmetric = e.get("estimator") == "symmetric"
         rw = e["race_winrate"].merge(t["race_winrate_symmetric" if symmetric else "race_winrate"], on=["gender", "race"])
         for r in rw.itertuples():
             rows.append(K.row("race_win_rate", r.planted, r.rate, r.low, r.high, RANGE["race_win_rate"], null=0.5, vlm=vlm,
@@ -115,31 +118,21 @@ def _refusal_rows(vlm: str, responses: pd.DataFrame, truth: dict[str, Any], boot
                   group=c) for c, p, r in zip(codes, truth["refusal"]["planted"], est.itertuples())]
 
 
-SELECTIVE = ("selective refusal planted: the complete-case estimand differs from the declared one (refusals "
-             "depend on the answer); the *_bounds rows check the would-have-answered value instead")
+def with_would_answer(rows: list[dict], would_rows: list[dict], planted: Any) -> list[dict]:
+    """Each complete-case row with the would-have-answered value beside it (`would_rows`: the same rows
+    built from the estimands of `planted.would_answer`); where a selective refusal is planted the note
+    says how far it moves the complete-case estimand."""
+    out = []
+    for r, w in zip(rows, would_rows, strict=True):
+        r = r | {"would_have_answered": w["planted"]}
+        if P.selective(planted) and abs(r["planted"] - w["planted"]) > 1e-9:
+            moved = f"{SELECTIVE}: would have answered {w['planted']:+.4g}"
+            r["note"] = "; ".join(x for x in (r["note"], moved) if x)
+        out.append(r)
+    return out
 
 
-def untouched(row: dict, groups: list[str]) -> bool:
-    """Whether a complete-case row is free of the planted selective refusal of `groups`: a win-rate cell
-    between two other groups, a race Δg of another race (its matched cells hold no listed group)."""
-    races = {CODE_TO_GROUP[g][0] for g in groups}
-    if row["quantity"] == "win_rate":
-        return not set(row["group"].split(">")) & set(groups)
-    if row["quantity"] in ("delta_g", "delta_g_pooled"):
-        dimension, level = row["group"].split(":")
-        return dimension == "race" and level not in races
-    if row["quantity"] == "refusal_rate":
-        return row["group"] not in groups
-    return False
-
-
-def with_selective(rows: list[dict], planted: Any) -> list[dict]:
-    """Complete-case rows that a planted selective refusal biases are shown, not checked (SELECTIVE)."""
-    if not P.selective(planted):
-        return rows
-    groups = planted.selective_refusal.groups
-    return [r if untouched(r, groups) else r | {"check": False, "note": "; ".join(x for x in (r["note"], SELECTIVE) if x)}
-            for r in rows]
+SELECTIVE = "complete-case estimand under the planted selective refusal"
 
 
 def _bounds_rows(vlm: str, bounds: dict[str, Any], truth: dict[str, Any]) -> list[dict]:
@@ -172,17 +165,21 @@ def recovery(vlm: str, responses: pd.DataFrame, planted: Any, cfg: Any, tasks: d
     out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")
     units = design(responses)
     both_orders = bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any())
-    truth = P.estimands(planted, units, cfg.reflect_analysis,
-                        two_afc_tasks=tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
-                        measures=tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
-                                       if ((responses["kind"] + "_" + responses["task"]) == m).any()),
-                        both_orders=both_orders)
-    rows = with_selective(_two_afc_rows(vlm, tasks, truth) + _single_rows(vlm, single, truth, answer_scales(cfg)) +
-                          _refusal_rows(vlm, responses, truth, boot.resampling), planted)
+    design_of = {"two_afc_tasks": tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
+                 "measures": tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
+                                   if ((responses["kind"] + "_" + responses["task"]) == m).any()),
+                 "both_orders": both_orders}
+    truth = P.complete_case_estimands(planted, units, cfg.reflect_analysis, **design_of)
+    would = P.complete_case_estimands(P.would_answer(planted), units, cfg.reflect_analysis, **design_of)
+    scales = answer_scales(cfg)
+
+    def estimate_rows(t: dict[str, Any]) -> list[dict]:
+        return _two_afc_rows(vlm, tasks, t) + _single_rows(vlm, single, t, scales)
+
+    rows = with_would_answer(estimate_rows(truth), estimate_rows(would), planted) + \
+        _refusal_rows(vlm, responses, truth, boot.resampling)
     if bounds is not None:
-        would = P.estimands(P.would_answer(planted), units, cfg.reflect_analysis, two_afc_tasks=tuple(truth["two_afc"]),
-                            measures=tuple(truth["single"]), both_orders=both_orders)
-        rows += _bounds_rows(vlm, bounds, would)
+        rows += [r | {"would_have_answered": r["planted"]} for r in _bounds_rows(vlm, bounds, would)]
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.tables[C.VLM_VALIDATION.of(vlm)] = table
     out.notes.append(NOTE)
