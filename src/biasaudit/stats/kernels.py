@@ -113,3 +113,92 @@ def cell_dots(S, sq, tot):
                 b += v * total[k]
             sq[p, g] = a
             tot[p, g] = b
+
+
+@numba.njit(cache=True, nogil=True)
+def shuffle_segments(codes, bounds, u, out):
+    """out[t] = codes with each segment [bounds[s], bounds[s + 1]) shuffled (Fisher–Yates driven by the
+    uniforms u[t], one per position): b uniform permutations per segment from one vectorised draw of u."""
+    b = u.shape[0]
+    for t in range(b):
+        for j in range(codes.shape[0]):
+            out[t, j] = codes[j]
+        for s in range(bounds.shape[0] - 1):
+            a = bounds[s]
+            for i in range(bounds[s + 1] - 1, a, -1):
+                r = a + min(int(u[t, i] * (i - a + 1)), i - a)  # u·(i − a + 1) can round up to i − a + 1
+                tmp = out[t, i]
+                out[t, i] = out[t, r]
+                out[t, r] = tmp
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FLAGS)
+def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
+    """Per prompt p (rows idx[bounds[p]:bounds[p + 1]] of the unit rows U), draw t (codes[t], one group code
+    per row of idx) and group g: sq = ‖S_ptg‖², tot = S_ptg · S_p, q = Σ ‖u‖² and cnt = the count over the
+    rows coded g, S_ptg their sum and S_p the prompt's sum. Outputs P × b × G, written in place.
+
+    O(n_p · d) per prompt and draw, never an n_p × n_p matrix: each row is added to its group's sum, except
+    the rows of the draw's largest group, whose sum is S_p minus the others'. The columns go in blocks
+    that keep a prompt's rows in L2 across the draws; rows are added in index order, so a draw that codes
+    every row as another draw does gives bitwise the same sums (ties stay ties)."""
+    b, M = codes.shape
+    P = bounds.shape[0] - 1
+    G = sq.shape[2]
+    d = U.shape[1]
+    v = np.zeros(M)
+    qn = np.zeros(M)
+    count = np.zeros(G)
+    for p in range(P):
+        a, e = bounds[p], bounds[p + 1]
+        if e == a:
+            continue
+        step = max(16, min(d, (65536 // (e - a)) // 16 * 16))  # n_p × step float32 ≈ 256 KB
+        total = np.zeros(d)
+        for j in range(a, e):
+            for k in range(d):
+                total[k] += U[idx[j], k]
+        for j in range(a, e):
+            s1 = 0.0
+            s2 = 0.0
+            for k in range(d):
+                x = np.float64(U[idx[j], k])
+                s1 += x * total[k]
+                s2 += x * x
+            v[j] = s1
+            qn[j] = s2
+        for t in range(b):
+            count[:] = 0.0
+            for j in range(a, e):
+                c = codes[t, j]
+                count[c] += 1.0
+                tot[p, t, c] += v[j]
+                q[p, t, c] += qn[j]
+            for g in range(G):
+                cnt[p, t, g] = count[g]
+        acc = np.empty((G, step))
+        for k0 in range(0, d, step):
+            k1 = min(d, k0 + step)
+            for t in range(b):
+                big = 0
+                for g in range(G):
+                    if cnt[p, t, g] > cnt[p, t, big]:
+                        big = g
+                acc[:, :] = 0.0
+                for j in range(a, e):
+                    c = codes[t, j]
+                    if c != big:
+                        i = idx[j]
+                        for k in range(k0, k1):
+                            acc[c, k - k0] += U[i, k]
+                for k in range(k0, k1):
+                    rest = total[k]
+                    for g in range(G):
+                        if g != big:
+                            rest -= acc[g, k - k0]
+                    acc[big, k - k0] = rest
+                for g in range(G):
+                    s = 0.0
+                    for k in range(k1 - k0):
+                        s += acc[g, k] * acc[g, k]
+                    sq[p, t, g] += s
