@@ -433,10 +433,11 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 #
 # Estimand: the population ratio E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (and
 # their images); the interval is a prompt-cluster bootstrap of the ratio of per-prompt totals (the
-# resampling engine's sums_statistic). Pairs never leave a prompt, so the per-prompt Gram matrices
-# X_p X_pᵀ (n_p × n_p, never N × N) hold everything: one fused pass over X (norms, unit rows, Grams),
-# after which every labelling (race, L* bin), every permutation and the near-duplicate rates cost
-# O(Σ n_p²), independently of the embedding dimension.
+# resampling engine's sums_statistic). Over distinct pairs of unit rows, Σ cos = (‖S_pg‖² − Σ‖x‖²)/2
+# inside g and S_pg · S_ph between g and h, so the point, the bootstrap and every permutation draw need
+# only per-(prompt, group) sums: O(n_p · d) per prompt and draw, linear in the images per prompt. Only the
+# near-duplicate pairs (cosine ≥ a threshold) are pairwise by nature: each prompt's Gram matrix, in row
+# blocks, O(n_p² · d) (benchmarks/results/homogeneity_scaling.txt).
 
 @dataclass
 class PromptBlocks:
@@ -620,6 +621,15 @@ def within_prompt_statistics(blocks: PromptBlocks, labellings: Sequence[tuple[np
     return out
 
 
+def _chunks(n_perm: int, first: int = 32, most: int = 256):
+    """Draws per batch: `first`, then doubling up to `most`, summing to n_perm."""
+    done = 0
+    while done < n_perm:
+        b = min(n_perm - done, first if done == 0 else min(done, most))
+        yield b
+        done += b
+
+
 def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], n_perm: int,
                                seed: int = 0, design: str = "within", stop_after: int = 0,
                                first_chunk: int = 32, max_chunk: int = 256, studentise: bool = True
@@ -658,8 +668,9 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     T = len(observed)
     exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
     done = 0
-    while done < n_perm and not (stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all()):
-        b_now = min(n_perm - done, first_chunk if done == 0 else min(done, max_chunk))  # doubling chunks
+    for b_now in _chunks(n_perm, first_chunk, max_chunk):
+        if stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all():
+            break
         stats = [_statistics(_draw_terms(blocks, lab, draw_within(lab, b_now, rng, design)), lab.n_groups, studentise)
                  for lab in labs]
         hits = np.concatenate(stats, axis=1) >= observed - 1e-6  # NaN is no hit
@@ -694,9 +705,9 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     cosine ≥ `near_dup_cosine` (near_dup_rate: share of the group's images with another image of the
     same prompt at least that similar), and with `paper` the paper's unstratified gap (intra, inter,
     gap, gap_lo, gap_hi: pairs across prompts too) beside it. Per labelling, one pass over X gives the
-    per-(prompt, group) sums behind both gaps and their bootstraps; the per-prompt Gram matrices (one
-    more pass, `blocks`) serve only the permutation test and the near-duplicates, and are built only
-    when one of them is asked for.
+    per-(prompt, group) sums behind both gaps and their bootstraps; the unit rows by prompt (one more
+    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (each prompt's Gram
+    matrix in row blocks: quadratic in n_p), and are built only when one of them is asked for.
 
     The localising test (pairwise gaps, intersection-union rule at `localise_alpha`, default 1 − level) adds
     p_localise and flagged; with `near_dup_cosine`, the same with near-duplicate pairs left out (p_dedup_localise,
