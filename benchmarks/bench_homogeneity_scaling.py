@@ -5,8 +5,12 @@ medians. Parts timed separately:
     floor        one pass over X: the per-(prompt, group) sums (stats.homogeneity.cell_sums_many)
     inference    within_prompt_table without permutations or near-duplicates: point, prompt-cluster
                  bootstrap of the within-prompt gap and the localising test (pairwise gaps, t tests)
-    near-dup     per-prompt Gram matrices and the near-duplicate-free pair sums (pairs: quadratic in n_p)
-    permutation  the within-prompt permutation test (per-prompt Grams and one-hot GEMMs)
+    near-dup     unit rows by prompt, then each prompt's Gram matrix in row blocks: the near-duplicate flags and
+                 copy-pair sums (stats.homogeneity.near_duplicate_pairs). QUADRATIC in n_p by nature (every
+                 pair's cosine is compared with the threshold): expect about 16× at 4×
+    permutation  the within-prompt permutation test on the unit rows by prompt (group sums per draw:
+                 O(n_p · d) per prompt and draw, linear; the unit rows themselves are built once, outside)
+    draws        its shuffles alone (one batch of uniforms, Fisher–Yates per prompt)
 
     python benchmarks/bench_homogeneity_scaling.py [--per-prompt 100] [--dim 512] [--reps 3] [--n-boot 1000]
         [--n-perm 100]
@@ -15,6 +19,7 @@ medians. Parts timed separately:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -43,14 +48,21 @@ def parts(X, prompts, labels, n_boot, n_perm):
         H.within_prompt_table(X, prompts, {"race": labels}, n_boot=n_boot, n_perm=0, paper=False)
 
     def near_dup():
-        H.pair_sums_dedup(H.prompt_blocks(X, prompts), codes, 5, 0.95)
+        H.near_duplicate_pairs(H.prompt_blocks(X, prompts), [(codes, 5)], 0.95)
 
     blocks = H.prompt_blocks(X, prompts)
+    lab = H._labelled(blocks, codes, 5)
 
     def permutation():
         H.within_prompt_permutations(blocks, [(codes, 5)], n_perm, seed=0)
 
-    return {"floor": floor, "inference": inference, "near-dup": near_dup, "permutation": permutation}
+    def draws():
+        rng = np.random.default_rng(0)
+        for b in H._chunks(n_perm):
+            H.draw_within(lab, b, rng)
+
+    return {"floor": floor, "inference": inference, "near-dup": near_dup, "permutation": permutation,
+            "draws": draws}
 
 
 def cpu(fn) -> float:
@@ -83,7 +95,9 @@ def main() -> None:
           f"ratio at 4× images per prompt ({sizes[0]} → {sizes[1]})")
     for k in jobs[sizes[0]]:
         t1, t4 = statistics.median(times[(sizes[0], k)]), statistics.median(times[(sizes[1], k)])
-        print(f"  {k:12s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×")
+        note = "  (quadratic: pairwise by nature)" if k == "near-dup" else ""
+        print(f"  {k:12s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×{note}")
+    print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (shared machine)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The fast paths of the analysis against the direct computation: per-(prompt, group) sums of several
-labellings in one pass, the permutation test's one-hot columns, and the figures' shared bounding box."""
+labellings in one pass, the permutation test's per-draw group sums, and the figures' shared bounding box."""
 
 import numpy as np
 import pytest
@@ -44,15 +44,34 @@ def test_cell_dots_equal_the_definition():
             assert tot[p, g] == pytest.approx(sum(float(S[p, g] @ S[p, h]) for h in range(3)), rel=1e-12)
 
 
-@pytest.mark.parametrize("sizes", [[5, 4], [3], [70, 80]])  # [70, 80]: too many code pairs for one table
-def test_one_hot_equals_comparison(sizes):
-    rng = np.random.default_rng(len(sizes))
-    k, b, n = 3, 4, 6
-    codes = [rng.integers(-1, g, size=(k, b, n)).astype(np.int16) for g in sizes]
-    Z = H._one_hot(codes, sizes)
-    ref = np.concatenate([np.swapaxes(c, 1, 2)[..., None] == np.arange(g) for c, g in zip(codes, sizes)], axis=-1)
-    assert Z.dtype == np.float32 and Z.flags.c_contiguous and Z.shape == (k, n, b, sum(sizes))
-    np.testing.assert_array_equal(Z, ref.astype(np.float32))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_permuted_cell_dots_equal_the_definition(dtype):
+    """Per prompt, draw and group: ‖S‖², S · S_p, Σ‖u‖² and the count from explicit sums over the rows coded g
+    (prompts of 7, 0 and 12 rows; the largest group, whose sum the kernel takes as S_p minus the others, varies
+    by draw); two draws that code every row alike give bitwise equal results."""
+    rng = np.random.default_rng(4)
+    U = rng.normal(size=(25, 9)).astype(dtype)
+    idx = rng.permutation(25)[:19]
+    bounds = np.array([0, 7, 7, 19])
+    b, G = 6, 4
+    codes = rng.integers(0, G, size=(b, 19)).astype(np.int16)
+    codes[5] = codes[2]
+    out = [np.zeros((3, b, G)) for _ in range(4)]
+    kernels.permuted_cell_dots(U, idx, bounds, codes, *out)
+    sq, tot, q, cnt = out
+    for p in range(3):
+        rows = np.arange(bounds[p], bounds[p + 1])
+        Sp = U[idx[rows]].astype(np.float64).sum(axis=0)
+        for t in range(b):
+            for g in range(G):
+                mine = rows[codes[t, rows] == g]
+                S = U[idx[mine]].astype(np.float64).sum(axis=0)
+                assert sq[p, t, g] == pytest.approx(S @ S, rel=1e-5, abs=1e-5)
+                assert tot[p, t, g] == pytest.approx(S @ Sp, rel=1e-5, abs=1e-5)
+                assert q[p, t, g] == pytest.approx((U[idx[mine]].astype(np.float64) ** 2).sum(), rel=1e-9)
+                assert cnt[p, t, g] == len(mine)
+    for x in out:
+        assert (x[:, 5] == x[:, 2]).all()
 
 
 def test_shared_bounding_box_is_the_tight_one():

@@ -156,14 +156,17 @@ def test_two_labellings_share_one_pass_and_agree_with_separate_runs():
 
 def test_within_draws_shuffle_only_inside_each_prompt_among_labelled_rows():
     rng = np.random.default_rng(10)
-    codes = rng.integers(-1, 3, size=(4, 12)).astype(np.int16)
-    drawn = H._within_draws(codes, 50, rng)
-    assert drawn.shape == (4, 50, 12)
-    for k in range(4):
-        assert ((drawn[k] < 0) == (codes[k] < 0)).all()  # unlabelled rows stay unlabelled
-        for row in drawn[k]:
-            assert sorted(row) == sorted(codes[k])  # the prompt's label multiset is kept
-    assert len({tuple(r) for r in drawn[0]}) > 1
+    prompts = np.repeat(np.arange(4), 12)
+    codes = rng.integers(-1, 3, size=48)
+    blocks = H.prompt_blocks(rng.normal(size=(48, 5)), prompts)
+    lab = H._labelled(blocks, codes, 3)
+    assert (lab.idx == np.flatnonzero(codes >= 0)).all()  # only labelled rows take part (rows already by prompt)
+    drawn = H.draw_within(lab, 50, rng)
+    assert drawn.shape == (50, int((codes >= 0).sum()))
+    for a, e in zip(lab.bounds[:-1], lab.bounds[1:]):
+        for row in drawn[:, a:e]:
+            assert sorted(row) == sorted(codes[codes >= 0][a:e])  # the prompt's label multiset is kept
+    assert len({tuple(r) for r in drawn}) > 1
 
 
 def test_across_design_detects_signal():

@@ -433,21 +433,23 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 #
 # Estimand: the population ratio E_p[w_pg Δ_pg] / E_p[w_pg] over the population of prompts (and
 # their images); the interval is a prompt-cluster bootstrap of the ratio of per-prompt totals (the
-# resampling engine's sums_statistic). Pairs never leave a prompt, so the per-prompt Gram matrices
-# X_p X_pᵀ (n_p × n_p, never N × N) hold everything: one fused pass over X (norms, unit rows, Grams),
-# after which every labelling (race, L* bin), every permutation and the near-duplicate rates cost
-# O(Σ n_p²), independently of the embedding dimension.
+# resampling engine's sums_statistic). Over distinct pairs of unit rows, Σ cos = (‖S_pg‖² − Σ‖x‖²)/2
+# inside g and S_pg · S_ph between g and h, so the point, the bootstrap and every permutation draw need
+# only per-(prompt, group) sums: O(n_p · d) per prompt and draw, linear in the images per prompt. Only the
+# near-duplicate pairs (cosine ≥ a threshold) are pairwise by nature: each prompt's Gram matrix, in row
+# blocks, O(n_p² · d) (benchmarks/results/homogeneity_scaling.txt).
 
 @dataclass
 class PromptBlocks:
-    """Per prompt: the rows of X (usable ones only) and their unit-row Gram matrix. Prompts with the same
-    number of usable rows share one size class: their Gram matrices are stacked (k × n × n), so every
-    later step is a batched GEMM over equal prompt blocks instead of a loop over prompts."""
+    """The usable rows of X scaled to unit length, grouped by prompt: prompt p is rows bounds[p]:bounds[p + 1]
+    of `units` (float32, or float64 for float64 input). The permutation test reads them in O(n_p · d) per
+    prompt and draw; only the near-duplicate pairs form a prompt's Gram matrix, in row blocks."""
 
     prompts: list  # prompt names
     rows: list[np.ndarray]  # per prompt: indices into X of its usable rows
     n_dropped: np.ndarray  # per row of X: True where the row was zero or not finite (left out)
-    classes: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (prompt indices k, rows k×n, Grams k×n×n)
+    units: np.ndarray  # (Σ n_p) × d unit rows, prompt by prompt
+    bounds: np.ndarray  # P + 1 offsets into units
 
     @property
     def n_prompts(self) -> int:
@@ -455,14 +457,14 @@ class PromptBlocks:
 
 
 def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> PromptBlocks:
-    """One pass over X, prompt by prompt: norms, unit rows and the Gram matrix of each prompt's usable
-    rows (float32 BLAS). Rows without a prompt (NaN/None) and zero or non-finite rows are left out."""
+    """One pass over X, prompt by prompt: norms and unit rows of each prompt's usable rows. Rows without a
+    prompt (NaN/None) and zero or non-finite rows are left out."""
     pcodes, names = _codes(prompts)
     order = np.argsort(pcodes, kind="stable")
     order = order[pcodes[order] >= 0]
     bounds = np.searchsorted(pcodes[order], np.arange(len(names) + 1))
     dtype = _work_dtype(X)
-    rows, grams = [], []
+    rows, units = [], []
     dropped = np.zeros(len(pcodes), dtype=bool)
     for p in range(len(names)):
         idx = np.sort(order[bounds[p]:bounds[p + 1]])
@@ -474,76 +476,23 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
         if normalise:
             Xp = Xp * (1.0 / np.sqrt(sq)).astype(dtype)[:, None]
         rows.append(idx)
-        grams.append(Xp @ Xp.T)
-    classes = []
-    sizes = np.array([len(r) for r in rows])
-    for n in np.unique(sizes[sizes > 0]):
-        members = np.flatnonzero(sizes == n)
-        classes.append((members, np.stack([rows[p] for p in members]), np.stack([grams[p] for p in members])))
-    return PromptBlocks(list(names), rows, dropped, classes)
+        units.append(Xp)
+    d = X.shape[1] if X.ndim == 2 else 0
+    U = np.ascontiguousarray(np.concatenate(units)) if units else np.zeros((0, d), dtype)
+    return PromptBlocks(list(names), rows, dropped, U, np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
 
 
-Z_BUDGET = 4_000_000  # float32 cells of one one-hot batch (16 MB): prompts of a class go in sub-batches
+GRAM_ROWS = 256  # rows of a prompt's Gram matrix formed at once (near-duplicates): at most 256 × n_p floats
 
 
-def _class_terms(Gs: np.ndarray, codes: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.ndarray]:
-    """Per labelling: (k, b, 4G) per-prompt terms [w·Δ, w·intra, w·inter, w] for (k, b, n) label codes
-    (−1 = no group) of k equal-size prompts with Gram matrices Gs (k × n × n). Every labelling's one-hot
-    columns go through one batched GEMM: ‖S_pg‖² = z_gᵀ G z_g, S_pg·S_p = z_gᵀ G 1_labelled. The GEMM's
-    left side carries, below G, the rows diag(G)ᵀ (→ Σ‖x‖² per group), 1ᵀ (→ counts) and, for each
-    labelling whose labelled rows are the same in every draw, (G 1_labelled)ᵀ (→ S_pg·S_p), so one pass
-    over the one-hot columns gives every term but ‖S_pg‖²."""
-    k, n, _ = Gs.shape
-    b = codes[0].shape[1]
-    C = int(sum(sizes))
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    Z = _one_hot(codes, sizes)  # k × n × b × C, C-contiguous so that the GEMM reads it in place
-    labs = [(c >= 0).astype(np.float32) for c in codes]  # k × b × n
-    same = [b == 1 or bool((lab == lab[:, :1]).all()) for lab in labs]  # within-prompt shuffles keep them
-    extra = [np.diagonal(Gs, axis1=1, axis2=2)[:, None, :], np.ones((k, 1, n), np.float32)]
-    extra += [np.matmul(lab[:, :1], Gs) for lab, sm in zip(labs, same) if sm]  # (G 1_labelled)ᵀ: k × 1 × n
-    L = np.concatenate([Gs, *extra], axis=1)
-    GZ = np.matmul(L, Z.reshape(k, n, b * C)).reshape(k, len(L[0]), b, C)
-    sq = np.einsum("knbc,knbc->kbc", Z, GZ[:, :n]).astype(np.float64)  # float32 sums of ≤ n terms, then float64
-    q = GZ[:, n].astype(np.float64)
-    cnt = GZ[:, n + 1].astype(np.float64)
-    out, row = [], n + 2
-    for j, (lab, sm) in enumerate(zip(labs, same)):
-        sl = slice(offsets[j], offsets[j + 1])
-        if sm:
-            tot = GZ[:, row, :, sl].astype(np.float64)
-            row += 1
-        else:  # labelled rows differ between draws (design 'across'): x_i · S_p per draw
-            tot = np.einsum("kbn,knbg->kbg", np.matmul(lab, Gs), Z[..., sl]).astype(np.float64)
-        intra, inter, delta, w = _delta(cnt[..., sl], q[..., sl], sq[..., sl], tot, lab.sum(axis=-1, dtype=np.float64))
-        out.append(np.concatenate([w * delta, w * intra, w * inter, w], axis=-1))
-    return out
-
-
-def _one_hot(codes: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
-    """k × n × b × ΣG float32 one-hot columns of every labelling's (k, b, n) codes (−1: no column), in one
-    gather from a table whose rows are the one-hot rows of every combination of codes."""
-    radix = [g + 1 for g in sizes]
-    if int(np.prod(radix)) > 4096:  # many groups: one comparison per labelling
-        return np.concatenate([np.ascontiguousarray(np.swapaxes(c, 1, 2))[..., None] == np.arange(g, dtype=c.dtype)
-                               for c, g in zip(codes, sizes)], axis=-1).astype(np.float32)
-    table = np.zeros((*radix, int(sum(sizes))), np.float32)
-    off = 0
-    for j, g in enumerate(sizes):
-        idx = [slice(None)] * len(sizes)
-        for v in range(g):
-            idx[j] = v + 1
-            table[(*idx, off + v)] = 1.0
-        off += g
-    key = np.zeros(np.swapaxes(codes[0], 1, 2).shape, np.intp)
-    for c, r in zip(codes, radix):
-        key = key * r + (np.swapaxes(c, 1, 2) + 1)
-    return np.take(table.reshape(-1, table.shape[-1]), key, axis=0)  # np.take: far faster than fancy indexing
-
-
-def _class_batches(k: int, n: int, b: int, C: int):
-    step = max(1, Z_BUDGET // max(1, n * b * C))
-    return [slice(s, min(k, s + step)) for s in range(0, k, step)]
+def _gram_blocks(blocks: PromptBlocks):
+    """(p, r0, r1, U_p[r0:r1] U_pᵀ) over every prompt in row blocks of GRAM_ROWS (float32 BLAS for float32 input):
+    the near-duplicate pairs are pairwise, so this is O(n_p² · d) per prompt, the only quadratic step."""
+    for p in range(blocks.n_prompts):
+        Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
+        for r0 in range(0, len(Up), GRAM_ROWS):
+            r1 = min(len(Up), r0 + GRAM_ROWS)
+            yield p, r0, r1, Up[r0:r1] @ Up.T
 
 
 def _delta(n, q, sq, tot, m):
@@ -586,34 +535,11 @@ def within_prompt_statistic(n_groups: int):
 
 
 def near_duplicates(blocks: PromptBlocks, n_rows: int, threshold: float) -> np.ndarray:
-    """Per row of X: True where another usable image of the same prompt has cosine ≥ `threshold`."""
+    """Per row of X: True where another usable image of the same prompt has cosine ≥ `threshold`
+    (near_duplicate_pairs: quadratic in the images per prompt)."""
     flag = np.zeros(n_rows, dtype=bool)
-    for _, rows, Gs in blocks.classes:
-        if rows.shape[1] < 2:
-            continue
-        eye = np.eye(rows.shape[1], dtype=bool)
-        flag[rows] = np.where(eye, -np.inf, Gs).max(axis=2) >= threshold
+    flag[:len(blocks.n_dropped)] = near_duplicate_pairs(blocks, [], threshold)[0]
     return flag
-
-
-def _within_draws(codes: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
-    """(k, b, n) codes: each prompt's labelled codes shuffled among its labelled rows (−1 rows stay)."""
-    k, n = codes.shape
-    out = np.full((k, b, n), -1, dtype=codes.dtype)
-    labelled = (codes >= 0).sum(axis=1)
-    pos = np.argsort(codes < 0, axis=1, kind="stable")  # each prompt's labelled positions first
-    for m in np.unique(labelled):
-        if m == 0:
-            continue
-        sel = np.flatnonzero(labelled == m)
-        at = pos[sel, :m]
-        packed = np.take_along_axis(codes[sel], at, axis=1)
-        drawn = rng.permuted(np.broadcast_to(packed[:, None, :], (len(sel), b, m)), axis=2)
-        if m == n:  # every row labelled: the draws are the block
-            out[sel] = drawn
-        else:
-            out[sel[:, None, None], np.arange(b)[None, :, None], at[:, None, :]] = drawn
-    return out
 
 
 def _moments(terms: np.ndarray, g: int) -> np.ndarray:
@@ -635,33 +561,73 @@ def _studentised(m: np.ndarray) -> np.ndarray:
     return np.where(se_ok, t, delta)
 
 
-def _draw_statistics(blocks: PromptBlocks, drawn: list[list[np.ndarray]], sizes: Sequence[int], b: int,
-                     studentise: bool) -> np.ndarray:
-    """drawn[labelling][size class]: (k, b, n) codes → (b, Σ(G + 1)) statistics: per labelling, each
-    group's (studentised) within-prompt gap, then the pooled within-prompt gap."""
-    C = int(sum(sizes))
-    acc = None
-    for ci, (members, rows, Gs) in enumerate(blocks.classes):
-        for sl in _class_batches(len(members), rows.shape[1], b, C):
-            terms = _class_terms(Gs[sl], [d[ci][sl] for d in drawn], sizes)
-            sums = [_moments(t, g) for t, g in zip(terms, sizes)]
-            acc = sums if acc is None else [a + s for a, s in zip(acc, sums)]
-    parts = []
-    for s in acc:
-        parts.append(_studentised(s) if studentise else _ratio(s[0], s[1]))
-        parts.append(_ratio(s[0].sum(axis=1, keepdims=True), s[1].sum(axis=1, keepdims=True)))
-    return np.concatenate(parts, axis=1)
+@dataclass
+class _Labelled:
+    """One labelling's labelled usable rows, prompt by prompt: positions `idx` into blocks.units, their codes,
+    per-prompt offsets `bounds` into idx, and the labelled counts m per prompt."""
+
+    idx: np.ndarray
+    codes: np.ndarray
+    bounds: np.ndarray
+    m: np.ndarray
+    n_groups: int
+
+
+def _labelled(blocks: PromptBlocks, codes: np.ndarray, n_groups: int) -> _Labelled:
+    rows = np.concatenate(blocks.rows) if blocks.rows else np.zeros(0, np.int64)
+    c = np.asarray(codes)[rows].astype(np.int16)
+    keep = c >= 0
+    prompt = np.repeat(np.arange(blocks.n_prompts), np.diff(blocks.bounds))
+    m = np.bincount(prompt[keep], minlength=blocks.n_prompts)
+    return _Labelled(np.flatnonzero(keep), c[keep], np.concatenate([[0], np.cumsum(m)]), m.astype(np.float64),
+                     int(n_groups))
+
+
+def _draw_terms(blocks: PromptBlocks, lab: _Labelled, drawn: np.ndarray) -> np.ndarray:
+    """(P, b, 4G) per-prompt terms [w·Δ, w·intra, w·inter, w] of the (b, M) drawn codes of the labelled rows:
+    ‖S_pg‖², S_pg·S_p, Σ‖u‖² and counts from kernels.permuted_cell_dots, O(n_p · d) per prompt and draw."""
+    b, G, P = len(drawn), lab.n_groups, blocks.n_prompts
+    sq, tot, q, cnt = (np.zeros((P, b, G)) for _ in range(4))
+    kernels.permuted_cell_dots(blocks.units, lab.idx, lab.bounds, np.ascontiguousarray(drawn), sq, tot, q, cnt)
+    m = np.broadcast_to(lab.m[:, None], (P, b))
+    intra, inter, delta, w = _delta(cnt, q, sq, tot, m)
+    return np.concatenate([w * delta, w * intra, w * inter, w], axis=-1)
+
+
+def _statistics(terms: np.ndarray, g: int, studentise: bool) -> np.ndarray:
+    """(b, G + 1): each group's (studentised) within-prompt gap, then the pooled within-prompt gap."""
+    s = _moments(terms, g)
+    own = _studentised(s) if studentise else _ratio(s[0], s[1])
+    return np.concatenate([own, _ratio(s[0].sum(axis=1, keepdims=True), s[1].sum(axis=1, keepdims=True))], axis=1)
+
+
+def draw_within(lab: _Labelled, b: int, rng: np.random.Generator, design: str = "within") -> np.ndarray:
+    """(b, M) codes of the labelled rows, shuffled within each prompt ('within') or over all of them
+    ('across'): one vectorised draw of b × M uniforms, then a Fisher–Yates pass per segment (kernels)."""
+    seg = lab.bounds if design == "within" else np.array([0, len(lab.codes)])
+    out = np.empty((b, len(lab.codes)), np.int16)
+    kernels.shuffle_segments(lab.codes, seg, rng.random((b, len(lab.codes))), out)
+    return out
 
 
 def within_prompt_statistics(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]],
                              studentise: bool = True) -> list[np.ndarray]:
     """The observed test statistics of within_prompt_permutations, per labelling (G + 1): each group's
     within-prompt gap over its prompt-cluster SE (or the plain gap), then the pooled gap."""
-    sizes = [g for _, g in labellings]
-    codes = [np.asarray(c, dtype=np.int16) for c, _ in labellings]
-    obs = _draw_statistics(blocks, [[c[rows][:, None, :] for _, rows, _ in blocks.classes] for c in codes], sizes, 1,
-                           studentise)[0]
-    return np.split(obs, np.cumsum([g + 1 for g in sizes])[:-1])
+    out = []
+    for c, g in labellings:
+        lab = _labelled(blocks, c, g)
+        out.append(_statistics(_draw_terms(blocks, lab, lab.codes[None, :]), g, studentise)[0])
+    return out
+
+
+def _chunks(n_perm: int, first: int = 32, most: int = 256):
+    """Draws per batch: `first`, then doubling up to `most`, summing to n_perm."""
+    done = 0
+    while done < n_perm:
+        b = min(n_perm - done, first if done == 0 else min(done, most))
+        yield b
+        done += b
 
 
 def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], n_perm: int,
@@ -669,11 +635,15 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
                                first_chunk: int = 32, max_chunk: int = 256, studentise: bool = True
                                ) -> tuple[list[np.ndarray], list[float], int]:
     """One-sided permutation p-values of every group's within-prompt gap and of each labelling's global
-    statistic (the pooled within-prompt gap Σ w·Δ / Σ w over all groups), from one set of
-    permutations shared by every labelling: each labelling's codes are shuffled among its own labelled
-    rows (unlabelled rows keep weight 0), within each prompt ('within') or across all prompts
-    ('across'), and all labellings' one-hot columns go through one batched GEMM per class of
-    equal-size prompts.
+    statistic (the pooled within-prompt gap Σ w·Δ / Σ w over all groups): each labelling's codes are
+    shuffled among its own labelled rows (unlabelled rows keep weight 0), within each prompt ('within') or
+    across all prompts ('across'), the same number of draws for every labelling.
+
+    Cost linear in the images per prompt: a draw needs, per prompt and group, only ‖S_pg‖², S_pg · S_p,
+    Σ‖u‖² and the count (S_pg the sum of the group's unit rows), since over distinct pairs Σ cos =
+    (‖S_pg‖² − Σ‖u‖²)/2 inside g and S_pg · S_ph between g and h: O(n_p · d) per prompt and draw
+    (kernels.permuted_cell_dots), never a prompt's n_p × n_p Gram matrix
+    (benchmarks/results/homogeneity_scaling.txt).
 
     A group's test asks whether its own members are more alike than the prompt's other labelled
     images. With `studentise` (the default) its statistic is the group's within-prompt gap over its
@@ -691,29 +661,19 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
     if design not in DESIGNS:
         raise ValueError(f"permutation design {design!r}: expected one of {DESIGNS}")
     sizes = [g for _, g in labellings]
-    codes = [np.asarray(c, dtype=np.int16) for c, _ in labellings]
+    labs = [_labelled(blocks, c, g) for c, g in labellings]
     rng = np.random.default_rng(seed)
-    N = len(blocks.n_dropped)
-    usable = np.zeros(N, dtype=bool)
-    for r in blocks.rows:
-        usable[r] = True
-
-    observed = np.concatenate(within_prompt_statistics(blocks, labellings, studentise))
+    observed = np.concatenate([_statistics(_draw_terms(blocks, lab, lab.codes[None, :]), lab.n_groups, studentise)[0]
+                               for lab in labs])
     T = len(observed)
     exceed, stopped_at = np.zeros(T), np.full(T, np.nan)
     done = 0
-    while done < n_perm and not (stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all()):
-        b_now = min(n_perm - done, first_chunk if done == 0 else min(done, max_chunk))  # doubling chunks
-        if design == "within":
-            drawn = [[_within_draws(c[rows], b_now, rng) for _, rows, _ in blocks.classes] for c in codes]
-        else:
-            drawn = []
-            for c in codes:
-                lab = np.flatnonzero(usable & (c >= 0))
-                full = np.full((b_now, N), -1, dtype=np.int16)
-                full[:, lab] = rng.permuted(np.broadcast_to(c[lab], (b_now, len(lab))), axis=1)
-                drawn.append([full[:, rows].transpose(1, 0, 2) for _, rows, _ in blocks.classes])
-        hits = _draw_statistics(blocks, drawn, sizes, b_now, studentise) >= observed - 1e-6  # NaN is no hit
+    for b_now in _chunks(n_perm, first_chunk, max_chunk):
+        if stop_after > 0 and np.isfinite(stopped_at[np.isfinite(observed)]).all():
+            break
+        stats = [_statistics(_draw_terms(blocks, lab, draw_within(lab, b_now, rng, design)), lab.n_groups, studentise)
+                 for lab in labs]
+        hits = np.concatenate(stats, axis=1) >= observed - 1e-6  # NaN is no hit
         cum = exceed + np.cumsum(hits, axis=0)
         if stop_after > 0:
             for t in np.flatnonzero(np.isnan(stopped_at) & (cum[-1] >= stop_after)):
@@ -745,9 +705,9 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     cosine ≥ `near_dup_cosine` (near_dup_rate: share of the group's images with another image of the
     same prompt at least that similar), and with `paper` the paper's unstratified gap (intra, inter,
     gap, gap_lo, gap_hi: pairs across prompts too) beside it. Per labelling, one pass over X gives the
-    per-(prompt, group) sums behind both gaps and their bootstraps; the per-prompt Gram matrices (one
-    more pass, `blocks`) serve only the permutation test and the near-duplicates, and are built only
-    when one of them is asked for.
+    per-(prompt, group) sums behind both gaps and their bootstraps; the unit rows by prompt (one more
+    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (each prompt's Gram
+    matrix in row blocks: quadratic in n_p), and are built only when one of them is asked for.
 
     The localising test (pairwise gaps, intersection-union rule at `localise_alpha`, default 1 − level) adds
     p_localise and flagged; with `near_dup_cosine`, the same with near-duplicate pairs left out (p_dedup_localise,
@@ -757,8 +717,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     if blocks is None and (n_perm > 0 or near_dup_cosine is not None):
         blocks = prompt_blocks(X, prompts)
     elif blocks is None:  # no pairs needed: only the names of the prompts and the unusable rows
-        blocks = PromptBlocks(_codes(prompts)[1], [], row_scales(X) == 0, [])
-    N = len(blocks.n_dropped)
+        blocks = PromptBlocks(_codes(prompts)[1], [], row_scales(X) == 0, np.zeros((0, np.shape(X)[-1]), np.float32),
+                              np.zeros(1, np.int64))
     coded, dropped = {}, {}
     for name, labels in labellings.items():
         cats = (categories or {}).get(name)
@@ -774,7 +734,10 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         ps, gs, used = within_prompt_permutations(blocks, [(c, len(k)) for c, k in coded.values()], n_perm, seed,
                                                   design, stop_after)
         p_group, p_glob = dict(zip(coded, ps)), dict(zip(coded, gs))
-    dup = near_duplicates(blocks, N, near_dup_cosine) if near_dup_cosine is not None else None
+    dup, dup_pairs = None, {}
+    if near_dup_cosine is not None:  # one Gram pass per prompt for the flags and every labelling's copy pairs
+        dup, sums = near_duplicate_pairs(blocks, [(c, len(k)) for c, k in coded.values()], near_dup_cosine)
+        dup_pairs = dict(zip(coded, sums))
     out = {}
     pcodes = _codes(prompts)[0]  # the order of blocks.prompts
     # one pass over X for every labelling's per-(prompt, group) sums: point, CI, paper gap
@@ -831,7 +794,7 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         pairs = pairwise_gaps(A, Np, n_c, cats, level)
         loc = localise(pairs, cats, alpha)
         if near_dup_cosine is not None:
-            Ad, Nd = pair_sums_dedup(blocks, codes, G, near_dup_cosine)
+            Ad, Nd = A - dup_pairs[name][0], Np - dup_pairs[name][1]  # near-duplicate pairs left out
             pairs = pairs.merge(pairwise_gaps(Ad, Nd, n_c, cats, level, "dedup_"), on=["group", "other"])
             loc = loc.merge(localise(pairs, cats, alpha, "dedup_"), on="group")
             drep = replicates(sums_statistic(dedup_gap_totals(Ad, Nd, n_c), within_prompt_statistic(G)),
@@ -883,24 +846,45 @@ def pair_sums_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[n
     return A, N
 
 
+def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], threshold: float
+                         ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """One pass over every prompt's Gram matrix (row blocks, _gram_blocks): per row of X whether another usable
+    image of its prompt has cosine ≥ `threshold`, and per labelling (codes per row of X, G) the P × G × G sums
+    and counts of cosine over those near-duplicate ordered pairs of labelled images. Pairwise by nature:
+    O(n_p² · d) per prompt, the one step that is not linear in the images per prompt; the sums cost only the
+    pairs found."""
+    n_rows = len(blocks.n_dropped)
+    flag = np.zeros(n_rows, dtype=bool)
+    P = blocks.n_prompts
+    sums = [(np.zeros((P, g, g)), np.zeros((P, g, g))) for _, g in labellings]
+    for p, r0, r1, Gb in _gram_blocks(blocks):
+        Gb[np.arange(r1 - r0), np.arange(r0, r1)] = -np.inf  # an image is not its own near-duplicate
+        close = Gb >= threshold
+        rows = blocks.rows[p]
+        flag[rows[r0:r1]] = close.any(axis=1)
+        i, j = np.nonzero(close)
+        if not len(i):
+            continue
+        cos = Gb[i, j].astype(np.float64)
+        for (codes, _), (A, N) in zip(labellings, sums):
+            ci, cj = np.asarray(codes)[rows[r0 + i]], np.asarray(codes)[rows[j]]
+            ok = (ci >= 0) & (cj >= 0)
+            np.add.at(A[p], (ci[ok], cj[ok]), cos[ok])
+            np.add.at(N[p], (ci[ok], cj[ok]), 1.0)
+    return flag, sums
+
+
 def pair_sums_dedup(blocks: PromptBlocks, codes: np.ndarray, n_groups: int, threshold: float
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """pair_sums_from_cells with every pair at cosine ≥ `threshold` left out (near-duplicates), from the
-    per-prompt Gram matrices: per size class of prompts, Zᵀ (K ⊙ keep) Z and Zᵀ keep Z with Z the one-hot of
-    the labels (code −1: no column)."""
-    P = blocks.n_prompts
-    A = np.zeros((P, n_groups, n_groups))
-    N = np.zeros((P, n_groups, n_groups))
-    codes = np.asarray(codes)
-    for members, rows, Gs in blocks.classes:
-        m = rows.shape[1]
-        Z = (codes[rows][..., None] == np.arange(n_groups)).astype(np.float64)  # k × n × G
-        keep = (Gs < threshold) & ~np.eye(m, dtype=bool)
-        K = np.where(keep, Gs, 0.0).astype(np.float64)
-        Zt = np.swapaxes(Z, 1, 2)
-        A[members] = Zt @ K @ Z
-        N[members] = Zt @ keep.astype(np.float64) @ Z
-    return A, N
+    """pair_sums_from_cells with every pair at cosine ≥ `threshold` left out (near-duplicates): all pairs from the
+    per-(prompt, group) sums of the unit rows (one pass) minus the near-duplicate pairs (near_duplicate_pairs,
+    quadratic in n_p)."""
+    rows = np.concatenate(blocks.rows) if blocks.rows else np.zeros(0, np.int64)
+    prompt = np.repeat(np.arange(blocks.n_prompts), np.diff(blocks.bounds))
+    A, N = pair_sums_from_cells(*cell_sums(blocks.units, np.asarray(codes)[rows], prompt, n_groups,
+                                           blocks.n_prompts, normalise=False))
+    _, [(Ad, Nd)] = near_duplicate_pairs(blocks, [(codes, n_groups)], threshold)
+    return A - Ad, N - Nd
 
 
 def pairwise_terms(A: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:

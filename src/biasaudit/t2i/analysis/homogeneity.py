@@ -61,10 +61,11 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     that share a prompt, prompt-cluster bootstrap CI, one-sided within-prompt permutation test per
     group and a global test, near-duplicate rates) and the paper's unstratified gap beside it.
 
-    The (model, space) units run on every core, each with 1 BLAS thread: the permutation test is many
-    small GEMMs (a prompt's Gram matrix against one-hot columns), which multi-threaded BLAS slows
-    down (6× at 2 threads on 2 busy cores, benchmarks/bench_analyze.py). Every unit has its own seed,
-    so the tables do not depend on the number of workers."""
+    The (model, space) units run on every core, each with 1 BLAS thread: the permutation test is a
+    compiled loop that releases the GIL (group sums per prompt and draw, linear in the images per prompt)
+    and the near-duplicates many small GEMMs (a prompt's Gram matrix in row blocks), which multi-threaded
+    BLAS slows down (6× at 2 threads on 2 busy cores, benchmarks/bench_analyze.py). Every unit has its own
+    seed, so the tables do not depend on the number of workers."""
     a = cfg.analyze
     boot = Boot.of(cfg)
     res = Result("homogeneity", "Homogeneity gap (CLIP and face embeddings)")
@@ -88,7 +89,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                      "also reads prompt concentration as homogeneity")
     if a.n_permutations > 0:
         res.notes.append(f"permutation test (p_perm, one-sided wp_gap > 0): labels permuted {boot.permutation_design} "
-                         "prompts, one set of permutations shared by race and L* bins of a model and space; a group's "
+                         "prompts, as many draws for race as for L* bins of a model and space; a group's "
                          "statistic is its within-prompt gap over its prompt-cluster SE, recomputed in every draw "
                          "(studentised: exact when labels are exchangeable, and it still tests the group's own gap "
                          "when another group is homogeneous); "
