@@ -36,6 +36,20 @@ PAGE_JS = """(async () => {
     out.filtered = [...document.querySelectorAll('figure[data-label]')].filter(f => !f.hidden && f.offsetParent !== null).length;
     sel.value = ''; sel.dispatchEvent(new Event('change'));
   }
+  // per filter and value: headings still shown over no shown figure, and headings hidden with their figures
+  const shown = e => e.getClientRects().length > 0;
+  out.empty_headings = 0; out.hidden_headings = 0;
+  for (const s of document.querySelectorAll('select[data-filter]')) {
+    for (const o of [...s.options].slice(1)) {
+      s.value = o.value; s.dispatchEvent(new Event('change'));
+      for (const sec of document.querySelectorAll('section.group')) {
+        const h = sec.querySelector('h3'), figs = [...sec.querySelectorAll('figure')].filter(shown).length;
+        if (h && shown(h) && !figs) out.empty_headings++;
+        if (h && !shown(h)) out.hidden_headings++;
+      }
+    }
+    s.value = ''; s.dispatchEvent(new Event('change'));
+  }
   return out;
 })()"""
 

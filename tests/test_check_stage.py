@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .pipeline_copy import dvc, make_pipeline_copy, set_params
 
@@ -94,6 +95,45 @@ def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
 
 
 @pytest.mark.slow
+def test_check_names_unusable_entries_and_missing_folders_of_a_folder_generator(tmp_path, capsys):
+    """`check` walks a folder generator's folder as it does sources.input_dir: broken links and link
+    loops (real symlinks) are named per entry, a missing folder or mapping CSV is a missing input, and
+    `biasaudit check` fails on either."""
+    from biasaudit import weights
+    from biasaudit.check import input_problems
+    from biasaudit.cli import main as cli_main
+    from biasaudit.config import load_params, validate
+
+    from .conftest import ROOT
+
+    imported, photos = tmp_path / "imported", tmp_path / "photos"
+    (imported / "sub").mkdir(parents=True)
+    (photos / "doctor").mkdir(parents=True)
+    (imported / "x.png").write_bytes(b"image x")
+    (imported / "gone.png").symlink_to("deleted.png")
+    (imported / "sub" / "loop.png").symlink_to("loop.png")
+    (photos / "doctor" / "a.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (tmp_path / "map.csv").write_text("file,prompt_id\nx.png,occ_x\n")
+    raw = load_params(ROOT / "params.yaml").model_dump()
+    raw["models"]["mine"] = {"backend": "folder", "folder": str(imported), "mapping_csv": str(tmp_path / "map.csv")}
+    raw["models"]["lost"] = {"backend": "folder", "folder": str(tmp_path / "no-such"),
+                             "mapping_csv": str(tmp_path / "map.csv")}
+    raw["sources"] |= {"source": "folder", "input_dir": str(photos)}
+    cfg = validate(raw)
+    problems = input_problems(cfg)
+    assert len(problems) == 3
+    assert f"{imported.as_posix()}/gone.png: broken link: 'gone.png' → 'deleted.png', which does not exist" in problems
+    assert any(p.startswith(f"{imported.as_posix()}/sub/loop.png: link loop") for p in problems)
+    assert any(p.startswith(f"{photos.as_posix()}/doctor/a.jpg: broken link") for p in problems)
+    assert input_problems(cfg, "generate@mine") == [p for p in problems if p.startswith(imported.as_posix())]
+    lacking = {(n.kind, n.what, n.used_by) for n in weights.missing(cfg)}
+    assert ("input", str(tmp_path / "no-such"), "models.lost.folder") in lacking
+    assert not any(what == str(imported) for _, what, _ in lacking)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    assert cli_main(["check", "--params", str(tmp_path / "params.yaml"), "--stage", "generate@mine"]) == 1
+    assert "gone.png: broken link" in capsys.readouterr().out
+
+
 def test_nothing_changed_runs_no_stage_and_a_changed_photo_only_its_reader(pipeline_copy):
     """`check` is not always_changed: with nothing changed DVC finds every stage up to date, `check`
     included; a photo edited inside sources.input_dir (a folder DVC cannot list: params name it) is

@@ -97,6 +97,30 @@ def test_preflight_missing_local_path_and_folder(tmp_path):
         preflight("imported", cfg)
 
 
+def test_folder_generator_names_links_loops_and_folders(tmp_path):
+    """Mapped entries of a folder generator that are no image file stop the stage with what they are."""
+    from biasaudit.backends.generators.folder import read_mapping
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "ok.png").write_bytes(b"x")
+    (tmp_path / "img" / "dangling.png").symlink_to("deleted.png")
+    (tmp_path / "img" / "loop.png").symlink_to("loop.png")
+    (tmp_path / "img" / "x.jpg").mkdir()
+    files = ["ok.png", "dangling.png", "loop.png", "x.jpg", "absent.png"]
+    pd.DataFrame({"file": files, "prompt_id": ["p"] * 5}).to_csv(tmp_path / "map.csv", index=False)
+    _, problems = read_mapping(tmp_path / "img", tmp_path / "map.csv")
+    text = "\n".join(problems)
+    assert "1 file(s) not found" in text and "'absent.png'" in text  # nothing there at all
+    assert "3 entries of" in text
+    assert "dangling.png (broken link: 'dangling.png' → 'deleted.png'" in text
+    assert "loop.png (link loop" in text and "x.jpg (a directory, not a file)" in text
+    assert "ok.png" not in text
+    cfg = validate(params_with({"imported": {"backend": "folder", "folder": str(tmp_path / "img"),
+                                             "mapping_csv": str(tmp_path / "map.csv")}}))
+    with pytest.raises(ParamsError, match=r"models.imported.mapping_csv: 3 entries .*broken link"):
+        preflight("imported", cfg)
+
+
 def test_seeds_and_plan_are_deterministic_and_index_major():
     spec = GeneratorSpec(backend="packaged-photos", width=64, height=64)
     prompts = pd.DataFrame({"prompt_id": ["p1", "p2"], "prompt": ["a", "b"], "template_version": ["v1", "v1"]})

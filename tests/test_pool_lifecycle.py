@@ -94,6 +94,17 @@ def driver() -> None:
     run_stage(stage, Execution(local_workers=2), progress=False)
 
 
+def prestarting_driver() -> None:
+    """A driver that starts the fork server early (`prestart`, as the faces stage does) with a preload
+    that takes a minute to import, and waits."""
+    from types import SimpleNamespace
+
+    from biasaudit.scale.pool import prestart
+
+    prestart(SimpleNamespace(runner="local", local_workers=2), ("tests.slow_import",))
+    time.sleep(120)
+
+
 def marked(mark: str) -> list[psutil.Process]:
     """Live (not zombie) processes carrying the marker in their environment."""
     out = []
@@ -160,7 +171,23 @@ def test_no_process_of_a_killed_driver_remains(tmp_path, how):
         # the driver, the fork server, the resource tracker and the two busy workers
         assert len(before) >= 5, [p.cmdline() for p in before]
         kill(proc, how)
-        assert remaining_after(mark, 5.0) == []
+        assert remaining_after(mark, 2.0) == []
+    finally:
+        cleanup(mark)
+
+
+@pytest.mark.slow
+def test_a_fork_server_still_importing_dies_with_its_driver(tmp_path):
+    """The fork server watches its "alive" pipe only after its preload imports (seconds for torch):
+    without a parent-death signal of its own it outlived a SIGKILLed driver by that long."""
+    proc, mark, busy = start([sys.executable, "-c", "from tests.test_pool_lifecycle import prestarting_driver; "
+                              "prestarting_driver()"], tmp_path, new_session=False)
+    try:
+        wait_busy(proc, busy, 1, timeout=60)  # the server is inside the slow import
+        server = [p for p in marked(mark) if "forkserver" in " ".join(p.cmdline())]
+        assert len(server) == 1 and server[0].ppid() == proc.pid
+        kill(proc, "SIGKILL")
+        assert remaining_after(mark, 2.0) == []
     finally:
         cleanup(mark)
 
@@ -189,6 +216,6 @@ def test_no_process_of_a_killed_notebook_run_remains(tmp_path, how, cell):
         if cell == "pool":  # runner, kernel, fork server, tracker, 2 workers
             assert len(before) >= 6, [p.cmdline() for p in before]
         kill(proc, how)
-        assert remaining_after(mark, 5.0) == []
+        assert remaining_after(mark, 2.0) == []
     finally:
         cleanup(mark)

@@ -516,6 +516,8 @@ def test_pages_in_headless_chromium(built, tmp_path):
     assert float(index["banner"].rstrip("px")) >= 28
     images = pages[1]
     assert images["filtered"] is not None and 0 < images["filtered"] < images["figures"]  # the label filter works
+    # a section whose figures a filter hides goes with its heading (CSS must not override `hidden`)
+    assert images["hidden_headings"] > 0 and images["empty_headings"] == 0, images
     for svg in pages[len(html_pages):]:  # figures: no two text boxes overlap
         assert svg["texts"] >= 5 and not svg["overlaps"], (svg["url"], svg["overlaps"])
 

@@ -191,3 +191,45 @@ def test_every_file_gets_a_row_gray_photos_are_rejected_and_conversions_recorded
     assert got[("cook", "rotated")]["conversion"] == "EXIF orientation 6 applied"
     assert (got[("cook", "rotated")]["width"], got[("cook", "rotated")]["height"]) == (120, 80)  # upright
     assert got[("cook", "alpha")]["conversion"] == "RGBA: alpha composited on white"
+
+
+def test_links_loops_and_folders_named_like_photos_get_their_reason(tmp_path):
+    """Real symlinks in the source folder: a dangling link, a two-link loop and a folder named `x.jpg` are
+    each recorded as what they are, not as "not a photo format" (or not at all); a link to a photo is a photo."""
+    cook = tmp_path / "cook"
+    (cook / "x.jpg").mkdir(parents=True)
+    colour = np.zeros((60, 60, 3), np.uint8)
+    colour[..., 0] = 200
+    Image.fromarray(colour).save(cook / "a.png")
+    (cook / "alias.png").symlink_to("a.png")
+    (cook / "dangling.jpg").symlink_to("deleted.jpg")
+    (cook / "loop1.jpg").symlink_to("loop2.jpg")
+    (cook / "loop2.jpg").symlink_to("loop1.jpg")
+    (tmp_path / "stray.jpg").symlink_to(tmp_path / "gone")
+    cands = sources.folder_candidates(tmp_path, ["cook"])
+    reason = {(c["occupation"], c["base_id"]): c.get("skip", "") for c in cands}
+    assert reason[("cook", "a")] == reason[("cook", "alias")] == ""  # both read as photos
+    assert reason[("cook", "dangling.jpg")].startswith("broken link: 'dangling.jpg' → 'deleted.jpg'")
+    assert reason[("cook", "loop1.jpg")].startswith("link loop")
+    assert reason[("cook", "loop2.jpg")].startswith("link loop")
+    assert reason[("cook", "x.jpg")].startswith("a directory, not a file")
+    assert "outside the occupation folders" in reason[("", "stray.jpg")] and "broken link" in reason[("", "stray.jpg")]
+    assert len(cands) == 7  # every entry, the empty folder x.jpg included, has exactly one row
+    assert not any("not a photo format" in r for r in reason.values())
+
+
+def test_scan_focus_names_links_loops_and_folders(tmp_path):
+    base = tmp_path / "focus" / "cook" / "b1"
+    base.mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(focus.focus_path(tmp_path / "focus", "cook", "b1", "White", "man"))
+    focus.focus_path(tmp_path / "focus", "cook", "b1", "Black", "man").symlink_to("missing.jpg")
+    focus.focus_path(tmp_path / "focus", "cook", "b1", "Black", "woman").mkdir()
+    (base / "null.jpg").symlink_to("original.jpg")
+    (base / "original.jpg").symlink_to("null.jpg")
+    (base / "notes").mkdir()  # a folder not named like an image: not part of the layout, not a problem
+    found, problems = focus.scan_focus(tmp_path / "focus")
+    assert found["group"].tolist() == ["WM"]
+    why = {p.split(": ", 1)[0].rsplit("/", 1)[-1]: p.split(": ", 1)[1] for p in problems}
+    assert set(why) == {"Black_man.jpg", "Black_woman.jpg", "null.jpg", "original.jpg"}
+    assert why["Black_man.jpg"].startswith("broken link") and why["Black_woman.jpg"] == "a directory, not a file"
+    assert why["null.jpg"].startswith("link loop") and why["original.jpg"].startswith("link loop")

@@ -190,3 +190,21 @@ def test_options_sharing_a_first_token_are_scored_by_sequence_likelihood(backend
     assert set(response.option_probs) == set(options)
     assert sum(response.option_probs.values()) == pytest.approx(1.0)
     assert all(0 < p < 1 for p in response.option_probs.values())
+
+
+def test_saving_a_stand_in_prints_no_progress_bar_and_restores_them(tmp_path, capfd):
+    """Building the tiny model (save_pretrained) wrote a "Writing model shards" bar amid a stage's output;
+    now nothing, and transformers' bars are on again afterwards (a later download shows its bar)."""
+    from transformers.utils import logging as hf_logging
+
+    from biasaudit.tiny.vlm import ensure_tiny_qwen2_vl
+
+    hf_logging.enable_progress_bar()
+    capfd.readouterr()
+    ensure_tiny_qwen2_vl(tmp_path, seed=3)  # a fresh build, not the fixture's
+    err = capfd.readouterr().err
+    assert "Writing model shards" not in err and "it/s]" not in err, err
+    assert hf_logging.is_progress_bar_enabled()
+    for _ in hf_logging.tqdm(range(2), desc="after the save"):
+        pass
+    assert "after the save" in capfd.readouterr().err

@@ -15,6 +15,9 @@ so a changed input re-runs exactly that stage. Each file is rewritten only when 
 
 `check` is not `always_changed`: DVC runs it when params.yaml or the code that validates it changes
 (its deps), which is when validity can change, so a `dvc repro` with nothing changed runs no stage.
+Each such folder is also walked for entries no stage can read (`input_problems`: a broken link, a link
+loop, an unreadable file), which `check` prints as warnings and `biasaudit check` lists as problems.
+
 DVC cannot list the external folders as deps of `check` (their paths depend on the backend), so the
 fingerprints are also refreshed by `biasaudit check` (`refresh`), which `make demo` and `make paper`
 run before `dvc repro`: a changed photo changes its fingerprint, DVC then finds the check stage's
@@ -74,6 +77,19 @@ def external_inputs(cfg: Params) -> dict[str, list[str]]:
     for name, spec in cfg.vlms.items():
         out[f"reflect_{name}"] = declared_inputs("vlm", spec)
     return out
+
+
+def input_problems(cfg: Params, stage: str = "") -> list[str]:
+    """Every entry of an input folder that params.yaml names (`external_inputs`) that no stage can read:
+    a broken link, a link loop, an unreadable file or subfolder ('<folder>/<entry>: <why>'); `stage`
+    (dvc address, 'generate@x'): only its folders. A folder that is missing altogether is a missing
+    input (weights.needs), not listed here."""
+    from biasaudit.entries import folder_problems
+
+    wanted = stage.replace("@", "_")
+    folders = sorted({p for name, paths in external_inputs(cfg).items() if not stage or name == wanted
+                      for p in paths if Path(p).is_dir()})
+    return [f"{Path(folder).as_posix()}/{line}" for folder in folders for line in folder_problems(folder)]
 
 
 def _sha256(path: Path, cache: dict[str, Any]) -> str:
@@ -172,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(written)} check files in {out_dir}, {len(changed)} changed")
     from biasaudit.weights import missing
 
+    for line in input_problems(cfg):  # not fatal here either: the stage reading the folder records each one
+        print(f"warning: unusable input: {line}", file=sys.stderr)
     lacking = missing(cfg)  # not fatal here: a stage that needs none of these still runs; one that does stops first
     for need in lacking:
         print(f"warning: {describe_need(need)}", file=sys.stderr)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit import config
-from biasaudit.check import describe_need, plural
+from biasaudit.check import describe_need, input_problems, plural
 
 
 def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FILE) -> Any:
@@ -104,6 +104,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     for note in weights.lifecycle_notes(cfg):
         print(f"note: deprecated: {note}", file=sys.stderr)
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
+    unusable = input_problems(cfg, args.stage or "")
+    if unusable:
+        print(f"{args.params}: {plural(len(unusable), 'entry', 'entries')} of input folders cannot be read:")
+        for line in unusable:
+            print("  - " + line)
+        if not gone:
+            return 1
     if not gone:
         n = len([x for x in weights.needs(cfg) if not args.stage or x.for_stage(args.stage)])
         have = (f"all {plural(n, 'weight, key or server', 'weights, keys and servers')} it needs "

@@ -5,7 +5,9 @@ A stage's helpers (pool workers, the notebook kernel) must not outlive their dri
 asks for a signal (SIGKILL) when the parent exits (prctl PR_SET_PDEATHSIG), which needs no Python
 thread and so also fires while the process is deep in a C call that holds the GIL. Elsewhere
 `watch` is the fallback: a daemon thread that ends the process when a file descriptor held by the
-parent (a pipe end, a process sentinel) closes. Imports nothing from the package.
+parent (a pipe end, a process sentinel) closes. A helper that the driver starts by exec (the
+multiprocessing fork server) learns which process is its driver from `DRIVER_VAR` (`name_driver`,
+`die_with_driver`). Imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import threading
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+DRIVER_VAR = "BIASAUDIT_LIFELINE_DRIVER"
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
@@ -31,6 +34,26 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def name_driver() -> None:
+    """Name this process, in the environment its next helpers inherit, as the driver they die with.
+    Only from the main thread: the OS sends the parent-death signal when the thread that started the
+    helper ends, which for another thread may be long before the process does."""
+    if threading.current_thread() is threading.main_thread():
+        os.environ[DRIVER_VAR] = str(os.getpid())
+    else:
+        os.environ.pop(DRIVER_VAR, None)
+
+
+def die_with_driver() -> None:
+    """In a helper started by the driver that `name_driver` named: die (SIGKILL) when it exits, and
+    exit now if it already has. Does nothing where no driver was named or this is the driver."""
+    driver = os.environ.pop(DRIVER_VAR, "")
+    if not driver.isdigit() or int(driver) == os.getpid():
+        return
+    if die_with_parent(signal.SIGKILL) and os.getppid() != int(driver):
+        os._exit(1)
 
 
 def watch(fd: int, code: int = 1) -> threading.Thread:

@@ -367,6 +367,8 @@ def present(need: Need, env: dict[str, str] | None = None, connect_timeout_s: fl
     path = Path(need.what).expanduser()
     if need.weight is not None and need.weight.kind == "zip":
         return path.is_dir() and any(path.glob("*.onnx"))
+    if need.kind == "input":  # a folder the stage lists, a file it reads
+        return path.exists() and os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0))
     return path.exists()
 
 

@@ -182,7 +182,8 @@ def t2i_items(root: Path, images_dir: str | Path, prompts_file: str | Path) -> t
     return df, ""
 
 
-PAGE_CSS = """body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:0 1em 2em;color:#222}
+# `[hidden]` wins over `.group{display:...}`: the filters hide a section (heading and all) by that attribute
+PAGE_CSS = """[hidden]{display:none!important}body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:0 1em 2em;color:#222}
 .standin{border:4px solid #b00;color:#b00;padding:.4em .8em;font-weight:700;font-size:1.3em}
 .bar{position:sticky;top:0;background:#fff;padding:.5em 0;border-bottom:1px solid #ccc;z-index:1}
 .bar label{margin-right:1em}.grid{display:flex;flex-wrap:wrap;gap:6px}

@@ -14,7 +14,8 @@ whose worker dies is that item's fault: `on_death(item, reason)` becomes its rec
 the signal), the other items of the batch get their records as usual. Without `on_death` the pool
 stops with `WorkerDied`, naming the item.
 
-Nothing outlives the driver: each worker asks the OS for SIGKILL when its parent (the fork server, or
+Nothing outlives the driver: the fork server, before its imports, asks the OS for SIGKILL when the
+driver exits (`scale.server_lifeline`); each worker asks the OS for SIGKILL when its parent (the fork server, or
 the driver itself when spawned) exits, and closes its copy of the fork server's "alive" pipe, so that
 the fork server sees the driver go and exits (it would otherwise wait for the workers, which wait for
 it); a watchdog thread on the driver's sentinel covers systems without a parent-death signal. The
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from biasaudit.lifeline import die_with_parent, watch
+from biasaudit.lifeline import die_with_parent, name_driver, watch
 from biasaudit.work import BatchFn, Item
 
 _FN: BatchFn | None = None
@@ -122,7 +123,8 @@ def context(preload: tuple[str, ...] = ()) -> mp.context.BaseContext:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["biasaudit.engine", *preload])  # only counts before the server starts
+    name_driver()  # read by server_lifeline, first in the list: a server importing torch dies with us
+    ctx.set_forkserver_preload(["biasaudit.scale.server_lifeline", "biasaudit.engine", *preload])  # only counts before the server starts
     return ctx
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import string
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -115,12 +117,30 @@ def weights_hash(directory: str | os.PathLike, suffixes: tuple[str, ...] = WEIGH
     return "sha256:" + h.hexdigest()
 
 
+@contextmanager
+def quiet_saving() -> Iterator[None]:
+    """Saving a stand-in prints no transformers / huggingface_hub progress bar ("Writing model shards"
+    amid the stage's own output); the switch is theirs only, so the stage's own tqdm bars still show,
+    and it is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def ensure_tiny_pipeline(arch: Arch, root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) -> tuple[Path, str]:
     """Directory of the saved tiny pipeline (built once, atomically) and its weights hash."""
     from biasaudit.io import build_directory_once
 
     def build(tmp: Path) -> str:
-        make_tiny_pipeline(arch, seed).save_pretrained(tmp)
+        pipeline = make_tiny_pipeline(arch, seed)
+        with quiet_saving():
+            pipeline.save_pretrained(tmp)
         return weights_hash(tmp)
 
     return build_directory_once(Path(root) / arch, build, MARKER)

@@ -133,11 +133,13 @@ def ensure_tiny_qwen2_vl(root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) 
     """Directory of the saved tiny Qwen2-VL (built once, atomically, under `root`/tiny-qwen2-vl) and its
     weights hash (the model revision)."""
     from biasaudit.io import build_directory_once
+    from biasaudit.tiny.diffusion import quiet_saving
 
     def build(tmp: Path) -> str:
         model, processor = make_tiny_qwen2_vl(seed)
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
+        with quiet_saving():
+            model.save_pretrained(tmp)
+            processor.save_pretrained(tmp)
         return weights_hash(tmp)
 
     return build_directory_once(Path(root) / (NAME if seed == 0 else f"{NAME}-seed{seed}"), build, MARKER)

@@ -26,6 +26,7 @@ from PIL import Image
 from biasaudit import contracts as C
 from biasaudit import registry
 from biasaudit.engine import per_item
+from biasaudit.entries import DIRECTORY, entry_problem
 from biasaudit.images import load_rgb
 from biasaudit.io import atomic_path, atomic_write_bytes
 from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
@@ -45,11 +46,18 @@ def focus_path(root: str | Path, occupation: str, base_id: str, race: str, gende
 
 
 def scan_focus(root: str | Path) -> tuple[pd.DataFrame, list[str]]:
-    """(images in FOCUS layout: occupation, base_id, race, gender, group, path), problems (paths + why)."""
+    """(images in FOCUS layout: occupation, base_id, race, gender, group, path), problems (paths + why:
+    also a broken link, a link loop, a folder named like an image)."""
     root = Path(root)
     rows, problems = [], []
     for path in sorted(root.glob("*/*/*")):
-        if path.is_dir() or path.name.startswith("."):
+        if path.name.startswith("."):
+            continue
+        why = entry_problem(path)
+        if why == DIRECTORY and path.suffix.lower() not in FOCUS_SUFFIXES:  # a folder not named like an image
+            continue
+        if why:
+            problems.append(f"{path}: {why}")
             continue
         if path.suffix.lower() not in FOCUS_SUFFIXES:
             if path.name != "manifest.parquet":

@@ -13,7 +13,8 @@ since only the face will be edited. Photos must be licensed for this use.
 Accepted photos are copied, as 8-bit sRGB PNG, to `data/vlm/sources/<occupation>/<base_id>.png`;
 `data/vlm/sources/manifest.parquet` lists every file found with status (ok | rejected | not_used |
 skipped) and reason: a file that is not a photo format (a .gif, a note) or lies outside the occupation
-folders is `skipped` with why; a grayscale photo is `rejected` (the edits change skin colour, so a
+folders is `skipped` with why, as is a broken link, a link loop or a folder named like a photo
+(`biasaudit.entries`: "broken link", "link loop", "a directory, not a file"); a grayscale photo is `rejected` (the edits change skin colour, so a
 source needs colour); `conversion` records what loading changed (CMYK→RGB, EXIF rotation, alpha). Base ids are unique (a colliding file name gets a `-2` suffix, noted in `id_note`); photos are
 checked in name order until `photos_per_occupation` are accepted, so a rejected one does not count.
 
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from biasaudit.entries import DIRECTORY, entry_problem
 from biasaudit.images import load_rgb
 from biasaudit.provenance import derive_seed
 
@@ -135,24 +137,32 @@ def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dic
     for occ in occupations:
         folder = root / occ
         entries = sorted(folder.iterdir()) if folder.is_dir() else []
-        files = [p for p in entries if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+        problem = {p: entry_problem(p) for p in entries}
+        files = [p for p in entries if not problem[p] and p.suffix.lower() in IMAGE_SUFFIXES]
         for path, (base_id, note) in zip(files, unique_ids([p.name for p in files])):
             out.append({"occupation": occ, "base_id": base_id, "path": path, "rgb": None, "origin": str(path),
                         "reason": "", "id_note": note})
         for path in entries:
-            if path.is_dir():
-                for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                    out.append(skipped(f, occ, f"in a subfolder of {occ}/: photos lie directly in {occ}/"))
+            if problem[path] == DIRECTORY:
+                if path.suffix.lower() in IMAGE_SUFFIXES:  # named like a photo: say why it is none
+                    out.append(skipped(path, occ, f"{DIRECTORY}: '{path.name}' is a folder"))
+                for f in sorted(p for p in path.rglob("*") if not p.is_dir()):
+                    why = entry_problem(f)
+                    out.append(skipped(f, occ, f"in a subfolder of {occ}/: photos lie directly in {occ}/"
+                                               + (f"; {why}" if why else "")))
+            elif problem[path]:
+                out.append(skipped(path, occ, problem[path]))
             elif path not in files:
                 out.append(skipped(path, occ, f"not a photo format: '{path.suffix or path.name}' "
                                               f"(read: {', '.join(IMAGE_SUFFIXES)})"))
     if root.is_dir():
         for path in sorted(root.iterdir()):
-            if path.is_file():
+            if not path.is_dir():
+                why = entry_problem(path)
                 out.append(skipped(path, "", "outside the occupation folders: photos lie in "
-                                             f"{root}/<occupation>/"))
+                                             f"{root}/<occupation>/" + (f"; {why}" if why else "")))
             elif path.name not in occupations:
-                for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                for f in sorted(p for p in path.rglob("*") if not p.is_dir()):
                     out.append(skipped(f, path.name, f"occupation '{path.name}' is not in sources.occupations"))
     return out
 

@@ -2,7 +2,8 @@
 
 mapping CSV columns: `file` (relative to the directory), `prompt_id`, optional `index` (0-based;
 default: order of appearance per prompt). Validation (before any work) reports every problem at once:
-missing columns, missing files, unknown prompt ids, duplicate (prompt_id, index) pairs. Each file is
+missing columns, missing files, mapped entries that are no readable file (a broken link, a link
+loop, a folder: `biasaudit.entries`), unknown prompt ids, duplicate (prompt_id, index) pairs. Each file is
 loaded with biasaudit.images.load_rgb (bad files become a `failed` row with the reason) and stored as
 PNG like any generated image; the mapping file's hash is the model revision.
 """
@@ -15,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
+from biasaudit.entries import entry_problem
 from biasaudit.images import load_rgb
 from biasaudit.params.generate import GeneratorSpec
 from biasaudit.provenance import sha256_file
@@ -45,9 +47,14 @@ def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: 
     else:
         table["index"] = table["index"].astype(int)
     table["path"] = [str(folder / f) for f in table["file"]]
-    absent = [f for f, p in zip(table["file"], table["path"]) if not Path(p).is_file()]
+    why = {f: entry_problem(p) for f, p in zip(table["file"], table["path"])}
+    absent = [f for f, p in zip(table["file"], table["path"]) if not (Path(p).exists() or Path(p).is_symlink())]
     if absent:
         problems.append(f"mapping_csv: {len(absent)} file(s) not found in {folder}: {absent[:5]}")
+    unusable = [f"{f} ({why[f]})" for f in table["file"] if why[f] and f not in absent]
+    if unusable:  # there, but no file to read: a broken link, a link loop, a folder
+        problems.append(f"mapping_csv: {len(unusable)} entr{'y' if len(unusable) == 1 else 'ies'} of {folder} "
+                        f"cannot be read as an image file: {'; '.join(unusable[:5])}")
     if known_prompt_ids is not None:
         unknown = sorted(set(table["prompt_id"]) - known_prompt_ids)
         if unknown:
@@ -63,6 +70,8 @@ class FolderGenerator(Generator):
     backend = "folder"
     requires_all = ("folder", "mapping_csv")
     inputs = ("folder", "mapping_csv")  # fingerprinted by the check stage
+    needs = (("input", "folder", "put the images to import in this folder"),
+             ("input", "mapping_csv", "write the CSV mapping each image file to a prompt_id (columns file, prompt_id)"))
 
 
     @classmethod
