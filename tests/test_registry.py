@@ -59,9 +59,6 @@ class C: ...
     assert registry._declared_in(source) == [("vlm", "a"), ("editor", "b")]
 
 
-TRAITS = ("needs", "inputs", "requires_all", "requires_any", "reads", "sizes_by", "sizes", "no_response_format",
-          "side_multiple", "stand_in", "recomputes_cheaply", "planted", "answers_from_confusion", "batches",
-          "cpu_bound", "imports_existing", "prompt_field")
 MISSING = object()
 
 
@@ -90,10 +87,96 @@ def test_the_traits_read_from_source_are_what_each_backend_class_holds(kind):
         cls = _product(factory)
         # a function factory's decorator keywords describe what it builds (they win over the class's defaults)
         declared = {} if inspect.isclass(factory) else registry._RUNTIME_TRAITS.get((kind, name), {})
-        for attr in TRAITS:
+        for attr in sorted(registry.TRAITS):
             runtime = getattr(cls, attr, MISSING)
-            if runtime is MISSING or attr == "prompt_field" or attr in declared:
+            if attr in declared:
                 continue
             read = registry.trait(kind, name, attr, MISSING)
-            default_false = read is MISSING and runtime in (False, (), "", 0)  # an unset trait reads as its default
-            assert default_false or read == runtime, f"{kind} {name}: trait {attr} reads {read!r}, the class holds {runtime!r}"
+            assert read == runtime, f"{kind} {name}: trait {attr} reads {read!r}, the class holds {runtime!r}"
+
+
+PLUGIN_BASE = """
+from abc import ABC
+
+
+class HostedBase(ABC):
+    needs = (("hosted",),)
+    requires_any = ("api_key_env", "base_url")
+    stand_in = False
+"""
+
+PLUGIN = """
+from plugin_backends import base as base_module
+from plugin_backends.base import HostedBase
+from biasaudit.registry import register
+
+
+class Middle(HostedBase):
+    stand_in = True
+
+
+@register("vlm", "inherits")
+class Inherits(Middle):
+    name = "inherits"
+
+
+@register("vlm", "attribute-base")
+class AttributeBase(base_module.HostedBase):
+    requires_any = ("base_url",)
+"""
+
+UNREADABLE = {
+    "module-constant": "NEEDS = (('hosted',),)\n\n\n@register('vlm', 'x')\nclass X:\n    needs = NEEDS\n",
+    "computed": "@register('vlm', 'x')\nclass X:\n    requires_any = tuple(['api_key_env', 'base_url'])\n",
+    "set-after": "@register('vlm', 'x')\nclass X:\n    pass\n\n\nX.needs = (('hosted',),)\n",
+    "augmented": "@register('vlm', 'x')\nclass X:\n    reads = ()\n    reads += ('a',)\n",
+    "keyword": "NEEDS = ()\n\n\n@register('vlm', 'x', needs=NEEDS)\ndef x(spec):\n    return spec\n",
+    "computed-base": "@register('vlm', 'x')\nclass X(make_base()):\n    pass\n",
+    "unknown-base": "@register('vlm', 'x')\nclass X(Undefined):\n    pass\n",
+}
+
+
+@pytest.fixture
+def plugin_registry(tmp_path, monkeypatch):
+    """A throwaway backend package (plugin_backends) standing in for biasaudit.backends.vlm, and a fresh
+    registry state, so that nothing of the real backends is touched."""
+    package = tmp_path / "plugin_backends"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "base.py").write_text(PLUGIN_BASE)
+    (package / "plugin.py").write_text("from biasaudit.registry import register\n" + PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "KINDS", {**registry.KINDS, "vlm": "plugin_backends"})
+    for state in ("_DECLARED", "_TRAITS", "_SOURCES", "_PARSED", "_RUNTIME_TRAITS"):
+        monkeypatch.setattr(registry, state, {})
+    monkeypatch.setattr(registry, "_REGISTRY", {kind: {} for kind in registry.KINDS})
+    monkeypatch.setattr(registry, "_DISCOVERED", set())
+    for name in [m for m in sys.modules if m.startswith("plugin_backends")]:
+        monkeypatch.delitem(sys.modules, name)
+    return package
+
+
+def test_traits_inherited_from_a_base_in_another_module_are_read_and_enforced(plugin_registry):
+    """The oracle: the imported classes' own attributes (Python's method resolution order)."""
+    from types import SimpleNamespace
+
+    read = {name: registry.declared_traits("vlm", name) for name in ("inherits", "attribute-base")}
+    assert "plugin_backends.plugin" not in sys.modules  # read from source: nothing imported
+    for name in read:
+        cls = registry.get("vlm", name)
+        assert {attr: read[name][attr] for attr in registry.TRAITS & set(read[name])} == {
+            attr: getattr(cls, attr) for attr in registry.TRAITS if hasattr(cls, attr)}
+    assert read["inherits"]["needs"] == (("hosted",),) and read["inherits"]["stand_in"] is True
+    assert registry.is_hosted("vlm", "inherits")
+    no_key = SimpleNamespace(backend="inherits", api_key_env="", base_url="")
+    with pytest.raises(ValueError, match="api_key_env: required for backend 'inherits'"):
+        registry.check_backend_requirements("vlm", no_key)
+    registry.check_backend_requirements("vlm", SimpleNamespace(backend="inherits", api_key_env="", base_url="http://x"))
+    assert read["attribute-base"]["requires_any"] == ("base_url",)
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+def test_a_trait_the_reader_cannot_read_exactly_is_an_error_not_a_default(plugin_registry, case):
+    (plugin_registry / "plugin.py").write_text("from biasaudit.registry import register\n\n\n" + UNREADABLE[case])
+    with pytest.raises(registry.TraitError):
+        registry.trait("vlm", "x", "needs", ())

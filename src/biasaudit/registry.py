@@ -13,7 +13,11 @@ A backend describes itself with class attributes holding literals (`trait`): wha
 the repository (`needs`), the input files the check stage fingerprints (`inputs`), the spec fields it
 requires (`requires_all`, `requires_any`) and reads (`reads`), whether it is a stand-in (`stand_in`),
 batches (`batches`) or is CPU-bound (`cpu_bound`). They are read from the source like the decorators,
-so validating params and listing needs import no backend.
+so validating params and listing needs import no backend: along the class's method resolution order,
+bases in other modules read from their source too. A trait the reader cannot read exactly (a module
+constant, a computed value, an assignment outside the class body, a base it cannot follow) raises
+TraitError rather than reading as unset; tests/test_registry.py checks every backend's traits against its
+imported class.
 
 Discovery reads the `@register(kind, name)` decorators from the source of biasaudit.backends.<kind
 package> without importing it (validating params.yaml, which every stage runner does first, then costs
@@ -85,40 +89,201 @@ def _declared_in(source: str) -> list[tuple[str, str]]:
     return found
 
 
-def _literal_traits(source: str, kind: str, name: str) -> dict[str, Any]:
-    """The literal traits of the factory decorated `@register(kind, name, **traits)`: the decorator's
-    keywords over a class's body assignments `attr = <literal>` over those of its bases defined in the
-    same module."""
-    tree = ast.parse(source)
-    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+class TraitError(ValueError):
+    """A trait the source reader cannot read exactly (a name, a computed value, a base it cannot follow)."""
 
-    def own(node: ast.ClassDef) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for stmt in node.body:
-            target = (stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                      else stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None)
-            if isinstance(target, ast.Name):
-                try:
-                    found[target.id] = ast.literal_eval(stmt.value)  # type: ignore[arg-type]
-                except ValueError:
-                    pass  # not a literal: not a trait
-        return found
 
-    def merged(node: ast.ClassDef, seen: frozenset[str]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for base in reversed(node.bases):
-            base_name = getattr(base, "id", "")
-            if base_name in classes and base_name not in seen:
-                out.update(merged(classes[base_name], seen | {base_name}))
-        return out | own(node)
+# The class attributes read through `trait`: the reader raises on any of them it cannot read as a literal.
+TRAITS = frozenset({"needs", "inputs", "requires_all", "requires_any", "reads", "stand_in", "recomputes_cheaply",
+                    "batches", "cpu_bound", "side_multiple", "sizes_by", "sizes", "no_response_format",
+                    "imports_existing", "answers_from_confusion", "planted"})
+# Bases that hold no trait: followed no further.
+_TRAITLESS_BASES = {("abc", "ABC"), ("builtins", "object"), ("typing", "Generic"), ("typing", "Protocol")}
+_PARSED: dict[str, ast.Module] = {}  # module → its parsed source (read, never imported)
 
+
+def _module_file(module: str) -> Path | None:
+    """The source file of `module`, found on sys.path without importing it (nor its packages)."""
+    from importlib.machinery import PathFinder
+
+    spec, parts = None, module.split(".")
+    for i in range(len(parts)):
+        where = None if spec is None else spec.submodule_search_locations
+        if i and not where:
+            return None
+        spec = PathFinder.find_spec(".".join(parts[:i + 1]), where)
+        if spec is None:
+            return None
+    origin = spec.origin if spec else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _parsed(module: str, source: str | None = None) -> ast.Module:
+    with _LOCK:
+        if module not in _PARSED or source is not None:
+            if source is None:
+                path = _SOURCES.get(module) or _module_file(module)
+                if path is None:
+                    raise TraitError(f"{module}: no Python source to read backend traits from")
+                source = path.read_text(encoding="utf-8")
+            _PARSED[module] = ast.parse(source)
+        return _PARSED[module]
+
+
+def _imported_names(tree: ast.Module, module: str) -> dict[str, tuple[str, str]]:
+    """{local name: (module, name)} of the module's top-level imports (`import a.b as m` maps m to (a.b, ''))."""
+    path = _SOURCES.get(module) or _module_file(module)
+    package = module if path is not None and path.name == "__init__.py" else module.rpartition(".")[0]
+    out: dict[str, tuple[str, str]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom):
+            base = stmt.module or ""
+            if stmt.level:
+                anchor = ".".join(package.split(".")[:len(package.split(".")) - stmt.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in stmt.names:
+                out[alias.asname or alias.name] = (base, alias.name)
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                out[alias.asname or alias.name.split(".")[0]] = (alias.name if alias.asname else alias.name.split(".")[0], "")
+    return out
+
+
+def _where(module: str, node: ast.AST) -> str:
+    return f"{module}:{getattr(node, 'lineno', '?')}"
+
+
+def _resolve_class(module: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()) -> tuple[str, ast.ClassDef] | None:
+    """The class `name` as seen from `module`: defined there, or imported (followed through re-exports);
+    None for a trait-less base (ABC, object); a TraitError for anything else."""
+    if (module, name) in _TRAITLESS_BASES or (module, name) in seen:
+        return None
+    tree = _parsed(module)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            return module, stmt
+    imported = _imported_names(tree, module).get(name)
+    if imported and imported[1]:
+        return _resolve_class(imported[0], imported[1], seen | {(module, name)})
+    if name == "object" and not imported:
+        return None
+    raise TraitError(f"{module}: base class '{name}' is neither defined nor imported there: its traits cannot be read")
+
+
+def _base_classes(module: str, node: ast.ClassDef) -> list[tuple[str, ast.ClassDef]]:
+    found = []
+    for base in node.bases:
+        expr = base.value if isinstance(base, ast.Subscript) else base  # Generic[T]
+        if isinstance(expr, ast.Name):
+            resolved = _resolve_class(module, expr.id)
+        elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            target = _imported_names(_parsed(module), module).get(expr.value.id)
+            if target is None:
+                raise TraitError(f"{_where(module, base)}: base {ast.unparse(base)} cannot be followed")
+            resolved = _resolve_class(f"{target[0]}.{target[1]}".strip(".") if target[1] else target[0], expr.attr)
+        else:
+            raise TraitError(f"{_where(module, base)}: base {ast.unparse(base)} cannot be followed")
+        if resolved is not None:
+            found.append(resolved)
+    return found
+
+
+def _c3(module: str, node: ast.ClassDef) -> list[tuple[str, ast.ClassDef]]:
+    """The class's method resolution order (C3, as Python computes it), trait-less bases left out."""
+    bases = _base_classes(module, node)
+    sequences = [_c3(*b) for b in bases] + [bases]
+    order = [(module, node)]
+    while any(sequences):
+        sequences = [s for s in sequences if s]
+        for seq in sequences:
+            head = seq[0]
+            if not any(head in s[1:] for s in sequences):
+                break
+        else:
+            raise TraitError(f"{module}.{node.name}: no consistent method resolution order")
+        order.append(head)
+        sequences = [[c for c in s if c != head] for s in sequences]
+    return order
+
+
+def _own_traits(module: str, node: ast.ClassDef) -> dict[str, Any]:
+    """The literal class attributes a class body assigns; a TraitError for a trait it assigns otherwise."""
+    found: dict[str, Any] = {}
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        target = (stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                  else stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None)
+        if isinstance(target, ast.Name):
+            try:
+                found[target.id] = ast.literal_eval(stmt.value)  # type: ignore[union-attr, arg-type]
+            except ValueError:
+                if target.id in TRAITS:
+                    raise TraitError(f"{_where(module, stmt)}: trait {target.id} of {node.name} is not a literal "
+                                     f"({ast.unparse(stmt.value)}): write the value itself") from None  # type: ignore[union-attr, arg-type]
+            continue
+        stored = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if stored & TRAITS:
+            raise TraitError(f"{_where(module, stmt)}: trait {', '.join(sorted(stored & TRAITS))} of {node.name} is "
+                             "not assigned as `trait = <literal>`")
+    return found
+
+
+def _set_after(tree: ast.Module, module: str, classes: set[str]) -> None:
+    """A TraitError for a trait assigned to a backend class outside its body (`Cls.needs = ...`, setattr)."""
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and t.attr in TRAITS and getattr(t.value, "id", None) in classes:
+                raise TraitError(f"{_where(module, node)}: trait {t.attr} set outside the class body")
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and node.args
+                and getattr(node.args[0], "id", None) in classes):
+            raise TraitError(f"{_where(module, node)}: setattr on a backend class: its traits cannot be read")
+
+
+def _literal_traits(source: str, kind: str, name: str, module: str = "<source>") -> dict[str, Any]:
+    """The traits of the factory decorated `@register(kind, name, **traits)` in `source` (the module
+    `module`): the decorator's keywords over the literal class attributes along the class's method
+    resolution order, bases in other modules read from their source too. Raises TraitError on a trait it
+    cannot read exactly (a name, a computed value, an assignment outside the class body, a base it cannot
+    follow), so a value read here is the value the imported class holds."""
+    tree = _parsed(module, source)
     for node in ast.walk(tree):
         for deco in getattr(node, "decorator_list", ()):
             if (isinstance(deco, ast.Call) and len(deco.args) == 2
                     and [getattr(a, "value", None) for a in deco.args] == [kind, name]):
-                body = merged(node, frozenset({node.name})) if isinstance(node, ast.ClassDef) else {}
-                return body | {k.arg: ast.literal_eval(k.value) for k in deco.keywords if k.arg}
+                body: dict[str, Any] = {}
+                if isinstance(node, ast.ClassDef):
+                    mro = _c3(module, node)
+                    for where, cls in mro:
+                        _set_after(_parsed(where), where, {cls.name})
+                    for where, cls in reversed(mro):
+                        body |= _own_traits(where, cls)
+                keywords: dict[str, Any] = {}
+                for k in deco.keywords:
+                    try:
+                        if k.arg is None:
+                            raise ValueError
+                        keywords[k.arg] = ast.literal_eval(k.value)
+                    except ValueError:
+                        raise TraitError(f"{_where(module, deco)}: register(...) keyword "
+                                         f"{ast.unparse(k)} is not a literal") from None
+                return body | keywords
     return {}
+
+
+def declared_traits(kind: str, name: str) -> dict[str, Any]:
+    """Every trait backend `name` declares, read from source (see `_literal_traits`); {} for one registered at
+    run time."""
+    _check_kind(kind)
+    module = _declared(kind).get(name)
+    if module is None:
+        return {}
+    with _LOCK:
+        if (kind, name) not in _TRAITS:
+            _TRAITS[(kind, name)] = _literal_traits(_SOURCES[module].read_text(encoding="utf-8"), kind, name, module)
+        return _TRAITS[(kind, name)]
 
 
 def _declared(kind: str) -> dict[str, str]:
@@ -193,10 +358,7 @@ def trait(kind: str, name: str, attr: str, default: Any = None) -> Any:
         if name not in _REGISTRY[kind]:
             return default
         return _RUNTIME_TRAITS.get((kind, name), {}).get(attr, getattr(_REGISTRY[kind][name], attr, default))
-    with _LOCK:
-        if (kind, name) not in _TRAITS:
-            _TRAITS[(kind, name)] = _literal_traits(_SOURCES[module].read_text(encoding="utf-8"), kind, name)
-        return _TRAITS[(kind, name)].get(attr, default)
+    return declared_traits(kind, name).get(attr, default)
 
 
 def is_hosted(kind: str, name: str) -> bool:
@@ -256,5 +418,5 @@ def check_name(kind: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     return validate
 
 
-__all__ = ["KINDS", "backend_reads", "build", "check_backend_requirements", "check_name", "get", "is_hosted", "module_of", "names",
-           "recomputes_cheaply", "register", "trait"]
+__all__ = ["KINDS", "TRAITS", "TraitError", "backend_reads", "build", "check_backend_requirements", "check_name",
+           "declared_traits", "get", "is_hosted", "module_of", "names", "recomputes_cheaply", "register", "trait"]
