@@ -74,7 +74,8 @@ def main() -> None:
         prompts = rng.integers(0, args.prompts, n)
         x_mb = X.nbytes / 1e6
         parts = {
-            "gap (point)": (lambda: base.homogeneity_gap(X, labels), lambda: ours.homogeneity_gap(X, labels), 1),
+            "gap (point)": (lambda: base.homogeneity_gap(X, labels),
+                            lambda: ours.homogeneity_gap(X, labels, small_group=30), 1),
             "bootstrap": (lambda: base.bootstrap_gap(X, labels, prompts, n_boot=args.n_boot),
                           lambda: ours.bootstrap_gap(X, labels, prompts, n_boot=args.n_boot), 1),
             "permutation across": (lambda: base.permutation_pvalue(X, labels, n_perm=args.n_perm),
@@ -83,7 +84,7 @@ def main() -> None:
             "permutation within": (None, lambda: ours.permutation_pvalue(X, labels, n_perm=args.n_perm,
                                                                          clusters=prompts, design="within"), args.n_perm),
         }
-        got, ref = ours.homogeneity_gap(X, labels), base.homogeneity_gap(X, labels)
+        got, ref = ours.homogeneity_gap(X, labels, small_group=30), base.homogeneity_gap(X, labels)
         diff = float(np.nanmax(np.abs(got["gap"].to_numpy() - ref["gap"].to_numpy())))
         for name, (b, o, per) in parts.items():
             fns = {"floor": lambda: X.sum(axis=0), "ours": o}

@@ -45,7 +45,7 @@ def parts(X, prompts, labels, n_boot, n_perm):
         H.cell_sums_many(X, [codes], prompts, [5], int(prompts.max()) + 1)
 
     def inference():
-        H.within_prompt_table(X, prompts, {"race": labels}, n_boot=n_boot, n_perm=0, paper=False)
+        H.within_prompt_table(X, prompts, {"race": labels}, n_boot=n_boot, n_perm=0, paper=False, small_group=30)
 
     def near_dup():
         H.near_duplicate_pairs(H.prompt_blocks(X, prompts), [(codes, 5)], 0.95)

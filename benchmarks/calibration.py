@@ -468,7 +468,7 @@ def wp_gap_check(P: int, m: int, group: str, n_boot: int, paper: bool = False, h
     def run(rng, rep):
         X, labels, prompts = _wp_data(rng, P, m, rho, homogeneous, mix=mix)
         t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=n_boot,
-                                n_perm=0, seed=rep, paper=paper)["race"].set_index("group").loc[group]
+                                n_perm=0, seed=rep, paper=paper, small_group=30)["race"].set_index("group").loc[group]
         truth = _wp_estimand(group, m, rho, homogeneous, n_truth, mix)
         lo, hi = (t["gap_lo"], t["gap_hi"]) if paper else (t["wp_gap_lo"], t["wp_gap_hi"])
         return Covered(bool(lo <= truth <= hi), float(hi - lo))
@@ -486,7 +486,7 @@ def wp_test_check(P: int, m: int, n_perm: int, rho: float, near_dup: float = 0.0
     def run(rng, rep):
         X, labels, prompts = _wp_data(rng, P, m, rho=rho, near_dup=near_dup)
         t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=0,
-                                n_perm=n_perm, seed=rep, stop_after=stop_after, paper=False)["race"]
+                                n_perm=n_perm, seed=rep, stop_after=stop_after, paper=False, small_group=30)["race"]
         p = t.set_index("group")["p_perm"]
         null = [g for g in GROUPS if g != "black"] if rho > 0 else list(GROUPS)
         return (bool(p["white"] < NOMINAL_LEVEL), bool((p_adjust(p[null].to_numpy(), "holm") < NOMINAL_LEVEL).any()),
@@ -537,7 +537,8 @@ def localise_check(P: int, m: int, n_boot: int, shift=0.0, rho=0.0, copies=0.0, 
         X, labels, prompts = _loc_data(rng, P, m, shift, rho, copies, copy_groups)
         pairs = {}
         t = within_prompt_table(X, prompts, {"race": labels}, categories={"race": list(GROUPS)}, n_boot=n_boot,
-                                n_perm=0, seed=rep, paper=False, near_dup_cosine=0.95, pairs_out=pairs)["race"]
+                                n_perm=0, seed=rep, paper=False, near_dup_cosine=0.95, pairs_out=pairs,
+                                small_group=30)["race"]
         t = t.set_index("group")
         pr = pairs["race"].set_index(["group", "other"]).loc[("white", "asian")]
 

@@ -275,3 +275,55 @@ def test_the_notebook_runs_the_declared_sections_in_order():
     """benchmarks/bench_analyze.py times analysis.SECTIONS: the notebook must run exactly those, in order."""
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "t2i_analyze.py").read_text()
     assert tuple(re.findall(r"^show\((\w+)\.compute\(data, cfg\), writer\)$", text, flags=re.M)) == SECTIONS
+
+
+def _faces_homogeneity_cell() -> str:
+    """The faces notebook's homogeneity cell, as the stage runs it."""
+    from .conftest import ROOT
+
+    cells = (ROOT / "notebooks" / "t2i_faces.py").read_text().split("# %%")
+    (cell,) = [c for c in cells if "similarity_by_bin(" in c and not c.lstrip().startswith("[markdown]")]
+    return cell
+
+
+def test_min_group_size_is_the_one_small_group_threshold(tmp_path):
+    """analyze.min_group_size decides `small` in the faces notebook's tables and in the analysis section: each
+    row is flagged exactly when its n is below the configured value, whatever that value (two values that
+    disagree on some rows)."""
+    import inspect
+
+    import biasaudit.stats as stats_pkg
+    from biasaudit.stats import homogeneity as H
+
+    rng = np.random.default_rng(0)
+    n_a, n_b = 25, 15  # images per prompt; the L* bins split them 28 / 12
+    index = pd.DataFrame({"image_id": [f"i{k}" for k in range(n_a + n_b)], "prompt_id": ["p1"] * n_a + ["p2"] * n_b,
+                          "clip_row": np.arange(n_a + n_b), "face_row": np.arange(n_a + n_b)})
+    faces = pd.DataFrame({"image_id": index["image_id"], "L_bin": ["<40"] * 28 + ["[40,55)"] * 12})
+    X = rng.normal(size=(n_a + n_b, 8))
+    counts = {"p1": n_a, "p2": n_b, "<40": 28, "[40,55)": 12}
+    cell = _faces_homogeneity_cell()
+    for k in (14, 20, 30):
+        shown: list[pd.DataFrame] = []
+        namespace = {"cfg": analysis_config(min_group_size=k), "index": index, "faces": faces, "clip": X, "face": X,
+                     "emb_meta": {"clip": {"stand_in": True}, "face": {"stand_in": True}}, "display": shown.append,
+                     "homogeneity_gap": H.homogeneity_gap, "similarity_by_bin": H.similarity_by_bin}
+        exec(cell, namespace)
+        flags = {g: bool(s) for t in shown for g, s in zip(t["group"], t["small"], strict=True)}
+        assert len(shown) == 4 and flags == {g: n < k for g, n in counts.items()}, (k, flags)
+
+    write_tree(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
+    flagged = {}
+    for k in (2, 16):  # the fixture's groups hold 1 to 33 images
+        tables = homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=0, min_group_size=k)).tables
+        t = pd.concat([tables["homogeneity_by_race"], tables["homogeneity_by_L_bin"]], ignore_index=True)
+        assert (t["small"] == (t["n"] < k)).all(), k
+        flagged[k] = t["small"].to_numpy()
+    assert (flagged[2] != flagged[16]).any()
+
+    for mod in [H, *(__import__(f"biasaudit.stats.{m.name}", fromlist=["_"])
+                     for m in __import__("pkgutil").iter_modules(stats_pkg.__path__))]:
+        for name, fn in inspect.getmembers(mod, inspect.isfunction):
+            p = inspect.signature(fn).parameters.get("small_group")
+            assert p is None or p.default is inspect.Parameter.empty, f"{mod.__name__}.{name} has a default"

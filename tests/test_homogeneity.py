@@ -29,7 +29,7 @@ def test_equals_brute_force(sizes, d):
     labels = [f"g{k}" for k, s in enumerate(sizes) for _ in range(s)]
     X = rng.normal(size=(len(labels), d)) + rng.normal(size=d)  # correlated rows: non-trivial gaps
     cats = [f"g{k}" for k in range(len(sizes))]
-    got = H.homogeneity_gap(X, labels, categories=cats)
+    got = H.homogeneity_gap(X, labels, categories=cats, small_group=30)
     ref = brute(X, labels, cats)
     np.testing.assert_array_equal(got["n"], ref[:, 0])
     for j, col in enumerate(["intra", "inter", "gap"], start=1):
@@ -42,7 +42,7 @@ def test_reasons_and_flags():
     assert got.loc["b", "reason"].startswith("fewer than 2") and np.isnan(got.loc["b", "intra"])
     assert got.loc["c", "reason"] == "empty group" and got.loc["c", "n"] == 0
     assert bool(got.loc["b", "small"]) and not bool(got.loc["a", "small"])
-    single = H.homogeneity_gap(X, ["a"] * 6).set_index("group")
+    single = H.homogeneity_gap(X, ["a"] * 6, small_group=30).set_index("group")
     assert single.loc["a", "reason"].startswith("single group") and np.isnan(single.loc["a", "inter"])
     assert np.isfinite(single.loc["a", "intra"])
 
@@ -51,11 +51,11 @@ def test_invariant_to_row_order_and_scale():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(300, 32)) + 0.5
     labels = rng.choice(["a", "b", "c", "d"], size=300)
-    base = H.homogeneity_gap(X, labels)
+    base = H.homogeneity_gap(X, labels, small_group=30)
     perm = rng.permutation(300)
     scaled = X * rng.uniform(0.1, 100, size=(300, 1))
     for Xv, lv in [(X[perm], labels[perm]), (scaled, labels), (X.astype(np.float32), labels)]:
-        other = H.homogeneity_gap(Xv, lv)
+        other = H.homogeneity_gap(Xv, lv, small_group=30)
         tol = 1e-6 if Xv.dtype == np.float32 else 1e-12
         np.testing.assert_allclose(other[["intra", "inter", "gap"]], base[["intra", "inter", "gap"]], atol=tol)
 
@@ -64,8 +64,8 @@ def test_missing_labels_are_left_out():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(20, 5))
     labels = np.array(["a"] * 8 + ["b"] * 8 + [None] * 4, dtype=object)
-    got = H.homogeneity_gap(X, labels)
-    ref = H.homogeneity_gap(X[:16], labels[:16])
+    got = H.homogeneity_gap(X, labels, small_group=30)
+    ref = H.homogeneity_gap(X[:16], labels[:16], small_group=30)
     assert list(got["group"]) == ["a", "b"]
     np.testing.assert_allclose(got[["intra", "inter"]], ref[["intra", "inter"]], atol=1e-12)
 
@@ -93,7 +93,7 @@ def test_bootstrap_replicate_equals_brute_force_on_resampled_rows():
     Sb = (w @ S.reshape(5, -1)).reshape(3, -1)
     got = H.gap_from_sums(Sb, w @ n.reshape(5, 3), w @ q.reshape(5, 3))
     rows = np.concatenate([np.repeat(np.flatnonzero(ccodes == p), int(w[p])) for p in range(5)])
-    ref = H.homogeneity_gap(X[rows], labels[rows], categories=cats)
+    ref = H.homogeneity_gap(X[rows], labels[rows], categories=cats, small_group=30)
     np.testing.assert_allclose(got[2], ref["gap"], atol=1e-12)
 
 
@@ -103,7 +103,7 @@ def test_bootstrap_ci_covers_estimate_and_is_seeded():
     labels = rng.choice(["a", "b"], size=400)
     X[labels == "a"] += 0.8
     clusters = rng.integers(0, 20, size=400).astype(str)
-    est = H.homogeneity_gap(X, labels).set_index("group")
+    est = H.homogeneity_gap(X, labels, small_group=30).set_index("group")
     a = H.bootstrap_gap(X, labels, clusters, n_boot=300, seed=1).set_index("group")
     b = H.bootstrap_gap(X, labels, clusters, n_boot=300, seed=1).set_index("group")
     pd.testing.assert_frame_equal(a, b)
@@ -127,10 +127,10 @@ def test_gap_table_within_model():
     meta = pd.DataFrame({"model": ["m1"] * 30 + ["m2"] * 20, "race": rng.choice(["white", "black", ""], 50),
                          "prompt_id": rng.choice(["p1", "p2", "p3"], 50)})
     X = rng.normal(size=(50, 8))
-    t = H.homogeneity_table(X, meta, by="race", within="model", n_boot=50, n_perm=49)
+    t = H.homogeneity_table(X, meta, by="race", within="model", n_boot=50, n_perm=49, small_group=30)
     assert set(t["model"]) == {"m1", "m2"} and set(t["group"]) <= {"white", "black"}
     m1 = meta["model"] == "m1"
-    ref = H.homogeneity_gap(X[m1.to_numpy()], meta.loc[m1, "race"].replace("", None).to_numpy())
+    ref = H.homogeneity_gap(X[m1.to_numpy()], meta.loc[m1, "race"].replace("", None).to_numpy(), small_group=30)
     np.testing.assert_allclose(t[t.model == "m1"].sort_values("group")["gap"], ref.sort_values("group")["gap"])
     assert {"gap_lo", "gap_hi", "p_perm", "small"} <= set(t.columns)
 
@@ -142,7 +142,7 @@ def test_zero_and_non_finite_rows_are_dropped_and_counted():
     bad = [5, 70, 71]
     X[5] = 0
     X[70, 2], X[71, 0] = np.nan, np.inf
-    got = H.homogeneity_gap(X, labels, categories=["a", "b"]).set_index("group")
+    got = H.homogeneity_gap(X, labels, categories=["a", "b"], small_group=30).set_index("group")
     keep = np.setdiff1d(np.arange(150), bad)
     ref = brute(X[keep], labels[keep], ["a", "b"])
     np.testing.assert_allclose(got[["n", "intra", "inter", "gap"]].to_numpy(), ref, atol=1e-9)

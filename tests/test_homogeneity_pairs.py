@@ -109,7 +109,8 @@ def _looks(rng, P=30, m=60, d=8, shift=0.0, copies_in=()):
 def test_shifted_group_is_the_only_one_flagged():
     rng = np.random.default_rng(11)
     X, prompts, labels = _looks(rng, shift=1.5)
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False)["race"].set_index("group")
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False,
+                              small_group=30)["race"].set_index("group")
     assert t.loc["x", "flagged"] and not t.loc[["w", "y", "z"], "flagged"].any()
 
 
@@ -117,6 +118,6 @@ def test_equal_copies_flag_nothing_once_copy_pairs_are_left_out():
     rng = np.random.default_rng(12)
     X, prompts, labels = _looks(rng, copies_in=("w", "x", "y", "z"))
     t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=50, n_perm=0, paper=False,
-                              near_dup_cosine=0.99)["race"].set_index("group")
+                              near_dup_cosine=0.99, small_group=30)["race"].set_index("group")
     assert (t["wp_gap"] > t["wp_gap_dedup"]).all()  # the copies raise every headline gap
     assert not t["dedup_flagged"].any()

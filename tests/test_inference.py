@@ -121,7 +121,7 @@ def test_group_of_one_has_no_interval():
     X = rng.normal(size=(30, 4))
     labels = np.array(["a"] * 29 + ["b"])
     prompts = np.arange(30) % 6
-    est = H.homogeneity_gap(X, labels).set_index("group")
+    est = H.homogeneity_gap(X, labels, small_group=30).set_index("group")
     ci = H.bootstrap_gap(X, labels, prompts, n_boot=100).set_index("group")
     assert np.isnan(est.loc["b", "intra"]) and np.isnan(ci.loc["b", "intra_lo"]) and np.isnan(ci.loc["b", "gap_hi"])
 
@@ -132,10 +132,10 @@ def test_zero_and_nan_rows_are_dropped_and_counted():
     X[3] = 0.0
     X[7, 2] = np.nan
     labels = np.array(["a", "b"] * 10)
-    out = H.homogeneity_gap(X, labels).set_index("group")
+    out = H.homogeneity_gap(X, labels, small_group=30).set_index("group")
     clean = np.ones(20, bool)
     clean[[3, 7]] = False
-    ref = H.homogeneity_gap(X[clean], labels[clean]).set_index("group")
+    ref = H.homogeneity_gap(X[clean], labels[clean], small_group=30).set_index("group")
     assert out.loc["a", "n"] == 10 and out.loc["b", "n"] == 8  # rows 3 and 7 are both "b"
     assert out.loc["b", "n_dropped"] == 2
     np.testing.assert_allclose(out["gap"], ref["gap"], atol=1e-12)
@@ -171,7 +171,7 @@ def test_homogeneity_table_adds_adjusted_p():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(120, 6))
     meta = pd.DataFrame({"model": "m", "race": rng.choice(["a", "b", "c"], 120), "prompt_id": np.arange(120) % 12})
-    t = H.homogeneity_table(X, meta, by="race", n_boot=50, n_perm=49)
+    t = H.homogeneity_table(X, meta, by="race", n_boot=50, n_perm=49, small_group=30)
     assert {"p_value", "p_adjusted", "p_adjust_method"} <= set(t.columns)
     assert (t["p_adjusted"] >= t["p_value"] - 1e-12).all() and (t["p_adjust_method"] == "holm").all()
 

@@ -50,7 +50,7 @@ def test_within_prompt_gap_equals_brute_force(seed):
     X, prompts, labels = _data(seed)
     X[3] = 0.0  # a zero row and a non-finite row are no images
     X[17, 2] = np.nan
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False)["race"]
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, paper=False, small_group=30)["race"]
     ref = brute_within(X, prompts, labels, ["a", "b", "c"])
     np.testing.assert_allclose(t.set_index("group")["wp_gap"].to_numpy(), [ref[g] for g in "abc"], atol=1e-6)
 
@@ -61,7 +61,7 @@ def test_group_without_within_prompt_pairs_is_nan_with_reason():
     labels[labels == "c"] = "b"
     first = np.flatnonzero(prompts == "p0")[0]
     labels[first] = "c"  # one image of c: no pair inside any prompt
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=50, n_perm=0, paper=False)["race"]
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=50, n_perm=0, paper=False, small_group=30)["race"]
     c = t.set_index("group").loc["c"]
     assert np.isnan(c["wp_gap"]) and c["n_prompts"] == 0 and "no within-prompt pairs" in c["reason"]
 
@@ -77,7 +77,8 @@ def test_prompt_level_similarity_cancels():
     X = centres[prompts] + 1e-9 * rng.normal(size=(P * m, 6))
     share_a = np.where(np.arange(P) < 2, 0.9, 0.1)[prompts]  # group a concentrated in prompts 0 and 1
     labels = np.where(rng.random(P * m) < share_a, "a", "b").astype(object)
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0)["race"].set_index("group")
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0,
+                              small_group=30)["race"].set_index("group")
     assert t.loc["a", "wp_gap"] == pytest.approx(0.0, abs=1e-6)
     assert t.loc["a", "gap"] > 0.01
 
@@ -109,7 +110,7 @@ def test_near_duplicate_rate_equals_brute_force():
     X[5] = X[6] * 3.0 + 1e-4  # a near copy inside prompt p0 (cosine ≈ 1)
     X[40] = X[41]
     t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=0, n_perm=0, near_dup_cosine=0.9,
-                              paper=False)["race"].set_index("group")
+                              paper=False, small_group=30)["race"].set_index("group")
     U = X / np.linalg.norm(X, axis=1, keepdims=True)
     flag = np.zeros(len(X), bool)
     for p in set(prompts):
@@ -129,17 +130,18 @@ def test_permutation_test_signal_noise_and_sequential_stopping():
     prompts = np.repeat(np.arange(P), m)
     X = rng.normal(size=(P, 16))[prompts] + rng.normal(size=(P * m, 16))
     labels = rng.choice(np.array(["a", "b", "c"], dtype=object), size=P * m)
-    full = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=199, seed=1, paper=False)["r"]
+    full = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=199, seed=1, paper=False,
+                                 small_group=30)["r"]
     assert (full["n_perm"] == 199).all() and (full["p_perm"] >= 1 / 200).all()
     early = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=999, seed=1, stop_after=10,
-                                  paper=False)["r"]
+                                  paper=False, small_group=30)["r"]
     assert early["n_perm"].iloc[0] < 999  # null data: every test reaches 10 exceedances early
     assert (early["p_perm"] > 0.01).all()
     X2 = X.copy()
     a = labels == "a"
     X2[a] += 1.5 * rng.normal(size=(P, 16))[prompts[a]]  # a's images of one prompt share a direction
     sig = H.within_prompt_table(X2, prompts, {"r": labels}, n_boot=0, n_perm=199, seed=1, stop_after=10,
-                                paper=False)["r"].set_index("group")
+                                paper=False, small_group=30)["r"].set_index("group")
     assert sig.loc["a", "p_perm"] == pytest.approx(1 / 200) and sig.loc["a", "p_global"] == pytest.approx(1 / 200)
 
 
@@ -147,8 +149,9 @@ def test_two_labellings_share_one_pass_and_agree_with_separate_runs():
     X, prompts, labels = _data(8)
     rng = np.random.default_rng(9)
     bins = rng.choice(np.array(["<40", "[40,55)", None], dtype=object), size=len(X))
-    both = H.within_prompt_table(X, prompts, {"race": labels, "L_bin": bins}, n_boot=100, n_perm=0, seed=3)
-    alone = H.within_prompt_table(X, prompts, {"L_bin": bins}, n_boot=100, n_perm=0, seed=3)
+    both = H.within_prompt_table(X, prompts, {"race": labels, "L_bin": bins}, n_boot=100, n_perm=0, seed=3,
+                                 small_group=30)
+    alone = H.within_prompt_table(X, prompts, {"L_bin": bins}, n_boot=100, n_perm=0, seed=3, small_group=30)
     np.testing.assert_allclose(both["L_bin"]["wp_gap"], alone["L_bin"]["wp_gap"], atol=1e-12)
     ref = brute_within(X, prompts, bins, ["<40", "[40,55)"])
     np.testing.assert_allclose(alone["L_bin"]["wp_gap"], [ref["<40"], ref["[40,55)"]], atol=1e-6)
@@ -176,7 +179,8 @@ def test_across_design_detects_signal():
     labels = rng.choice(np.array(["a", "b"], dtype=object), size=P * m)
     X = rng.normal(size=(P * m, 8))
     X[labels == "a"] += 2.0
-    t = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=99, design="across", paper=False)["r"]
+    t = H.within_prompt_table(X, prompts, {"r": labels}, n_boot=0, n_perm=99, design="across", paper=False,
+                              small_group=30)["r"]
     assert t.set_index("group").loc["a", "p_perm"] == pytest.approx(1 / 100) and (t["design"] == "across").all()
 
 
@@ -185,8 +189,9 @@ def test_paper_gap_beside_it_equals_the_unstratified_functions():
     bootstrap_gap, which are checked against brute force in test_homogeneity.py."""
     X, prompts, labels = _data(12)
     X[7] = 0.0
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=200, n_perm=0, seed=5)["race"].set_index("group")
-    ref = H.homogeneity_gap(X, labels, categories=["a", "b", "c"]).set_index("group")
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=200, n_perm=0, seed=5,
+                              small_group=30)["race"].set_index("group")
+    ref = H.homogeneity_gap(X, labels, categories=["a", "b", "c"], small_group=30).set_index("group")
     ci = H.bootstrap_gap(X, labels, prompts, n_boot=200, seed=5, categories=["a", "b", "c"]).set_index("group")
     np.testing.assert_allclose(t["gap"], ref["gap"], atol=1e-9)
     np.testing.assert_allclose(t[["gap_lo", "gap_hi"]], ci[["gap_lo", "gap_hi"]], atol=1e-9)
@@ -274,7 +279,7 @@ def test_a_group_in_few_prompts_gets_the_expansion_of_its_own_prompt_count_and_a
         labels[p * m + 1:p * m + 5] = "a"  # pairs of a in 3 prompts
     labels[15 * m + 1:15 * m + 4] = "c"  # c in 1 prompt
     X = rng.normal(size=(P * m, 6)) + rng.normal(size=(P, 6))[prompts]
-    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=400, n_perm=0, paper=False)["race"]
+    t = H.within_prompt_table(X, prompts, {"race": labels}, n_boot=400, n_perm=0, paper=False, small_group=30)["race"]
     t = t.set_index("group")
     assert list(t.index) == ["a", "b", "c", "d"]
     assert t["n_prompts"].tolist() == [3, P, 1, 0]

@@ -38,8 +38,6 @@ from biasaudit.contracts import MIN_PROMPTS_CI
 from biasaudit.stats import kernels
 from biasaudit.stats.resample import Replicates, intervals, p_adjust, replicates, sums_statistic
 
-# a library default only: every stage passes analyze.min_group_size (the models' gaps and the baseline's alike)
-SMALL_GROUP = 30
 DESIGNS = ("within", "across")
 ROW_CHUNK = 8192
 
@@ -140,8 +138,8 @@ def _reasons(n: np.ndarray) -> np.ndarray:
     return np.where((reason == "") & (n == n.sum()), "single group: no rest to compare with", reason)
 
 
-def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None = None,
-                    small_group: int = SMALL_GROUP, normalise: bool = True) -> pd.DataFrame:
+def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None = None, *,
+                    small_group: int, normalise: bool = True) -> pd.DataFrame:
     """Per group: n, intra, inter, gap, small (flag), n_dropped (zero/non-finite rows), reason.
 
     Rows whose group is NaN/None are left out. `categories` fixes the groups reported (absent ones
@@ -347,8 +345,8 @@ def permutation_pvalue(X: np.ndarray, groups: Sequence, n_perm: int = 1000, seed
 # ---------------------------------------------------------------- tables
 
 def homogeneity_table(X: np.ndarray, meta: pd.DataFrame, by: str, within: str | None = "model",
-                      cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0,
-                      small_group: int = SMALL_GROUP, method: str = "percentile", design: str = "within",
+                      cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0, *,
+                      small_group: int, method: str = "percentile", design: str = "within",
                       p_adjust_method: str | None = "holm", level: float = 0.95) -> pd.DataFrame:
     """Gap per group of `meta[by]`, computed separately inside each value of `meta[within]` (e.g. race
     within model: the rest is the same model's other images), with bootstrap CIs, permutation p-values
@@ -391,9 +389,10 @@ def add_p_adjusted(table: pd.DataFrame, method: str = "holm") -> pd.DataFrame:
     return table.assign(p_adjusted=p_adjust(table["p_value"].to_numpy(float), method), p_adjust_method=method)
 
 
-def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None = None) -> pd.DataFrame:
+def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None = None, *,
+                      small_group: int) -> pd.DataFrame:
     """Mean intra-bin cosine similarity (e.g. per L* bin) with n; the paper's 'similarity by skin tone'."""
-    res = homogeneity_gap(X, bins, categories=categories)
+    res = homogeneity_gap(X, bins, categories=categories, small_group=small_group)
     return res[["group", "n", "intra", "small", "reason"]].rename(columns={"intra": "mean_similarity"})
 
 
@@ -694,7 +693,7 @@ def within_prompt_permutations(blocks: PromptBlocks, labellings: Sequence[tuple[
 def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, Sequence], *,
                         categories: dict[str, list] | None = None, n_boot: int = 1000, n_perm: int = 1000,
                         seed: int = 0, level: float = 0.95, method: str = "percentile", design: str = "within",
-                        stop_after: int = 0, near_dup_cosine: float | None = None, small_group: int = SMALL_GROUP,
+                        stop_after: int = 0, near_dup_cosine: float | None = None, small_group: int,
                         paper: bool = True, blocks: PromptBlocks | None = None, localise_alpha: float | None = None,
                         pairs_out: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
     """Per labelling (e.g. race, L_bin: one label or None per row of X) a table per group:
