@@ -39,8 +39,8 @@ _BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00
 # - rfc3987_syntax: jsonschema (nbformat's validator) imports it only to check the "iri" string format,
 #   which no notebook schema uses, and importing it builds an Earley parser: 1.2 s of every stage's start.
 #   Without it jsonschema skips that one format checker; nbformat validates every notebook as before.
-# - jupyter_server (with tornado): jupytext's contents manager for JupyterLab, 0.25 s.
-UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server")
+# - jupyter_server, tornado.web: jupytext's contents managers for JupyterLab, 0.25 s and 0.05 s.
+UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server", "tornado.web")
 
 
 def skip_unused_imports() -> None:
@@ -153,6 +153,20 @@ def _quiet_kernel_manager(log: TextIO):
             return kernel_cmd(super().format_kernel_cmd(extra_arguments))
 
     return QuietKernelManager(kernel_name="python3")
+
+
+HIST_FILE = ":memory:"  # nbclient's default for the kernel's IPython history (NotebookClient.ipython_hist_file)
+
+
+def start_kernel(log: TextIO):
+    """Launch the kernel now and return its manager, without waiting for it: it boots (0.5 s of its
+    own imports) while this process imports jupytext and converts the notebook. The arguments are
+    those nbclient passes when it starts the kernel itself; given a started kernel, it only connects."""
+    from jupyter_core.utils import run_sync
+
+    km = _quiet_kernel_manager(log)
+    run_sync(km.start_kernel)(extra_arguments=[f"--HistoryManager.hist_file={HIST_FILE}"], cwd=".")
+    return km
 
 
 def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
@@ -287,7 +301,19 @@ def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Pa
                                     "git_commit": git_commit()})
 
 
-def _client(nb: Any, log: TextIO, echo: BarEcho | None):
+def read_notebook(notebook: Path, parameters: dict[str, Any]) -> Any:
+    """The percent `.py` notebook as a notebook node, parameters injected, cell ids by position
+    (nbformat draws random ids: the same notebook, the same ids)."""
+    import jupytext
+
+    nb = jupytext.read(notebook)
+    inject_parameters(nb, parameters)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i}"
+    return nb
+
+
+def _client(nb: Any, km: Any, echo: BarEcho | None):
     from nbclient import NotebookClient
 
     class Client(NotebookClient):
@@ -296,7 +322,7 @@ def _client(nb: Any, log: TextIO, echo: BarEcho | None):
                 echo.write(msg["content"].get("text", ""))
             return super().output(outs, msg, display_id, cell_index)
 
-    return Client(nb, km=_quiet_kernel_manager(log), kernel_name="python3", timeout=None, startup_timeout=120,
+    return Client(nb, km=km, kernel_name="python3", timeout=None, startup_timeout=120,
                   coalesce_streams=True, record_timing=False, resources={"metadata": {"path": "."}})
 
 
@@ -306,10 +332,6 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     Parameters are injected as papermill does; the kernel runs through nbclient (papermill's engine)
     without papermill's own import cost."""
     skip_unused_imports()
-    import jupytext
-    import nbformat
-    from nbclient.exceptions import CellExecutionError
-
     from biasaudit.progress import current_position
 
     where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
@@ -330,14 +352,24 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     terminal.write(f"▶ {label}" + ("" if tty else "\n"))
     terminal.flush()
     kernel_env()
-    nb = jupytext.read(notebook)
-    inject_parameters(nb, parameters)
-    for i, cell in enumerate(nb.cells):  # nbformat draws random cell ids: the same notebook, the same ids
-        cell["id"] = f"cell-{i}"
     echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
-        client = _client(nb, log, echo)
+        try:
+            km = start_kernel(log)
+        except Exception:  # nbclient starts it again below, where its error becomes the stage's failure line
+            km = _quiet_kernel_manager(log)
+        try:
+            nb = read_notebook(notebook, parameters)
+        except BaseException:
+            if km.has_kernel:
+                from jupyter_core.utils import run_sync
+
+                run_sync(km.shutdown_kernel)(now=True)
+            raise
+        from nbclient.exceptions import CellExecutionError
+
+        client = _client(nb, km, echo)
         try:
             client.execute()
         except CellExecutionError as exc:
@@ -353,6 +385,8 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     nb.metadata["biasaudit"] = {"stage": stage or name, "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
     without_clocks(nb)
+    import nbformat
+
     nbformat.write(nb, target)
     record_run(name, stage or name, seconds, failure, runs_dir=out_dir.parent / "runs")
     if failure:
