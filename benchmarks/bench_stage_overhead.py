@@ -105,8 +105,9 @@ def bare_python() -> float:
 
 
 def baseline_src(rev: str, dest: Path) -> Path:
-    """The src/ folder of git revision `rev`, extracted under `dest`."""
-    archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, check=True, capture_output=True).stdout
+    """The src/ folder of git revision `rev`, extracted under `dest` (with data/reference, which the
+    package finds next to src/)."""
+    archive = subprocess.run(["git", "archive", rev, "src", "data/reference"], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest / "src"
 
