@@ -194,7 +194,8 @@ def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
     if not stage or not dvc_yaml.exists():
         return []
     name, _, key = stage.partition("@")
-    spec = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).get(name) or {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the same values, 10x faster
+    spec = (yaml.load(dvc_yaml.read_text(), Loader=loader) or {}).get("stages", {}).get(name) or {}
     spec = spec.get("do", spec)
     outs = []
     for out in spec.get("outs", []) or []:
