@@ -352,18 +352,19 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     Parameters are injected as papermill does; the kernel runs through nbclient (papermill's engine)
     without papermill's own import cost."""
     skip_unused_imports()
-    from biasaudit.progress import current_position
-
-    where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
-    label = f"{where} {stage}" if where else (stage or name)
-    start = time.perf_counter()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{name}.ipynb"
     kernel_env()
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
-        # the kernel boots (0.5 s) while this process checks the stage (0.4 s) and converts the notebook
+        # the kernel boots (0.5-0.8 s) while this process finds the stage's place, checks params.yaml
+        # and the weights (0.4 s) and converts the notebook
         km = launch_kernel(log)
+        from biasaudit.progress import current_position
+
+        where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+        label = f"{where} {stage}" if where else (stage or name)
+        start = time.perf_counter()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / f"{name}.ipynb"
         blocked = preflight(stage)
         if blocked:  # before the start line: a stage that cannot start prints its cause first
             stop_kernel(km)
