@@ -25,6 +25,7 @@ import re
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -157,7 +158,40 @@ def _quiet_kernel_manager(log: TextIO):
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
             return kernel_cmd(super().format_kernel_cmd(extra_arguments))
 
+        def client(self, **kw: Any) -> Any:
+            kc = super().client(**kw)
+            kc.wait_for_ready = partial(wait_for_ready, kc)
+            return kc
+
     return QuietKernelManager(kernel_name="python3")
+
+
+async def wait_for_ready(kc: Any, timeout: float | None = None) -> None:
+    """jupyter_client's `wait_for_ready` (kernel_info answered on the shell channel, IOPub connected)
+    without its last step, which waits for 0.2 s of silence on IOPub to drop stale messages: 0.2 s idle
+    in every stage's start. nbclient takes only the IOPub messages whose parent is its own request
+    (msg_id), so a status message left from this check is ignored anyway."""
+    from queue import Empty
+
+    deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+    while True:
+        kc.kernel_info()
+        try:
+            msg = await kc.shell_channel.get_msg(timeout=1)
+        except Empty:
+            msg = None
+        if msg is not None and msg["msg_type"] == "kernel_info_reply":
+            try:
+                await kc.iopub_channel.get_msg(timeout=0.2)  # the reply's own status message: IOPub is connected
+            except Empty:
+                pass
+            else:
+                kc._handle_kernel_info_reply(msg)
+                return
+        if not await kc.is_alive():
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
 
 
 HIST_FILE = ":memory:"  # nbclient's default for the kernel's IPython history (NotebookClient.ipython_hist_file)
