@@ -10,6 +10,7 @@ papermill, nbconvert and jupytext. Also printed: the export of all notebooks onc
 stage does it (per notebook, in-process).
 
     python benchmarks/bench_stage_overhead.py [--repeats 5]
+    python benchmarks/bench_stage_overhead.py --fixed-cost [--baseline REV] [--stage NAME] [--repeats 5]
 
 Measured on the 2-core development machine, shared with other jobs (load average 5-6), 2026-12-01:
     old 3.37 s (jupytext 0.42 + papermill 1.62 + nbconvert 1.28), new 1.43 s: 2.36x less per stage;
@@ -22,6 +23,21 @@ under that load, so the idle-machine ratio (the issue's 5.5 s per stage, 39% of 
 and without it (report.execute.skip_unused_imports; pandas no longer imported by biasaudit.io), median of 5,
 same 2-core machine shared with 3 other jobs (load 1.8-2.1): 3.65 s before, 1.74 s after (2.10x); a single
 run by hand at load 1.3: 1.35-1.45 s wall in all, of which ~0.8-1.3 s is the kernel's own start.
+
+`--fixed-cost --baseline a8a768f` (#40 item 6): the runner of that commit vs this one, median of 7, same
+machine at load 2.3-2.9: 1.29 s before, 0.91 s after (1.41x); with `--stage analyze` (params.yaml and
+weights checked, as under dvc repro) 1.96 s before, 1.35 s after (1.46x). At load 0.7 (before the last
+two cuts) 1.14 s vs 0.97 s. What changed: the kernel is launched first and boots (0.5-0.8 s) while the
+runner looks up the stage, checks params.yaml and converts the notebook; no 0.2 s wait for IOPub
+silence after it is ready; neither the kernel imports debugpy (0.07 s) nor the runner tornado.web or
+jsonschema's unused format checkers (0.08 s); params.yaml is loaded once and dvc.yaml/params.yaml are
+parsed with libyaml. What is left on the trivial notebook, 0.9 s: the kernel's start, ready ~0.5 s
+after launch (imports 0.26 s: ipykernel with jupyter_client, zmq and IPython 0.15, biasaudit+numpy 0.07;
+then IPython's shell and the sockets), which the runner's own ~0.5 s (imports, jupytext 0.22) now
+overlaps on two cores; then execute + write 0.05 s. `--stage` adds the stage check (pydantic models
+and validation of params.yaml, 0.35 s, in parallel with the kernel) and, in this benchmark's scratch
+folder without a DVC repository, a failed attempt to plan the stage order (0.2-0.3 s; in the repository
+the plan is cached).
 """
 
 from __future__ import annotations

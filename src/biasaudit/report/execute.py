@@ -7,7 +7,8 @@ its cloud I/O handlers), and exports no HTML (the report stage exports every not
 when the stage starts and one when it ends (duration, item counts); a failing stage's first line is
 its cause (`ParamsError: …`, a missing weight: checked before the start line; a failure inside the
 kernel: the end line, right after the start line, which in a terminal it replaces), the traceback
-stays in the executed notebook. The kernel:
+stays in the executed notebook. The kernel is launched first, so that it boots while this process
+checks the stage and converts the notebook (`launch_kernel`). The kernel:
 
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
