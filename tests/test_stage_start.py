@@ -20,7 +20,8 @@ PROBE = textwrap.dedent("""
     except nbformat.ValidationError:
         print("REJECTED-BAD")
     record_run("probe", "probe", 0.1, "", runs_dir=__import__("pathlib").Path(sys.argv[1]))
-    print(" ".join(m for m in ("rfc3987_syntax", "jupyter_server", "pandas") if sys.modules.get(m)))
+    unused = ("rfc3987_syntax", "jupyter_server", "tornado.web", "rfc3986_validator", "isoduration", "pandas")
+    print(" ".join(m for m in unused if sys.modules.get(m)))
 """)
 
 
@@ -28,5 +29,27 @@ def test_runner_skips_unused_imports_and_still_validates_notebooks(tmp_path):
     out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, check=True)
     lines = out.stdout.strip().splitlines()
     # validation still protects against a malformed notebook
-    assert lines == ["REJECTED-BAD"]  # and none of the three modules was imported
+    assert lines == ["REJECTED-BAD"]  # and none of the unused modules was imported
     assert (tmp_path / "probe.json").exists()
+
+
+def test_kernel_launched_before_the_notebook_is_read_runs_it_as_nbclient_would(tmp_path):
+    """The runner launches the kernel before it converts the notebook (report.execute.launch_kernel):
+    the kernel still runs in the runner's folder, gets the injected parameters, keeps no history file,
+    and never imports debugpy (report/kernel.py)."""
+    import json
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "probe.py").write_text(
+        '# %% tags=["parameters"]\nn = 1\n\n'
+        "# %%\nimport os, sys\n"
+        "print(n, os.getcwd(), sys.modules.get('debugpy', 'absent'), get_ipython().history_manager.hist_file)\n")
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": str(root / "src"), "DVC_STAGE": ""}
+    proc = subprocess.run([sys.executable, "-m", "biasaudit.report.execute", "probe.py", "probe", "-p", "n", "7"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    nb = json.loads((tmp_path / "reports/notebooks/probe.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    assert printed.split() == ["7", str(tmp_path.resolve()), "None", ":memory:"]

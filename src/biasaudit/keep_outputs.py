@@ -57,15 +57,17 @@ def stage_outputs(stage: str, root: str | os.PathLike = ".") -> list[Out]:
     paths interpolated."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the same values, 10x faster (every stage start)
+
     root = Path(root)
     dvc_yaml = root / "dvc.yaml"
     if not stage or not dvc_yaml.exists():
         return []
     name, _, key = stage.rpartition(":")[2].partition("@")
-    spec = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).get(name) or {}
+    spec = (yaml.load(dvc_yaml.read_text(), Loader=loader) or {}).get("stages", {}).get(name) or {}
     spec = spec.get("do", spec)
     params_file = root / "params.yaml"
-    params = (yaml.safe_load(params_file.read_text()) or {}) if params_file.exists() else {}
+    params = (yaml.load(params_file.read_text(), Loader=loader) or {}) if params_file.exists() else {}
     outs = []
     for out in [*(spec.get("outs") or []), *(spec.get("metrics") or []), *(spec.get("plots") or [])]:
         path, opts = (next(iter(out.items())) if isinstance(out, dict) else (out, {}))

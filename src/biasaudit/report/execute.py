@@ -7,7 +7,8 @@ its cloud I/O handlers), and exports no HTML (the report stage exports every not
 when the stage starts and one when it ends (duration, item counts); a failing stage's first line is
 its cause (`ParamsError: …`, a missing weight: checked before the start line; a failure inside the
 kernel: the end line, right after the start line, which in a terminal it replaces), the traceback
-stays in the executed notebook. The kernel:
+stays in the executed notebook. The kernel is launched first, so that it boots while this process
+checks the stage and converts the notebook (`launch_kernel`). The kernel:
 
 - draws with the inline backend, so `display(fig)` stores a PNG in the notebook (not `<Figure …>`);
 - writes its own process log (transport warning, the interrupt jupyter_client sends at shutdown) to
@@ -25,6 +26,7 @@ import re
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,8 +41,13 @@ _BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00
 # - rfc3987_syntax: jsonschema (nbformat's validator) imports it only to check the "iri" string format,
 #   which no notebook schema uses, and importing it builds an Earley parser: 1.2 s of every stage's start.
 #   Without it jsonschema skips that one format checker; nbformat validates every notebook as before.
-# - jupyter_server (with tornado): jupytext's contents manager for JupyterLab, 0.25 s.
-UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server")
+# - jupyter_server, tornado.web: jupytext's contents managers for JupyterLab, 0.25 s and 0.05 s.
+# - rfc3986_validator, rfc3339_validator, isoduration, webcolors, uri_template, jsonpointer, fqdn: the
+#   other optional string-format checkers of jsonschema, 0.03 s together. No nbformat schema uses the
+#   `format` keyword (only a metadata property named "format"), so no checker was ever called.
+FORMAT_CHECKERS = ("rfc3986_validator", "rfc3339_validator", "isoduration", "webcolors", "uri_template",
+                   "jsonpointer", "fqdn")
+UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server", "tornado.web", *FORMAT_CHECKERS)
 
 
 def skip_unused_imports() -> None:
@@ -152,7 +159,67 @@ def _quiet_kernel_manager(log: TextIO):
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
             return kernel_cmd(super().format_kernel_cmd(extra_arguments))
 
+        def client(self, **kw: Any) -> Any:
+            kc = super().client(**kw)
+            kc.wait_for_ready = partial(wait_for_ready, kc)
+            return kc
+
     return QuietKernelManager(kernel_name="python3")
+
+
+async def wait_for_ready(kc: Any, timeout: float | None = None) -> None:
+    """jupyter_client's `wait_for_ready` (kernel_info answered on the shell channel, IOPub connected)
+    without its last step, which waits for 0.2 s of silence on IOPub to drop stale messages: 0.2 s idle
+    in every stage's start. nbclient takes only the IOPub messages whose parent is its own request
+    (msg_id), so a status message left from this check is ignored anyway."""
+    from queue import Empty
+
+    deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+    while True:
+        kc.kernel_info()
+        try:
+            msg = await kc.shell_channel.get_msg(timeout=1)
+        except Empty:
+            msg = None
+        if msg is not None and msg["msg_type"] == "kernel_info_reply":
+            try:
+                await kc.iopub_channel.get_msg(timeout=0.2)  # the reply's own status message: IOPub is connected
+            except Empty:
+                pass
+            else:
+                kc._handle_kernel_info_reply(msg)
+                return
+        if not await kc.is_alive():
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+
+
+HIST_FILE = ":memory:"  # nbclient's default for the kernel's IPython history (NotebookClient.ipython_hist_file)
+
+
+def launch_kernel(log: TextIO):
+    """Launch the kernel now and return its manager, without waiting for it: it boots (0.5 s of its
+    own imports) while this process checks the stage, imports jupytext and converts the notebook. The
+    arguments are those nbclient passes when it starts the kernel; given a started kernel, it only
+    connects. If the launch fails, the manager comes back without a kernel: nbclient then starts it
+    and its error becomes the stage's failure line."""
+    from jupyter_core.utils import run_sync
+
+    km = _quiet_kernel_manager(log)
+    try:
+        run_sync(km.start_kernel)(extra_arguments=[f"--HistoryManager.hist_file={HIST_FILE}"], cwd=".")
+    except Exception:
+        return _quiet_kernel_manager(log)
+    return km
+
+
+def stop_kernel(km: Any) -> None:
+    """Shut down a launched kernel whose notebook will not run (a blocked stage, an unreadable notebook)."""
+    if km.has_kernel:
+        from jupyter_core.utils import run_sync
+
+        run_sync(km.shutdown_kernel)(now=True)
 
 
 def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
@@ -162,7 +229,8 @@ def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
     if not stage or not dvc_yaml.exists():
         return []
     name, _, key = stage.partition("@")
-    spec = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).get(name) or {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the same values, 10x faster
+    spec = (yaml.load(dvc_yaml.read_text(), Loader=loader) or {}).get("stages", {}).get(name) or {}
     spec = spec.get("do", spec)
     outs = []
     for out in spec.get("outs", []) or []:
@@ -174,13 +242,13 @@ def stage_outs(stage: str, dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
 def item_counts(paths: list[str]) -> dict[str, int]:
     """Counts per status from the `status` column of the parquet outputs (a file, or a folder's
     manifest.parquet); {} when no output has one."""
-    import pyarrow.parquet as pq
-
     counts: dict[str, int] = {}
     for p in map(Path, paths):
         target = p if p.suffix == ".parquet" else p / "manifest.parquet"
         if not target.is_file():
             continue
+        import pyarrow.parquet as pq  # only when there is a table to count
+
         try:
             schema = pq.read_schema(target)
             if "status" not in schema.names:
@@ -209,9 +277,9 @@ def first_line(ename: str, evalue: str, width: int = 400) -> str:
     return f"{ename}: {text}" if text else ename
 
 
-def missing_needs(stage: str) -> list[str]:
+def missing_needs(stage: str, cfg: Any = None) -> list[str]:
     """The weights, keys and servers `stage` needs and lacks (biasaudit.weights), one line each with
-    its fix; checked before the kernel starts, so a stage without its model fails in a second with the
+    its fix; checked before the notebook runs, so a stage without its model fails in a second with the
     fix as its first line while stages that need nothing missing still run."""
     if not stage:
         return []
@@ -219,10 +287,11 @@ def missing_needs(stage: str) -> list[str]:
     from biasaudit.config import ParamsError, load_params
     from biasaudit.weights import missing
 
-    try:
-        cfg = load_params()
-    except ParamsError:
-        return []  # preflight reports it
+    if cfg is None:
+        try:
+            cfg = load_params()
+        except ParamsError:
+            return []  # preflight reports it
     return [describe_need(n) for n in missing(cfg, stage=stage) if n.blocks_stage]
 
 
@@ -234,10 +303,10 @@ def preflight(stage: str) -> str:
     from biasaudit.config import ParamsError, load_params
 
     try:
-        load_params()
+        cfg = load_params()
     except ParamsError as exc:
         return first_line("ParamsError", str(exc))
-    lacking = missing_needs(stage)
+    lacking = missing_needs(stage, cfg)
     if lacking:
         from biasaudit.cli import plural
 
@@ -287,7 +356,19 @@ def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Pa
                                     "git_commit": git_commit()})
 
 
-def _client(nb: Any, log: TextIO, echo: BarEcho | None):
+def read_notebook(notebook: Path, parameters: dict[str, Any]) -> Any:
+    """The percent `.py` notebook as a notebook node, parameters injected, cell ids by position
+    (nbformat draws random ids: the same notebook, the same ids)."""
+    import jupytext
+
+    nb = jupytext.read(notebook)
+    inject_parameters(nb, parameters)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i}"
+    return nb
+
+
+def _client(nb: Any, km: Any, echo: BarEcho | None):
     from nbclient import NotebookClient
 
     class Client(NotebookClient):
@@ -296,7 +377,7 @@ def _client(nb: Any, log: TextIO, echo: BarEcho | None):
                 echo.write(msg["content"].get("text", ""))
             return super().output(outs, msg, display_id, cell_index)
 
-    return Client(nb, km=_quiet_kernel_manager(log), kernel_name="python3", timeout=None, startup_timeout=120,
+    return Client(nb, km=km, kernel_name="python3", timeout=None, startup_timeout=120,
                   coalesce_streams=True, record_timing=False, resources={"metadata": {"path": "."}})
 
 
@@ -306,38 +387,41 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     Parameters are injected as papermill does; the kernel runs through nbclient (papermill's engine)
     without papermill's own import cost."""
     skip_unused_imports()
-    import jupytext
-    import nbformat
-    from nbclient.exceptions import CellExecutionError
-
-    from biasaudit.progress import current_position
-
-    where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
-    label = f"{where} {stage}" if where else (stage or name)
-    start = time.perf_counter()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{name}.ipynb"
-    blocked = preflight(stage)
-    if blocked:  # before the start line: a stage that cannot start prints its cause first
-        terminal.write(f"✗ {label}: {blocked}\n")
-        terminal.flush()
-        return 1
-    from biasaudit.keep_outputs import keep_outputs
-
-    kept = keep_outputs(stage, keep=(target,))  # DVC no longer deletes outputs (persist): moved aside here
-    tty = terminal.isatty()
-    # a terminal keeps one line per stage: the start line, then its live bar, then its end line in place
-    terminal.write(f"▶ {label}" + ("" if tty else "\n"))
-    terminal.flush()
     kernel_env()
-    nb = jupytext.read(notebook)
-    inject_parameters(nb, parameters)
-    for i, cell in enumerate(nb.cells):  # nbformat draws random cell ids: the same notebook, the same ids
-        cell["id"] = f"cell-{i}"
-    echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
     failure = ""
     with tempfile.TemporaryFile("w+") as log:
-        client = _client(nb, log, echo)
+        # the kernel boots (0.5-0.8 s) while this process finds the stage's place, checks params.yaml
+        # and the weights (0.4 s) and converts the notebook
+        km = launch_kernel(log)
+        from biasaudit.progress import current_position
+
+        where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
+        label = f"{where} {stage}" if where else (stage or name)
+        start = time.perf_counter()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / f"{name}.ipynb"
+        blocked = preflight(stage)
+        if blocked:  # before the start line: a stage that cannot start prints its cause first
+            stop_kernel(km)
+            terminal.write(f"✗ {label}: {blocked}\n")
+            terminal.flush()
+            return 1
+        from biasaudit.keep_outputs import keep_outputs
+
+        kept = keep_outputs(stage, keep=(target,))  # DVC no longer deletes outputs (persist): moved aside here
+        tty = terminal.isatty()
+        # a terminal keeps one line per stage: the start line, then its live bar, then its end line in place
+        terminal.write(f"▶ {label}" + ("" if tty else "\n"))
+        terminal.flush()
+        echo = BarEcho(terminal, f"▶ {label} ") if tty else BarEcho(terminal, f"  … {label} ", live=False)
+        try:
+            nb = read_notebook(notebook, parameters)
+        except BaseException:
+            stop_kernel(km)
+            raise
+        from nbclient.exceptions import CellExecutionError
+
+        client = _client(nb, km, echo)
         try:
             client.execute()
         except CellExecutionError as exc:
@@ -353,6 +437,8 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
     nb.metadata["biasaudit"] = {"stage": stage or name, "status": "failed" if failure else "ok",
                                 "reason": failure, "parameters": parameters}
     without_clocks(nb)
+    import nbformat
+
     nbformat.write(nb, target)
     record_run(name, stage or name, seconds, failure, runs_dir=out_dir.parent / "runs")
     if failure:
