@@ -11,6 +11,9 @@ medians. Parts timed separately:
     permutation  the within-prompt permutation test on the unit rows by prompt (group sums per draw:
                  O(n_p · d) per prompt and draw, linear; the unit rows themselves are built once, outside)
     draws        its shuffles alone (one batch of uniforms, Fisher–Yates per prompt)
+    section      what the homogeneity section runs per model and embedding space, all of the above at once:
+                 unit rows by prompt, then within_prompt_table with the bootstrap, the permutation test (no early
+                 stop, so every size does all its draws) and the near-duplicates (issue #39's ≤ 4.2× bar)
 
     python benchmarks/bench_homogeneity_scaling.py [--per-prompt 100] [--dim 512] [--reps 3] [--n-boot 1000]
         [--n-perm 100]
@@ -61,8 +64,12 @@ def parts(X, prompts, labels, n_boot, n_perm):
         for b in H._chunks(n_perm):
             H.draw_within(lab, b, rng)
 
+    def section():
+        H.within_prompt_table(X, prompts, {"race": labels}, n_boot=n_boot, n_perm=n_perm, paper=False,
+                              near_dup_cosine=0.95, small_group=30, blocks=H.prompt_blocks(X, prompts))
+
     return {"floor": floor, "inference": inference, "near-dup": near_dup, "permutation": permutation,
-            "draws": draws}
+            "draws": draws, "section": section}
 
 
 def cpu(fn) -> float:

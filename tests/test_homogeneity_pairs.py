@@ -56,6 +56,29 @@ def test_dedup_pair_sums_leave_out_exactly_the_pairs_above_the_threshold():
     assert N0.sum() < _brute_pairs(X, prompts, labels, 3)[1].sum()  # the copy pair was there to leave out
 
 
+def test_near_duplicates_found_across_gram_row_blocks(monkeypatch):
+    """Blocks of 3 rows over prompts of 11: copies inside one block, across blocks and in the last partial
+    block are each found once, with both orders in the pair sums and both images flagged."""
+    monkeypatch.setattr(H, "GRAM_ROWS", 3)
+    X, prompts, labels = _tiny(seed=4, P=3, m=11, d=32)
+    X[1] = X[2] * 1.5 + 1e-3  # same block
+    X[11 + 0] = X[11 + 10] * 0.7  # first and last (partial) block of prompt 1
+    X[22 + 4] = X[22 + 8] + 1e-3  # second and third block of prompt 2
+    X[22 + 5] = X[22 + 8] - 1e-3  # a triple: three pairs
+    blocks = H.prompt_blocks(X, prompts)
+    flag, [(A, N)] = H.near_duplicate_pairs(blocks, [(labels, 3)], 0.9)
+    all_A, all_N = _brute_pairs(X, prompts, labels, 3)
+    kept_A, kept_N = _brute_pairs(X, prompts, labels, 3, skip=lambda c: c >= 0.9)
+    np.testing.assert_allclose(A, all_A - kept_A, atol=1e-5)
+    np.testing.assert_allclose(N, all_N - kept_N)
+    assert N.sum() == 2 * 5  # 1 + 1 + 3 unordered pairs, each in both orders (no chance ones at 0.9 in d = 32)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    K = U @ U.T
+    np.fill_diagonal(K, -2)
+    K[prompts[:, None] != prompts[None, :]] = -2
+    np.testing.assert_array_equal(flag, K.max(axis=1) >= 0.9)
+
+
 def test_pairwise_gap_and_its_t_interval_from_the_definition():
     X, prompts, labels = _tiny(seed=5, P=6, m=9)
     S, n, q = H.cell_sums(X, labels, prompts, 3, 6)

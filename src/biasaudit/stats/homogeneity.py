@@ -27,6 +27,7 @@ Uncertainty (the resampling engine, biasaudit.stats.resample):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -481,17 +482,24 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
     return PromptBlocks(list(names), rows, dropped, U, np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
 
 
-GRAM_ROWS = 256  # rows of a prompt's Gram matrix formed at once (near-duplicates): at most 256 × n_p floats
+GRAM_ROWS = 128  # rows of a prompt's Gram matrix formed at once: small enough that the triangle wastes little
+
+
+@functools.lru_cache(maxsize=4)
+def _above_diagonal(k: int) -> np.ndarray:
+    return np.triu(np.ones((k, k), dtype=bool), 1)
 
 
 def _gram_blocks(blocks: PromptBlocks):
-    """(p, r0, r1, U_p[r0:r1] U_pᵀ) over every prompt in row blocks of GRAM_ROWS (float32 BLAS for float32 input):
-    the near-duplicate pairs are pairwise, so this is O(n_p² · d) per prompt, the only quadratic step."""
+    """(p, r0, r1, U_p[r0:r1] U_p[r0:]ᵀ) over every prompt in row blocks of GRAM_ROWS (float32 BLAS for float32
+    input): the upper triangle only, each unordered pair once (columns from r0 on; the block's own lower
+    triangle and diagonal are for the caller to skip). The near-duplicate pairs are pairwise, so this is
+    O(n_p² · d / 2) per prompt, the only quadratic step."""
     for p in range(blocks.n_prompts):
         Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
         for r0 in range(0, len(Up), GRAM_ROWS):
             r1 = min(len(Up), r0 + GRAM_ROWS)
-            yield p, r0, r1, Up[r0:r1] @ Up.T
+            yield p, r0, r1, Up[r0:r1] @ Up[r0:].T
 
 
 def _delta(n, q, sq, tot, m):
@@ -850,26 +858,28 @@ def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.nda
     """One pass over every prompt's Gram matrix (row blocks, _gram_blocks): per row of X whether another usable
     image of its prompt has cosine ≥ `threshold`, and per labelling (codes per row of X, G) the P × G × G sums
     and counts of cosine over those near-duplicate ordered pairs of labelled images. Pairwise by nature:
-    O(n_p² · d) per prompt, the one step that is not linear in the images per prompt; the sums cost only the
+    O(n_p² · d / 2) per prompt, the one step that is not linear in the images per prompt; the sums cost only the
     pairs found."""
     n_rows = len(blocks.n_dropped)
     flag = np.zeros(n_rows, dtype=bool)
     P = blocks.n_prompts
     sums = [(np.zeros((P, g, g)), np.zeros((P, g, g))) for _, g in labellings]
     for p, r0, r1, Gb in _gram_blocks(blocks):
-        Gb[np.arange(r1 - r0), np.arange(r0, r1)] = -np.inf  # an image is not its own near-duplicate
         close = Gb >= threshold
-        rows = blocks.rows[p]
-        flag[rows[r0:r1]] = close.any(axis=1)
+        close[:, :r1 - r0] &= _above_diagonal(r1 - r0)  # each pair once (j > i); no image is its own near-copy
         i, j = np.nonzero(close)
         if not len(i):
             continue
+        rows = blocks.rows[p]
+        ri, rj = rows[r0 + i], rows[r0 + j]
+        flag[ri] = flag[rj] = True
         cos = Gb[i, j].astype(np.float64)
         for (codes, _), (A, N) in zip(labellings, sums):
-            ci, cj = np.asarray(codes)[rows[r0 + i]], np.asarray(codes)[rows[j]]
+            ci, cj = np.asarray(codes)[ri], np.asarray(codes)[rj]
             ok = (ci >= 0) & (cj >= 0)
-            np.add.at(A[p], (ci[ok], cj[ok]), cos[ok])
-            np.add.at(N[p], (ci[ok], cj[ok]), 1.0)
+            for a, b in ((ci[ok], cj[ok]), (cj[ok], ci[ok])):  # ordered pairs: both orders
+                np.add.at(A[p], (a, b), cos[ok])
+                np.add.at(N[p], (a, b), 1.0)
     return flag, sums
 
 
