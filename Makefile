@@ -73,7 +73,7 @@ lock:
 	mv requirements.lock.new requirements.lock
 
 # switching profiles stashes the outputs of the profile left and restores those of the one switched to
-# (biasaudit/profile_stash.py), so `make offline` after `make paper` gives the demo's outputs back, up to date
+# (biasaudit/pipeline/profile_stash.py), so `make offline` after `make paper` gives the demo's outputs back, up to date
 paper: setup
 	$(BIN)/python -m biasaudit profile paper
 	$(BIN)/python -m biasaudit check

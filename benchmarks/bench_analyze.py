@@ -162,7 +162,7 @@ def read_once(tree: Path):
 
 def run_stage(tree: Path, out: Path) -> dict[str, float]:
     """Every section of notebooks/t2i_analyze.py, in its order, with the OutputWriter: seconds per section."""
-    from biasaudit.outputs import OutputWriter
+    from biasaudit.pipeline.outputs import OutputWriter
     from biasaudit.t2i.analysis import SECTIONS, inputs
 
     sections = [importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS]

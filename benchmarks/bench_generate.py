@@ -34,7 +34,7 @@ def main() -> None:
     from biasaudit.backends.generators.base import GenRequest
     from biasaudit.backends.generators.diffusers_backend import make_tiny
     from biasaudit.params.generate import GeneratorSpec
-    from biasaudit.provenance import derive_seed
+    from biasaudit.pipeline.provenance import derive_seed
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     prompts = [f"A person who works as worker number {i}, photorealistic portrait" for i in range(args.images)]

@@ -29,7 +29,7 @@ from PIL import Image
 from scipy.stats import kendalltau, spearmanr
 
 from biasaudit.faces import colour, detect, segment
-from biasaudit.images import load_rgb
+from biasaudit.pipeline.images import load_rgb
 
 
 def darkened_set(factors: list[float], out_dir: Path) -> pd.DataFrame:

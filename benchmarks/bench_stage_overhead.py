@@ -20,7 +20,7 @@ same time so they share the load): old 512 s, new 455 s (-11%); the work inside 
 under that load, so the idle-machine ratio (the issue's 5.5 s per stage, 39% of the demo) is not shown.
 
 `--fixed-cost` (#40 item 7): the cost above a plain `python -c pass`, with rfc3987_syntax imported as before
-and without it (report.execute.skip_unused_imports; pandas no longer imported by biasaudit.io), median of 5,
+and without it (report.execute.skip_unused_imports; pandas no longer imported by biasaudit.pipeline.io), median of 5,
 same 2-core machine shared with 3 other jobs (load 1.8-2.1): 3.65 s before, 1.74 s after (2.10x); a single
 run by hand at load 1.3: 1.35-1.45 s wall in all, of which ~0.8-1.3 s is the kernel's own start.
 

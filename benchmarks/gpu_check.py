@@ -60,7 +60,7 @@ class Report:
     def __init__(self, path: Path, dry_run: bool):
         import torch
 
-        from biasaudit.provenance import library_versions
+        from biasaudit.pipeline.provenance import library_versions
 
         self.path = path
         self.data = {"dry_run": dry_run, "stand_in": "random weights of the real architectures",
@@ -195,7 +195,7 @@ def generator_step(model: str, dry: bool):
     from biasaudit.backends.generators.base import GenRequest
     from biasaudit.backends.generators.diffusers_backend import DiffusersGenerator, component_bytes, place_pipeline
     from biasaudit.params.generate import GeneratorSpec
-    from biasaudit.provenance import derive_seed
+    from biasaudit.pipeline.provenance import derive_seed
 
     cuda = torch.cuda.is_available() and not dry
     device = "cuda" if cuda else "cpu"

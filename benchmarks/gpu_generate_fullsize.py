@@ -118,7 +118,7 @@ def main() -> None:
     from biasaudit.backends.generators.base import GenRequest
     from biasaudit.backends.generators.diffusers_backend import DiffusersGenerator
     from biasaudit.params.generate import GeneratorSpec
-    from biasaudit.provenance import derive_seed, library_versions
+    from biasaudit.pipeline.provenance import derive_seed, library_versions
 
     if args.smoke:
         args.size, args.images, args.batch_sizes, args.max_seq_len = 64, 2, [1, 2], 16

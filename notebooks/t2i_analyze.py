@@ -30,9 +30,9 @@
 
 # %%
 from biasaudit import contracts as C
-from biasaudit.notebook import banner, show, stage_params
-from biasaudit.outputs import OutputWriter
-from biasaudit.provenance import run_info
+from biasaudit.pipeline.notebook import banner, show, stage_params
+from biasaudit.pipeline.outputs import OutputWriter
+from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (
     calibration,
     corrected,

@@ -34,12 +34,12 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.engine import finish
 from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
-from biasaudit.io import atomic_write_json, atomic_write_table, stable_floats
-from biasaudit.notebook import banner, stage_params
-from biasaudit.provenance import run_info
+from biasaudit.pipeline.engine import finish
+from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, stable_floats
+from biasaudit.pipeline.notebook import banner, stage_params
+from biasaudit.pipeline.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table
 
 cfg, params = stage_params("baseline")

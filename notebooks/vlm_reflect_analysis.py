@@ -27,10 +27,10 @@
 import json
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_json
-from biasaudit.notebook import banner, show, stage_params
-from biasaudit.outputs import OutputWriter, json_safe
-from biasaudit.provenance import write_run_info
+from biasaudit.pipeline.io import atomic_write_json
+from biasaudit.pipeline.notebook import banner, show, stage_params
+from biasaudit.pipeline.outputs import OutputWriter, json_safe
+from biasaudit.pipeline.provenance import write_run_info
 from biasaudit.vlm.analysis import (
     controls,
     gaps,

@@ -8,8 +8,8 @@ from pathlib import Path
 import jupytext
 
 # the closure itself lives in the package (the engine fingerprints the code a record depends on with it)
-from biasaudit.closure import SRC, closure_of_source, module_file  # noqa: F401  (used by the tests)
-from biasaudit.closure import imports_of as _imports  # noqa: F401
+from biasaudit.pipeline.closure import SRC, closure_of_source, module_file  # noqa: F401  (used by the tests)
+from biasaudit.pipeline.closure import imports_of as _imports  # noqa: F401
 
 
 def notebook_closure(notebook: Path) -> set[Path]:

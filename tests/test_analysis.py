@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from biasaudit.contracts import GROUPS, L_BIN_LABELS
-from biasaudit.outputs import NO_DATA, OK, OutputWriter
+from biasaudit.pipeline.outputs import NO_DATA, OK, OutputWriter
 from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary

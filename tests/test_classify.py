@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from biasaudit.backends.vlm import CachedVLM, VLMResponse, make_vlm_backend
-from biasaudit.engine import run_local
-from biasaudit.io import RecordLog
 from biasaudit.params.classify import VLMSpec
+from biasaudit.pipeline.engine import run_local
+from biasaudit.pipeline.io import RecordLog
 from biasaudit.t2i import classify as cl
 
 from .servers_vlm import LABELS, VLMServer, grey_image
@@ -75,9 +75,9 @@ def test_classify_openai_server_and_second_run_makes_no_calls(tmp_path):
 SCRIPT = textwrap.dedent("""
     import sys, pandas as pd
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
-    from biasaudit.io import RecordLog
+    from biasaudit.pipeline.io import RecordLog
     from biasaudit.params.classify import VLMSpec
-    from biasaudit.engine import run_local
+    from biasaudit.pipeline.engine import run_local
     from biasaudit.t2i import classify as cl
     url, d = sys.argv[1], sys.argv[2]
     items = cl.items_from_manifest(pd.read_parquet(d + "/manifest.parquet"))

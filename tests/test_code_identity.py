@@ -5,9 +5,9 @@ import textwrap
 
 import pytest
 
-from biasaudit import closure
-from biasaudit.engine import Stage, run_stage
 from biasaudit.params.execution import Execution
+from biasaudit.pipeline import closure
+from biasaudit.pipeline.engine import Stage, run_stage
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_the_fingerprint_follows_behaviour_not_comments(package):
 
 
 def test_the_engine_redoes_items_whose_code_changed(tmp_path, monkeypatch):
-    import biasaudit.engine as engine
+    import biasaudit.pipeline.engine as engine
 
     calls = []
 

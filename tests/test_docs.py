@@ -27,16 +27,23 @@ def resolve(p: str):
 
 
 def layout_paths(text: str) -> set[str]:
-    """The tree of CONTRIBUTING.md's Layout block: entries at column 0 are under the repository root,
-    indented ones under src/biasaudit/ (the one folder the tree opens)."""
+    """The tree of CONTRIBUTING.md's Layout block: entries at column 0 are under the repository root, those
+    indented by 2 under src/biasaudit/ (the one folder the tree opens), those indented by 6 under the last
+    folder above them; deeper lines continue a description."""
     block = text.split("```", 2)[1]
     out = set()
+    folder = ""
     for line in block.splitlines()[1:]:
-        indented = line.startswith("  ") and not line.startswith("      ")
+        depth = len(line) - len(line.lstrip(" "))
+        if depth not in (0, 2, 6):
+            continue
         names = re.findall(r"^\s*((?:[\w.-]+/?\s)+?)\s{2,}", line + "  ")
         for name in (names[0].split() if names else []):
             if name.endswith((".py", "/")) or "." not in name:
-                out.add(f"src/biasaudit/{name}" if indented else name)
+                path = {0: name, 2: f"src/biasaudit/{name}", 6: f"src/biasaudit/{folder}{name}"}[depth]
+                out.add(path)
+                if depth == 2 and name.endswith("/"):
+                    folder = name
     return out
 
 

@@ -9,7 +9,8 @@ from functools import partial
 
 import pytest
 
-from biasaudit.engine import (
+from biasaudit.params.execution import Execution
+from biasaudit.pipeline.engine import (
     INPUT_FIELD,
     SETTINGS_FIELD,
     Stage,
@@ -18,8 +19,7 @@ from biasaudit.engine import (
     shard_log_path,
     token_accounting,
 )
-from biasaudit.io import RecordLog
-from biasaudit.params.execution import Execution
+from biasaudit.pipeline.io import RecordLog
 
 
 def length_batch(items, calls=None):

@@ -7,10 +7,10 @@ import pytest
 import skimage.data
 from PIL import Image
 
-from biasaudit.engine import run_local
 from biasaudit.faces.stage import FACES_COLUMNS, FaceMeasurer, assemble, write_overlays
-from biasaudit.io import RecordLog
 from biasaudit.params.faces import Faces
+from biasaudit.pipeline.engine import run_local
+from biasaudit.pipeline.io import RecordLog
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ def test_shared_bounding_box_is_the_tight_one():
     import matplotlib.pyplot as plt
     from PIL import Image
 
-    from biasaudit.outputs import tight_bbox
+    from biasaudit.pipeline.outputs import tight_bbox
 
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.scatter(np.arange(50), np.arange(50) ** 2, rasterized=True)

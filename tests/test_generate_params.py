@@ -5,7 +5,7 @@ import pytest
 
 from biasaudit.config import ParamsError, read_yaml, validate
 from biasaudit.params.generate import GeneratorSpec
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.t2i.generate import image_id, plan_items, preflight
 
 from .conftest import ROOT

@@ -18,7 +18,7 @@ from PIL import Image
 
 from biasaudit.backends.generators.packaged_photos import PATCH, SOURCES, make_variant, mean_lab, patch_mask, source_rgb
 from biasaudit.config import ParamsError, read_yaml, validate
-from biasaudit.provenance import sha256_file
+from biasaudit.pipeline.provenance import sha256_file
 from biasaudit.t2i.generate import MANIFEST_COLUMNS, run_generate
 
 from .conftest import ROOT

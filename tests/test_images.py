@@ -3,7 +3,7 @@
 import numpy as np
 from PIL import Image
 
-from biasaudit.images import load_rgb
+from biasaudit.pipeline.images import load_rgb
 
 
 def save(tmp_path, name, img, **kw):

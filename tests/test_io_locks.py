@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from biasaudit.io import DriverLock, RecordLog
+from biasaudit.pipeline.io import DriverLock, RecordLog
 
 
 def _append(path: str, who: str, n: int, size: int) -> None:

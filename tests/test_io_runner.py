@@ -8,9 +8,9 @@ import sys
 import pandas as pd
 import pytest
 
-from biasaudit.engine import pending_items, run_local, shard_of
-from biasaudit.io import Cache, RecordLog, atomic_write_table
-from biasaudit.provenance import derive_seed, stable_hash
+from biasaudit.pipeline.engine import pending_items, run_local, shard_of
+from biasaudit.pipeline.io import Cache, RecordLog, atomic_write_table
+from biasaudit.pipeline.provenance import derive_seed, stable_hash
 
 
 def test_record_log_sets_a_torn_last_line_aside_and_keeps_the_last_record(tmp_path):
@@ -86,7 +86,7 @@ def test_shards_partition_the_items(tmp_path):
 
 
 def test_seeds_and_hashes_are_stable_across_processes():
-    code = "from biasaudit.provenance import derive_seed, stable_hash; print(derive_seed('m', 'p', 3), stable_hash({'b': 1, 'a': 2}))"
+    code = "from biasaudit.pipeline.provenance import derive_seed, stable_hash; print(derive_seed('m', 'p', 3), stable_hash({'b': 1, 'a': 2}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout.split()
     assert int(out[0]) == derive_seed("m", "p", 3) and out[1] == stable_hash({"a": 2, "b": 1})
@@ -94,7 +94,7 @@ def test_seeds_and_hashes_are_stable_across_processes():
 
 
 def test_build_directory_once_redoes_an_unfinished_build(tmp_path):
-    from biasaudit.io import build_directory_once
+    from biasaudit.pipeline.io import build_directory_once
 
     calls = []
 
@@ -113,7 +113,7 @@ def test_build_directory_once_redoes_an_unfinished_build(tmp_path):
 
 READ_ON_A_FULL_DISK = """
 import resource, signal, sys, warnings
-from biasaudit.io import RecordLog
+from biasaudit.pipeline.io import RecordLog
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like ENOSPC
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 warnings.simplefilter("ignore")

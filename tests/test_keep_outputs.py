@@ -1,5 +1,5 @@
 """A stage that fails keeps its outputs: every output is persist (DVC never deletes one), and the runner
-moves a stage's outputs aside while it runs and puts them back when it fails (biasaudit/keep_outputs.py)."""
+moves a stage's outputs aside while it runs and puts them back when it fails (biasaudit/pipeline/keep_outputs.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from biasaudit import contracts as C
-from biasaudit.keep_outputs import RESUME_LABEL, KeptOutputs, keep_outputs, stage_outputs
+from biasaudit.pipeline.keep_outputs import RESUME_LABEL, KeptOutputs, keep_outputs, stage_outputs
 
 from .conftest import ROOT
 from .pipeline_copy import dvc, make_pipeline_copy, set_params

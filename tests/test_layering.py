@@ -85,7 +85,7 @@ def test_no_import_circle_in_the_package():
 def test_analysis_stages_reach_no_engine_runner_model_or_backend(notebook):
     reached = {str(p) for p in notebook_closure(ROOT / "notebooks" / f"{notebook}.py")}
     banned = [p for p in reached if any(p.startswith(f"src/biasaudit/{layer}") for layer in
-                                        ("engine.py", "work.py", "scale/", "tiny/", "backends/"))]
+                                        ("pipeline/engine.py", "pipeline/work.py", "scale/", "tiny/", "backends/"))]
     assert not banned, banned
 
 
@@ -169,6 +169,6 @@ def test_the_analyze_stage_depends_on_no_runner_model_or_backend_module():
     import yaml
 
     deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["analyze"]["deps"]
-    banned = ("src/biasaudit/engine.py", "src/biasaudit/work.py", "src/biasaudit/scale", "src/biasaudit/tiny",
+    banned = ("src/biasaudit/pipeline/engine.py", "src/biasaudit/pipeline/work.py", "src/biasaudit/scale", "src/biasaudit/tiny",
               "src/biasaudit/backends")
     assert [d for d in deps if d.startswith(banned)] == []

@@ -21,8 +21,8 @@ import pytest
 
 from biasaudit import lifecycle
 from biasaudit.config import read_yaml, validate
-from biasaudit.engine import Stage, StageStopped, run_stage
 from biasaudit.params.execution import Execution
+from biasaudit.pipeline.engine import Stage, StageStopped, run_stage
 
 from .conftest import ROOT
 from .servers_images import GeminiImageServer
@@ -174,7 +174,7 @@ def test_classify_stops_on_an_answer_from_another_model_and_keeps_none_of_it(tmp
         assert server.probes == ["gemini-2.5-pro"]  # the probe passed: models.get answers for the name
         log = Path(classify.C.CLASSIFY_LOGS) / "m.jsonl"
         assert not log.exists() or not log.read_text().strip()  # no label of the wrong model is logged
-        from biasaudit.io import Cache
+        from biasaudit.pipeline.io import Cache
 
         assert len(Cache(tmp_path / "cache.sqlite")) == 0  # nor cached as an answer of the model asked
         # the server answers as itself again: the same stage runs and records who answered

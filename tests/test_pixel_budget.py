@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from biasaudit.images import load_rgb, working_size
+from biasaudit.pipeline.images import load_rgb, working_size
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDE = 8000
@@ -86,7 +86,7 @@ def test_a_large_jpeg_is_decoded_small(big_jpeg):
     """8000×8000 RGB is 183 MiB of pixels; under a 1024 budget the decode never holds them (DCT scaling
     to 2000×2000, 11 MiB), so the interpreter grows by far less than one full-size copy."""
     def run(args: str) -> float:  # MiB the peak grows by while loading, in a fresh interpreter
-        code = ("from biasaudit.images import load_rgb; from tests.test_pixel_budget import hwm_mib; "
+        code = ("from biasaudit.pipeline.images import load_rgb; from tests.test_pixel_budget import hwm_mib; "
                 f"base = hwm_mib(); load_rgb({str(big_jpeg)!r}{args}); print(hwm_mib() - base)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                              env=os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])})

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from biasaudit.engine import Stage, run_stage
 from biasaudit.params.execution import Execution
+from biasaudit.pipeline.engine import Stage, run_stage
 from biasaudit.scale.pool import WorkerDied, run_pool
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -185,9 +185,8 @@ class Killed(BaseException):
 def kill_at(monkeypatch, step: int | None) -> list[str]:
     """Count the steps that change files during a switch (each rename, copy, removal, atomic write) and
     raise Killed before step number `step` (1-based; None: count only). Returns the steps seen."""
-    import biasaudit.io as bio
-    from biasaudit import profile_stash as ps
-
+    import biasaudit.pipeline.io as bio
+    from biasaudit.pipeline import profile_stash as ps
     seen: list[str] = []
 
     def wrap(name, fn):

@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 
-from biasaudit.progress import plan_key, position, write_plan
+from biasaudit.pipeline.progress import plan_key, position, write_plan
 from biasaudit.report.execute import BarEcho
 
 from .conftest import ROOT
@@ -61,7 +61,7 @@ def test_a_stage_under_dvc_repro_makes_a_stale_plan_again(tmp_path):
     assert dvc(root, env, "init", "--no-scm", "-q").returncode == 0
     assert dvc(root, env, "repro").returncode == 0
     write_plan(root)
-    spec["stages"]["gen"]["cmd"] = (f"{sys.executable} -c \"from biasaudit.progress import current_position; "
+    spec["stages"]["gen"]["cmd"] = (f"{sys.executable} -c \"from biasaudit.pipeline.progress import current_position; "
                                     f"open('where.txt', 'w').write(current_position('gen'))\" && echo gen > gen.out")
     spec["stages"]["late"] = {"cmd": "echo late > late.out", "deps": ["gen.out"], "outs": ["late.out"]}
     (root / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -174,8 +174,7 @@ def _git(repo, *args):
 def test_provenance_names_the_code_commit_so_committing_the_lock_changes_no_output(tmp_path, monkeypatch):
     from datetime import datetime, timezone
 
-    from biasaudit import provenance
-
+    from biasaudit.pipeline import provenance
     _git(tmp_path, "init", "-q")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "code.py").write_text("x = 1\n")
@@ -216,8 +215,8 @@ def test_the_work_logs_inside_persist_outputs_are_not_part_of_them(tmp_path):
     from dvc.repo import Repo
 
     from biasaudit import contracts as C
-    from biasaudit.engine import shard_log_path
-    from biasaudit.io import DriverLock, RecordLog
+    from biasaudit.pipeline.engine import shard_log_path
+    from biasaudit.pipeline.io import DriverLock, RecordLog
 
     repo = Repo(str(ROOT))
     ignore = DvcIgnoreFilter(repo.fs, str(ROOT))

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from biasaudit.contracts import ANALYSIS_TABLES, GROUPS, IMAGES_DIR, PROMPTS_CSV, ContractError
-from biasaudit.outputs import Figure, OutputWriter, Result
 from biasaudit.params import Params
+from biasaudit.pipeline.outputs import Figure, OutputWriter, Result
 from biasaudit.report import build_index
 from biasaudit.report.audit_card import Resampling, build_cards
 from biasaudit.report.execute import first_line, parse_parameters

@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from biasaudit.engine import merge_logs, pending_items, run_local, shard_log_path
-from biasaudit.io import RecordLog
+from biasaudit.pipeline.engine import merge_logs, pending_items, run_local, shard_log_path
+from biasaudit.pipeline.io import RecordLog
 
 
 def square_batch(items):
@@ -53,8 +53,8 @@ def test_shard_log_names():
 @pytest.mark.slow
 def test_ray_runner_matches_local(tmp_path):
     ray = pytest.importorskip("ray")
-    from biasaudit.engine import Stage, run_stage
     from biasaudit.params.execution import Execution, RayOptions
+    from biasaudit.pipeline.engine import Stage, run_stage
 
     items = [{"id": i} for i in range(23)]
     local_log = RecordLog(tmp_path / "local.jsonl", "id")

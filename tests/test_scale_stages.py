@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from biasaudit.config import read_yaml, validate
-from biasaudit.engine import shard_log_path, shard_logs
+from biasaudit.pipeline.engine import shard_log_path, shard_logs
 from biasaudit.t2i.generate import make_generate_fn, plan_items, preflight, run_generate
 
 from .conftest import ROOT
@@ -143,8 +143,8 @@ def dying_once(marker: str, make_fn):
 
 @pytest.mark.slow
 def test_killed_ray_worker_loses_and_duplicates_nothing(tmp_path, tiny_env, ray_local, monkeypatch):
-    from biasaudit.engine import Stage, run_stage
     from biasaudit.params.execution import Execution, RayOptions
+    from biasaudit.pipeline.engine import Stage, run_stage
 
     on_ray = Execution(runner="ray", ray=RayOptions(num_workers=2))
     models = {"photos": {"backend": "packaged-photos", "width": 96, "height": 96}}

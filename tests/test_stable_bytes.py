@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from biasaudit.io import EMBEDDING_DECIMALS, TABLE_DECIMALS, stable_floats
+from biasaudit.pipeline.io import EMBEDDING_DECIMALS, TABLE_DECIMALS, stable_floats
 
 # One stage's float work under `threads` threads (OMP_NUM_THREADS, torch, threadpoolctl): the tiny CLIP
 # embedding of a few images (faces stage: unrounded, 43 of its 384 floats differ between 1 and 2 threads
@@ -20,7 +20,7 @@ RECOMPUTE = textwrap.dedent("""
     import numpy as np, torch
     from threadpoolctl import threadpool_limits
     from biasaudit.faces.embeddings import ClipEmbedder
-    from biasaudit.io import EMBEDDING_DECIMALS, stable_floats
+    from biasaudit.pipeline.io import EMBEDDING_DECIMALS, stable_floats
     threads = int(sys.argv[1])
     torch.set_num_threads(threads)
     rng = np.random.default_rng(7)

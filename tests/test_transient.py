@@ -9,10 +9,10 @@ import pytest
 
 from biasaudit.backends.transport import RetryableError
 from biasaudit.backends.vlm.base import retried
-from biasaudit.engine import Stage, StageIncomplete, run_stage
 from biasaudit.params.classify import VLMSpec
 from biasaudit.params.execution import Execution
-from biasaudit.work import is_transient
+from biasaudit.pipeline.engine import Stage, StageIncomplete, run_stage
+from biasaudit.pipeline.work import is_transient
 
 from .servers_vlm import VLMServer
 from .test_classify import make_manifest
@@ -140,7 +140,7 @@ def test_every_notebook_that_runs_the_engine_ends_with_finish():
     from .conftest import ROOT
 
     runners = [nb for nb in sorted((ROOT / "notebooks").glob("*.py"))
-               if any(p.as_posix().endswith("biasaudit/engine.py") for p in notebook_closure(nb))]
+               if any(p.as_posix().endswith("biasaudit/pipeline/engine.py") for p in notebook_closure(nb))]
     assert len(runners) >= 7, runners
     for nb in runners:
         last = nb.read_text().rstrip().split("# %%")[-1]

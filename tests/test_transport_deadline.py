@@ -12,7 +12,7 @@ import pytest
 
 from biasaudit.backends.vlm import VLMRequest, make_vlm_backend
 from biasaudit.params.classify import VLMSpec
-from biasaudit.work import is_transient
+from biasaudit.pipeline.work import is_transient
 
 from .servers_vlm import grey_image
 

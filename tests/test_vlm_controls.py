@@ -65,7 +65,7 @@ def test_the_tiny_null_edit_is_near_identity_and_the_original_is_copied_byte_for
 
     from biasaudit.backends.editors import make_editor
     from biasaudit.params.vlm import Counterfactuals, ValidateEdits
-    from biasaudit.provenance import sha256_file
+    from biasaudit.pipeline.provenance import sha256_file
 
     src = tmp_path / "src" / "doctor" / "astro.png"
     src.parent.mkdir(parents=True)

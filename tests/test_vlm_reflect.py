@@ -155,7 +155,7 @@ def test_ols_and_sign_flip_by_hand(responses):
 def test_full_analysis_and_report_files(responses, tmp_path):
     from importlib import import_module
 
-    from biasaudit.outputs import OutputWriter
+    from biasaudit.pipeline.outputs import OutputWriter
 
     cfg, data = config(n_permutations=99), answers(responses, "scripted")
     tasks = two_afc.estimates(data, cfg)

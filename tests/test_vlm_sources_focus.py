@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from biasaudit.engine import run_local
 from biasaudit.faces.detect import Face, make_detector
-from biasaudit.io import RecordLog
 from biasaudit.params.vlm import Counterfactuals, Sources, ValidateEdits
+from biasaudit.pipeline.engine import run_local
+from biasaudit.pipeline.io import RecordLog
 from biasaudit.vlm import focus, sources
 
 

@@ -82,7 +82,7 @@ def test_lightened_black_edit_is_flagged(source, params):
 def test_another_person_fails_identity(source, params):
     import matplotlib.cbook as cbook
 
-    from biasaudit.images import load_rgb
+    from biasaudit.pipeline.images import load_rgb
     from biasaudit.vlm.validate import match_size
 
     hopper = load_rgb(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).rgb

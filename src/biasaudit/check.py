@@ -3,7 +3,7 @@ external inputs that params.yaml points at (folders and files outside the pipeli
 
 Every stage depends on `data/check/params.ok`, so `check` runs first; when params.yaml is invalid it
 exits non-zero and `dvc repro` stops before any other stage runs. Its own folder is `persist: true` (as
-every output: biasaudit/keep_outputs.py), so an invalid params.yaml touches nothing, `data/check/`
+every output: biasaudit/pipeline/keep_outputs.py), so an invalid params.yaml touches nothing, `data/check/`
 included; a valid one rewrites each file atomically and removes the fingerprints of stages that are gone.
 
 Inputs named by parameters (sources.input_dir, a folder generator's folder and mapping CSV, the
@@ -84,7 +84,7 @@ def input_problems(cfg: Params, stage: str = "") -> list[str]:
     a broken link, a link loop, an unreadable file or subfolder ('<folder>/<entry>: <why>'); `stage`
     (dvc address, 'generate@x'): only its folders. A folder that is missing altogether is a missing
     input (weights.needs), not listed here."""
-    from biasaudit.entries import folder_problems
+    from biasaudit.pipeline.entries import folder_problems
 
     wanted = stage.replace("@", "_")
     folders = sorted({p for name, paths in external_inputs(cfg).items() if not stage or name == wanted
@@ -130,7 +130,7 @@ def refresh(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
 
 
 def _write(cfg: Params, out_dir: str | Path) -> tuple[list[Path], list[Path]]:
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     written, changed = _write(cfg, out_dir)
-    from biasaudit.progress import position, write_plan
+    from biasaudit.pipeline.progress import position, write_plan
 
     try:  # the order dvc repro runs the stages in, for the "k/N" of each stage line
         write_plan()

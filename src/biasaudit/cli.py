@@ -185,9 +185,8 @@ def cmd_weights(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Switch params.yaml; in a DVC project also stash the outputs of the profile left and restore those
-    of the profile switched to (biasaudit.profile_stash: DVC's run cache cannot, every output is persist)."""
-    from biasaudit import profile_stash
-
+    of the profile switched to (biasaudit.pipeline.profile_stash: DVC's run cache cannot, every output is persist)."""
+    from biasaudit.pipeline import profile_stash
     try:
         profile_params(args.name)  # the new profile validates (on a copy) before anything moves
         current = config.read_yaml(config.PARAMS_FILE).get("profile", config.DEFAULT_PROFILE)

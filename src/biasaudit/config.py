@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from biasaudit.params import Params
 from biasaudit.params.base import looks_like_secret
-from biasaudit.secrets import redact_keys
+from biasaudit.pipeline.secrets import redact_keys
 
 PARAMS_FILE = Path("params.yaml")
 PROFILES_DIR = Path("profiles")
@@ -164,7 +164,7 @@ def apply_profile(name: str, params_path: str | Path = PARAMS_FILE,
     keys are put back (with their default values; formatting of those keys may change)."""
     import hashlib
 
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     profile_path = Path(profiles_dir) / f"{name}.yaml"
     if not profile_path.exists():

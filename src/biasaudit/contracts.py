@@ -107,11 +107,11 @@ EDIT_CHECKS_REPORTS = VLM_REPORTS / "edit_checks"
 # The check stage (validates params.yaml before DVC removes any output; fingerprints external inputs)
 CHECK_DIR = DATA / "check"
 CHECK_OK = CHECK_DIR / "params.ok"
-# where the notebook runner keeps a stage's previous outputs while it runs (biasaudit/keep_outputs.py)
+# where the notebook runner keeps a stage's previous outputs while it runs (biasaudit/pipeline/keep_outputs.py)
 PREV_OUTS_DIR = Path(".prev-outs")
 # the order `dvc repro` runs the stages in (the "k/N" of each stage line); DVC's own scratch folder, not an output
 STAGE_PLAN = Path(".dvc") / "tmp" / "biasaudit-stage-plan.json"
-# each profile's outputs and dvc.lock entries while another profile is current (biasaudit/profile_stash.py)
+# each profile's outputs and dvc.lock entries while another profile is current (biasaudit/pipeline/profile_stash.py)
 PROFILE_STASH_DIR = Path(".dvc") / "tmp" / "profile-stash"
 
 

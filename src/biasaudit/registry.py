@@ -407,7 +407,7 @@ def build(kind: str, name: str, *args: Any, **optional: Any) -> Any:
 def check_name(kind: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     """A pydantic AfterValidator: the value must be a registered `kind` backend (or one of `extra`)."""
     def validate(value: str) -> str:
-        from biasaudit.secrets import embeds_secret
+        from biasaudit.pipeline.secrets import embeds_secret
 
         allowed = names(kind) + tuple(extra)
         if value not in allowed:

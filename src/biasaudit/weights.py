@@ -429,7 +429,7 @@ def read_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
 
 
 def sha256_path(path: Path) -> str:
-    from biasaudit.provenance import sha256_file
+    from biasaudit.pipeline.provenance import sha256_file
 
     return sha256_file(path, chunk=1 << 24)  # streamed: a 3.9 GB checkpoint is never held in memory
 
@@ -556,7 +556,7 @@ def fetch(weight: Weight, token: str | None = None, lock_path: Path = LOCK_FILE)
         archive.unlink()
         entry["files"] = {p.name: sha256_path(p) for p in _files_under(dest)}
     lock[weight.name] = entry
-    from biasaudit.io import atomic_write_json
+    from biasaudit.pipeline.io import atomic_write_json
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(lock_path, lock)

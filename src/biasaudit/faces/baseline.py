@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from biasaudit.images import load_rgb
-from biasaudit.io import atomic_path
-from biasaudit.provenance import library_versions_json, sha256_file, utc_now
+from biasaudit.pipeline.images import load_rgb
+from biasaudit.pipeline.io import atomic_path
+from biasaudit.pipeline.provenance import library_versions_json, sha256_file, utc_now
 
 MODEL = "baseline"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"}
@@ -67,7 +67,7 @@ def build_standin_portraits(out_dir: str | Path, groups: tuple[str, ...], per_gr
     from PIL import Image
 
     from biasaudit.backends.generators.packaged_photos import make_variant
-    from biasaudit.provenance import derive_seed
+    from biasaudit.pipeline.provenance import derive_seed
 
     out = Path(out_dir)
     for k in range(per_group * len(groups)):

@@ -45,7 +45,7 @@ class ClipEmbedder:
             model, ckpt = build_tiny_open_clip(tiny_dir())
             pretrained = str(ckpt)
         if Path(pretrained).is_file():
-            from biasaudit.provenance import sha256_file
+            from biasaudit.pipeline.provenance import sha256_file
 
             self.revision = "sha256:" + sha256_file(pretrained)[:16]  # streamed: a 3.9 GB checkpoint, 1 MiB at a time
         else:

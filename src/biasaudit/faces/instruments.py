@@ -157,7 +157,7 @@ def load_methods(hog_upsample: int = 1, cnn_upsample: int = 0, mediapipe_dir: st
 def level_rows(detectors: dict, mesh, mode: str, L: float, recolourings: int, size: int, crop_factor: float,
                seed: int, min_box_iou: float) -> list[dict]:
     """The sweep rows of one mode × target L*: every method on every recolouring."""
-    from biasaudit.provenance import derive_seed
+    from biasaudit.pipeline.provenance import derive_seed
 
     rows = []
     for k in range(recolourings):

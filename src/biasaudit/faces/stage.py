@@ -20,9 +20,9 @@ from biasaudit import contracts as C
 from biasaudit.faces.colour import achromatic_reason, describe_rgb, mean_skin_rgb
 from biasaudit.faces.detect import landmarks68, make_detector
 from biasaudit.faces.segment import bisenet_masks, landmark_skin_from_landmarks, outline_overlay, remove_extremes
-from biasaudit.images import load_rgb
-from biasaudit.io import EMBEDDING_DECIMALS, atomic_path, stable_floats
-from biasaudit.provenance import stable_hash
+from biasaudit.pipeline.images import load_rgb
+from biasaudit.pipeline.io import EMBEDDING_DECIMALS, atomic_path, stable_floats
+from biasaudit.pipeline.provenance import stable_hash
 
 COLOUR_COLUMNS = list(C.COLOUR_COLUMNS)
 FACES_COLUMNS = ["image_id", "model", "prompt_id", "n_faces", "det_score", "bbox",
@@ -226,7 +226,7 @@ def settings_hash(params) -> str:
 def plan_items(manifest: pd.DataFrame, root: str | Path = ".") -> list[dict[str, Any]]:
     """One item per manifest row, with the sha256 of the image file as it is now (content-addressed
     resume: another image under the same id is remeasured)."""
-    from biasaudit.engine import file_digest
+    from biasaudit.pipeline.engine import file_digest
 
     cols = ["image_id", "model", "prompt_id", "path", "status", "reason", "stand_in"]
     items = manifest[[c for c in cols if c in manifest]].to_dict("records")
@@ -261,9 +261,9 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     overlays). The three paths default to the generator's; the real-portrait baseline passes its own."""
     from functools import partial
 
-    from biasaudit.engine import Stage, run_stage
-    from biasaudit.io import atomic_write_json, atomic_write_table
-    from biasaudit.provenance import run_info
+    from biasaudit.pipeline.engine import Stage, run_stage
+    from biasaudit.pipeline.io import atomic_write_json, atomic_write_table
+    from biasaudit.pipeline.provenance import run_info
 
     params, ex = cfg.faces, cfg.execution
     if manifest_path is None and model not in cfg.models:
@@ -360,7 +360,7 @@ def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.Dat
     The folder always exists (it is a stage output) with an index.txt saying what it holds."""
     from PIL import Image
 
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     ok = faces[faces["status"] == "ok"]
     Path(out_dir).mkdir(parents=True, exist_ok=True)

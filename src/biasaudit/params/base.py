@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from biasaudit.secrets import (  # noqa: F401  (re-exported: the schema's and the backends' import path)
+from biasaudit.pipeline.secrets import (  # noqa: F401  (re-exported: the schema's and the backends' import path)
     ENV_NAME,
     embeds_secret,
     looks_like_secret,

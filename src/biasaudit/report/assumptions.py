@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, select_autoescape
 
-from biasaudit.io import atomic_write_text
+from biasaudit.pipeline.io import atomic_write_text
 from biasaudit.report.html import ASSUMPTIONS_PAGE, HEAD, PAGES, STYLE, assumptions_line
 
 ASSUMPTIONS_CSV = Path("data/reference/assumptions.csv")

@@ -62,8 +62,8 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_table, atomic_write_text
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.io import atomic_write_table, atomic_write_text
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.report import statistics as S
 from biasaudit.report.load import Outputs, num
 from biasaudit.report.power import power_line

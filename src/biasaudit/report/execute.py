@@ -345,8 +345,8 @@ def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Pa
     from datetime import datetime, timezone
 
     from biasaudit import contracts as C
-    from biasaudit.io import atomic_write_json
-    from biasaudit.provenance import git_commit
+    from biasaudit.pipeline.io import atomic_write_json
+    from biasaudit.pipeline.provenance import git_commit
 
     path = (runs_dir or C.RUNS_DIR) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -393,7 +393,7 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
         # the kernel boots (0.5-0.8 s) while this process finds the stage's place, checks params.yaml
         # and the weights (0.4 s) and converts the notebook
         km = launch_kernel(log)
-        from biasaudit.progress import current_position
+        from biasaudit.pipeline.progress import current_position
 
         where = current_position(stage) if stage else ""  # "9/20": this stage's place in the order dvc repro runs them
         label = f"{where} {stage}" if where else (stage or name)
@@ -406,7 +406,7 @@ def run(notebook: Path, name: str, parameters: dict[str, Any], stage: str = "",
             terminal.write(f"✗ {label}: {blocked}\n")
             terminal.flush()
             return 1
-        from biasaudit.keep_outputs import keep_outputs
+        from biasaudit.pipeline.keep_outputs import keep_outputs
 
         kept = keep_outputs(stage, keep=(target,))  # DVC no longer deletes outputs (persist): moved aside here
         tty = terminal.isatty()

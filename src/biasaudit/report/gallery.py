@@ -23,7 +23,7 @@ from jinja2 import Environment, select_autoescape
 from PIL import Image
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_text
+from biasaudit.pipeline.io import atomic_write_text
 from biasaudit.report.load import fmt, num
 
 RACES = ("Asian", "Black", "Latino", "MiddleEastern", "White")

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_json
+from biasaudit.pipeline.io import atomic_write_json
 from biasaudit.report.load import Outputs, num, truthy
 
 ALPHA = 0.05

@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from biasaudit.lifeline import die_with_parent
+    from biasaudit.pipeline.lifeline import die_with_parent
 
     parent = int(os.environ.get("JPY_PARENT_PID") or 0)  # set by jupyter_client to the launching process
     if die_with_parent() and parent and os.getppid() != parent:

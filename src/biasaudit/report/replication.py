@@ -30,7 +30,7 @@ import pandas as pd
 from jinja2 import Environment, select_autoescape
 
 from biasaudit import contracts as C
-from biasaudit.io import atomic_write_table, atomic_write_text
+from biasaudit.pipeline.io import atomic_write_table, atomic_write_text
 from biasaudit.report.html import HEAD, PAGES, STAND_IN_NOTE, STYLE, replication_summary
 from biasaudit.report.load import Loaded, Outputs, fmt, num, read_json
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from biasaudit.lifeline import die_with_parent, name_driver, watch
-from biasaudit.work import BatchFn, Item
+from biasaudit.pipeline.lifeline import die_with_parent, name_driver, watch
+from biasaudit.pipeline.work import BatchFn, Item
 
 _FN: BatchFn | None = None
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -124,7 +124,7 @@ def context(preload: tuple[str, ...] = ()) -> mp.context.BaseContext:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     name_driver()  # read by server_lifeline, first in the list: a server importing torch dies with us
-    ctx.set_forkserver_preload(["biasaudit.scale.server_lifeline", "biasaudit.engine", *preload])  # only counts before the server starts
+    ctx.set_forkserver_preload(["biasaudit.scale.server_lifeline", "biasaudit.pipeline.engine", *preload])  # only counts before the server starts
     return ctx
 
 

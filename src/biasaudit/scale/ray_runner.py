@@ -1,6 +1,6 @@
 """Run a stage's batch function on a Ray cluster with Ray Data (`map_batches` on an actor pool).
 
-The engine (biasaudit.engine) decides what is pending and owns the log; this module only maps the
+The engine (biasaudit.pipeline.engine) decides what is pending and owns the log; this module only maps the
 pending items to records. Each actor builds the batch function once with `make_fn()` (loading its
 model), then maps batches of items to records. Items and records travel as JSON strings so any
 record schema survives Arrow. Every batch of records goes to `sink` (the engine's driver-side
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from biasaudit.work import BatchFn, Item
+from biasaudit.pipeline.work import BatchFn, Item
 
 
 class _BatchActor:

@@ -726,16 +726,7 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     elif blocks is None:  # no pairs needed: only the names of the prompts and the unusable rows
         blocks = PromptBlocks(_codes(prompts)[1], [], row_scales(X) == 0, np.zeros((0, np.shape(X)[-1]), np.float32),
                               np.zeros(1, np.int64))
-    coded, dropped = {}, {}
-    for name, labels in labellings.items():
-        cats = (categories or {}).get(name)
-        labels = np.asarray(labels, dtype=object)
-        if cats is None:
-            cats = sorted({v for v in labels if v is not None and v == v and v != ""}, key=str)
-        codes, cats = _codes(labels, cats)
-        if cats:
-            coded[name] = (np.where(blocks.n_dropped, -1, codes), cats)
-            dropped[name] = np.bincount(codes[blocks.n_dropped & (codes >= 0)], minlength=len(cats))
+    coded, dropped = _coded_labellings(labellings, categories, blocks.n_dropped)
     p_group, p_glob, used = ({}, {}, 0)
     if n_perm > 0 and coded:
         ps, gs, used = within_prompt_permutations(blocks, [(c, len(k)) for c, k in coded.values()], n_perm, seed,
@@ -746,57 +737,24 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
         dup, sums = near_duplicate_pairs(blocks, [(c, len(k)) for c, k in coded.values()], near_dup_cosine)
         dup_pairs = dict(zip(coded, sums))
     out = {}
-    pcodes = _codes(prompts)[0]  # the order of blocks.prompts
     # one pass over X for every labelling's per-(prompt, group) sums: point, CI, paper gap
-    cells = cell_sums_many(X, [c for c, _ in coded.values()], pcodes, [len(k) for _, k in coded.values()],
-                           blocks.n_prompts)
+    cells = cell_sums_many(X, [c for c, _ in coded.values()], _codes(prompts)[0],
+                           [len(k) for _, k in coded.values()], blocks.n_prompts)
+    boot = dict(n_boot=n_boot, level=level, method=method)
     for j, (name, (codes, cats)) in enumerate(coded.items()):
         G = len(cats)
         S, n_c, q_c = cells[j]
-        totals = within_prompt_totals_from_cells(S, n_c, q_c)
-        rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), blocks.n_prompts, n_boot=n_boot,
-                         seed=seed + 7919 * (j + 1), method=method)
-        n_prompts = (totals[:, 3 * G:] > 0).sum(axis=0)
-        # a group's gap rests on the prompts where it has pairs, not on all P: the small-cluster expansion of
-        # the interval uses that count (benchmarks/results/calibration.csv, the rare-group rows)
-        ivs = intervals(rep, level, method, n_effective=np.tile(n_prompts, 3))
-        n = np.bincount(codes[codes >= 0], minlength=G)
-        few = (n_prompts >= 1) & (n_prompts < MIN_PROMPTS_CI)
-        ci_reason = [ivs[i].reason for i in range(G)]
-        for i in np.flatnonzero(few):
-            why = (f"only {n_prompts[i]} prompt(s) with 2 or more of the group and another labelled image: an "
-                   f"interval over so few under-covers (fewer than {MIN_PROMPTS_CI})")
-            ci_reason[i] = "; ".join(r for r in (ci_reason[i], why) if r)
-        reason = np.where(n == 0, "empty group", np.where(n_prompts == 0, "no prompt with 2 or more of the group "
-                                                         "and another labelled image: no within-prompt pairs", ""))
-        t = pd.DataFrame({"group": cats, "n": n.astype(int), "n_prompts": n_prompts.astype(int),
-                          "wp_intra": rep.point[G:2 * G], "wp_inter": rep.point[2 * G:], "wp_gap": rep.point[:G],
-                          "wp_gap_lo": [ivs[i].low for i in range(G)], "wp_gap_hi": [ivs[i].high for i in range(G)],
-                          "wp_gap_se": [ivs[i].se for i in range(G)],
-                          "wp_ci_reason": ci_reason, "wp_reason": reason, "few_prompts": few,
-                          "small": n < small_group})
+        t, n_prompts = _wp_gap_columns(S, n_c, q_c, codes, cats, small_group, seed=seed + 7919 * (j + 1), **boot)
         if n_perm > 0:
             t["p_perm"], t["p_global"], t["n_perm"], t["design"] = p_group[name], p_glob[name], used, design
+        n = t["n"].to_numpy()
         if dup is not None:
             k = np.bincount(codes[(codes >= 0) & dup], minlength=G)
             t["n_near_dup"] = k.astype(int)
             t["near_dup_rate"] = _ratio(k.astype(float), n.astype(float))
             t["near_dup_cosine"] = near_dup_cosine
-        if paper:  # the paper's unstratified gap (pairs across prompts too) from the same cells
-            prep = replicates(gap_weight_statistic(products_from_cells(S, n_c, q_c)), blocks.n_prompts,
-                              n_boot=n_boot, seed=seed, method=method)
-            piv = intervals(prep, level, method)
-            raw = dropped[name]
-            why = _reasons(n).astype(object)
-            for i, kd in enumerate(raw):
-                if kd:
-                    why[i] = "; ".join(r for r in (why[i], f"{kd} zero or non-finite embedding rows dropped") if r)
-            t = t.assign(intra=prep.point[:G], inter=prep.point[G:2 * G], gap=prep.point[2 * G:],
-                         n_dropped=raw.astype(int), paper_reason=why)
-            if n_boot > 0:
-                t = t.assign(gap_lo=[piv[2 * G + i].low for i in range(G)], gap_hi=[piv[2 * G + i].high for i in range(G)],
-                             gap_se=[piv[2 * G + i].se for i in range(G)],
-                             ci_reason=[piv[2 * G + i].reason for i in range(G)])
+        if paper:
+            t = t.assign(**_paper_columns(S, n_c, q_c, n, dropped[name], seed=seed, **boot))
         A, Np = pair_sums_from_cells(S, n_c, q_c)
         pairs = pairwise_gaps(A, Np, n_c, cats, level)
         loc = localise(pairs, cats, alpha)
@@ -804,17 +762,86 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
             Ad, Nd = A - dup_pairs[name][0], Np - dup_pairs[name][1]  # near-duplicate pairs left out
             pairs = pairs.merge(pairwise_gaps(Ad, Nd, n_c, cats, level, "dedup_"), on=["group", "other"])
             loc = loc.merge(localise(pairs, cats, alpha, "dedup_"), on="group")
-            drep = replicates(sums_statistic(dedup_gap_totals(Ad, Nd, n_c), within_prompt_statistic(G)),
-                              blocks.n_prompts, n_boot=n_boot, seed=seed + 7919 * (j + 1), method=method)
-            div = intervals(drep, level, method, n_effective=np.tile(n_prompts, 3))
-            t = t.assign(wp_gap_dedup=drep.point[:G], wp_gap_dedup_lo=[div[i].low for i in range(G)],
-                         wp_gap_dedup_hi=[div[i].high for i in range(G)], wp_gap_dedup_se=[div[i].se for i in range(G)])
+            t = t.assign(**_dedup_columns(Ad, Nd, n_c, n_prompts, seed=seed + 7919 * (j + 1), **boot))
         t = t.merge(loc, on="group", how="left")
         t["reason"] = t["wp_reason"]
         out[name] = t
         if pairs_out is not None:
             pairs_out[name] = pairs
     return out
+
+
+def _coded_labellings(labellings: dict[str, Sequence], categories: dict[str, list] | None, unusable: np.ndarray):
+    """Per labelling with any label: (codes per row of X, -1 for unlabelled or unusable rows; its categories),
+    and per group the count of its rows left out as unusable (zero or non-finite embeddings)."""
+    coded, dropped = {}, {}
+    for name, labels in labellings.items():
+        cats = (categories or {}).get(name)
+        labels = np.asarray(labels, dtype=object)
+        if cats is None:
+            cats = sorted({v for v in labels if v is not None and v == v and v != ""}, key=str)
+        codes, cats = _codes(labels, cats)
+        if cats:
+            coded[name] = (np.where(unusable, -1, codes), cats)
+            dropped[name] = np.bincount(codes[unusable & (codes >= 0)], minlength=len(cats))
+    return coded, dropped
+
+
+def _wp_gap_columns(S, n_c, q_c, codes, cats, small_group, *, n_boot, level, method, seed):
+    """One labelling's within-prompt gap per group from its per-(prompt, group) sums: the point, its prompt-cluster
+    bootstrap interval and why an interval is missing or under-covers; and per group the prompts it rests on."""
+    G = len(cats)
+    totals = within_prompt_totals_from_cells(S, n_c, q_c)
+    rep = replicates(sums_statistic(totals, within_prompt_statistic(G)), len(S), n_boot=n_boot, seed=seed,
+                     method=method)
+    n_prompts = (totals[:, 3 * G:] > 0).sum(axis=0)
+    # a group's gap rests on the prompts where it has pairs, not on all P: the small-cluster expansion of
+    # the interval uses that count (benchmarks/results/calibration.csv, the rare-group rows)
+    ivs = intervals(rep, level, method, n_effective=np.tile(n_prompts, 3))
+    n = np.bincount(codes[codes >= 0], minlength=G)
+    few = (n_prompts >= 1) & (n_prompts < MIN_PROMPTS_CI)
+    ci_reason = [ivs[i].reason for i in range(G)]
+    for i in np.flatnonzero(few):
+        why = (f"only {n_prompts[i]} prompt(s) with 2 or more of the group and another labelled image: an "
+               f"interval over so few under-covers (fewer than {MIN_PROMPTS_CI})")
+        ci_reason[i] = "; ".join(r for r in (ci_reason[i], why) if r)
+    reason = np.where(n == 0, "empty group", np.where(n_prompts == 0, "no prompt with 2 or more of the group "
+                                                     "and another labelled image: no within-prompt pairs", ""))
+    t = pd.DataFrame({"group": cats, "n": n.astype(int), "n_prompts": n_prompts.astype(int),
+                      "wp_intra": rep.point[G:2 * G], "wp_inter": rep.point[2 * G:], "wp_gap": rep.point[:G],
+                      "wp_gap_lo": [ivs[i].low for i in range(G)], "wp_gap_hi": [ivs[i].high for i in range(G)],
+                      "wp_gap_se": [ivs[i].se for i in range(G)],
+                      "wp_ci_reason": ci_reason, "wp_reason": reason, "few_prompts": few,
+                      "small": n < small_group})
+    return t, n_prompts
+
+
+def _paper_columns(S, n_c, q_c, n, dropped, *, n_boot, level, method, seed) -> dict:
+    """The paper's unstratified gap (pairs across prompts too) from the same cells, its interval, and why."""
+    G = len(n)
+    prep = replicates(gap_weight_statistic(products_from_cells(S, n_c, q_c)), len(S), n_boot=n_boot, seed=seed,
+                      method=method)
+    why = _reasons(n).astype(object)
+    for i, kd in enumerate(dropped):
+        if kd:
+            why[i] = "; ".join(r for r in (why[i], f"{kd} zero or non-finite embedding rows dropped") if r)
+    cols = dict(intra=prep.point[:G], inter=prep.point[G:2 * G], gap=prep.point[2 * G:],
+                n_dropped=dropped.astype(int), paper_reason=why)
+    if n_boot > 0:
+        piv = intervals(prep, level, method)[2 * G:]
+        cols.update(gap_lo=[iv.low for iv in piv], gap_hi=[iv.high for iv in piv], gap_se=[iv.se for iv in piv],
+                    ci_reason=[iv.reason for iv in piv])
+    return cols
+
+
+def _dedup_columns(Ad, Nd, n_c, n_prompts, *, n_boot, level, method, seed) -> dict:
+    """The within-prompt gap without the near-duplicate pairs (pair sums Ad, counts Nd), with its interval."""
+    G = len(n_prompts)
+    drep = replicates(sums_statistic(dedup_gap_totals(Ad, Nd, n_c), within_prompt_statistic(G)), len(Ad),
+                      n_boot=n_boot, seed=seed, method=method)
+    div = intervals(drep, level, method, n_effective=np.tile(n_prompts, 3))
+    return dict(wp_gap_dedup=drep.point[:G], wp_gap_dedup_lo=[div[i].low for i in range(G)],
+                wp_gap_dedup_hi=[div[i].high for i in range(G)], wp_gap_dedup_se=[div[i].se for i in range(G)])
 
 
 # ---------------------------------------------------------------- pairwise within-prompt gaps (the localising test)

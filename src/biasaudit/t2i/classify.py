@@ -22,8 +22,8 @@ from biasaudit import UNKNOWN, registry
 from biasaudit import contracts as C
 from biasaudit.backends.vlm import CachedVLM, VLMRequest, VLMResponse, parse_choice
 from biasaudit.backends.vlm.parse import is_refusal
-from biasaudit.engine import file_digest
-from biasaudit.provenance import stable_hash
+from biasaudit.pipeline.engine import file_digest
+from biasaudit.pipeline.provenance import stable_hash
 
 LABEL_COLUMNS = ["image_id", "model", "prompt_id", "label", "status", "reason", "raw_answer", "backend",
                  "classifier_model_id", "classifier_revision", "instruction_version", "from_cache", "stand_in",
@@ -143,9 +143,9 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
     from functools import partial
 
     from biasaudit.backends.vlm import Price, make_vlm_backend
-    from biasaudit.engine import Stage, run_stage
-    from biasaudit.io import atomic_write_table
-    from biasaudit.provenance import write_run_info
+    from biasaudit.pipeline.engine import Stage, run_stage
+    from biasaudit.pipeline.io import atomic_write_table
+    from biasaudit.pipeline.provenance import write_run_info
 
     params, ex = cfg.classify, cfg.execution
     if model not in cfg.models:

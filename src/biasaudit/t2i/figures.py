@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.contracts import L_BIN_LABELS, UNKNOWN
-from biasaudit.outputs import Figure
+from biasaudit.pipeline.outputs import Figure
 
 
 def plot_sweep(summary: pd.DataFrame):

@@ -5,7 +5,7 @@
 * Seeds: `derive_seed(model, prompt_id, index)`; image_id = f"{model}-{prompt_id}-{index:03d}".
 * Files: `<images_dir>/<model>/<image_id>.png`, written to a temporary name and renamed; the PNG
   carries its own provenance text chunk (and says "stand-in" where it is one).
-* Resumable (biasaudit.engine): one JSON line per finished image in `<images_dir>/<model>/log.jsonl`.
+* Resumable (biasaudit.pipeline.engine): one JSON line per finished image in `<images_dir>/<model>/log.jsonl`.
   An image is redone when its record was made with other settings (the hash of the spec's output
   settings + model revision), for another prompt text / seed under the same image id, or when its
   file is missing or changed; the manifest is rebuilt from the current records and written
@@ -35,12 +35,19 @@ from biasaudit import registry
 from biasaudit.backends.generators import stage_probe
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
 from biasaudit.config import ParamsError
-from biasaudit.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
-from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
 from biasaudit.lifecycle import status_record
 from biasaudit.params import Params
 from biasaudit.params.generate import Generate, GeneratorSpec
-from biasaudit.provenance import derive_seed, library_versions_json, run_info, sha256_file, stable_hash, utc_now
+from biasaudit.pipeline.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
+from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
+from biasaudit.pipeline.provenance import (
+    derive_seed,
+    library_versions_json,
+    run_info,
+    sha256_file,
+    stable_hash,
+    utc_now,
+)
 from biasaudit.scale.cli import add_execution_args, apply_execution_args
 
 MANIFEST_COLUMNS = [

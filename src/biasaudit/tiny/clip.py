@@ -37,7 +37,7 @@ def build_tiny_open_clip(directory: str | Path, seed: int = 0) -> tuple[str, Pat
     import open_clip
     import torch
 
-    from biasaudit.io import atomic_path
+    from biasaudit.pipeline.io import atomic_path
 
     name = register_tiny_open_clip(directory)
     ckpt = Path(directory) / f"{TINY_CLIP_NAME}-seed{seed}.pt"

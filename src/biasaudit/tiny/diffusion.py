@@ -135,7 +135,7 @@ def quiet_saving() -> Iterator[None]:
 
 def ensure_tiny_pipeline(arch: Arch, root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) -> tuple[Path, str]:
     """Directory of the saved tiny pipeline (built once, atomically) and its weights hash."""
-    from biasaudit.io import build_directory_once
+    from biasaudit.pipeline.io import build_directory_once
 
     def build(tmp: Path) -> str:
         pipeline = make_tiny_pipeline(arch, seed)

@@ -62,7 +62,7 @@ def _build_recogniser(path: Path, seed: int) -> None:
 def build_tiny_insightface(root: str | Path | None = None, seed: int = 0) -> Path:
     """Write `root/models/tiny_buffalo/{det_tiny,w600k_tiny}.onnx` once; return `root` for FaceAnalysis
     (use name='tiny_buffalo', det_size=256)."""
-    from biasaudit.io import atomic_path
+    from biasaudit.pipeline.io import atomic_path
 
     root = Path(root or Path(os.environ.get("BIASAUDIT_TINY_DIR", "models/tiny")) / "insightface")
     pack = root / "models" / TINY_PACK

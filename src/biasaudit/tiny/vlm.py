@@ -132,7 +132,7 @@ def weights_hash(directory: str | os.PathLike) -> str:
 def ensure_tiny_qwen2_vl(root: str | os.PathLike = DEFAULT_ROOT, seed: int = 0) -> tuple[Path, str]:
     """Directory of the saved tiny Qwen2-VL (built once, atomically, under `root`/tiny-qwen2-vl) and its
     weights hash (the model revision)."""
-    from biasaudit.io import build_directory_once
+    from biasaudit.pipeline.io import build_directory_once
     from biasaudit.tiny.diffusion import quiet_saving
 
     def build(tmp: Path) -> str:
@@ -157,7 +157,7 @@ def ensure_tiny_qwen2_vl_digits(root: str | os.PathLike = DEFAULT_ROOT) -> tuple
 
     from transformers import AutoTokenizer
 
-    from biasaudit.io import build_directory_once
+    from biasaudit.pipeline.io import build_directory_once
 
     source, revision = ensure_tiny_qwen2_vl(root)
 

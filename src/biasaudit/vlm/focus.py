@@ -25,11 +25,11 @@ from PIL import Image
 
 from biasaudit import contracts as C
 from biasaudit import registry
-from biasaudit.engine import per_item
-from biasaudit.entries import DIRECTORY, entry_problem
-from biasaudit.images import load_rgb
-from biasaudit.io import atomic_path, atomic_write_bytes
-from biasaudit.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
+from biasaudit.pipeline.engine import per_item
+from biasaudit.pipeline.entries import DIRECTORY, entry_problem
+from biasaudit.pipeline.images import load_rgb
+from biasaudit.pipeline.io import atomic_path, atomic_write_bytes
+from biasaudit.pipeline.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
 from biasaudit.vlm.groups import COUNTERFACTUAL, NULL_EDIT, ORIGINAL, group_code, parse_group_name
 
 FOCUS_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -244,7 +244,7 @@ def make_edit_fn(params: Any, checks: Any, out_root: str, detector: str = "dlib"
 
 def edit_content(item: dict[str, Any]) -> dict[str, Any]:
     """An edit depends on its source photo's bytes (not its path) and its target group (or control arm)."""
-    from biasaudit.engine import file_digest
+    from biasaudit.pipeline.engine import file_digest
 
     content = {"source": file_digest(item["source_path"]), "race": item["race"], "gender": item["gender"]}
     arm = item.get("arm", COUNTERFACTUAL)
@@ -252,7 +252,7 @@ def edit_content(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
-    from biasaudit.engine import file_digest
+    from biasaudit.pipeline.engine import file_digest
 
     return record.get("status") != "ok" or file_digest(record.get("path")) == record.get("sha256")
 
@@ -281,7 +281,7 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
     from functools import partial
 
     from biasaudit.backends.editors import stage_probe
-    from biasaudit.engine import Stage, run_stage
+    from biasaudit.pipeline.engine import Stage, run_stage
 
     params = params or cfg.counterfactuals
     checks = cfg.validate_edits
@@ -305,7 +305,7 @@ def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str
         from biasaudit.backends.editors import make_editor
 
         described = (editor or make_editor(params)).describe()
-    from biasaudit.engine import INPUT_FIELD, SETTINGS_FIELD
+    from biasaudit.pipeline.engine import INPUT_FIELD, SETTINGS_FIELD
 
     manifest = pd.DataFrame(run.rows()).drop(columns=[SETTINGS_FIELD, INPUT_FIELD], errors="ignore")
     return {"manifest": manifest, "run": run, "summary": run.summary, "editor": described,

@@ -75,7 +75,7 @@ import pandas as pd
 from scipy.special import expit, logit
 
 from biasaudit.params.vlm import GENDERS, RACES
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 TWO_AFC_TASKS = ("income", "education", "safety")

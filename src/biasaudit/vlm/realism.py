@@ -73,7 +73,7 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
     """Each keyed image re-encoded as PNG at <folder>/images/<rating_id>.png; returns why any could not be."""
     from PIL import Image
 
-    from biasaudit.images import load_rgb
+    from biasaudit.pipeline.images import load_rgb
 
     out_dir = Path(folder) / "images"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -91,8 +91,8 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
 
 def export_sheet(checks: pd.DataFrame, folder: str | Path, seed: int) -> dict[str, Any]:
     """Write the blank sheet, its key and the blinded images into `folder`; returns counts and problems."""
-    from biasaudit.engine import file_digest
-    from biasaudit.io import atomic_write_table
+    from biasaudit.pipeline.engine import file_digest
+    from biasaudit.pipeline.io import atomic_write_table
 
     items = rating_items(checks)
     items["digest"] = [file_digest(p) for p in items["path"]]

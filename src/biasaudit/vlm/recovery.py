@@ -26,7 +26,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis.inputs import Boot, answer_scales, ratio_intervals
 from biasaudit.vlm.groups import GROUP_CODES

@@ -17,8 +17,8 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import registry
-from biasaudit.engine import Stage, StageRun, file_digest, run_stage
-from biasaudit.provenance import stable_hash
+from biasaudit.pipeline.engine import Stage, StageRun, file_digest, run_stage
+from biasaudit.pipeline.provenance import stable_hash
 from biasaudit.vlm import tasks
 
 CACHE_DIR = C.VLM_CACHE

@@ -14,7 +14,7 @@ Accepted photos are copied, as 8-bit sRGB PNG, to `data/vlm/sources/<occupation>
 `data/vlm/sources/manifest.parquet` lists every file found with status (ok | rejected | not_used |
 skipped) and reason: a file that is not a photo format (a .gif, a note) or lies outside the occupation
 folders is `skipped` with why, as is a broken link, a link loop or a folder named like a photo
-(`biasaudit.entries`: "broken link", "link loop", "a directory, not a file"); a grayscale photo is `rejected` (the edits change skin colour, so a
+(`biasaudit.pipeline.entries`: "broken link", "link loop", "a directory, not a file"); a grayscale photo is `rejected` (the edits change skin colour, so a
 source needs colour); `conversion` records what loading changed (CMYK→RGB, EXIF rotation, alpha). Base ids are unique (a colliding file name gets a `-2` suffix, noted in `id_note`); photos are
 checked in name order until `photos_per_occupation` are accepted, so a rejected one does not count.
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from biasaudit.entries import DIRECTORY, entry_problem
-from biasaudit.images import load_rgb
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.entries import DIRECTORY, entry_problem
+from biasaudit.pipeline.images import load_rgb
+from biasaudit.pipeline.provenance import derive_seed
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp")
 # a photo whose every pixel has max(R,G,B) − min(R,G,B) at most this is gray (2: the rounding a JPEG
@@ -214,8 +214,8 @@ def build_sources(params: Any, out_dir: str | Path, detector: Any = None):
     from PIL import Image
 
     from biasaudit.faces.detect import make_detector
-    from biasaudit.io import atomic_path
-    from biasaudit.provenance import sha256_file
+    from biasaudit.pipeline.io import atomic_path
+    from biasaudit.pipeline.provenance import sha256_file
 
     detector = detector or make_detector("dlib", dlib_upsample=params.detector_upsample)
     rows = []

@@ -36,7 +36,7 @@ import pandas as pd
 
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResponse
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
-from biasaudit.provenance import library_versions_json, stable_hash, utc_now
+from biasaudit.pipeline.provenance import library_versions_json, stable_hash, utc_now
 from biasaudit.vlm.groups import CONTROL_ARMS, COUNTERFACTUAL, NULL_EDIT, arm_of, group_code
 
 MCQ_OPTIONS: dict[str, tuple[str, ...]] = {"salary": tuple("ABCDEF"), "education": tuple("ABCD")}
@@ -239,8 +239,8 @@ def composite_path(image_a: str, image_b: str, out_dir: str, face_side: int = 0)
     once, reused). Each tile keeps the resolution a two-image request sends its face at (`face_side`)."""
     from pathlib import Path
 
-    from biasaudit.images import load_rgb
-    from biasaudit.provenance import sha256_file
+    from biasaudit.pipeline.images import load_rgb
+    from biasaudit.pipeline.provenance import sha256_file
 
     height = composite_height(image_size(image_a), image_size(image_b), face_side)
     parts: list = [sha256_file(image_a), sha256_file(image_b)] + ([height] if face_side else [])
@@ -248,7 +248,7 @@ def composite_path(image_a: str, image_b: str, out_dir: str, face_side: int = 0)
     if not out.exists():
         from PIL import Image
 
-        from biasaudit.io import atomic_write_bytes
+        from biasaudit.pipeline.io import atomic_write_bytes
 
         a, b = load_rgb(image_a), load_rgb(image_b)
         if not (a.ok and b.ok):

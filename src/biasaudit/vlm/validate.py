@@ -31,8 +31,8 @@ from scipy import ndimage
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from biasaudit import contracts as C
-from biasaudit.engine import per_item
 from biasaudit.faces.colour import delta_e2000, srgb_to_lab
+from biasaudit.pipeline.engine import per_item
 from biasaudit.vlm import edit_quality as Q
 from biasaudit.vlm.groups import CONTROL_ARMS
 
@@ -335,8 +335,8 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
 
     from biasaudit import registry
     from biasaudit.backends.vlm import stage_probe
-    from biasaudit.engine import Stage, file_digest, run_stage
-    from biasaudit.provenance import stable_hash
+    from biasaudit.pipeline.engine import Stage, file_digest, run_stage
+    from biasaudit.pipeline.provenance import stable_hash
     from biasaudit.vlm import tasks
 
     params = params or cfg.validate_edits
@@ -449,7 +449,7 @@ def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tup
 
 def first_source_with_face(manifest: Any, params: Any) -> SourceInfo | None:
     """The first source photo of the FOCUS manifest (by path) whose face is found: what the controls edit."""
-    from biasaudit.images import load_rgb
+    from biasaudit.pipeline.images import load_rgb
 
     for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
         loaded = load_rgb(path)
@@ -489,7 +489,7 @@ MEASURE_SETTINGS = ("mask_detector", "border_px", "check_identity", "lpips_weigh
 
 def validation_items(manifest: Any) -> list[dict[str, Any]]:
     """One item per FOCUS manifest row, with the sha256 of the edit and of its source as they are now."""
-    from biasaudit.engine import file_digest
+    from biasaudit.pipeline.engine import file_digest
 
     items = []
     for m in manifest.to_dict("records"):
@@ -507,7 +507,7 @@ def validation_content(item: dict[str, Any]) -> dict[str, Any]:
 def make_validate_fn(params: Any):
     """The batch function (built where it runs: each worker its own detector and source cache)."""
     from biasaudit.faces.detect import make_detector
-    from biasaudit.images import load_rgb
+    from biasaudit.pipeline.images import load_rgb
 
     detector = make_detector(params.mask_detector)
     sources: dict[str, SourceInfo] = {}
@@ -551,8 +551,8 @@ def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool =
 
     import pandas as pd
 
-    from biasaudit.engine import INPUT_FIELD, SETTINGS_FIELD, Stage, run_stage
-    from biasaudit.provenance import stable_hash
+    from biasaudit.pipeline.engine import INPUT_FIELD, SETTINGS_FIELD, Stage, run_stage
+    from biasaudit.pipeline.provenance import stable_hash
 
     params = params or cfg.validate_edits
     items = validation_items(manifest)

@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
-from biasaudit.images import load_rgb
+from biasaudit.pipeline.images import load_rgb
 from biasaudit.registry import register
 
 

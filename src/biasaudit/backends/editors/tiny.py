@@ -13,7 +13,7 @@ from skimage.color import lab2rgb
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.faces.colour import srgb_to_lab
-from biasaudit.images import load_rgb
+from biasaudit.pipeline.images import load_rgb
 from biasaudit.registry import register
 
 # Stand-in target skin tones (CIELAB L*, a*, b*) per race: spread from dark to light so the skin-tone

@@ -292,7 +292,7 @@ def numerical_fault(image: np.ndarray, black_threshold: int = BLACK_MAX) -> str:
 
 def retry_seed(seed: int, attempt: int) -> int:
     """The seed of numerical retry `attempt` (1, 2, ...): a fixed, recorded function of the original."""
-    from biasaudit.provenance import stable_hash
+    from biasaudit.pipeline.provenance import stable_hash
 
     return int(stable_hash([seed, "numerical-retry", attempt], length=15), 16)
 

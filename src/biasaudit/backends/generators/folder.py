@@ -3,8 +3,8 @@
 mapping CSV columns: `file` (relative to the directory), `prompt_id`, optional `index` (0-based;
 default: order of appearance per prompt). Validation (before any work) reports every problem at once:
 missing columns, missing files, mapped entries that are no readable file (a broken link, a link
-loop, a folder: `biasaudit.entries`), unknown prompt ids, duplicate (prompt_id, index) pairs. Each file is
-loaded with biasaudit.images.load_rgb (bad files become a `failed` row with the reason) and stored as
+loop, a folder: `biasaudit.pipeline.entries`), unknown prompt ids, duplicate (prompt_id, index) pairs. Each file is
+loaded with biasaudit.pipeline.images.load_rgb (bad files become a `failed` row with the reason) and stored as
 PNG like any generated image; the mapping file's hash is the model revision.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 
 from biasaudit.backends.generators.base import Generator, GenRequest, GenResult
-from biasaudit.entries import entry_problem
-from biasaudit.images import load_rgb
 from biasaudit.params.generate import GeneratorSpec
-from biasaudit.provenance import sha256_file
+from biasaudit.pipeline.entries import entry_problem
+from biasaudit.pipeline.images import load_rgb
+from biasaudit.pipeline.provenance import sha256_file
 from biasaudit.registry import register
 
 

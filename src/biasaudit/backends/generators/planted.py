@@ -210,7 +210,7 @@ class PlantedGenerator(Generator):
     @classmethod
     def preflight(cls, spec: GeneratorSpec, key: str, prompts: Any = None) -> tuple[str, list[str]]:
         """The revision carries the benchmark file's hash: changed benchmarks → a new planted truth."""
-        from biasaudit.provenance import sha256_file
+        from biasaudit.pipeline.provenance import sha256_file
 
         path = spec.planted.prompts_file  # type: ignore[union-attr]
         if not Path(path).is_file():

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from PIL import Image
 
 from biasaudit.backends.transport import RetryableError, TokenBucket, call_with_retries
-from biasaudit.images import load_rgb
 from biasaudit.params.base import redact
+from biasaudit.pipeline.images import load_rgb
 
 OK, REFUSED, FAILED = "ok", "refused", "failed"
 

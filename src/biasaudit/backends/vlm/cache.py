@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from biasaudit.backends.vlm.base import FAILED, OK, VLMBackend, VLMRequest, VLMResponse, failed
-from biasaudit.io import Cache
-from biasaudit.provenance import sha256_file, stable_hash
+from biasaudit.pipeline.io import Cache
+from biasaudit.pipeline.provenance import sha256_file, stable_hash
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
-from biasaudit.provenance import sha256_file
+from biasaudit.pipeline.provenance import sha256_file
 from biasaudit.registry import register
 
 

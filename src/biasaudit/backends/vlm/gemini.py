@@ -248,7 +248,7 @@ class GeminiVLM(VLMBackend):
 
     # --- batch --------------------------------------------------------------------------------------
     def _job_key(self, requests: list[VLMRequest]) -> str:
-        from biasaudit.provenance import stable_hash
+        from biasaudit.pipeline.provenance import stable_hash
 
         return stable_hash([self.model_id, self.decoding_params()] + [
             [list(r.images), list(r.image_labels), r.prompt, list(r.options), r.max_tokens] for r in requests],
@@ -370,7 +370,7 @@ class GeminiVLM(VLMBackend):
     def _journal(self, key: str, name: str | None) -> None:
         if self.batch_journal is None:
             return
-        from biasaudit.io import atomic_write_json
+        from biasaudit.pipeline.io import atomic_write_json
 
         with self._journal_lock:
             path = Path(self.batch_journal)

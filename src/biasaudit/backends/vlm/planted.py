@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
-from biasaudit.provenance import derive_seed, stable_hash
+from biasaudit.pipeline.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
 from biasaudit.vlm import planted as P
 

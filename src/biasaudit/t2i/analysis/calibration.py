@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.t2i.analysis.inputs import Inputs
 
 CALIBRATION_FILES = ("benchmarks/results/calibration.csv", "reports/calibration/calibration.csv")  # committed copy first

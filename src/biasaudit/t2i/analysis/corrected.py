@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Result
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.outputs import NO_DATA, Result
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.correction import (
     classifier_corrected_tvd,
     corrected_deviation,
@@ -64,6 +64,70 @@ def annotated_images(rel: Path, groups: tuple[str, ...], reference: str = "conse
         "no ratings.csv: each (human, classifier) pair of the confusion matrix is resampled as if it were an image")
 
 
+def _recorded_correction(rel) -> dict:
+    """What the reliability stage recorded about the correction (summary.json's "correction"), or {}."""
+    try:
+        return json.loads((rel / "summary.json").read_text()).get("correction") or {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _per_prompt_corrected(pp: pd.DataFrame, M: np.ndarray, groups: tuple[str, ...], method: str
+                          ) -> tuple[pd.DataFrame, str]:
+    """Per prompt: the raw and corrected shares and TVDs, and a note on prompts left uncorrected."""
+    counts = pp[[f"n_{g}" for g in groups]].to_numpy(float)
+    bench = pp[[f"bench_{g}" for g in groups]].to_numpy(float)
+    shares, tvd_corr, why = corrected_per_prompt(counts, bench, M, method)
+    per = pp[["model", "category", "prompt_id", "n", "tvd"]].rename(columns={"tvd": "tvd_raw"}).assign(
+        tvd_classifier_corrected=tvd_corr)
+    for j, g in enumerate(groups):
+        per[f"raw_{g}"] = pp[f"share_{g}"].to_numpy()
+        per[f"corrected_{g}"] = shares[:, j]
+    per["correction_method"] = method
+    return per, why
+
+
+def _category_rows(model: str, cat: str, sub: pd.DataFrame, E: np.ndarray, groups: tuple[str, ...], method: str,
+                   boot: Boot) -> tuple[dict, list[dict]]:
+    """One model × category: the summary row (raw, classifier-corrected, debiased, the point the report reads,
+    its bound and floor test, the pooled TVD) and the corrected mean deviation per group."""
+    counts = sub[[f"n_{g}" for g in groups]].to_numpy(float)
+    bench = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
+    n_boot = min(boot.n_boot, 1000)
+    raw, corr, info = classifier_corrected_tvd(
+        counts, bench, E, groups, method=method, n_boot=n_boot, level=boot.level,
+        seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
+    deb, dinfo = debiased_tvd(counts, bench, E, groups, n_boot=n_boot, level=boot.level,
+                              seed=derive_seed(boot.seed, "debiased", model, cat))
+    devs = [{"model": model, "category": cat, "race": g, "mean_deviation_corrected": d.estimate,
+             "mean_deviation_corrected_low": d.low, "mean_deviation_corrected_high": d.high, "reason": d.reason}
+            for g, d in zip(groups, corrected_deviation(counts, bench, E, groups, n_boot=n_boot, level=boot.level,
+                                                         seed=derive_seed(boot.seed, "dev", model, cat)))]
+    n_p = counts.sum(axis=1, keepdims=True)
+    pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
+                             E, groups, n_boot=n_boot, level=boot.level,
+                             seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
+    point, point_source = point_rule(len(sub), dinfo["mse_weighted"], dinfo["raw"], dinfo["weight"],
+                                     dinfo["rmse_raw"], dinfo["rmse_corrected"])
+    # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this
+    # table keeps only its estimate for comparison (this bootstrap also resamples the annotated images)
+    row = {"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
+           "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
+           "tvd_classifier_corrected_high": corr.high, "correction_method": method,
+           "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
+           "tvd_debiased_width": deb.high - deb.low, "tvd_point": point, "tvd_point_source": point_source,
+           "tvd_mse_weighted": dinfo["mse_weighted"], "tvd_point_weight": dinfo["weight"],
+           "tvd_rmse_raw": dinfo["rmse_raw"], "tvd_rmse_corrected": dinfo["rmse_corrected"],
+           "tvd_lower_bound": dinfo["lower_bound"], "tvd_above_floor_p": dinfo["above_floor_p"],
+           "tvd_linear_plug_in": dinfo["plug_in"], "bias_bound": dinfo["bias_bound"],
+           "pooled_tvd_debiased": pooled.estimate, "pooled_tvd_debiased_low": pooled.low,
+           "pooled_tvd_debiased_high": pooled.high,
+           "condition_number": info["condition_number"], "identifiable": info["identifiable"],
+           "n_annotated_images": info["n_annotated_images"],
+           "reason": "; ".join(dict.fromkeys(r for r in (corr.reason, deb.reason) if r))}
+    return row, devs
+
+
 def compute(inputs: Inputs, cfg: Any) -> Result:
     """Mean TVD raw and corrected for classifier error (biasaudit.stats.correction), per model ×
     category, with one bootstrap over prompts and annotated images. This is the only place the
@@ -78,13 +142,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     alone give" (parametric bootstrap under the benchmark with M̂)."""
     res = Result("corrected_tvd", "TVD corrected for classifier error")
     rel = inputs.root / C.RELIABILITY_DIR
-    recorded = {}
-    summary_path = rel / "summary.json"
-    if summary_path.exists():
-        try:
-            recorded = json.loads(summary_path.read_text()).get("correction") or {}
-        except json.JSONDecodeError:
-            recorded = {}
+    recorded = _recorded_correction(rel)
     groups = inputs.groups
     E, source, note = annotated_images(rel, groups, recorded.get("confusion_reference") or "consensus")
     if not source:
@@ -101,52 +159,12 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     boot, method = Boot.of(cfg), cfg.reliability.correction_method
     pp = per_prompt_table(inputs.labels, inputs.prompts, groups)
     pp = pp[pp["n"] > 0]
-    M = matrix_from_counts(E.sum(axis=0), len(groups))
-    counts_all = pp[[f"n_{g}" for g in groups]].to_numpy(float)
-    bench_all = pp[[f"bench_{g}" for g in groups]].to_numpy(float)
-    shares, tvd_corr, why = corrected_per_prompt(counts_all, bench_all, M, method)
-    per = pp[["model", "category", "prompt_id", "n", "tvd"]].rename(columns={"tvd": "tvd_raw"}).assign(
-        tvd_classifier_corrected=tvd_corr)
-    for j, g in enumerate(groups):
-        per[f"raw_{g}"] = pp[f"share_{g}"].to_numpy()
-        per[f"corrected_{g}"] = shares[:, j]
-    per["correction_method"] = method
+    per, why = _per_prompt_corrected(pp, matrix_from_counts(E.sum(axis=0), len(groups)), groups, method)
     rows, dev_rows = [], []
     for model, cat, sub in _by_category(pp):
-        counts = sub[[f"n_{g}" for g in groups]].to_numpy(float)
-        bench = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
-        raw, corr, info = classifier_corrected_tvd(
-            counts, bench, E, groups, method=method, n_boot=min(boot.n_boot, 1000), level=boot.level,
-            seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
-        deb, dinfo = debiased_tvd(counts, bench, E, groups, n_boot=min(boot.n_boot, 1000), level=boot.level,
-                                  seed=derive_seed(boot.seed, "debiased", model, cat))
-        for g, d in zip(groups, corrected_deviation(counts, bench, E, groups, n_boot=min(boot.n_boot, 1000),
-                                                     level=boot.level, seed=derive_seed(boot.seed, "dev", model, cat))):
-            dev_rows.append({"model": model, "category": cat, "race": g, "mean_deviation_corrected": d.estimate,
-                             "mean_deviation_corrected_low": d.low, "mean_deviation_corrected_high": d.high,
-                             "reason": d.reason})
-        n_p = counts.sum(axis=1, keepdims=True)
-        pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
-                                 E, groups, n_boot=min(boot.n_boot, 1000), level=boot.level,
-                                 seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
-        point, point_source = point_rule(len(sub), dinfo["mse_weighted"], dinfo["raw"], dinfo["weight"],
-                                         dinfo["rmse_raw"], dinfo["rmse_corrected"])
-        # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this
-        # table keeps only its estimate for comparison (this bootstrap also resamples the annotated images)
-        rows.append({"model": model, "category": cat, "n_prompts": len(sub), "mean_tvd_raw": raw.estimate,
-                     "tvd_classifier_corrected": corr.estimate, "tvd_classifier_corrected_low": corr.low,
-                     "tvd_classifier_corrected_high": corr.high, "correction_method": method,
-                     "tvd_debiased": deb.estimate, "tvd_debiased_low": deb.low, "tvd_debiased_high": deb.high,
-                     "tvd_debiased_width": deb.high - deb.low, "tvd_point": point, "tvd_point_source": point_source,
-                     "tvd_mse_weighted": dinfo["mse_weighted"], "tvd_point_weight": dinfo["weight"],
-                     "tvd_rmse_raw": dinfo["rmse_raw"], "tvd_rmse_corrected": dinfo["rmse_corrected"],
-                     "tvd_lower_bound": dinfo["lower_bound"], "tvd_above_floor_p": dinfo["above_floor_p"],
-                     "tvd_linear_plug_in": dinfo["plug_in"], "bias_bound": dinfo["bias_bound"],
-                     "pooled_tvd_debiased": pooled.estimate, "pooled_tvd_debiased_low": pooled.low,
-                     "pooled_tvd_debiased_high": pooled.high,
-                     "condition_number": info["condition_number"], "identifiable": info["identifiable"],
-                     "n_annotated_images": info["n_annotated_images"],
-                     "reason": "; ".join(dict.fromkeys(r for r in (corr.reason, deb.reason) if r))})
+        row, devs = _category_rows(model, cat, sub, E, groups, method, boot)
+        rows.append(row)
+        dev_rows += devs
     summary = pd.DataFrame(rows)
     res.tables = {C.TVD_CORRECTED_SUMMARY.name: summary, "tvd_corrected_per_prompt": per,
                   "deviation_corrected": pd.DataFrame(dev_rows)}

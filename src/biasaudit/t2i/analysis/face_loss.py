@@ -14,7 +14,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit.faces.colour import l_bin
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.t2i.analysis.inputs import Boot, Inputs
 from biasaudit.t2i.analysis.validation import planted_images
 

@@ -11,8 +11,8 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Result
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.outputs import NO_DATA, Result
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.homogeneity import add_p_adjusted, prompt_blocks, within_prompt_table
 from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.resample import (
     Interval,
     Replicates,

@@ -9,7 +9,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
-from biasaudit.outputs import NO_DATA, Figure, Result
+from biasaudit.pipeline.outputs import NO_DATA, Figure, Result
 from biasaudit.t2i.analysis.inputs import Inputs
 
 COLUMNS = ["model", "category_or_group"] + K.COLUMNS

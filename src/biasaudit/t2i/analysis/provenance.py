@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from biasaudit.outputs import Result
+from biasaudit.pipeline.outputs import Result
 from biasaudit.t2i.analysis.inputs import Inputs, model_provenance, stage_counts
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.t2i.analysis.inputs import Inputs
 
 

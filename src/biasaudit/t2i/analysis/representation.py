@@ -10,8 +10,8 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import UNKNOWN
-from biasaudit.outputs import NO_DATA, Result
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.outputs import NO_DATA, Result
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.resample import (
     p_adjust,
     sign_flip_pvalue,

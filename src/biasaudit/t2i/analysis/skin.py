@@ -9,8 +9,8 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import UNKNOWN, l_bin
-from biasaudit.outputs import NO_DATA, Result
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.outputs import NO_DATA, Result
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.regression import ols_cluster
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs

@@ -25,8 +25,8 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit import registry
-from biasaudit.outputs import NO_DATA, Result
-from biasaudit.provenance import derive_seed
+from biasaudit.pipeline.outputs import NO_DATA, Result
+from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.correction import confusion_array, debiased_tvd
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import expected_tvd, tvd

@@ -27,7 +27,7 @@ Helpers: `inputs` (loading, retained answers, the numeric value of each answer, 
 shares), `inference` (sign-flip p-values, underpowered labels, p adjustment), `summary`
 (reports/vlm/summary.json); figures in biasaudit.vlm.figures.
 
-Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.outputs.OutputWriter):
+Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.pipeline.outputs.OutputWriter):
 
     reports/vlm/summary.json     {"profile", "stand_in", "vlms": {<vlm>: {"model_id", "backend", "stand_in",
                                   "n_questions", "status_counts" {"kind/status": n}, "retained" {kind: n},

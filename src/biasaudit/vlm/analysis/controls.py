@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.vlm.analysis import gaps, two_afc
 from biasaudit.vlm.analysis.inference import sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, answer_scales, measure_frames, ratio_intervals, retained

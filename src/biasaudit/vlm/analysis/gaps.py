@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Figure, Result
 from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.pipeline.outputs import NO_DATA, Figure, Result
 from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_intervals, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, measures
 from biasaudit.vlm.figures import bar_figure

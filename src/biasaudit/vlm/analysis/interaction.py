@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit.outputs import NO_DATA, Result
 from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.vlm.analysis.gaps import references
 from biasaudit.vlm.analysis.inputs import Answers, Boot, measures, two_afc_tasks
 from biasaudit.vlm.analysis.two_afc import order_pairs

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from biasaudit.outputs import NO_DATA, Result
+from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.vlm.analysis import gaps
 from biasaudit.vlm.analysis.inference import underpowered_intervals
 from biasaudit.vlm.analysis.inputs import OK, Answers, Boot, answer_scales

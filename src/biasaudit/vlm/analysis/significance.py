@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import Result
 from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.pipeline.outputs import Result
 from biasaudit.vlm.analysis import endpoints, gaps
 from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_clusters, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, degenerate, measures, retention_table

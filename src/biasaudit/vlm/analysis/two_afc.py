@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.outputs import NO_DATA, Figure, Result
+from biasaudit.pipeline.outputs import NO_DATA, Figure, Result
 from biasaudit.vlm.analysis.inference import underpowered_intervals
 from biasaudit.vlm.analysis.inputs import Answers, Boot, degenerate_2afc, ratio_intervals, two_afc_tasks
 from biasaudit.vlm.figures import bar_figure, heatmap_figure

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from biasaudit.outputs import Result
+from biasaudit.pipeline.outputs import Result
 from biasaudit.vlm.analysis import gaps, refusals, significance, two_afc
 from biasaudit.vlm.analysis.inputs import Answers
 

@@ -117,7 +117,7 @@ class KeptOutputs:
         return self
 
     def _write_manifest(self) -> None:
-        from biasaudit.io import atomic_write_text
+        from biasaudit.pipeline.io import atomic_write_text
 
         atomic_write_text(self.manifest, json.dumps([[str(p), str(a)] for p, a in self.moved]) + "\n")
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import check_table
-from biasaudit.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
+from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
 
 OK, NO_DATA = "ok", "no data"
 

@@ -75,7 +75,7 @@ def banner(cfg: Params) -> None:
 
 
 def show(result: Any, writer: Any, rows: int = 30) -> None:
-    """Display an analysis section (biasaudit.outputs.Result) in the notebook, then write its files with
+    """Display an analysis section (biasaudit.pipeline.outputs.Result) in the notebook, then write its files with
     `writer` (an OutputWriter): its title and status, notes, the head of each table, each figure. None (a
     section that does not apply to this input) shows and writes nothing."""
     from IPython.display import Markdown, display

@@ -1,7 +1,7 @@
 """Switching profiles back and forth is cheap: each profile's outputs wait in a stash while another runs.
 
 DVC's run cache cannot bring a profile's outputs back: it skips every stage with a `persist: true`
-output (dvc/stage/cache.py, `_can_hash`), and every output here is persist (biasaudit/keep_outputs.py),
+output (dvc/stage/cache.py, `_can_hash`), and every output here is persist (biasaudit/pipeline/keep_outputs.py),
 besides the `cache: false` ones it never saves. So `biasaudit profile <name>` does it itself:
 
 1. **stash**: before params.yaml changes, every output of every stage instance of the current profile
@@ -134,7 +134,7 @@ def _put_back(profile: str, root: Path, now: dict[str, list[str]]) -> Report | N
     a stage is dropped only when dvc.yaml no longer defines it, or when its stashed output and another
     file at its path both exist. A restored stage takes its stashed lock entry, else keeps the one
     dvc.lock has (a stash killed before it took the entries away), so no entry is ever lost."""
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     source = stash_dir(profile, root)
     manifest_path = source / "manifest.json"
@@ -186,7 +186,7 @@ def stash(profile: str, root: str | os.PathLike = ".") -> Report:
     """Move the outputs of `profile` (the current one) and their dvc.lock entries into its stash."""
     from dvc.repo import Repo, lock_repo
 
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     root = Path(root).resolve()
     report = Report(profile)

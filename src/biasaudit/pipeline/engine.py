@@ -37,10 +37,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from biasaudit.closure import code_fingerprint
-from biasaudit.io import DriverLock, RecordLog, atomic_write_text
-from biasaudit.provenance import sha256_file, stable_hash
-from biasaudit.work import BatchFn, Item, RunSummary, cap_transient, is_transient
+from biasaudit.pipeline.closure import code_fingerprint
+from biasaudit.pipeline.io import DriverLock, RecordLog, atomic_write_text
+from biasaudit.pipeline.provenance import sha256_file, stable_hash
+from biasaudit.pipeline.work import BatchFn, Item, RunSummary, cap_transient, is_transient
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"

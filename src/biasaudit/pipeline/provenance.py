@@ -104,7 +104,7 @@ def run_info(params_section: Any = None) -> dict[str, Any]:
 
 
 def write_run_info(path: str | os.PathLike, **extra: Any) -> Path:
-    from biasaudit.io import atomic_write_text
+    from biasaudit.pipeline.io import atomic_write_text
 
     info = run_info() | extra
     return atomic_write_text(path, json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")

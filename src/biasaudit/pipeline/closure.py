@@ -16,7 +16,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1]  # the folder holding the biasaudit package
+SRC = Path(__file__).resolve().parents[2]  # the folder holding the biasaudit package
 
 
 def module_file(name: str) -> Path | None:
