@@ -194,10 +194,7 @@ def test_a_run_is_real_only_when_nothing_in_it_is_a_stand_in(profile_sandbox, pr
 
 # Fields no code reads, each with why it stays: the test below fails when one of them starts being read too
 # (drop it here) or another field joins them.
-UNREAD = {
-    ("ValidateEdits", "target_prompt_version"): "read nowhere in src/, notebooks/ or scripts/: only DVC sees it "
-                                                "(validate_edits params); to be wired or removed (#40)",
-}
+UNREAD: dict[tuple[str, str], str] = {}
 
 
 def _sections():

@@ -190,5 +190,10 @@ def test_target_check_runs_on_the_engine_resumes_and_asks_nothing_twice(tmp_path
                                              "status": "ok", "base_id": "b2", "occupation": "x"}])], ignore_index=True)
     V.run_target_check(cfg, more, params, progress=False, work_dir=tmp_path / "work")
     assert len(asked) == 6  # only the new edit
+    assert out["target_prompt_version"].eq("v1").all()
+    bumped, run = V.run_target_check(cfg, more, params.model_copy(update={"target_prompt_version": "v2"}),
+                                     progress=False, work_dir=tmp_path / "work")
+    assert run.summary.stale["settings"] == 3 and run.summary.already_done == 0  # a new version redoes every record
+    assert bumped["target_prompt_version"].eq("v2").all()
     with pytest.raises(KeyError, match="validate_edits.classifier"):
         V.run_target_check(cfg, checks, params.model_copy(update={"classifier": "nosuch"}), progress=False)

@@ -350,7 +350,9 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
         todo = tasks.first_units(todo, spec.max_source_units)
     items = [{"edit_id": r["edit_id"], "path": r["path"], "race": r["race"], "gender": r["gender"],
               "base_id": r.get("base_id"), "occupation": r.get("occupation")} for r in todo.to_dict("records")]
-    settings = stable_hash([spec.model_dump(), params.race_prompt, params.gender_prompt], 16)
+    # the prompts' version is part of the settings: a new version redoes every record (it is each row's label)
+    settings = stable_hash([spec.model_dump(), params.target_prompt_version, params.race_prompt, params.gender_prompt],
+                           16)
     stage = Stage(f"target check {params.classifier}", items, "edit_id", settings,
                   partial(make_attainment_fn, spec, C.vlm_cache_path(params.classifier).as_posix(), params),
                   f"{work_dir}/target_{params.classifier}.jsonl", lambda item: {"image": file_digest(item["path"])},
@@ -364,6 +366,7 @@ def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool =
         for col in ATTAINMENT_FIELDS:
             out[col] = out["edit_id"].map(answers[col]) if col in answers else None
     out["classifier"] = params.classifier
+    out["target_prompt_version"] = params.target_prompt_version
     out["classifier_stand_in"] = bool(len(answers) and answers["stand_in"].astype(bool).any())
     return out, run
 
