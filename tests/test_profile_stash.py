@@ -238,3 +238,31 @@ def test_a_switch_killed_at_any_step_is_finished_by_the_next_one_and_loses_no_lo
         current = other[then]
         assert not list((root / ".dvc/tmp/profile-stash").glob(f"{current}*"))  # nothing of it left in a stash
     assert ran(root, n_runs) == []  # no stage ran again
+
+
+def test_a_copy_killed_halfway_leaves_the_original_intact(project):
+    """A kill inside the copy of a git-tracked output (half its bytes written): the next switch, back or to the
+    same target, keeps the intact original; DVC finds every stage up to date."""
+    from biasaudit.pipeline import profile_stash as ps
+
+    root = project
+    before = tree(root)
+    real = shutil.copy2
+
+    def half(src, dst, *a, **kw):
+        data = Path(src).read_bytes()
+        Path(dst).write_bytes(data[: len(data) // 2])
+        raise Killed("killed inside a copy")
+
+    for then in ("offline", "paper"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ps.shutil, "copy2", half)
+            with pytest.raises(Killed):
+                cli.main(["profile", "paper"])
+        assert shutil.copy2 is real
+        assert cli.main(["profile", then]) == 0
+        if then == "offline":
+            assert tree(root) == before and status(root) == {}
+        else:
+            assert cli.main(["profile", "offline"]) == 0
+            assert tree(root) == before and status(root) == {}

@@ -87,11 +87,16 @@ def _move(src: Path, dst: Path) -> None:
 
 
 def _copy(src: Path, dst: Path) -> None:
+    """Copy under a temporary name, then rename: a copy killed halfway leaves no slot, never a truncated one
+    (the next switch would move it over the intact original)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
+    part = dst.with_name(dst.name + ".partial")
+    _remove(part)
     if src.is_dir():
-        shutil.copytree(src, dst, symlinks=True)
+        shutil.copytree(src, part, symlinks=True)
     else:
-        shutil.copy2(src, dst)
+        shutil.copy2(src, part)
+    os.replace(part, dst)
 
 
 def _remove(path: Path) -> None:
