@@ -327,3 +327,17 @@ def test_min_group_size_is_the_one_small_group_threshold(tmp_path):
         for name, fn in inspect.getmembers(mod, inspect.isfunction):
             p = inspect.signature(fn).parameters.get("small_group")
             assert p is None or p.default is inspect.Parameter.empty, f"{mod.__name__}.{name} has a default"
+
+
+def test_the_near_duplicate_threshold_is_the_parameter(tmp_path):
+    """analyze.near_duplicate_cosine reaches the test itself, not only its note: a lower threshold flags more
+    images, and every row says which threshold it used (regression: a hard-coded 0.95 passed every test)."""
+    write_tree(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
+    rates = {}
+    for c in (0.2, 0.999):
+        t = homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=0, min_group_size=2,
+                                                        near_duplicate_cosine=c)).tables["homogeneity_by_race"]
+        assert (t["near_dup_cosine"] == c).all()
+        rates[c] = t["n_near_dup"].sum()
+    assert rates[0.2] > rates[0.999]
