@@ -3,6 +3,7 @@
 import re
 
 import pytest
+import yaml
 
 from .conftest import ROOT
 
@@ -63,8 +64,46 @@ def test_the_readme_is_short_and_every_path_and_link_it_names_exists():
     paths = cited_paths(text) | {p for p in re.findall(r"`((?:notebooks|docs|src|tests|benchmarks|data/reference)/[\w./-]+)`", text)}
     missing = sorted(p for p in links | paths if resolve(p) is None)
     assert not missing, f"README.md names {missing}"
-    for stage in re.findall(r"dvc repro (?:--downstream )?(\w+)", text):  # every stage it tells you to run
-        assert stage in (ROOT / "dvc.yaml").read_text(), stage
+    stages = set(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
+    for stage in re.findall(r"dvc\s+repro\s+(?:--downstream\s+)?(\w[\w@-]*)", text):  # every stage it tells you to run
+        assert stage.split("@")[0] in stages, f"README.md: dvc repro {stage}: no such stage"
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    for target in re.findall(r"\bmake ([\w-]+)", text):
+        assert target in targets, f"README.md: make {target}: no such target"
+    outs = {str(next(iter(o)) if isinstance(o, dict) else o) for st in yaml.safe_load((ROOT / "dvc.yaml").read_text())[
+        "stages"].values() for o in st.get("outs", [])}
+    examples = "".join(re.findall(r"```yaml\n(.*?)```", text, re.S))  # the reader's own files, not ours
+    for path in set(re.findall(r"`(data/[\w./<>-]+)`", text)) - set(re.findall(r"data/[\w./-]+", examples)):
+        assert "<" in path or resolve(path) or any(path.startswith(o.rstrip("/")) for o in outs), (
+            f"README.md names {path}: neither in git nor an output of a stage")
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every `biasaudit …` command the README shows: in code blocks (comments cut) and inline code."""
+    code = [ln.split(" #")[0] for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
+            for ln in block.splitlines()]
+    inline = re.findall(r"`([^`\n]*biasaudit [^`\n]*)`", text)
+    found = []
+    for line in code + inline:
+        m = re.search(r"(?:\.venv/bin/)?biasaudit (.+)$", line.strip())
+        if m:
+            found.append(m.group(1).strip())
+    return found
+
+
+def test_every_biasaudit_command_in_the_readme_parses():
+    """Each command the README gives parses with the real command line (a misspelt subcommand or option fails)."""
+    import shlex
+
+    from biasaudit.cli import build_parser
+
+    commands = readme_commands((ROOT / "README.md").read_text())
+    assert len(commands) >= 4
+    for command in commands:
+        try:
+            build_parser().parse_args(shlex.split(command))
+        except SystemExit:
+            pytest.fail(f"README.md: `biasaudit {command}` does not parse")
 
 
 @pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
