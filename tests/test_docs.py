@@ -70,8 +70,16 @@ def test_the_readme_is_short_and_every_path_and_link_it_names_exists():
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
     for target in re.findall(r"\bmake ([\w-]+)", text):
         assert target in targets, f"README.md: make {target}: no such target"
-    outs = {str(next(iter(o)) if isinstance(o, dict) else o) for st in yaml.safe_load((ROOT / "dvc.yaml").read_text())[
-        "stages"].values() for o in st.get("outs", [])}
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+    def value(key: str) -> str:  # dvc.yaml's ${a.b} templating, from params.yaml
+        node = params
+        for part in key.split("."):
+            node = node[part]
+        return str(node)
+
+    outs = {re.sub(r"\$\{([\w.]+)\}", lambda m: value(m.group(1)), str(next(iter(o)) if isinstance(o, dict) else o))
+            for st in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values() for o in st.get("outs", [])}
     examples = "".join(re.findall(r"```yaml\n(.*?)```", text, re.S))  # the reader's own files, not ours
     for path in set(re.findall(r"`(data/[\w./<>-]+)`", text)) - set(re.findall(r"data/[\w./-]+", examples)):
         assert "<" in path or resolve(path) or any(path.startswith(o.rstrip("/")) for o in outs), (
