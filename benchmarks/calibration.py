@@ -168,7 +168,7 @@ def debiased_check(P: int, n: int, strength: float, reference: str, n_boot: int)
         iv, _ = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=rep)
         truth = float(tvd(p, q).mean())
         raw = float(tvd(counts / n, q).mean())
-        return iv.low <= truth <= iv.high, abs(iv.estimate - truth) < abs(raw - truth)
+        return Covered(bool(iv.low <= truth <= iv.high), iv.high - iv.low), abs(iv.estimate - truth) < abs(raw - truth)
 
     return run
 
@@ -247,7 +247,7 @@ def grid_check(P: int, n: int, points: list[dict] | None, n_boot: int, declared:
         counts, q, E, M, truth = distortion_audit(rng, P, n, grid[rep % len(grid)], declared)
         iv, _ = debiased_tvd(counts, q, E, GROUPS, n_boot=n_boot, seed=rep, M=M if declared else None)
         raw = float(tvd(counts / n, q).mean())
-        return iv.low <= truth <= iv.high, abs(iv.estimate - truth) < abs(raw - truth)
+        return Covered(bool(iv.low <= truth <= iv.high), iv.high - iv.low), abs(iv.estimate - truth) < abs(raw - truth)
 
     return run
 
