@@ -72,3 +72,12 @@ def test_stable_floats_rounds_only_float_columns_and_drops_the_sign_of_zero():
     assert not np.signbit(out["v"].to_numpy()).any()
     assert out["n"].tolist() == [1, 2] and out["s"].tolist() == ["a", "b"] and df["v"][0] == -1e-12
     assert hashlib.md5(stable_floats(np.array([-0.0])).tobytes()).digest() == hashlib.md5(np.array([0.0]).tobytes()).digest()
+
+
+def test_the_tiny_clip_checkpoint_has_the_same_bytes_in_every_fresh_build(tmp_path):
+    """Its sha256 is the embedder's revision, recorded in every embedding output: two builds in two fresh
+    folders (as two clones make) must hash alike."""
+    from biasaudit.tiny.clip import build_tiny_open_clip
+
+    digests = {hashlib.sha256(build_tiny_open_clip(tmp_path / str(k))[1].read_bytes()).hexdigest() for k in (1, 2)}
+    assert len(digests) == 1

@@ -36,14 +36,17 @@ def build_tiny_open_clip(directory: str | Path, seed: int = 0) -> tuple[str, Pat
     """Register the tiny config and write a seeded random checkpoint (once); return (model name, path)."""
     import open_clip
     import torch
+    from safetensors.torch import save_file
 
     from biasaudit.pipeline.io import atomic_path
 
     name = register_tiny_open_clip(directory)
-    ckpt = Path(directory) / f"{TINY_CLIP_NAME}-seed{seed}.pt"
+    # safetensors, not torch.save: torch.save writes a random serialization id into every file, so each fresh
+    # clone got another checkpoint hash, hence another embedder revision in the outputs and another dvc.lock
+    ckpt = Path(directory) / f"{TINY_CLIP_NAME}-seed{seed}.safetensors"
     if not ckpt.exists():
         torch.manual_seed(seed)
         model = open_clip.create_model(name, pretrained=None)
         with atomic_path(ckpt) as tmp:
-            torch.save({"state_dict": model.state_dict()}, tmp)
+            save_file(model.state_dict(), tmp)
     return name, ckpt
