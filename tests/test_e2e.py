@@ -111,6 +111,15 @@ def test_executed_analysis_notebook_holds_its_figures(fresh_repo, first_run):
     assert len(pngs) >= 4
 
 
+def test_no_output_names_the_folder_of_the_checkout(fresh_repo, first_run):
+    """Tracked outputs must hash alike in every clone: a warning that prints a source path (as numpy's did from
+    vlm/analysis/interaction.py) writes the checkout's folder into an executed notebook."""
+    named = [str(p.relative_to(fresh_repo)) for d in ("reports/notebooks", "reports/html", "reports/t2i", "reports/vlm")
+             for p in sorted((fresh_repo / d).rglob("*")) if p.is_file() and p.suffix in (".ipynb", ".html", ".json", ".csv")
+             and str(fresh_repo) in p.read_text(errors="ignore")]
+    assert named == []
+
+
 def test_second_repro_does_nothing(fresh_repo, first_run):
     out = run(["dvc", "repro"], fresh_repo)
     assert not re.findall(r"Running stage '([^']+)'", out), out  # not even `check`

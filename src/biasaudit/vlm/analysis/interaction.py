@@ -119,7 +119,8 @@ def race_rows(race: str, tasks: list[str], X: np.ndarray, SS: np.ndarray, DF: np
              "n_photos": n, "reason": reason if iv is None else iv.reason}
             for m, ((a, b, kind), iv) in enumerate(zip(labels, ivs))]
     theta = point[:k]
-    e = X[complete] / np.sqrt(SS.sum(0) / DF.sum(0))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a task with no spread (a constant answerer): NaN
+        e = X[complete] / np.sqrt(SS.sum(0) / DF.sum(0))
     D = np.column_stack([e[:, i] - e[:, j] for i, j in pairs]) if pairs else np.zeros((n, 0))
     p = np.nan if few or k < 2 else sign_flip_max_t(D, boot.n_permutations, boot.seed)
     spread = float(np.nanmax(theta) - np.nanmin(theta)) if np.isfinite(theta).any() else np.nan
