@@ -75,9 +75,12 @@ def model_revision(paths: dict[str, Path]) -> str:
 
 
 def _interpreter(path: Path):
-    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_path=str(path), num_threads=1)
+    # without the default XNNPACK delegate: creating it prints an INFO line from C++ that pool workers interleave
+    # differently in every run, so the executed notebook (a tracked output) hashed differently in every clone
+    it = Interpreter(model_path=str(path), num_threads=1,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     it.allocate_tensors()
     return it
 
