@@ -10,6 +10,8 @@ from scipy import stats
 
 from biasaudit.stats import homogeneity as H
 
+from .test_within_prompt_gap import brute_prompt_terms
+
 
 def _tiny(seed=0):
     """3 prompts of 5, 6 and 5 rows (one unlabelled, one zero row), 3 groups, d = 6."""
@@ -30,21 +32,10 @@ def brute_statistics(X, prompts, codes, G):
     norms = np.linalg.norm(X, axis=1)
     good = norms > 0
     U = np.where(good[:, None], X / np.where(good, norms, 1)[:, None], 0.0)
+    labels = [int(c) if ok and c >= 0 else None for c, ok in zip(codes, good)]
     out, A, W = [], 0.0, 0.0
     for g in range(G):
-        a, w = [], []
-        for p in np.unique(prompts):
-            rows = [i for i in range(len(X)) if prompts[i] == p and good[i] and codes[i] >= 0]
-            ing = [i for i in rows if codes[i] == g]
-            rest = [i for i in rows if codes[i] != g]
-            if len(ing) < 2 or not rest:
-                continue
-            intra = np.mean([U[i] @ U[j] for i in ing for j in ing if i != j])
-            inter = np.mean([U[i] @ U[j] for i in ing for j in rest])
-            wp = len(ing) * len(rest) / (len(ing) + len(rest))
-            a.append(wp * (intra - inter))
-            w.append(wp)
-        a, w = np.array(a), np.array(w)
+        a, w = brute_prompt_terms(U, prompts, labels, g)
         if len(a) < 2:  # no SE (every tiny case here has 0 or ≥ 2 contributing prompts per group)
             assert len(a) == 0
             out.append(np.nan)

@@ -198,14 +198,12 @@ def test_paper_gap_beside_it_equals_the_unstratified_functions():
     assert (t["n_dropped"] == ref["n_dropped"]).all()
 
 
-def brute_studentised(X, prompts, labels, g):
-    """Σ_p a_p / √Σ_p (a_p − Δ w_p)², a_p = w_p Δ_p, Δ = Σ a / Σ w: the gap over its prompt-cluster
-    (linearised) SE, from explicit pair means per prompt."""
-    X = np.asarray(X, dtype=np.float64)
-    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+def brute_prompt_terms(U, prompts, labels, g):
+    """Per prompt where g has 2 or more images and another labelled one: (a_p = w_p Δ_p, w_p) from explicit mean
+    cosines over distinct pairs of the unit rows U; a row labelled None is no image."""
     a, w = [], []
     for p in dict.fromkeys(prompts):
-        rows = [i for i in range(len(X)) if prompts[i] == p and labels[i] is not None]
+        rows = [i for i in range(len(U)) if prompts[i] == p and labels[i] is not None]
         ing = [i for i in rows if labels[i] == g]
         rest = [i for i in rows if labels[i] != g]
         if len(ing) < 2 or not rest:
@@ -215,7 +213,14 @@ def brute_studentised(X, prompts, labels, g):
         wp = len(ing) * len(rest) / (len(ing) + len(rest))
         a.append(wp * (intra - inter))
         w.append(wp)
-    a, w = np.array(a), np.array(w)
+    return np.array(a), np.array(w)
+
+
+def brute_studentised(X, prompts, labels, g):
+    """Σ_p a_p / √Σ_p (a_p − Δ w_p)², a_p = w_p Δ_p, Δ = Σ a / Σ w: the gap over its prompt-cluster
+    (linearised) SE, from explicit pair means per prompt."""
+    X = np.asarray(X, dtype=np.float64)
+    a, w = brute_prompt_terms(X / np.linalg.norm(X, axis=1, keepdims=True), prompts, labels, g)
     delta = a.sum() / w.sum()
     return a.sum() / np.sqrt(((a - delta * w) ** 2).sum())
 
