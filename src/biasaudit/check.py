@@ -169,11 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     params_file = args[0] if args else PARAMS_FILE
     out_dir = args[1] if len(args) > 1 else C.CHECK_DIR
+    from biasaudit import lifecycle
+
     try:
         cfg = load_params(params_file)
-    except ParamsError as exc:
+        refused = lifecycle.refused_values(cfg)  # a value the model does not take: every request would fail alike
+        if refused:
+            raise ParamsError("invalid parameters:\n  - " + "\n  - ".join(refused))
+        lifecycle_warnings = lifecycle.warnings(cfg)
+    except (ParamsError, lifecycle.LifecycleError) as exc:
         print(exc, file=sys.stderr)
-        print(f"check: params.yaml is invalid; no stage was run and no output was touched ({out_dir} included)",
+        print(f"check: {params_file} is invalid; no stage was run and no output was touched ({out_dir} included)",
               file=sys.stderr)
         return 2
     written, changed = _write(cfg, out_dir)
@@ -188,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(written)} check files in {out_dir}, {len(changed)} changed")
     from biasaudit.weights import missing
 
+    for line in lifecycle_warnings:  # not fatal: the stage's probe asks the API itself
+        print(f"warning: {line}", file=sys.stderr)
     for line in input_problems(cfg):  # not fatal here either: the stage reading the folder records each one
         print(f"warning: unusable input: {line}", file=sys.stderr)
     lacking = missing(cfg)  # not fatal here: a stage that needs none of these still runs; one that does stops first

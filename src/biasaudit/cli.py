@@ -8,8 +8,9 @@ examples (each runs as written from the project's root):
   biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
   biasaudit profile paper                           # switch params.yaml, stash these outputs; back: profile offline
 
-exit status: 0 all present, 1 something needed is missing (each listed with its fix), 2 a usage error or
-invalid parameters. Profiles and parameter validation are biasaudit.config's (this module only calls them).
+exit status: 0 all present, 1 something needed is missing (each listed with its fix; a retired model among
+them), 2 a usage error, invalid parameters (a value the model does not accept included) or an unreadable
+data/reference/models/lifecycle.yaml. An unconfirmed model fact is a warning, whatever the exit status. Profiles and parameter validation are biasaudit.config's (this module only calls them).
 """
 
 from __future__ import annotations
@@ -85,12 +86,16 @@ def refresh_fingerprints(cfg: Any, params_path: Path) -> list[Path]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from biasaudit import gpu_extra, weights
+    from biasaudit import gpu_extra, lifecycle, weights
 
     try:
         cfg = profile_params(args.profile, args.params)
-    except config.ParamsError as exc:
+        refused = lifecycle.refused_values(cfg)  # reads the lifecycle file: a malformed one is named here
+    except (config.ParamsError, lifecycle.LifecycleError) as exc:
         print(exc, file=sys.stderr)
+        return 2
+    if refused:  # a value the model does not take: every request would fail alike
+        print("invalid parameters:\n  - " + "\n  - ".join(refused), file=sys.stderr)
         return 2
     if args.stage:
         known = stage_names(cfg, Path(args.params).parent / "dvc.yaml")
@@ -103,6 +108,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     gone = weights.missing(cfg, stage=args.stage or "")
     for note in weights.lifecycle_notes(cfg):
         print(f"note: deprecated: {note}", file=sys.stderr)
+    for line in lifecycle.warnings(cfg):  # not fatal: the stage's probe asks the API itself
+        print(f"warning: {line}", file=sys.stderr)
     scope = f"stage {args.stage}" if args.stage else f"profile {cfg.profile}"
     unusable = input_problems(cfg, args.stage or "")
     if unusable:

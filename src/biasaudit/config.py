@@ -91,16 +91,67 @@ def validate(raw: dict[str, Any]) -> Params:
         raise ParamsError("invalid parameters:\n  - " + "\n  - ".join(problems)) from None
 
 
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader when built (the same values, 10x faster), refusing a key repeated in one mapping:
+    PyYAML keeps the last silently, DVC's ruamel.yaml refuses the file, so `check` refuses it as DVC does."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first at line {seen[key]}; DVC refuses such a file too)",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def strict_yaml(text: str, where: str | Path) -> Any:
+    """The YAML document `text`; a ParamsError naming the file `where`, the line and the problem (a syntax
+    error, a duplicate key) instead of a traceback."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f", line {mark.line + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(exc, "problem", "") or exc).split())
+        raise ParamsError(f"{where}{at}: {what}") from None
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:  # libyaml's safe loader when built: the same values, 10x faster
-        data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    with open(path, encoding="utf-8") as fh:
+        data = strict_yaml(fh.read(), path) or {}
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     return data
 
 
+def profiles_dir_for(params_path: str | Path) -> Path | None:
+    """The profiles/ folder beside `params_path`, else the working directory's, else the project's own
+    (None outside a project: nothing to check a profile name against)."""
+    for folder in (Path(params_path).parent / PROFILES_DIR, PROFILES_DIR, Path(__file__).resolve().parents[2] / PROFILES_DIR):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def check_profile(params: Params, params_path: str | Path) -> Params:
+    """`profile:` names the default or a file profiles/<name>.yaml; an unknown name is refused, naming the
+    file, the key and the profiles there are (a run under a profile that does not exist would re-run every
+    stage under a name that describes nothing)."""
+    folder = profiles_dir_for(params_path)
+    if params.profile == DEFAULT_PROFILE or folder is None or (folder / f"{params.profile}.yaml").is_file():
+        return params
+    known = sorted({DEFAULT_PROFILE, *(p.stem for p in folder.glob("*.yaml"))})
+    raise ParamsError(redact_keys(f"invalid parameters:\n  - {params_path}: profile: unknown profile "
+                                  f"'{params.profile}' (no {folder.as_posix()}/{params.profile}.yaml); "
+                                  f"available: {', '.join(known)}"))
+
+
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
-    return validate(read_yaml(path))
+    return check_profile(validate(read_yaml(path)), path)
 
 
 # --- profiles: params.yaml is the default (offline) profile; profiles/<name>.yaml lists only the

@@ -239,33 +239,38 @@ def declared_needs(kind: str, spec: Any, used_by: str, stage: str) -> list[Need]
 
 def hosted_models(cfg: Any) -> list[tuple[str, str, str]]:
     """(model id, params key, stage) of every hosted model the parameters name (registry.is_hosted)."""
-    return [(spec.model_id, key, stage) for kind, key, stage, spec in cfg.backends()
-            if registry.is_hosted(kind, spec.backend)]
+    from biasaudit.lifecycle import hosted_specs
+
+    return [(spec.model_id, key, stage) for key, stage, spec in hosted_specs(cfg)]
 
 
 def lifecycle_needs(cfg: Any) -> list[Need]:
-    """A retired hosted model is a need nothing on this machine can meet: `biasaudit check` names it with
-    its date, source and replacement (data/reference/models/lifecycle.yaml) and exits 1."""
+    """A retired hosted model (its provider's page says so, or its shutdown date has passed) is a need nothing
+    on this machine can meet: `biasaudit check` names it with its date, source and the replacements its provider
+    documents (data/reference/models/lifecycle.yaml) and exits 1. An unconfirmed claim is a warning instead
+    (lifecycle.warnings)."""
     from biasaudit.lifecycle import status_of
 
     out = []
     for model_id, used_by, stage in hosted_models(cfg):
         found = status_of(model_id)
-        if found is not None and found.status == "retired":
+        if found is not None and found.effective() == "retired":
+            passed = " (its shutdown date has passed)" if found.status == "deprecated" else ""
+            named = (f"its replacement is {found.replacement} ({found.chain()})" if found.replacement
+                     else "its provider names no replacement")
             out.append(Need("retired", model_id, f"{used_by}.model_id",
-                            f"retired on {found.date} ({found.source}); its replacement is {found.replacement} "
-                            f"(profiles/current.yaml uses it)", stage))
+                            f"retired on {found.date}{passed} ({found.source}); {named}", stage))
     return out
 
 
 def lifecycle_notes(cfg: Any) -> list[str]:
-    """One line per deprecated hosted model the parameters name (served today, with a shutdown date)."""
+    """One line per deprecated hosted model the parameters name (served today, with a shutdown date to come)."""
     from biasaudit.lifecycle import status_of
 
     seen, out = set(), []
     for model_id, used_by, _ in hosted_models(cfg):
         found = status_of(model_id)
-        if found is not None and found.status == "deprecated" and model_id not in seen:
+        if found is not None and found.effective() == "deprecated" and model_id not in seen:
             seen.add(model_id)
             out.append(f"{used_by}.model_id: {found.line()}")
     return out
