@@ -51,14 +51,14 @@ def test_declared_aliases_widen_the_rule_and_nothing_else():
 
 def test_the_lifecycle_file_parses_and_refuses_an_entry_without_its_evidence():
     table = lifecycle.table(ROOT / lifecycle.LIFECYCLE_FILE)
-    retired = {k for k, v in table.items() if v.status == "retired"}
-    assert retired == {"imagen-4.0-fast-generate-001", "gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-image"}
-    assert all(v.source.startswith("https://") and v.checked for v in table.values())
-    with pytest.raises(ValueError, match="models.m.replacement is required"):
-        lifecycle.parse({"models": {"m": {"provider": "p", "status": "retired", "date": "2026-01-01",
-                                          "source": "https://x", "checked": "2026-12-03"}}})
+    claimed_retired = {k for k, v in table.items() if "retired" in (v.status, v.claimed)}
+    assert claimed_retired == {"imagen-4.0-fast-generate-001", "gemini-2.5-flash", "gemini-2.5-pro",
+                               "gemini-2.5-flash-image"}
+    assert all(v.source.startswith("https://") and v.evidence for v in table.values())
     with pytest.raises(ValueError, match="models.m.status"):
-        lifecycle.parse({"models": {"m": {"provider": "p", "status": "gone", "source": "s", "checked": "c"}}})
+        lifecycle.parse({"providers": {"p": ["p.example"]},
+                         "models": {"m": {"provider": "p", "status": "gone",
+                                          "evidence": [{"url": "https://p.example/x", "says": "s"}]}}})
 
 
 # --- the engine's stops ----------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_mixed_or_transient_failures_do_not_stop(tmp_path, reasons):
                                      "gemini-2.5-pro-preview-06-05", "gemini-2.5-pro-latest"])
 def test_a_retired_model_is_found_however_it_is_spelled(spelled):
     found = lifecycle.status_of(spelled, ROOT / lifecycle.LIFECYCLE_FILE)
-    assert found is not None and found.model_id == "gemini-2.5-pro" and found.status == "retired"
+    assert found is not None and found.model_id == "gemini-2.5-pro" and found.claimed == "retired"
 
 
 def test_another_model_sharing_the_prefix_is_not_taken_for_the_retired_one():
@@ -267,7 +267,8 @@ def test_run_records_hold_the_lifecycle_of_the_model_used(tmp_path, monkeypatch)
         run_generate("g", _generate_cfg(server, "gemini-nano-banana-2.1"), progress=False)
     summary = json.loads((tmp_path / "data/t2i/images/g/summary.json").read_text())
     status = summary["model_lifecycle"]
-    assert status["status"] == "served" and status["source"].startswith("https://ai.google.dev/")
+    assert status["status"] == "unconfirmed" and status["claimed"] == "served"  # no quote of its page kept
+    assert status["source"].startswith("https://ai.google.dev/") and status["missing"]
 
 
 @pytest.mark.parametrize("listed,expected", [(("deepseek-ai/deepseek-vl2",), ""),

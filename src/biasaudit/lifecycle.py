@@ -20,8 +20,8 @@ asks `stop_reason` first: a retired model stops the stage without a request.
 API reports must be the model asked, a dated snapshot of it (`gpt-5` → `gpt-5-2025-08-07`,
 `gemini-2.0-flash` → `gemini-2.0-flash-001`), or one of its declared aliases (fnmatch patterns). Anything
 else is a re-routed answer: it is failed (never cached) and the stage stops, naming both. An answer that names
-no model cannot be checked: it is recorded as unverified (`UNVERIFIED`), and `execution.require_verified_model`
-stops the stage on it instead.
+no model cannot be checked: its row records `UNVERIFIED` as the answering version (`version_of`), and the engine
+stops the stage on such a row under `execution.require_verified_model` (on by default).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from biasaudit.pipeline.work import UNVERIFIED  # the answering version a row records when the API named none
+
 LIFECYCLE_FILE = Path("data/reference/models/lifecycle.yaml")
 STATUSES = ("served", "deprecated", "retired", "unconfirmed")
 CONFIRMED = ("served", "deprecated", "retired")
 # a snapshot suffix the providers append to the name asked: -2025-08-07 (OpenAI, DashScope), -001 (Google),
 # -09-2025 (Google previews), -20250807
 _SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{2}-\d{4}|\d{3}|\d{8})$")
-# what a run records as the answering version when the API named none (a server that omits `model`)
-UNVERIFIED = "unverified: the API named no answering model"
 
 
 class LifecycleError(ValueError):
@@ -134,7 +134,8 @@ class ModelStatus:
             if self.claimed == "deprecated" and self.date and date.fromisoformat(self.date) <= (on or today()):
                 claim += " (a date that has passed)"
             pages = "; ".join(e.cite() for e in self.evidence)
-            return f"{who} unconfirmed: claimed {claim}; pages: {pages}; missing: {self.missing}; {self.chain()}"
+            chain = f"; {self.chain()}" if self.claimed != "served" else ""
+            return f"{who} unconfirmed: claimed {claim}; pages: {pages}; missing: {self.missing}{chain}"
         return f"{who} served (source: {self.source})"
 
     def record(self, on: date | None = None) -> dict[str, Any]:
@@ -354,28 +355,10 @@ def mismatch_reason(asked: str, reported: str) -> str:
             f"declare {bare(reported)} among the model's aliases only if it is the same model)")
 
 
-# execution.require_verified_model of the running stage (pipeline.notebook.stage_params sets it; the default,
-# on, holds wherever no stage set it, e.g. a Ray worker)
-_REQUIRE_VERIFIED = [True]
-
-
-def require_verified(flag: bool) -> None:
-    """Set execution.require_verified_model for the answers this process checks."""
-    _REQUIRE_VERIFIED[0] = bool(flag)
-
-
-def unverified_reason(asked: str) -> str:
-    return (f"model not verified: the API named no answering model for {bare(asked)} (no `model` / `modelVersion` "
-            "field); execution.require_verified_model stops the stage (false: such answers are recorded as "
-            "unverified)")
-
-
 def mismatch(asked: str, reported: str | None) -> str:
-    """'' when the model an API reports is the one asked (answered_as_asked), else the reason naming both; an
-    answer that names no model is a stop too while execution.require_verified_model is on."""
-    if not reported or reported == UNVERIFIED:
-        return unverified_reason(asked) if _REQUIRE_VERIFIED[0] else ""
-    return "" if answered_as_asked(asked, reported) else mismatch_reason(asked, reported)
+    """'' when the model an API reports is the one asked (answered_as_asked) or when it reports none (recorded
+    as UNVERIFIED: the engine stops on that under execution.require_verified_model), else the reason naming both."""
+    return "" if answered_as_asked(asked, reported) else mismatch_reason(asked, reported or "")
 
 
 def version_of(reported: str | None) -> str:
@@ -385,5 +368,5 @@ def version_of(reported: str | None) -> str:
 
 __all__ = ["CONFIRMED", "LIFECYCLE_FILE", "STATUSES", "UNVERIFIED", "Accepts", "Evidence", "LifecycleError",
            "ModelStatus", "answered_as_asked", "bare", "hosted_specs", "lifecycle_path", "mismatch",
-           "mismatch_reason", "parse", "refused_values", "require_verified", "status_of", "status_record",
-           "stop_reason", "table", "today", "unverified_reason", "version_of", "warnings"]
+           "mismatch_reason", "parse", "refused_values", "status_of", "status_record", "stop_reason", "table",
+           "today", "version_of", "warnings"]

@@ -272,8 +272,14 @@ def _probe_failure(model_id: str, where: str, code: int, message: str) -> str:
 def probe_gemini(client: Any, model_id: str, where: str, retries: int = 2,
                  sleep: Callable[[float], None] | None = None) -> str:
     """`models.get` (GET …/models/{model}): '' when the model is served, else one line naming it. Transient
-    errors are retried; one that persists stops the stage too (nothing would get through)."""
+    errors are retried; one that persists stops the stage too (nothing would get through). A model the
+    lifecycle file gives as retired stops first, without a request (lifecycle.stop_reason)."""
     from google.genai import errors
+
+    from biasaudit.lifecycle import stop_reason
+
+    if retired := stop_reason(model_id):  # retired by its provider, or its shutdown date has passed: no request
+        return retired
 
     def get():
         with genai_errors():
@@ -292,9 +298,15 @@ def probe_openai(client: Any, model_id: str, where: str, retries: int = 2,
                  sleep: Callable[[float], None] | None = None) -> str:
     """GET /models/{model}; where a server does not implement it (vLLM lists, never retrieves), its
     /models list; where neither exists, a one-token chat request (404: not served; 400: served, the
-    request's shape aside). '' when the model is served, else one line naming it."""
+    request's shape aside: `shape_only`; a 400 about the model, or naming no parameter, stops). '' when the
+    model is served, else one line naming it. A model the lifecycle file gives as retired (its shutdown date
+    passed) stops first, without a request (lifecycle.stop_reason)."""
     import openai
 
+    from biasaudit.lifecycle import stop_reason
+
+    if retired := stop_reason(model_id):  # retired by its provider, or its shutdown date has passed: no request
+        return retired
     sleep = sleep or time.sleep
 
     def attempt(fn):
@@ -324,9 +336,25 @@ def probe_openai(client: Any, model_id: str, where: str, retries: int = 2,
             model=model_id, messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1))
     except RetryableError as exc:
         return f"model {model_id} at {where} did not answer the probe: {exc.reason} after {retries + 1} attempts"
-    if chat_err is None or chat_err.status_code == 400:
+    if chat_err is None or shape_only(chat_err):
         return ""
     return _probe_failure(model_id, where, chat_err.status_code, error_body(chat_err).get("message") or chat_err)
+
+
+def shape_only(exc: Any) -> bool:
+    """Whether an error to the probe's one-token chat request still shows the model is served: a 400 that names
+    a rejected parameter of the request (`max_tokens` to a reasoning model, as OpenAI's own body says), and
+    whose parameter is not `model`. Any other answer — a 400 about the model ("Model not exist."), a 400
+    naming nothing, any other 4xx but 429 (retried before this) — does not: the probe stops, naming it."""
+    if getattr(exc, "status_code", None) != 400:
+        return False
+    param = unsupported_parameter(exc)
+    if not param or param.lower() == "model":
+        return False
+    err = error_body(exc)
+    said = f"{err.get('code') or ''} {err.get('message') or getattr(exc, 'message', '') or ''}"
+    return not re.search(r"model_not_found|model\s+(?:not|does not|doesn't)\s+exist|no such model|unknown model",
+                         said, re.IGNORECASE)
 
 
 # --- a total deadline per request --------------------------------------------------------------

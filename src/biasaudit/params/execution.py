@@ -35,6 +35,10 @@ class Execution(Section):
     # a stage stops (engine.StageStopped) when its first this-many items of a run all failed with one
     # non-transient reason (a wrong model id, a revoked key): 0 = never
     stop_after_same_failures: int = Field(10, ge=0)
+    # a hosted model's answer that names no answering model (no `model` / `modelVersion` field) cannot be checked
+    # against the model asked: on, the stage stops on it (engine.StageStopped); off, it is recorded with
+    # model_version "unverified: …" (lifecycle.UNVERIFIED), which the audit card shows
+    require_verified_model: bool = True
     ray: RayOptions = Field(default_factory=RayOptions)
 
     @model_validator(mode="after")

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from biasaudit.pipeline.closure import code_fingerprint
 from biasaudit.pipeline.io import DriverLock, RecordLog, atomic_write_text
 from biasaudit.pipeline.provenance import sha256_file, stable_hash
-from biasaudit.pipeline.work import BatchFn, Item, RunSummary, cap_transient, is_transient
+from biasaudit.pipeline.work import UNVERIFIED, BatchFn, Item, RunSummary, cap_transient, is_transient
 
 SETTINGS_FIELD = "settings_hash"  # stamped on every record by the driver
 INPUT_FIELD = "input_hash"
@@ -400,6 +400,8 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
     # a model's requests only (a probed, hosted stage): a local stage's items fail alike for data reasons (one
     # source photo without a face fails its ten edits with one reason)
     same_n = int(getattr(execution, "stop_after_same_failures", 0) or 0) if stage.probe is not None else 0
+    # a hosted model's answer that named no answering model (model_version UNVERIFIED, lifecycle.version_of)
+    require_verified = stage.probe is not None and bool(getattr(execution, "require_verified_model", True))
 
     def sink(records: list[Item]) -> None:
         stamped, stops = [], []
@@ -409,6 +411,11 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
                 continue
             if r.get(STOP_FIELD):  # not logged: the next run asks it again
                 stops.append(str(r[STOP_FIELD]))
+                continue
+            if require_verified and r.get("model_version") == UNVERIFIED:  # not logged either
+                stops.append(f"model not verified: the API's answer named no answering model (no `model` / "
+                             f"`modelVersion` field), so it cannot be checked against the model asked "
+                             f"(execution.require_verified_model; false records such answers as '{UNVERIFIED}')")
                 continue
             pending.discard(k)
             r = cap_transient(r, earlier.get(k), max_runs)

@@ -18,6 +18,9 @@ BatchFn = Callable[[list[Item]], list[Item]]
 # unparsed or implausible answers, no face, an unreadable file, a rejected request (HTTP 4xx).
 TRANSIENT_REASONS = ("gave up after", "numerical:")
 TRANSIENT_RUNS = "transient_runs"  # how many runs in a row the item failed transiently (engine: capped)
+# a hosted model's record whose answer named no answering model carries this as its model_version
+# (lifecycle.version_of); the engine stops a probed stage on it under execution.require_verified_model
+UNVERIFIED = "unverified: the API named no answering model"
 NOT_ATTEMPTED = frozenset({"ok", "skipped", "not_used"})  # not failures of this stage (skipped: upstream)
 
 

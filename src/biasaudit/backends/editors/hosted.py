@@ -105,14 +105,15 @@ class GeminiEditor(_Hosted):
                             sleep=self._sleep)
 
     def _one(self, req: EditRequest) -> EditResult:
-        from biasaudit.lifecycle import mismatch
+        from biasaudit.lifecycle import mismatch, version_of
 
         png, reason = source_png(req.source, self.spec.image_max_side)
         if png is None:
             return EditResult.failed(reason)
         resp, retries = self._retrying(lambda: self._call(png, req))
-        version = getattr(resp, "model_version", None) or ""
-        why = mismatch(self.spec.model_id, version)
+        reported = getattr(resp, "model_version", None)
+        version = version_of(reported)  # UNVERIFIED when the API named no model
+        why = mismatch(self.spec.model_id, reported)
         if why:
             return EditResult.failed(why, retries=retries, model_version=version, model_mismatch=True)
         result = self._read(resp, retries)

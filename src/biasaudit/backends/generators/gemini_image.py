@@ -89,7 +89,7 @@ class GeminiImageGenerator(Generator):
     def _one(self, req: GenRequest) -> GenResult:
         from google.genai import errors
 
-        from biasaudit.lifecycle import mismatch
+        from biasaudit.lifecycle import mismatch, version_of
 
         s = self.spec
         extra: dict[str, Any] = {"seed_sent": req.seed % (2**31 - 1)}
@@ -107,9 +107,10 @@ class GeminiImageGenerator(Generator):
             return GenResult.failed(text[:500], **extra)
         except Exception as exc:
             return GenResult.failed(f"{type(exc).__name__}: {exc}"[:500], **extra)
-        extra["model_version"] = getattr(resp, "model_version", None) or ""
+        reported = getattr(resp, "model_version", None)
+        extra["model_version"] = version_of(reported)  # UNVERIFIED when the API named no model
         extra["response_id"] = getattr(resp, "response_id", None) or ""
-        why = mismatch(self.model_id, extra["model_version"])
+        why = mismatch(self.model_id, reported)
         if why:
             return GenResult.failed(why, retries, **extra, model_mismatch=True)
         block = enum_name(getattr(getattr(resp, "prompt_feedback", None), "block_reason", None))

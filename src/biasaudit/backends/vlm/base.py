@@ -99,6 +99,7 @@ class VLMBackend(ABC):
     model_id: str = ""
     revision: str = ""
     stand_in: bool = False
+    reports_model: bool = False  # a hosted API whose answers name the model that answered (answered_by checks it)
 
     def __init__(self) -> None:
         self.stats: dict[str, int] = {"attempts": 0, "retries": 0, "batch_jobs": 0, "batch_fallbacks": 0}
@@ -140,10 +141,13 @@ class VLMBackend(ABC):
     def answered_by(self, response: VLMResponse, reported: str | None) -> VLMResponse:
         """`response` with the model version the API reported (meta.model_version); failed, naming both
         names, when that is not the model asked (lifecycle.answered_as_asked): a re-routed answer is never
-        cached or counted, and the stage stops on it (meta.model_mismatch)."""
-        from biasaudit.lifecycle import mismatch
+        cached or counted, and the stage stops on it (meta.model_mismatch). An answer naming no model is
+        recorded as lifecycle.UNVERIFIED, or stops the stage likewise under execution.require_verified_model."""
+        from biasaudit.lifecycle import mismatch, version_of
 
-        response.meta["model_version"] = reported or ""
+        if not self.reports_model:  # a local model: nothing names who answered, nothing to verify
+            return response
+        response.meta["model_version"] = version_of(reported)  # UNVERIFIED when the API named no model
         why = mismatch(self.model_id, reported)
         if not why:
             return response
