@@ -13,7 +13,7 @@ import yaml
 
 from .conftest import ROOT
 
-COPIED = ("dvc.yaml", "params.yaml", "scripts", "src", "notebooks", "data/reference")
+COPIED = ("dvc.yaml", "params.yaml", "scripts", "src", "notebooks", "data/reference", "profiles")
 
 
 def make_pipeline_copy(dst: Path) -> tuple[Path, dict[str, str]]:

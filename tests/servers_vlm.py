@@ -11,6 +11,9 @@ Model constraints as the APIs document them: Gemini thinking tokens count agains
 (`thinking_tokens`; 'max-tokens' forces an empty MAX_TOKENS answer); OpenAI reasoning models reject
 `max_tokens` and a non-default `temperature` with the real 400 bodies (`reasoning_tokens` count
 against max_completion_tokens). Batch jobs can finish after `polls_to_finish` gets ('poll').
+The probes (`probes`): models.get / models.retrieve / the model list, and an OpenAI server that neither
+retrieves nor lists (`retrieve=False, lists=False`) gets the one-token chat request, answered with `chat_probe`
+(status, body); `omit_model` answers without the model's name (an unverifiable answer).
 """
 
 from __future__ import annotations
@@ -58,12 +61,16 @@ class VLMServer:
                  thinking_tokens: int = 0, reasoning_tokens: int = 0, polls_to_finish: int = 0,
                  batch_item_errors: frozenset[int] = frozenset(), reject_schema: bool = False,
                  answers_as: str = "", unserved: frozenset[str] = frozenset(), retrieve: bool = True,
-                 schema_error: dict | None = None):
+                 schema_error: dict | None = None, lists: bool = True, chat_probe: tuple[int, dict] | None = None,
+                 omit_model: bool = False):
         self.script = list(script or [])
         # who answers: the model asked (the APIs echo it, or a dated snapshot of it, as modelVersion / model),
         # or `answers_as` (a re-routed model); `unserved` models answer 404 NOT_FOUND, as a shut-down one does
         self.answers_as, self.unserved = answers_as, unserved
         self.retrieve = retrieve  # GET /v1/models/{id} (OpenAI); vLLM lists (GET /v1/models) and never retrieves
+        self.lists = lists  # GET /v1/models; a server without either gets the probe's one-token chat request ...
+        self.chat_probe = chat_probe  # ... answered with this (status, body), or a one-token answer when None
+        self.omit_model = omit_model  # answers without `model` (OpenAI) / `modelVersion` (Gemini): unverifiable
         self.probes: list[str] = []
         self.listed: tuple[str, ...] = ("served-model",)  # what GET /v1/models lists (a vLLM server: its one model)
         # a server without JSON-schema mode (DashScope for some qwen-plus models): a json_schema
@@ -181,6 +188,8 @@ class VLMServer:
                          "displayName": m.group(1), "supportedGenerationMethods": ["generateContent"]}
         if path == "/v1/models":
             self.probes.append("(list)")
+            if not self.lists:
+                return 404, {"error": {"message": "Not Found", "type": "invalid_request_error", "code": None}}
             return 200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "vllm"}
                                                     for m in self.listed]}
         m = re.fullmatch(r"/v1/models/(.+)", path)
@@ -216,6 +225,15 @@ class VLMServer:
 
     # --- OpenAI chat completions ---
     def _openai(self, h, body):
+        content = body["messages"][0]["content"]
+        if isinstance(content, str) or not any(p.get("type") == "image_url" for p in content):  # the probe's
+            self.probes.append("(chat)")  # one-token request (transport.probe_openai): not an item request
+            if self.chat_probe is not None:
+                return h._json(*self.chat_probe)
+            return h._json(200, {"id": "probe", "object": "chat.completion", "created": 0, "model": body["model"],
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"},
+                                              "logprobs": None, "finish_reason": "length"}],
+                                 "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
         behaviour = self._next()
         self.requests.append(body)
         if self.delay_s:
@@ -272,10 +290,14 @@ class VLMServer:
             text = json.dumps({"answer": label})
         with self._lock:
             self.answered[key] += 1
-        h._json(200, {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 0, "model": self.answers_as or body["model"],
-                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": refusal},
-                                   "logprobs": None, "finish_reason": finish}],
-                      "usage": {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102}})
+        answer = {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 0,
+                  "model": self.answers_as or body["model"],
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": refusal},
+                               "logprobs": None, "finish_reason": finish}],
+                  "usage": {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102}}
+        if self.omit_model:
+            del answer["model"]
+        h._json(200, answer)
 
     # --- Gemini generateContent ---
     def _gemini_answer(self, body, behaviour, model: str = ""):
@@ -299,8 +321,11 @@ class VLMServer:
         parts = ([{"text": "Looking at the face...", "thought": True}] if thought else []) + [{"text": text}]
         if thought:
             usage = usage | {"thoughtsTokenCount": thought, "totalTokenCount": 261 + thought}
-        return key, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
-                                     "index": 0}], "usageMetadata": usage, "modelVersion": self.answers_as or model}
+        answer = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                  "usageMetadata": usage, "modelVersion": self.answers_as or model}
+        if self.omit_model:
+            del answer["modelVersion"]
+        return key, answer
 
     def _gemini(self, h, body):
         behaviour = self._next()

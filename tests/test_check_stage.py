@@ -40,7 +40,8 @@ def pipeline_copy(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dotted, value", [("analyze.ci_level", 1.5), ("classify.vlm.backend", "nope")])
+@pytest.mark.parametrize("dotted, value", [("analyze.ci_level", 1.5), ("classify.vlm.backend", "nope"),
+                                           ("profile", "nosuch")])  # a profile that does not exist (issue #46)
 def test_invalid_params_stop_dvc_repro_before_any_output_is_removed(pipeline_copy, dotted, value):
     root, env = pipeline_copy
     set_params(root / "params.yaml", **{dotted.replace(".", "__"): value})

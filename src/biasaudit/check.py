@@ -103,7 +103,10 @@ def _sha256(path: Path, cache: dict[str, Any]) -> str:
 
 def fingerprint(paths: list[str], cache: dict[str, Any] | None = None) -> dict[str, Any]:
     """Content hash of every file under each path (a missing path is recorded as missing, and the
-    stage itself then reports it with its own message)."""
+    stage itself then reports it with its own message). A link out of a folder is not followed: its entry
+    records the reason, never the target's content (pipeline.entries.outside)."""
+    from biasaudit.pipeline.entries import LEAVES, outside
+
     cache = {} if cache is None else cache
     entries: dict[str, Any] = {}
     for p in paths:
@@ -112,7 +115,8 @@ def fingerprint(paths: list[str], cache: dict[str, Any] | None = None) -> dict[s
             entries[p] = _sha256(root, cache)
         elif root.is_dir():
             files = sorted(f for f in root.rglob("*") if f.is_file() and not f.name.startswith("."))
-            entries[p] = {f.relative_to(root).as_posix(): _sha256(f, cache) for f in files}
+            entries[p] = {f.relative_to(root).as_posix(): f"{LEAVES}: not followed" if outside(f, root)
+                          else _sha256(f, cache) for f in files}
         else:
             entries[p] = "missing"
     return entries

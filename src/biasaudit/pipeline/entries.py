@@ -13,6 +13,7 @@ from pathlib import Path
 BROKEN_LINK = "broken link"
 LINK_LOOP = "link loop"
 DIRECTORY = "a directory, not a file"
+LEAVES = "leaves the folder"
 
 
 def _link_target(path: Path) -> str:
@@ -22,9 +23,23 @@ def _link_target(path: Path) -> str:
         return "?"
 
 
-def entry_problem(path: str | os.PathLike) -> str:
-    """Why `path` is not a readable regular file ('' when it is one, directly or through links)."""
+def outside(path: str | os.PathLike, root: str | os.PathLike) -> bool:
+    """Whether `path`, its links followed, lies outside the folder `root` (its links followed too)."""
+    try:
+        return not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+    except (OSError, ValueError):
+        return True
+
+
+def entry_problem(path: str | os.PathLike, root: str | os.PathLike | None = None) -> str:
+    """Why `path` is not a readable regular file ('' when it is one, directly or through links). With the
+    input folder `root`, a link whose target lies outside it is a problem too: it is not followed, so a photo
+    folder cannot make a stage read (or hash) /etc/hostname."""
     path = Path(path)
+    if root is not None and os.path.exists(path) and outside(path, root):  # (a broken link or a loop: below)
+        if path.is_symlink():
+            return f"{LEAVES}: link '{path.name}' → '{_link_target(path)}', outside {Path(root).as_posix()}; not followed"
+        return f"{LEAVES}: '{path}' lies outside {Path(root).as_posix()}; not read"
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -59,7 +74,7 @@ def folder_problems(root: str | os.PathLike) -> list[str]:
     for folder, dirs, files in os.walk(root, onerror=unlistable):
         for name in sorted(files + [d for d in dirs if Path(folder, d).is_symlink()]):
             path = Path(folder, name)
-            why = entry_problem(path)
+            why = entry_problem(path, root)
             if why and why != DIRECTORY:
                 problems.append(f"{path.relative_to(root).as_posix()}: {why}")
     return problems

@@ -53,7 +53,7 @@ def scan_focus(root: str | Path) -> tuple[pd.DataFrame, list[str]]:
     for path in sorted(root.glob("*/*/*")):
         if path.name.startswith("."):
             continue
-        why = entry_problem(path)
+        why = entry_problem(path, root)
         if why == DIRECTORY and path.suffix.lower() not in FOCUS_SUFFIXES:  # a folder not named like an image
             continue
         if why:

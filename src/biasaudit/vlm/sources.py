@@ -137,7 +137,7 @@ def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dic
     for occ in occupations:
         folder = root / occ
         entries = sorted(folder.iterdir()) if folder.is_dir() else []
-        problem = {p: entry_problem(p) for p in entries}
+        problem = {p: entry_problem(p, root) for p in entries}
         files = [p for p in entries if not problem[p] and p.suffix.lower() in IMAGE_SUFFIXES]
         for path, (base_id, note) in zip(files, unique_ids([p.name for p in files])):
             out.append({"occupation": occ, "base_id": base_id, "path": path, "rgb": None, "origin": str(path),
@@ -147,7 +147,7 @@ def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dic
                 if path.suffix.lower() in IMAGE_SUFFIXES:  # named like a photo: say why it is none
                     out.append(skipped(path, occ, f"{DIRECTORY}: '{path.name}' is a folder"))
                 for f in sorted(p for p in path.rglob("*") if not p.is_dir()):
-                    why = entry_problem(f)
+                    why = entry_problem(f, root)
                     out.append(skipped(f, occ, f"in a subfolder of {occ}/: photos lie directly in {occ}/"
                                                + (f"; {why}" if why else "")))
             elif problem[path]:
@@ -158,7 +158,7 @@ def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dic
     if root.is_dir():
         for path in sorted(root.iterdir()):
             if not path.is_dir():
-                why = entry_problem(path)
+                why = entry_problem(path, root)
                 out.append(skipped(path, "", "outside the occupation folders: photos lie in "
                                              f"{root}/<occupation>/" + (f"; {why}" if why else "")))
             elif path.name not in occupations:

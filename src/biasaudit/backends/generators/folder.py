@@ -47,7 +47,7 @@ def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: 
     else:
         table["index"] = table["index"].astype(int)
     table["path"] = [str(folder / f) for f in table["file"]]
-    why = {f: entry_problem(p) for f, p in zip(table["file"], table["path"])}
+    why = {f: entry_problem(p, folder) for f, p in zip(table["file"], table["path"])}
     absent = [f for f, p in zip(table["file"], table["path"]) if not (Path(p).exists() or Path(p).is_symlink())]
     if absent:
         problems.append(f"mapping_csv: {len(absent)} file(s) not found in {folder}: {absent[:5]}")
