@@ -30,7 +30,7 @@ from biasaudit.pipeline.work import UNVERIFIED
 
 from .conftest import ROOT
 from .servers_vlm import VLMServer, grey_image
-from .test_check_stage import pipeline_copy  # noqa: F401  (the fixture: a copy of the pipeline, every output present)
+from .test_check_stage import pipeline_copy  # noqa: F401  (the fixture: the pipeline copied, outputs present)
 
 LIFECYCLE = ROOT / lifecycle.LIFECYCLE_FILE
 
@@ -320,7 +320,7 @@ def test_a_duplicate_key_in_params_yaml_is_refused_naming_file_key_and_lines(rep
 
 
 @pytest.mark.slow
-def test_dvc_repro_refuses_the_same_duplicate_key_and_runs_no_stage(pipeline_copy):
+def test_dvc_repro_refuses_the_same_duplicate_key_and_runs_no_stage(pipeline_copy):  # noqa: F811
     """DVC reads params.yaml with ruamel.yaml, which refuses a repeated key: `check` refuses what DVC refuses,
     and the real `dvc repro` stops before any stage, touching nothing."""
     from .pipeline_copy import dvc
