@@ -64,7 +64,7 @@ if "attempts" in manifest and manifest["attempts"].notna().any():  # edits made 
 # %%
 atomic_write_table(manifest, out_root / "manifest.parquet")
 write_run_info(out_root / "run_info.json", stage="counterfactuals", editor=editor_info, params=params.model_dump(),
-               model_lifecycle=status_record(params.model_id))
+               model_lifecycle=status_record(params.model_id, versions=manifest.get("model_version")))
 
 # %% [markdown]
 # ## Done?

@@ -95,7 +95,7 @@ else:
                                                 "accounting": result["accounting"], "execution": result["execution"],
                                                 "status_counts": responses["status"].value_counts().to_dict()})
     write_run_info(out / f"{vlm}.run_info.json", stage=f"reflect@{vlm}",
-                   model_lifecycle=status_record(cfg.vlms[vlm].model_id))
+                   model_lifecycle=status_record(cfg.vlms[vlm].model_id, versions=responses.get("model_version")))
 
 # %% [markdown]
 # ## Done?

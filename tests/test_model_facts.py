@@ -263,6 +263,10 @@ def test_an_answer_without_a_model_field_stops_the_stage_or_is_recorded_unverifi
         out = classify.run_classify("m", _classify_cfg(tmp_path, vlm, require_verified_model=False), progress=False)
     table = out["table"]
     assert (table["status"] == "ok").all() and (table["model_version"] == UNVERIFIED).all()
+    import json
+
+    record = json.loads(Path(out["out_path"]).with_suffix(".run.json").read_text())["model_lifecycle"]
+    assert record["unverified_answers"] == 4 and record["answering_versions"] == []  # the run record says so
 
 
 def test_the_audit_card_says_the_answering_model_was_not_verified():
@@ -410,3 +414,28 @@ def test_the_docs_give_the_weights_url_the_code_fetches():
             name = w.source.rsplit("/", 1)[-1]
             cited = {u for u in __import__("re").findall(r"https://[^\s`)|]+", text) if u.endswith("/" + name)}
             assert cited <= {w.source}, (name, cited)
+
+
+def test_a_generated_image_without_a_model_version_stops_generate_or_is_recorded_unverified(tmp_path, monkeypatch):
+    import json
+
+    from biasaudit.t2i.generate import run_generate
+
+    from .servers_images import GeminiImageServer
+    from .test_model_lifecycle import _generate_cfg, _prompts
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TEST_GEMINI_KEY", "k")
+    _prompts(tmp_path)
+    with GeminiImageServer() as server:
+        server.version_of = lambda req: ""  # the answer names no model
+        cfg = _generate_cfg(server, "gemini-nano-banana-2.1")
+        with pytest.raises(StageStopped, match="model not verified"):
+            run_generate("g", cfg, progress=False)
+        log = tmp_path / "data/t2i/images/g/log.jsonl"
+        assert not log.exists() or not log.read_text().strip()
+        lax = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"require_verified_model": False})})
+        res = run_generate("g", lax, progress=False)
+    assert len(res.manifest) == 6 and (res.manifest["model_version"] == UNVERIFIED).all()
+    record = json.loads((tmp_path / "data/t2i/images/g/summary.json").read_text())["model_lifecycle"]
+    assert record["unverified_answers"] == 6

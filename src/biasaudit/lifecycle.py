@@ -286,10 +286,17 @@ def status_of(model_id: str, path: Path | None = None) -> ModelStatus | None:
     return None
 
 
-def status_record(model_id: str, path: Path | None = None) -> dict[str, Any]:
-    """What a run records about a model it used: its lifecycle entry, or `unlisted` (a local or user model)."""
+def status_record(model_id: str, path: Path | None = None, versions: Any = None) -> dict[str, Any]:
+    """What a run records about a model it used: its lifecycle entry, or `unlisted` (a local or user model); with
+    the run's rows' `model_version` values (`versions`), the versions that answered and how many answers named
+    none (`unverified_answers`: recorded only under execution.require_verified_model false)."""
     found = status_of(model_id, path)
-    return found.record() if found else {"model_id": model_id, "status": "unlisted"}
+    out = found.record() if found else {"model_id": model_id, "status": "unlisted"}
+    if versions is not None:
+        seen = [str(v) for v in versions if v is not None and str(v) not in ("", "nan")]
+        out["answering_versions"] = sorted(set(seen) - {UNVERIFIED})
+        out["unverified_answers"] = sum(v == UNVERIFIED for v in seen)
+    return out
 
 
 def stop_reason(model_id: str, on: date | None = None) -> str:

@@ -301,12 +301,13 @@ def preflight(stage: str) -> str:
     if not stage:
         return ""
     from biasaudit.config import ParamsError, load_params
+    from biasaudit.lifecycle import LifecycleError
 
     try:
         cfg = load_params()
-    except ParamsError as exc:
-        return first_line("ParamsError", str(exc))
-    lacking = missing_needs(stage, cfg)
+        lacking = missing_needs(stage, cfg)
+    except (ParamsError, LifecycleError) as exc:  # a malformed lifecycle file: its name and line, no traceback
+        return first_line(type(exc).__name__, str(exc))
     if lacking:
         from biasaudit.cli import plural
 

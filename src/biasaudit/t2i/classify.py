@@ -185,7 +185,7 @@ def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
         from biasaudit.lifecycle import status_record
 
         write_run_info(out_path.with_suffix(".run.json"), model=model, classifier=description,
-                       model_lifecycle=status_record(params.vlm.model_id),
+                       model_lifecycle=status_record(params.vlm.model_id, versions=table.get("model_version")),
                        instruction_version=params.instruction_version, accounting=accounting,
                        stand_in=bool(description.get("stand_in")), runner=vars(summary), execution=run.execution)
     return {"table": table, "summary": summary, "accounting": accounting, "backend": description,

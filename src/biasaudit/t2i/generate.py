@@ -303,7 +303,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
     retries = sum(int(r.get("retries") or 0) for r in run.appended)
     summary = summarize(model, spec, manifest, gp.images_per_prompt, len(prompts), run.summary, retries)
     summary["execution"] = run.execution
-    summary["model_lifecycle"] = status_record(spec.model_id)
+    summary["model_lifecycle"] = status_record(spec.model_id, versions=manifest.get("model_version"))
     if run.sharded:
         # one shard: its log (and images) only; the unsharded run that merges the shards writes the manifest
         atomic_write_json(run.log.path.with_suffix(".summary.json"), summary | {"run": run_info(spec.model_dump())})
