@@ -156,6 +156,7 @@ def test_a_shutdown_date_that_has_passed_makes_a_deprecated_model_retired(own_li
     if status == "retired":  # a need nothing can meet: check exits 1, the stage's runner stops before its notebook
         assert [(n.what, n.stage) for n in needs] == [("gpt-old", "reflect@old")]
         assert "its shutdown date has passed" in needs[0].fix and "gpt-new" in needs[0].fix
+        assert '(dated 2026-06-11): "shutdown date 2026-12-11"' in needs[0].fix  # the provider's words, cited
         assert weights.lifecycle_notes(cfg) == []
     else:
         assert needs == [] and "shutdown 2026-12-11" in weights.lifecycle_notes(cfg)[0]

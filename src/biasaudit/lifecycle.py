@@ -106,6 +106,12 @@ class ModelStatus:
         own = [e for e in self.evidence if not e.third_party]
         return (own or list(self.evidence))[0].url if self.evidence else ""
 
+    @property
+    def basis(self) -> str:
+        """The provider's quoted page a confirmed status rests on, cited with its date and words."""
+        quoted = [e for e in self.evidence if e.quote and not e.third_party]
+        return (quoted or list(self.evidence))[0].cite() if self.evidence else ""
+
     def effective(self, on: date | None = None) -> str:
         """The status on the day `on` (today): a deprecated model whose shutdown date has passed is retired."""
         on = on or today()
@@ -126,9 +132,9 @@ class ModelStatus:
         status, who = self.effective(on), f"{self.model_id} ({self.provider})"
         if status == "retired":
             passed = " (its shutdown date has passed)" if self.status == "deprecated" else ""
-            return f"{who} retired on {self.date}{passed}; {self.chain()} (source: {self.source})"
+            return f"{who} retired on {self.date}{passed}; {self.chain()} (source: {self.basis})"
         if status == "deprecated":
-            return f"{who} deprecated, shutdown {self.date}; {self.chain()} (source: {self.source})"
+            return f"{who} deprecated, shutdown {self.date}; {self.chain()} (source: {self.basis})"
         if status == "unconfirmed":
             claim = self.claimed + (f" on {self.date}" if self.date else "")
             if self.claimed == "deprecated" and self.date and date.fromisoformat(self.date) <= (on or today()):
@@ -136,7 +142,7 @@ class ModelStatus:
             pages = "; ".join(e.cite() for e in self.evidence)
             chain = f"; {self.chain()}" if self.claimed != "served" else ""
             return f"{who} unconfirmed: claimed {claim}; pages: {pages}; missing: {self.missing}{chain}"
-        return f"{who} served (source: {self.source})"
+        return f"{who} served (source: {self.basis})"
 
     def record(self, on: date | None = None) -> dict[str, Any]:
         return {"model_id": self.model_id, "provider": self.provider, "status": self.effective(on),

@@ -259,7 +259,7 @@ def lifecycle_needs(cfg: Any) -> list[Need]:
             named = (f"its replacement is {found.replacement} ({found.chain()})" if found.replacement
                      else "its provider names no replacement")
             out.append(Need("retired", model_id, f"{used_by}.model_id",
-                            f"retired on {found.date}{passed} ({found.source}); {named}", stage))
+                            f"retired on {found.date}{passed} (source: {found.basis}); {named}", stage))
     return out
 
 
