@@ -99,7 +99,6 @@ class VLMBackend(ABC):
     model_id: str = ""
     revision: str = ""
     stand_in: bool = False
-    reports_model: bool = False  # a hosted API whose answers name the model that answered (answered_by checks it)
 
     def __init__(self) -> None:
         self.stats: dict[str, int] = {"attempts": 0, "retries": 0, "batch_jobs": 0, "batch_fallbacks": 0}
@@ -145,7 +144,7 @@ class VLMBackend(ABC):
         recorded as lifecycle.UNVERIFIED, or stops the stage likewise under execution.require_verified_model."""
         from biasaudit.lifecycle import mismatch, version_of
 
-        if not self.reports_model:  # a local model: nothing names who answered, nothing to verify
+        if ("hosted",) not in getattr(self, "needs", ()):  # a local model: nothing names who answered
             return response
         response.meta["model_version"] = version_of(reported)  # UNVERIFIED when the API named no model
         why = mismatch(self.model_id, reported)

@@ -102,7 +102,6 @@ def output_budget(answer_tokens: int, thinking_budget: int) -> int:
 @register("vlm", "gemini")
 class GeminiVLM(VLMBackend):
     name = "gemini"
-    reports_model = True  # `modelVersion` of every generateContent answer
     needs = (("hosted",),)  # an API key, or the local server at base_url
     requires_any = ("api_key_env", "base_url")
 

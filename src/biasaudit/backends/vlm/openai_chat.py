@@ -94,7 +94,6 @@ def capabilities(model_id: str, effort: str = "") -> Capabilities:
 @register("vlm", "openai")
 class OpenAIChatVLM(VLMBackend):
     name = "openai"
-    reports_model = True  # `model` of every chat completion
     needs = (("hosted",),)  # an API key, or the local server at base_url
     requires_any = ("api_key_env", "base_url")
 
