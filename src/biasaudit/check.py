@@ -16,7 +16,10 @@ so a changed input re-runs exactly that stage. Each file is rewritten only when 
 `check` is not `always_changed`: DVC runs it when params.yaml or the code that validates it changes
 (its deps), which is when validity can change, so a `dvc repro` with nothing changed runs no stage.
 Each such folder is also walked for entries no stage can read (`input_problems`: a broken link, a link
-loop, an unreadable file), which `check` prints as warnings and `biasaudit check` lists as problems.
+loop, an unreadable file, a link out of the folder, which no stage follows), which `check` prints as warnings
+and `biasaudit check` lists as problems. `check` also refuses (exit 2, nothing written) a parameter value a
+hosted model does not accept and an unreadable lifecycle file, and warns on every unconfirmed model fact
+(biasaudit/lifecycle.py).
 
 DVC cannot list the external folders as deps of `check` (their paths depend on the backend), so the
 fingerprints are also refreshed by `biasaudit check` (`refresh`), which `make demo` and `make paper`
