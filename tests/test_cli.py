@@ -102,6 +102,11 @@ def test_a_value_the_model_rejects_is_refused_naming_the_allowed_ones(repo, caps
     assert cli.main(["profile", "current", "--no-stash"]) == 0  # the check stage refuses it too, touching nothing
     assert check.main(["params.yaml", str(repo / "data/check")]) == 2
     assert "vlms.gpt-6.1-sol.reasoning_effort" in capsys.readouterr().err and not (repo / "data/check").exists()
+    from biasaudit.report.execute import preflight
+
+    blocked = preflight("reflect@gpt-6.1-sol")  # the stage itself, run alone (dvc repro -s), stops before its notebook
+    assert "vlms.gpt-6.1-sol.reasoning_effort" in blocked and "accepts low, medium, high" in blocked
+    assert "reasoning_effort" not in preflight("reflect@qwen3-vl-plus")  # another stage is not blocked by it
 
 
 def test_check_one_stage_and_keys_from_the_environment(repo, capsys, monkeypatch):

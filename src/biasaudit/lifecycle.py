@@ -334,12 +334,15 @@ def warnings(cfg: Any, on: date | None = None) -> list[str]:
     return out
 
 
-def refused_values(cfg: Any) -> list[str]:
+def refused_values(cfg: Any, stage: str = "") -> list[str]:
     """Every request parameter of a hosted model set to a value the model does not take (its entry's
-    `accepts`), as '<params key>.<parameter>: <model> accepts a, b, c (source …); got x'. An empty value
-    ('' = the backend's default for the model) is not checked."""
+    `accepts`), as '<params key>.<parameter>: <model> accepts a, b, c, not 'x' (source …)'; `stage` (a dvc
+    address, `reflect@gpt-6.1-sol`): only its model's. An empty value ('' = the backend's default for the
+    model) is not checked."""
     out = []
-    for key, _, spec in hosted_specs(cfg):
+    for key, used_by, spec in hosted_specs(cfg):
+        if stage and not (used_by == stage or (used_by.endswith("@*") and stage.split("@")[0] == used_by[:-2])):
+            continue
         found = status_of(spec.model_id)
         for param, accepts in (found.accepts.items() if found else ()):
             value = getattr(spec, param, None)

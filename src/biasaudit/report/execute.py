@@ -297,14 +297,18 @@ def missing_needs(stage: str, cfg: Any = None) -> list[str]:
 
 def preflight(stage: str) -> str:
     """Why `stage` cannot start, as the one line the terminal shows first ('' = it can): an invalid
-    params.yaml (ParamsError naming every bad key) or the weights, keys and servers it lacks."""
+    params.yaml (ParamsError naming every bad key; a value the stage's model does not accept), an unreadable
+    lifecycle file, or the weights, keys and servers it lacks."""
     if not stage:
         return ""
     from biasaudit.config import ParamsError, load_params
-    from biasaudit.lifecycle import LifecycleError
+    from biasaudit.lifecycle import LifecycleError, refused_values
 
     try:
         cfg = load_params()
+        refused = refused_values(cfg, stage)  # a value its model does not take: every request would fail alike
+        if refused:
+            raise ParamsError("invalid parameters:\n  - " + "\n  - ".join(refused))
         lacking = missing_needs(stage, cfg)
     except (ParamsError, LifecycleError) as exc:  # a malformed lifecycle file: its name and line, no traceback
         return first_line(type(exc).__name__, str(exc))
