@@ -42,12 +42,13 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
                 "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
                 "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "http://localhost:8001/v1",
                 "data/vlm/source_photos", "data/t2i/annotations/rater1.csv", "data/t2i/annotations/rater2.csv",
-                "data/vlm/realism/rater1.csv", "data/vlm/realism/rater2.csv"]
+                "data/vlm/realism/rater1.csv", "data/vlm/realism/rater2.csv",
+                "retired model imagen-4.0-fast-generate-001"]  # its quoted shutdown date, 2026-08-17, has passed
     for item in expected:
         assert sum(item in line for line in lines) == 1, item  # one line per missing item
     assert len(lines) == len(expected)
     assert all(": " in line and ("biasaudit weights fetch" in line or "export " in line or "start the server" in line
-                                 or "put " in line) for line in lines)  # each with its fix
+                                 or "put " in line or "its replacement is" in line) for line in lines)  # each with its fix
     assert "HF_TOKEN" in next(line for line in lines if "sd35" in line)  # the gating step
     sheet = next(line for line in lines if "rater1.csv" in line)  # the human raters' sheets: how to make them
     assert "missing input" in sheet and "data/t2i/annotations/annotation_sheet.csv" in sheet and "docs/raters.md" in sheet
@@ -57,7 +58,8 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
 # Issue #46, from the providers' own pages (an oracle independent of data/reference/models/lifecycle.yaml): Google's
 # changelog of 2026-09-18 says gemini-2.5-flash and gemini-2.5-pro "are not deprecated and continue to be served …
 # until further notice"; their "retired 2026-12-01" comes from a third-party blog. So both are unconfirmed, and
-# `check` cites both pages; no provider quote confirms any retirement of the paper's models.
+# `check` cites both pages. Firebase's Imagen migration guide says "All Imagen models are deprecated and will shut
+# down as early as August 17, 2026.": a quoted provider page, a date that has passed, so Imagen 4 Fast is retired.
 CHANGELOG = ("https://ai.google.dev/gemini-api/docs/changelog", "2026-09-18",
              "are not deprecated and continue to be served … until further notice")
 THIRD_PARTY = "https://dev.to/aideprecations"
@@ -66,7 +68,9 @@ THIRD_PARTY = "https://dev.to/aideprecations"
 def test_check_names_the_unconfirmed_models_of_the_paper_with_both_pages(repo, capsys):
     assert cli.main(["check", "--profile", "paper"]) == 1  # weights, keys, servers and inputs are missing (docs)
     captured = capsys.readouterr()
-    assert "retired model" not in captured.out  # no retirement rests on a provider's quote
+    retired = [line for line in captured.out.splitlines() if "retired model" in line]
+    assert len(retired) == 1 and "imagen-4.0-fast-generate-001" in retired[0], retired  # the one quoted retirement
+    assert "as early as August 17, 2026" in retired[0] and "firebase.google.com" in retired[0]
     warned = [line for line in captured.err.splitlines() if line.startswith("warning: ") and " unconfirmed: " in line]
     for model in ("gemini-2.5-flash", "gemini-2.5-pro"):
         line = next(x for x in warned if f": {model} (Google) unconfirmed: " in x)
@@ -74,7 +78,7 @@ def test_check_names_the_unconfirmed_models_of_the_paper_with_both_pages(repo, c
         assert all(part in line for part in CHANGELOG), line
     assert "gemini-2.5-flash-image (Google) unconfirmed: " in captured.err
     assert "gemini-2.5-flash-image → " not in captured.err and "no replacement named" in captured.err
-    imagen = next(x for x in warned if "imagen-4.0-fast-generate-001" in x)  # the chain Google documents, in order
+    imagen = retired[0]  # the chain Google documents, in order
     assert imagen.index("→ gemini-3.1-flash-image") < imagen.index("→ gemini-nano-banana-2.1 "), imagen
     assert cli.main(["check", "--profile", "current"]) == 1  # keys and weights are missing here too
     captured = capsys.readouterr()

@@ -52,8 +52,11 @@ def test_declared_aliases_widen_the_rule_and_nothing_else():
 def test_the_lifecycle_file_parses_and_refuses_an_entry_without_its_evidence():
     table = lifecycle.table(ROOT / lifecycle.LIFECYCLE_FILE)
     claimed_retired = {k for k, v in table.items() if "retired" in (v.status, v.claimed)}
-    assert claimed_retired == {"imagen-4.0-fast-generate-001", "gemini-2.5-flash", "gemini-2.5-pro",
-                               "gemini-2.5-flash-image"}
+    assert claimed_retired == {"gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-image"}
+    # deprecated on a quoted provider page, with a shutdown date: Imagen 4 Fast's has passed, gpt-5's has not
+    from datetime import date
+    assert table["imagen-4.0-fast-generate-001"].effective(date(2026, 12, 4)) == "retired"
+    assert table["gpt-5"].effective(date(2026, 12, 4)) == "deprecated"
     assert all(v.source.startswith("https://") and v.evidence for v in table.values())
     with pytest.raises(ValueError, match="models.m.status"):
         lifecycle.parse({"providers": {"p": ["p.example"]},
