@@ -90,7 +90,7 @@ def test_the_banner_is_on_every_page_exactly_when_a_stand_in_ran(profile, tmp_pa
         if card.name == "index.html":
             continue
         text = card.read_text()
-        for field in ("commit", "run date", "profile", "params hash"):
+        for field in ("code commit", "code commit date", "profile", "params hash"):
             assert field in text, (card.name, field)
 
 
