@@ -153,3 +153,28 @@ def test_beside_a_displaced_group_the_front_page_announces_no_unaffected_group()
                 assert f"{g} in m" not in text, (seed, text)
         assert "localising" in text
     assert announced_by_old_test > 0  # the case the issue describes does occur here
+
+
+def test_the_card_names_its_race_groups_as_focus_not_eeo1_and_the_replication_banner_is_prose(tmp_path):
+    from biasaudit.report.replication import write_replication
+
+    assert "five of the FOCUS data set" in ac.ABOUT_DATA_B and "not the EEO-1" in ac.ABOUT_DATA_B
+    for race in C.RACES:  # every group the card reports is named as FOCUS names it
+        assert (race if race != "MiddleEastern" else "Middle Eastern") in ac.ABOUT_DATA_B
+    _, page = write_replication(tmp_path, pd.DataFrame(), "offline", ["planted generator a", "simulated classifier"])
+    text = page.read_text()
+    assert "planted generator a; simulated classifier" in text and "['" not in text
+
+
+def test_the_significance_rows_name_their_unit_and_reference_group(tmp_path):
+    import json
+
+    tables = tmp_path / "vlm" / "tables"
+    tables.mkdir(parents=True)
+    (tmp_path / "vlm" / "manifest.json").write_text(json.dumps({"sections": []}))
+    pd.DataFrame({"dimension": ["race"], "level": ["Black"], "reference": ["White"], "mean_diff": [-12037.494],
+                  "p": [0.01], "p_adjusted": [0.02], "measure": ["salary_salary"], "reason": [""]}).to_csv(
+        tables / "v_sign_flip.csv", index=False)
+    b = front.significance_block(Outputs.load(tmp_path / "vlm"), tmp_path, "95%")
+    row = next(r for r in b.html.split("<tr>") if "-12037.494" in r)
+    assert "Black vs White" in row and "USD per year" in row

@@ -255,8 +255,9 @@ def disagreements(groups: tuple[str, ...]) -> Table:
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
 OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted", "measure", "n_clusters"),
-            ("reason",), method="vlm")
-SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"), ("reason",), method="vlm")
+            ("reason", "reference"), method="vlm")
+SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"),
+                  ("reason", "reference"), method="vlm")
 RETENTION = Table("{vlm}_retention", ("kind", "task", "asked", "retained", "top_reason"), method="vlm")
 # the confirmatory family and the caveats every group finding carries (vlm/analysis/caveats.py)
 _CAVEATS = ("refusal_gap_p", "bounds_low", "bounds_high", "floor_bound", "exceeds_floor", "placebo_effect_null")

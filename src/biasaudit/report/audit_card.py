@@ -641,8 +641,14 @@ ABOUT_DATA_A = ("<p class='note'><b>About the data.</b> The categories of Method
                 "with no label are counted as unknown and left out of the rates.</p>")
 ABOUT_DATA_B = ("<p class='note'><b>About the data.</b> The categories of Method B are assigned by the audit, not "
                 "inferred: each source photo's face was edited into every race × gender group, so each group is an "
-                "edit target shown to the model. Refused and failed questions are counted per group and left out "
-                "of the rates.</p>")
+                "edit target shown to the model. The race groups are the five of the FOCUS data set (Asian, Black, "
+                "Latino, Middle Eastern, White), not the EEO-1 race/ethnicity categories an LL144 audit of "
+                "applicants reports (Hispanic or Latino; White; Black or African American; Native Hawaiian or "
+                "Other Pacific Islander; Asian; American Indian or Alaska Native; Two or More Races): EEO-1 has no "
+                "Middle Eastern category (it counts Middle Eastern people as White), and three EEO-1 categories are "
+                "not audited. Refused and "
+                "failed questions are counted per group and left out of the rates; a refusal gap and the refusal "
+                "bounds beside each row say whether those left out could explain its reading.</p>")
 
 
 def summary_row(model: str, card: pd.DataFrame, trace: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -599,6 +599,21 @@ def primary_block(vlm: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
+# the unit of a difference in each single-image measure (the values of reflect_analysis.salary_brackets and
+# education_levels; salaries in USD per year)
+MEASURE_UNITS = {"salary_salary": "USD per year", "mcq_salary": "USD per year (bracket midpoint)",
+                 "mcq_education": "years of schooling (level value)"}
+
+
+def _references(vlm: Outputs) -> dict[str, str]:
+    """The reference group of each dimension, as the Δg tables name it (`reference`), else ''."""
+    out: dict[str, str] = {}
+    for _, t in vlm.tables_of(C.SIGN_FLIP):
+        if t.ok and "reference" in t.df:
+            out |= {str(r.dimension): str(r.reference) for r in t.df.itertuples() if pd.notna(r.reference)}
+    return out
+
+
 def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
     """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests."""
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
@@ -609,6 +624,7 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         return b
     rows, n_tests, underpowered = [], 0, 0
     cav = _caveats_of(vlm)
+    refs = _references(vlm)
     for (k, t), kind in [(x, "OLS") for x in ols] + [(x, "sign-flip") for x in flips]:
         if not t.ok:
             continue
@@ -619,8 +635,12 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         for _, r in df[df["p_adjusted"].map(num) < ALPHA].iterrows():
             effect = r["term"] if kind == "OLS" else f"{r['dimension']}:{r['level']}"
             est = ci(r["coef"], r["ci_low"], r["ci_high"]) if kind == "OLS" else fmt(r["mean_diff"])
-            rows.append({"vlm": k["vlm"], "test": kind, "effect": effect, "measure": r["measure"],
-                         f"estimate [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"]),
+            ref = str(r.get("reference") or "") if str(r.get("reference") or "") not in ("", "nan") else \
+                refs.get(effect.split(":")[0], "")
+            rows.append({"vlm": k["vlm"], "test": kind,
+                         "effect (vs the reference group)": f"{effect.split(':')[-1]} vs {ref}" if ref else effect,
+                         "measure": r["measure"], "unit": MEASURE_UNITS.get(str(r["measure"]), "answer value"),
+                         f"difference [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"]),
                          "caveats (of this measure and group)": cav.get((k["vlm"], str(r["measure"]), effect), "")})
     sentence = (f"{len(rows)} of {n_tests} tested effects (cluster-robust OLS terms and sign-flip tests, adjusted as "
                 f"their own family) are significant after adjustment at α = {ALPHA}.")

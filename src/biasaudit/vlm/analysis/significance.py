@@ -110,8 +110,9 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     for label, sub in measures(answers, cfg).items():
         table, reasons[label] = ols_by_group(sub, race_ref, gender_ref, boot.level, a.wild_bootstrap, a.wild_weights,
                                              boot.seed)
-        if table is not None:
-            ols.append(table.assign(measure=label))
+        if table is not None:  # each term against the reference level of its dimension
+            refs = {"race": race_ref, "gender": gender_ref}
+            ols.append(table.assign(measure=label, reference=table["term"].map(lambda t: refs.get(t.split(":")[0], ""))))
         flips.append(sign_flip_table(sub, race_ref, gender_ref, boot.n_permutations, boot.seed).assign(measure=label))
     out: dict[str, Any] = {"ols": None, "sign_flip": None, "ols_reasons": reasons}
     if ols:
