@@ -111,8 +111,8 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
         table, reasons[label] = ols_by_group(sub, race_ref, gender_ref, boot.level, a.wild_bootstrap, a.wild_weights,
                                              boot.seed)
         if table is not None:  # each term against the reference level of its dimension
-            refs = {"race": race_ref, "gender": gender_ref}
-            ols.append(table.assign(measure=label, reference=table["term"].map(lambda t: refs.get(t.split(":")[0], ""))))
+            dims = table["term"].str.split(":").str[0]
+            ols.append(table.assign(measure=label, reference=dims.map({"race": race_ref, "gender": gender_ref})))
         flips.append(sign_flip_table(sub, race_ref, gender_ref, boot.n_permutations, boot.seed).assign(measure=label))
     out: dict[str, Any] = {"ols": None, "sign_flip": None, "ols_reasons": reasons}
     if ols:
