@@ -46,6 +46,8 @@ def by_group(responses: pd.DataFrame) -> pd.DataFrame:
     """One row per (question, group it shows): a 2AFC comparison once for each of its two groups."""
     two = responses[responses["kind"] == "2afc"]
     single = responses[responses["kind"] != "2afc"]
+    if two.empty:  # a table of single-image answers alone need not have the 2AFC columns
+        return single.reset_index(drop=True)
     return pd.concat([two.assign(group=two["group_a"]), two.assign(group=two["group_b"]), single], ignore_index=True)
 
 
