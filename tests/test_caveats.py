@@ -178,3 +178,39 @@ def test_the_significance_rows_name_their_unit_and_reference_group(tmp_path):
     b = front.significance_block(Outputs.load(tmp_path / "vlm"), tmp_path, "95%")
     row = next(r for r in b.html.split("<tr>") if "-12037.494" in r)
     assert "Black vs White" in row and "USD per year" in row
+
+
+def test_an_answer_carries_when_it_came_and_a_cached_rerun_keeps_it(tmp_path, monkeypatch):
+    """A hosted model's answer is stamped with the wall clock when it arrives and the stamp is cached with it (a
+    re-run with cached answers writes the same record); a stand-in's with the reproducible timestamp."""
+    from datetime import datetime, timezone
+
+    from biasaudit.backends.vlm import CachedVLM, VLMRequest
+    from biasaudit.backends.vlm.base import VLMBackend, VLMResponse
+
+    class Hosted(VLMBackend):
+        name, model_id, revision, stand_in = "fake", "m", "", False
+
+        def decoding_params(self):
+            return {}
+
+        def generate(self, requests, on_result=None):
+            return self._each(requests, lambda r: VLMResponse("A", "ok"), on_result)
+
+    img = tmp_path / "a.png"
+    img.write_bytes(b"not read: the key hashes the bytes")
+    req = VLMRequest(images=(str(img),), prompt="q", options=("A", "B"))
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    first = CachedVLM(Hosted(), tmp_path / "c.sqlite").generate([req])[0]
+    after = datetime.now(timezone.utc)
+    when = datetime.fromisoformat(first.meta["answered_at"])
+    assert before <= when <= after and not first.from_cache
+    again = CachedVLM(Hosted(), tmp_path / "c.sqlite").generate([req])[0]
+    assert again.from_cache and again.meta["answered_at"] == first.meta["answered_at"]
+
+    class StandIn(Hosted):
+        stand_in = True
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")  # 2025-12-01T00:00:00Z
+    stand = CachedVLM(StandIn(), tmp_path / "d.sqlite").generate([req])[0]
+    assert stand.meta["answered_at"] == "2025-12-01T00:00:00+00:00"
