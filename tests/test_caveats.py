@@ -214,3 +214,14 @@ def test_an_answer_carries_when_it_came_and_a_cached_rerun_keeps_it(tmp_path, mo
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")  # 2025-12-01T00:00:00Z
     stand = CachedVLM(StandIn(), tmp_path / "d.sqlite").generate([req])[0]
     assert stand.meta["answered_at"] == "2025-12-01T00:00:00+00:00"
+
+
+def test_an_underpowered_endpoint_says_so_in_its_caveats():
+    """Six photos, below min_clusters 12: the interval and p are blanked, and the row's caveats say why."""
+    cal = calibration_module()
+    df = P.simulate_responses(cal._selective(True), cal._units(6), np.random.default_rng(2), two_afc_tasks=("income",),
+                              mcq_tasks=("salary",))
+    cfg = config(n_boot=100, n_permutations=99, wild_bootstrap=0, primary_endpoints=[BLACK_MEN])
+    r = endpoints.primary_endpoints(answers(df), cfg).iloc[0]
+    assert np.isnan(r["low"]) and r["caveats"].startswith("UNDERPOWERED: ") and "min_clusters 12" in r["caveats"]
+    assert r["robust_to_refusals"] != "yes"

@@ -75,9 +75,13 @@ def primary_endpoints(answers: Answers, cfg: Any) -> pd.DataFrame:
         row = _delta_g(e, delta_g) if e["estimate"] == "delta_g" else _race_winrate(e, answers, cfg)
         row = {"endpoint": spec, "estimate": np.nan, "low": np.nan, "high": np.nan, "n_photos": 0, "p": np.nan} | row
         low, high = float(row["low"]), float(row["high"])
-        rows.append(row | (caveats.of_delta_g(answers, cfg, e["measure"], e["dimension"], e["level"], low, high)
-                           if e["estimate"] == "delta_g" else
-                           caveats.of_race_winrate(answers, cfg, e["task"], e["gender"], e["race"], low, high)))
+        cav = (caveats.of_delta_g(answers, cfg, e["measure"], e["dimension"], e["level"], low, high)
+               if e["estimate"] == "delta_g" else
+               caveats.of_race_winrate(answers, cfg, e["task"], e["gender"], e["race"], low, high))
+        why = str(row.get("reason") or "")
+        if "underpowered" in why:  # an interval or p blanked for too few photos is a caveat of the row too
+            cav["caveats"] = "; ".join(x for x in ("UNDERPOWERED: " + why, cav["caveats"]) if x)
+        rows.append(row | cav)
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("p_holm", "reject", "family")])
     return holm(table, Boot.of(cfg).alpha).assign(family=PRIMARY)[COLUMNS]
 
