@@ -46,7 +46,7 @@ from IPython.display import Markdown, display
 from biasaudit import contracts as C
 from biasaudit import groupsets
 from biasaudit.pipeline.notebook import banner, stage_params
-from biasaudit.pipeline.provenance import run_info
+from biasaudit.pipeline.provenance import git_commit_date, run_info
 from biasaudit.report import build_index, power
 from biasaudit.report.assumptions import ASSUMPTIONS_CSV, build_assumptions
 from biasaudit.report.audit_card import Resampling, Validity, build_cards
@@ -87,7 +87,7 @@ cards = build_cards(reports, C.RESPONSES_DIR,
                     {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
                     display=gs.display, validity=Validity(ra.min_clusters, params.card_min_retention),
                     run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
-                         "run_date": info["created_at"]}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir,
+                         "code_date": git_commit_date()}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir,
                     power_table=power.load())  # each VLM card's power line (benchmarks/power.py's simulation)
 display(cards)
 

@@ -291,7 +291,7 @@ def test_a_degenerate_model_gets_no_valid_audit_and_no_ratio(tmp_path: Path, res
     out = tmp_path / "audit"
     table = ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out,
                            validity=ac.Validity(12, 0.5), run={"profile": "current", "params_hash": "h",
-                                                                "git_commit": "c", "run_date": "d"})
+                                                                "git_commit": "c", "code_date": "d"})
     card = pd.read_csv(out / "v.csv")
     assert len(card) == 1 and card["reading"].item() == "no valid audit" and why in card["reason"].item()
     assert card[["rate", "ratio", "ratio_low", "ratio_high"]].isna().all().all()  # no number to misread
@@ -309,7 +309,7 @@ def test_a_valid_model_card_carries_every_trace_field_and_counts_its_losses(tmp_
     (tmp_path / "responses").mkdir()
     answers.to_parquet(tmp_path / "responses" / "v.parquet")
     out = tmp_path / "audit"
-    run = {"profile": "current", "params_hash": "abc", "git_commit": "f00d", "run_date": "2026-12-03"}
+    run = {"profile": "current", "params_hash": "abc", "git_commit": "f00d", "code_date": "2026-12-03T08:33:53+00:00"}
     ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out, run=run)
     card = pd.read_csv(out / "v.csv", keep_default_na=False)
     assert (card["valid"] == True).all()  # noqa: E712 - a CSV column
@@ -320,19 +320,27 @@ def test_a_valid_model_card_carries_every_trace_field_and_counts_its_losses(tmp_
     assert race.loc["White", "refused"] == 2 and race.loc["White", "failed"] == 1
     assert race.loc["Black", "refused"] == 2 and race.loc["White", "n_clusters"] == 12
     page = (out / "v.html").read_text()
-    for field in ("commit", "run date", "profile", "params hash", "answering version(s)", "About the data"):
+    for field in ("code commit", "code commit date", "profile", "params hash", "answering version(s)", "About the data"):
         assert field in page, field
 
 
 def test_the_ll144_summary_answers_every_field_or_says_why_not(tmp_path: Path):
     (tmp_path / "responses").mkdir()
-    _units(12, seed=2).to_parquet(tmp_path / "responses" / "v.parquet")
+    answers = _units(12, seed=2)
+    # records of known dates, in no order: the window is their first and last, not the code's date
+    stamps = ["2026-11-30T23:10:00+00:00", "2026-12-02T09:00:00+00:00", "2026-11-29T08:05:07+00:00", ""]
+    answers["answered_at"] = [stamps[i % 4] for i in range(len(answers))]
+    answers.to_parquet(tmp_path / "responses" / "v.parquet")
     ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False,
-                   out_dir=tmp_path / "audit", run={"run_date": "2026-12-03T10:00:00Z"})
+                   out_dir=tmp_path / "audit", run={"code_date": "2026-12-03T08:33:53+00:00", "git_commit": "f00d"})
     page = (tmp_path / "audit" / "v.html").read_text()
     # the fields of 6 RCNY § 5-303 (summary of results), each with an answer
     for field in ("Date of the bias audit", "Source and explanation of the data", "Number of individuals assessed",
                   "Number in an unknown category", "impact ratios", "Distribution date of the tool"):
         assert field in page, field
-    assert "2026-12-03T10:00:00Z" in page and "48 questions about 12 source photos" in page
+    assert "2026-11-29T08:05:07Z to 2026-12-02T09:00:00Z: the data-collection window" in page
+    assert "48 questions about 12 source photos" in page
+    card = pd.read_csv(tmp_path / "audit" / "v.csv", keep_default_na=False)
+    assert set(card["collected_first"]) == {"2026-11-29T08:05:07Z"} and set(card["collected_last"]) == {"2026-12-02T09:00:00Z"}
+    assert set(card["code_date"]) == {"2026-12-03T08:33:53+00:00"}  # the code's date, a field of its own
     assert "not applicable" in page

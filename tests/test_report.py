@@ -202,7 +202,9 @@ def test_front_page_tables_and_findings_come_from_the_numbers(built):
     assert "Calibration by simulation: 1 of 2 paper-scale intervals and tests are within their band" in page
     # homogeneity: the within-prompt gap leads (front page line and its page), the paper's gap beside it, labelled
     line = page.split('href="pages/homogeneity.html"', 1)[1].split("</li>", 1)[0]
-    assert "within-prompt homogeneity gap" in line and "unstratified gap (replication)" in line
+    # the verdict is the localising test's (#45): a group is named only when it is flagged
+    assert "localising homogeneity test" in line and "significant after adjustment" not in line
+    assert "unstratified gap" in pages["homogeneity"]
     assert "within-prompt gap [95% prompt-cluster bootstrap CI]" in \
         pages["homogeneity"] and "paper (unstratified): the paper's gap over all pairs, shown for replication" in \
         pages["homogeneity"]
@@ -363,7 +365,7 @@ def test_homogeneity_line_and_table_mark_a_gap_that_rests_on_few_prompts(tmp_pat
                                                                     index=False)
         b = homogeneity_block(Outputs.load(t2i), tmp_path, "95%", ("black", "other"))
         assert ("0.200 [0.100, 0.300] †" in b.html) == marked and ("†: the group has pairs in fewer than" in b.html) == marked
-        assert "0.010 [0.000, 0.020] p=" in b.html
+        assert "0.010 [0.000, 0.020] · exploratory p=" in b.html
 
 
 def test_homogeneity_line_says_when_no_gap_could_reach_alpha():

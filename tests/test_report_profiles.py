@@ -26,7 +26,7 @@ from .test_report import _analysis, _images, _notebook, _vlm
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml"))
 BANNER = 'class="standin"'
-RUN = {"profile": "", "params_hash": "p0", "git_commit": "c0", "run_date": "2026-12-03T00:00:00"}
+RUN = {"profile": "", "params_hash": "p0", "git_commit": "c0", "code_date": "2026-12-03T00:00:00"}
 
 
 def _report(root: Path, cfg, stand_ins: list[str]) -> Path:
@@ -83,14 +83,14 @@ def test_the_banner_is_on_every_page_exactly_when_a_stand_in_ran(profile, tmp_pa
             continue
         for k in TRACE_COLUMNS:
             assert k in table, (csv.name, k)
-        for k in ("profile", "params_hash", "git_commit", "run_date"):
+        for k in ("profile", "params_hash", "git_commit", "code_date"):
             assert (table[k].astype(str) != "").all(), (csv.name, k)
         assert (table["profile"] == profile).all() and (table["stand_in"].astype(str) == str(bool(stand_ins))).all()
     for card in sorted((reports / "audit").glob("*.html")):
         if card.name == "index.html":
             continue
         text = card.read_text()
-        for field in ("commit", "run date", "profile", "params hash"):
+        for field in ("code commit", "code commit date", "profile", "params hash"):
             assert field in text, (card.name, field)
 
 

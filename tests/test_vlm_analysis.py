@@ -243,8 +243,11 @@ def test_fe_ols_matches_statsmodels_with_t_reference():
 
 
 def test_analyse_exposes_delta_g_and_significant_effects_tables():
+    from biasaudit.vlm.groups import group_code
+
     df = _single_image_answers(drop_black_women=False, photos=12).assign(
         kind="salary", task="salary", status="ok", occupation="occ", choice=None)
+    df["group"] = [group_code(r, g) for r, g in zip(df["race"], df["gender"])]  # as vlm/tasks.py writes it
     # with some answer noise: a noiseless ratio has a zero-width interval, hence (rightly) no p at all
     df["value_usd"] = df["y"] * (1 + 0.01 * np.random.default_rng(1).standard_normal(len(df)))
     cfg, data = config(n_permutations=999, n_boot=200, wild_bootstrap=99), answers(df.drop(columns="y"))

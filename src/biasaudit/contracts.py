@@ -216,7 +216,7 @@ SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
                                                     "gap", "gap_lo", "gap_hi"),
                             ("p_value", "p_adjusted", "p_global", "near_dup_rate", "near_dup_cosine", "n_prompts",
-                             "few_prompts"))
+                             "few_prompts", "flagged", "p_localise", "p_perm"))
 # few_prompts: a group with pairs in fewer than this many prompts, where a bootstrap over so few clusters
 # under-covers even with the small-cluster expansion: a rare group at 10 prompts, which mostly has pairs in
 # fewer than 5, covers 0.59–0.60 (benchmarks/results/calibration.csv; in 14 of 50 prompts it covers 0.946)
@@ -255,9 +255,17 @@ def disagreements(groups: tuple[str, ...]) -> Table:
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
 OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted", "measure", "n_clusters"),
-            ("reason",), method="vlm")
-SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"), ("reason",), method="vlm")
+            ("reason", "reference"), method="vlm")
+SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"),
+                  ("reason", "reference"), method="vlm")
 RETENTION = Table("{vlm}_retention", ("kind", "task", "asked", "retained", "top_reason"), method="vlm")
+# the confirmatory family and the caveats every group finding carries (vlm/analysis/caveats.py)
+_CAVEATS = ("refusal_gap_p", "bounds_low", "bounds_high", "floor_bound", "exceeds_floor", "placebo_effect_null")
+PRIMARY_ENDPOINTS = Table("{vlm}_primary_endpoints", ("endpoint", "estimate", *_CI, "p", "p_holm", "reject",
+                                                      "refusal_gap", "robust_to_refusals", "caveats"),
+                          ("n_photos", "reason", *_CAVEATS), method="vlm")
+CAVEATS = Table("{vlm}_caveats", ("measure", "group", "refusal_gap", "robust_to_refusals", "caveats"), _CAVEATS,
+                method="vlm")
 VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", "planted", "estimate", *_CI, "width",
                                             "plausible_range", "covered", "informative", "check"),
                        ("note", "excludes_null", "would_have_answered"), method="vlm")
@@ -266,7 +274,7 @@ ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
-    RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
+    RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION, PRIMARY_ENDPOINTS, CAVEATS)
 
 
 def contract_of(name: str, method: str = "t2i") -> Table | None:

@@ -95,6 +95,19 @@ def utc_now() -> str:
     return when.isoformat(timespec="seconds")
 
 
+def git_commit_date(repo: str | os.PathLike = ".") -> str:
+    """The date of the code's commit (git_commit), or '' when the code differs from it or there is no git."""
+    stamp = _code_commit(str(repo))[1]
+    return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds") if stamp else ""
+
+
+def answer_time(stand_in: bool) -> str:
+    """When a model answered, as its answer records it (the answer cache keeps it, so a re-run with cached answers
+    writes the same bytes): the wall clock for a model under audit; for a stand-in, whose answers are a function
+    of the code, the reproducible timestamp (utc_now), so fresh clones write identical outputs."""
+    return utc_now() if stand_in else datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def run_info(params_section: Any = None) -> dict[str, Any]:
     """Provenance block written beside every stage output."""
     info = {"git_commit": git_commit(), "created_at": utc_now(), "libraries": library_versions()}

@@ -81,9 +81,16 @@ OK = "ok"
 
 CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "reference", "n", "n_clusters", "selected",
                 "rate", "rate_low", "rate_high", "reference_share", "ratio", "ratio_low", "ratio_high",
-                "below_four_fifths", "reading", "reason", "refused", "failed", "unknown", "valid", "interval", "credit"]
+                "below_four_fifths", "reading", "reason", "refused", "failed", "unknown", "valid", "interval", "credit",
+                # Method B: the caveats each row carries (a refusal gap of its measure, the ratio's refusal bounds,
+                # whether its reading survives them, the placebo verdict of its kind; vlm/analysis/caveats.py)
+                "refusal_gap", "bounds_low", "bounds_high", "robust_to_refusals", "placebo_effect_null"]
 # what every row of a card's CSV carries, so that a row copied out of it still names its run
-TRACE_COLUMNS = ["model_id", "model_version", "stand_in", "profile", "params_hash", "git_commit", "run_date"]
+# collected_first / collected_last: the data-collection window, the first and last answer the model's records
+# hold (answered_at of data/vlm/responses/<vlm>.parquet, kept in the answer cache); git_commit and code_date: the
+# code that ran, a separate fact
+TRACE_COLUMNS = ["model_id", "model_version", "stand_in", "profile", "params_hash", "git_commit", "code_date",
+                 "collected_first", "collected_last"]
 NO_VALID_AUDIT = "no valid audit"
 
 
@@ -286,6 +293,68 @@ def impact_table(cats: list[str], selected: np.ndarray, n: np.ndarray, boot: Res
     return pd.DataFrame(rows)
 
 
+def _categories(df: pd.DataFrame, dimension: str) -> list[tuple[pd.Series, pd.Series]]:
+    """(unit, category) per image a row shows: both images of a 2AFC comparison, the one of a single question."""
+    two, single = df[df["kind"] == "2afc"], df[df["kind"] != "2afc"]
+    out = []
+    for side in ("group_a", "group_b"):
+        race, gender = race_gender_of(two[side])
+        out.append((two["unit"], category(race, gender, dimension)))
+    out.append((single["unit"], category(single["race"].astype(str), single["gender"].astype(str), dimension)))
+    return out
+
+
+def refusal_bounds(asked: pd.DataFrame, ok_counts: tuple[list[str], np.ndarray, np.ndarray], units: list,
+                   dimension: str, boot: Resampling, *key: Any) -> pd.DataFrame:
+    """Worst-case (Manski) bounds of each category's impact ratio with its refused questions counted as each
+    answer they could have had: rate bounds L_c = s_c / (n_c + r_c), U_c = (s_c + r_c) / (n_c + r_c) (s selected,
+    n retained, r refused); ratio bounds [L_c / max(L_c, max_k≠c U_k), U_c / max(U_c, max_k≠c L_k)], which hold
+    the ratio of every filling-in (the upper end need not be sharp). Their interval: the 2.5 % point of the lower
+    and the 97.5 % point of the upper bound over one cluster bootstrap of source photos (as refusals.py), so it
+    covers the set with at least the level. `units`: the photo of each row of the (U, m) count arrays."""
+    cats, sel, n = ok_counts
+    m = len(cats)
+    refused = np.zeros_like(n)
+    index, where = {c: j for j, c in enumerate(cats)}, {u: i for i, u in enumerate(units)}
+    for unit, cat in _categories(asked[asked["status"] == "refused"], dimension):
+        for u, c in zip(unit, cat):
+            if c in index and u in where:
+                refused[where[u], index[c]] += 1
+    cols = ["category", "bounds_low", "bounds_high", "refused_in_bounds"]
+    if m == 0 or not len(units):
+        return pd.DataFrame(columns=cols)
+
+    def stat(t: np.ndarray) -> np.ndarray:
+        s, r, d = t[..., :m], t[..., m:2 * m], t[..., 2 * m:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo, hi = np.where(d > 0, s / d, np.nan), np.where(d > 0, (s + r) / d, np.nan)
+            out_lo, out_hi = np.empty_like(lo), np.empty_like(hi)
+            for j in range(m):
+                others = [k for k in range(m) if k != j]
+                top_hi = np.nanmax(hi[..., others], axis=-1) if others else np.full(lo.shape[:-1], np.nan)
+                top_lo = np.nanmax(lo[..., others], axis=-1) if others else np.full(lo.shape[:-1], np.nan)
+                out_lo[..., j] = lo[..., j] / np.fmax(lo[..., j], top_hi)
+                out_hi[..., j] = hi[..., j] / np.fmax(hi[..., j], top_lo)
+        return np.concatenate([out_lo, out_hi], axis=-1)
+
+    totals = np.hstack([sel, refused, n + refused])
+    rep = boot.replicates(totals, stat, *key, "refusal bounds")
+    with np.errstate(invalid="ignore"):
+        a = (1 - boot.level) / 2
+        low = np.nanquantile(rep.dist[:, :m], a, axis=0) if len(rep.dist) else np.full(m, np.nan)
+        high = np.nanquantile(rep.dist[:, m:], 1 - a, axis=0) if len(rep.dist) else np.full(m, np.nan)
+    return pd.DataFrame({"category": cats, "bounds_low": np.minimum(low, rep.point[:m]),
+                         "bounds_high": np.maximum(high, rep.point[m:]), "refused_in_bounds": refused.sum(0).astype(int)})
+
+
+def robust_reading(row: pd.Series) -> str:
+    """'yes' only when the ratio's refusal bounds exclude no disparity (their interval lies under 1), 'no' when
+    they reach 1, '' for a row with no reading (its interval at or above 0.8) or no bounds."""
+    if not row.get("reading") or not np.isfinite(num(row.get("bounds_high"))):
+        return ""
+    return "yes" if num(row["bounds_high"]) < 1 else "no"
+
+
 def lost_by_category(asked: pd.DataFrame, dimension: str) -> pd.DataFrame:
     """Refused and failed questions per category of `dimension` (a 2AFC question counts for both of its
     images' categories): what the card's rates leave out, per group."""
@@ -338,9 +407,12 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[st
         asked = responses[(responses["kind"] == "2afc") & (responses["task"] == task)]
         for dim in DIMENSIONS:
             cats, wins, n = two_afc_selections(sub, dim)
+            units = list(pd.unique(sub["unit"].to_numpy()[_differ(sub, dim)]))
             frames.append(impact_table(cats, wins, n, boot, vlm, "2afc", task, dim).assign(
-                measure=f"2afc {task}: selection rate", dimension=dim).merge(
-                lost_by_category(asked, dim), on="category", how="left"))
+                measure=f"2afc {task}: selection rate", dimension=dim, caveat_key=f"2afc_{task}").merge(
+                lost_by_category(asked, dim), on="category", how="left").merge(
+                refusal_bounds(asked[_differ(asked, dim)], (cats, wins, n), units, dim, boot, vlm, "2afc", task, dim),
+                on="category", how="left"))
     singles = [("salary", "salary", None)] + [("mcq", t, v) for t, v in mcq_values.items()]
     for kind, task, mapping in singles:
         sub = ok[(ok["kind"] == kind) & (ok["task"] == task)]
@@ -350,14 +422,40 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[st
         asked = responses[(responses["kind"] == kind) & (responses["task"] == task)]
         for dim in DIMENSIONS:
             cats, sel, n, median = scoring_selections(sub, values.astype(float), dim)
+            units = list(pd.unique(sub["unit"].to_numpy()[np.isfinite(values.astype(float).to_numpy())]))
             frames.append(impact_table(cats, sel, n, boot, vlm, kind, task, dim).assign(
-                measure=f"{kind} {task}: scoring rate (above the median {median:,.6g})", dimension=dim).merge(
-                lost_by_category(asked, dim), on="category", how="left"))
+                measure=f"{kind} {task}: scoring rate (above the median {median:,.6g})", dimension=dim,
+                caveat_key=f"{kind}_{task}").merge(lost_by_category(asked, dim), on="category", how="left").merge(
+                refusal_bounds(asked, (cats, sel, n), units, dim, boot, vlm, kind, task, dim), on="category",
+                how="left"))
     if not frames:
         return pd.DataFrame(columns=CARD_COLUMNS)
     out = pd.concat(frames, ignore_index=True).assign(method="B", reference="highest category", valid=True)
     out[["refused", "failed"]] = out[["refused", "failed"]].fillna(0).astype(int)
+    out["robust_to_refusals"] = [robust_reading(r) for _, r in out.iterrows()]
     return out
+
+
+def _differ(df: pd.DataFrame, dimension: str) -> np.ndarray:
+    """2AFC rows whose two images differ on `dimension` (the comparisons a selection rate counts)."""
+    ra, ga = race_gender_of(df["group_a"])
+    rb, gb = race_gender_of(df["group_b"])
+    a, b = category(ra, ga, dimension), category(rb, gb, dimension)
+    return (a.notna() & b.notna() & (a != b)).to_numpy()
+
+
+def with_caveats(rows: pd.DataFrame, vlm_out: Outputs, vlm: str) -> pd.DataFrame:
+    """The refusal-gap flag and the placebo verdict of each row's measure, from the analysis' `<vlm>_caveats`
+    (the same for every group of a measure: the refusal-gap test is of the measure's kind × task)."""
+    if "caveat_key" not in rows:
+        return rows
+    t = vlm_out.table(C.CAVEATS, vlm=vlm)
+    per = pd.DataFrame(columns=["caveat_key", "refusal_gap", "placebo_effect_null"])
+    if t.ok and len(t.df):
+        per = t.df.assign(caveat_key=t.df["measure"].astype(str)).groupby("caveat_key", as_index=False).agg(
+            refusal_gap=("refusal_gap", lambda v: bool(v.map(lambda x: x is True or str(x) == "True").any())),
+            placebo_effect_null=("placebo_effect_null", "first"))
+    return rows.merge(per, on="caveat_key", how="left").drop(columns="caveat_key")
 
 
 def no_valid_audit(reasons: list[str]) -> pd.DataFrame:
@@ -424,13 +522,19 @@ RATIO_COLUMNS: dict[str, Callable[[pd.Series], str]] = {
     "rate [CI]": lambda r: _ci(r, "rate", "rate_low", "rate_high"),
     "ratio [CI]": lambda r: _ci(r, "ratio", "ratio_low", "ratio_high"),
     "reading": lambda r: r.get("reading", "") or "", "reason": lambda r: r.get("reason", "") or "",
-    "refused": lambda r: _int(r.get("refused")), "failed": lambda r: _int(r.get("failed"))}
+    "refused": lambda r: _int(r.get("refused")), "failed": lambda r: _int(r.get("failed")),
+    "refusal gap": lambda r: "REFUSAL GAP" if r.get("refusal_gap") is True or str(r.get("refusal_gap")) == "True" else "",
+    "refusal bounds [CI]": lambda r: (f"[{_fmt(r.get('bounds_low'))}, {_fmt(r.get('bounds_high'))}]"
+                                      if _fmt(r.get("bounds_low")) else ""),
+    "robust to refusals": lambda r: r.get("robust_to_refusals", "") or "",
+    "placebo effect null": lambda r: r.get("placebo_effect_null", "") or ""}
 
 
 def trace_html(trace: dict[str, Any]) -> str:
     """The card's filing block: what run made it, from which model (and which version answered)."""
     names = {"model_id": "model id", "model_version": "answering version(s)", "stand_in": "stand-in",
-             "profile": "profile", "params_hash": "params hash", "git_commit": "commit", "run_date": "run date",
+             "profile": "profile", "params_hash": "params hash", "git_commit": "code commit",
+             "code_date": "code commit date", "collected_first": "first answer", "collected_last": "last answer",
              "n_questions": "questions asked", "n_retained": "answers retained", "n_refused": "refused",
              "n_failed": "failed", "n_photos": "source photos", "n_unknown": "images with no group label (unknown)", "n_prompts": "prompts"}
     rows = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(str(trace[k]))}</td></tr>"
@@ -504,7 +608,11 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
 # The fields NYC's rules for Local Law 144 (6 RCNY § 5-301 to 5-304, subchapter T) ask of a published bias audit
 # summary, and where this card answers each, or why it cannot apply to an audit of a model
 LL144_FIELDS = (
-    ("Date of the bias audit", lambda t: t.get("run_date") or "(not recorded)"),
+    ("Date of the bias audit", lambda t: (f"{t['collected_first']} to {t['collected_last']}: the data-collection "
+                                          "window, the first and last answer of the model in its records"
+                                          + (" (a stand-in's answers carry the code's reproducible timestamp)"
+                                             if t.get("stand_in") else "")) if t.get("collected_first")
+     else "(not recorded: the answers' records carry no answer time)"),
     ("Source and explanation of the data", lambda t: "test data made by this audit (see About the data below): "
      "each source photo's face edited into every race × gender group, so the categories are assigned, not inferred "
      "or imputed"),
@@ -533,8 +641,14 @@ ABOUT_DATA_A = ("<p class='note'><b>About the data.</b> The categories of Method
                 "with no label are counted as unknown and left out of the rates.</p>")
 ABOUT_DATA_B = ("<p class='note'><b>About the data.</b> The categories of Method B are assigned by the audit, not "
                 "inferred: each source photo's face was edited into every race × gender group, so each group is an "
-                "edit target shown to the model. Refused and failed questions are counted per group and left out "
-                "of the rates.</p>")
+                "edit target shown to the model. The race groups are the five of the FOCUS data set (Asian, Black, "
+                "Latino, Middle Eastern, White), not the EEO-1 race/ethnicity categories an LL144 audit of "
+                "applicants reports (Hispanic or Latino; White; Black or African American; Native Hawaiian or "
+                "Other Pacific Islander; Asian; American Indian or Alaska Native; Two or More Races): EEO-1 has no "
+                "Middle Eastern category (it counts Middle Eastern people as White), and three EEO-1 categories are "
+                "not audited. Refused and "
+                "failed questions are counted per group and left out of the rates; a refusal gap and the refusal "
+                "bounds beside each row say whether those left out could explain its reading.</p>")
 
 
 def summary_row(model: str, card: pd.DataFrame, trace: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -607,10 +721,23 @@ def _versions(series: pd.Series | None) -> str:
     return ", ".join(sorted({str(v) for v in series.dropna() if str(v)})) or "(not reported)"
 
 
+def collection_window(stamps: pd.Series | None) -> tuple[str, str]:
+    """(first, last) answer time of a model's records (ISO 8601 UTC strings), ('', '') when none is recorded."""
+    if stamps is None:
+        return "", ""
+    when = pd.to_datetime(stamps[stamps.notna() & (stamps.astype(str) != "")].astype(str), utc=True, errors="coerce")
+    when = when.dropna()
+    if when.empty:
+        return "", ""
+    return tuple(t.isoformat(timespec="seconds").replace("+00:00", "Z") for t in (when.min(), when.max()))
+
+
 def model_trace(run: dict[str, Any], frame: pd.DataFrame, stand_in: bool, **counts: Any) -> dict[str, Any]:
-    """The trace fields of one card: the run's, the model id(s) asked and the version(s) that answered."""
+    """The trace fields of one card: the run's, the model id(s) asked, the version(s) that answered and the
+    data-collection window of its records."""
+    first, last = collection_window(frame.get("answered_at"))
     return run | {"model_id": _versions(frame.get("model_id")), "model_version": _versions(frame.get("model_version")),
-                  "stand_in": stand_in} | counts
+                  "stand_in": stand_in, "collected_first": first, "collected_last": last} | counts
 
 
 def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: Resampling,
@@ -621,8 +748,8 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                 images_dir: Path | None = None, power_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write every card, the index and all_models.csv; return the side-by-side table. `run`: the trace fields
     of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row."""
-    run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "run_date")}
-    t2i = Outputs.load(reports / "t2i")
+    run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "code_date")}
+    t2i, vlm_out = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     cards: dict[str, pd.DataFrame] = {}
     traces: dict[str, dict[str, Any]] = {}
     per_prompt = t2i.table(C.TVD_PER_PROMPT)
@@ -641,8 +768,8 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
 
         responses = group_rows(pd.read_parquet(path))  # not the placebo tasks nor the null-edit control
         reasons = invalid_reasons(responses, validity.min_clusters, validity.min_retention)
-        cards[vlm] = no_valid_audit(reasons) if reasons else method_b_rows(responses[RESPONSE_COLUMNS], boot_b,
-                                                                          mcq_values, vlm)
+        cards[vlm] = no_valid_audit(reasons) if reasons else with_caveats(
+            method_b_rows(responses[RESPONSE_COLUMNS], boot_b, mcq_values, vlm), vlm_out, vlm)
         status = responses["status"]
         traces[vlm] = model_trace(run, responses, stand_in or bool(responses.get("stand_in", pd.Series()).any()),
                                   n_questions=len(responses), n_retained=int((status == OK).sum()),

@@ -302,14 +302,15 @@ def homogeneity_block(t2i: Outputs, reports: Path, level: str, labels: tuple[str
             if g in sub.index and not math.isnan(num(sub.loc[g, "wp_gap"])):
                 r = sub.loc[g]
                 row[g] = (ci(r["wp_gap"], r["wp_gap_lo"], r["wp_gap_hi"]) + (" †" if truthy(r.get("few_prompts")) else "")
-                          + (f" p={pval(r[padj])}" if padj else "") + f" · paper (unstratified) {fmt(r['gap'])}")
+                          + (" FLAGGED" if truthy(r.get("flagged")) else "")
+                          + (f" · exploratory p={pval(r[padj])}" if padj else "") + f" · paper (unstratified) {fmt(r['gap'])}")
             else:
                 row[g] = "—"
         rows.append(row)
     b.html = _table(pd.DataFrame(rows)) + (
         f"<p class='note'>cell: within-prompt gap [{level} prompt-cluster bootstrap CI]" + (
-            "; p = one-sided within-prompt permutation p-value, adjusted over the table" if padj == "p_adjusted"
-            else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
+            f"; FLAGGED = the verdict, the localising test: {LOCALISING}" if "flagged" in df else "") + (
+            f"; exploratory p = {EXPLORATORY_PERM}" if padj else "") + "; paper (unstratified): the paper's gap over all pairs, shown for replication; it also reads a "
         "group's prompt concentration as homogeneity." + (
             f" †: the group has pairs in fewer than {C.MIN_PROMPTS_CI} prompts; an interval over so few prompts "
             "under-covers, and over one there is none." if "few_prompts" in df and df["few_prompts"].map(truthy).any() else "") + "</p>")
@@ -336,8 +337,19 @@ def _permutation_floor(df: pd.DataFrame, key: str, n: int) -> str:
             f"(analyze.n_permutations) no gap can reach α = {ALPHA}; read the intervals, and raise it to test.")
 
 
+# the one homogeneity verdict (stats.homogeneity.localise) and what the older per-group test answers instead
+LOCALISING = ("a group is flagged only when it is tighter than every other group (each of its pairwise "
+              "within-prompt gaps and tightness contrasts above 0, intersection-union rule)")
+EXPLORATORY_PERM = ("the per-group permutation test of the within-prompt gap above 0, Holm-adjusted over the table "
+                    "(p_perm, exploratory): it asks whether a group is displaced from the others, and a group beside "
+                    "one with a look of its own is displaced from it too, so it does not say which group is homogeneous")
+
+
 def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") -> list[str]:
-    """The headline: significant within-prompt gaps (one-sided, localised tests), the paper's gap beside."""
+    """The headline: the groups the localising test flags (tighter than every other group), the paper's gap
+    beside; without a `flagged` column (an older table), the per-group permutation test as before."""
+    if "flagged" in df:
+        return localised_findings(df, key, level)
     if not key:
         return []
     sig = df[df[key].map(num) < ALPHA].dropna(subset=["wp_gap"])
@@ -361,6 +373,45 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
     else:
         out.append(f"No within-prompt homogeneity gap is significant {what} ({n} gaps)"
                    + (f"; the largest: {largest}." if largest else ".") + _permutation_floor(df, key, n))
+    both = df[["wp_gap", "gap"]].map(num).dropna()
+    if len(both):
+        out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
+                   f"prompt concentration as homogeneity), differs from the within-prompt gap by up to "
+                   f"{fmt(float((both['gap'] - both['wp_gap']).abs().max()))}.")
+    return out
+
+
+def _largest(top: pd.Series, level: str) -> str:
+    caveat = ""
+    if truthy(top.get("few_prompts")):  # the caveat belongs to the within-prompt interval, so it follows it
+        k = int(num(top.get("n_prompts")))
+        caveat = (f"; pairs in only {k} prompts, so that interval under-covers (fewer than {C.MIN_PROMPTS_CI})"
+                  if math.isfinite(num(top.get("wp_gap_lo"))) else f"; pairs in only {k} prompt, so no interval")
+    return (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
+            f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI"
+            f"{caveat}); beside it the paper's unstratified gap (replication) {fmt(top['gap'])}")
+
+
+def localised_findings(df: pd.DataFrame, key: str | None, level: str) -> list[str]:
+    """Findings from the localising test alone: a group is named only when it is flagged; the per-group
+    permutation test is counted as exploratory and names no group (beside a displaced group it would name
+    the unaffected ones)."""
+    rows = df.dropna(subset=["wp_gap"])
+    flagged = rows[rows["flagged"].map(truthy)]
+    n = len(rows)
+    if len(flagged):
+        top = flagged.reindex(flagged["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
+        out = [f"{len(flagged)} of {n} groups are flagged by the localising homogeneity test (tighter than every "
+               f"other group: {LOCALISING}); the largest: {_largest(top, level)}."]
+    else:
+        out = [f"No group is flagged by the localising homogeneity test ({n} model × space × group gaps): none is "
+               "tighter than every other group."]
+    if key:
+        n_old = int((rows[key].map(num) < ALPHA).sum())
+        if n_old:
+            out[0] += (f" Exploratory: the per-group permutation test finds {n_old} gaps above 0 after adjustment; "
+                       "it reads a group displaced from the others, and every group beside a displaced one, as "
+                       "separate, so it names no homogeneous group.")
     both = df[["wp_gap", "gap"]].map(num).dropna()
     if len(both):
         out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
@@ -468,22 +519,99 @@ def delta_g_block(vlm: Outputs, reports: Path, level: str) -> Block:
     df["group"] = df["dimension"].astype(str) + ":" + df["level"].astype(str)
     df["cell"] = [ci(r["delta_pct"], r["low"], r["high"], 1) + (" *" if num(r["p_adjusted"]) < ALPHA else "")
                   for _, r in df.iterrows()]
+    cav = _caveats_of(vlm)
+    df["caveats"] = [cav.get((r["vlm"], str(r["measure"]), r["group"]), "") for _, r in df.iterrows()]
+    df["cell"] = [c + (f" ({x})" if x else "") for c, x in zip(df["cell"], df["caveats"])]
     wide = df.pivot_table(index=["vlm", "group"], columns="measure", values="cell", aggfunc="first")
     wide.columns.name = None
     b.html = _table(wide.reset_index()) + (f"<p class='note'>cell: Δg in % [{level} CI]; * = significant after "
-                                           f"adjustment (α = {ALPHA}).</p>")
+                                           f"adjustment (α = {ALPHA}); in brackets its caveats: a refusal gap, the "
+                                           "refusal bounds and whether it is robust to refusals (only when they "
+                                           "exclude 0), the null-edit floor, the placebo verdict.</p>")
     sig = df[df["p_adjusted"].map(num) < ALPHA]
     if len(sig):
         top = sig.reindex(sig["delta_pct"].abs().sort_values(ascending=False).index).iloc[0]
         b.findings.append(f"{len(sig)} of {df['delta_pct'].notna().sum()} Δg effects are significant after adjustment; "
                           f"the largest is {top['group']} on {top['measure']} ({_vlm_tag(vlm, top['vlm'])}): "
-                          f"{ci(top['delta_pct'], top['low'], top['high'], 1)}% ({level} CI).")
+                          f"{ci(top['delta_pct'], top['low'], top['high'], 1)}% ({level} CI)"
+                          + (f"; {top['caveats']}." if top["caveats"] else "."))
     else:
         b.findings.append(f"No Δg effect is significant after adjustment over this table "
                           f"({df['delta_pct'].notna().sum()} effects); a {level} CI is per effect and unadjusted, so "
                           "one can exclude 0 while the adjusted p stays above α. The regression terms and sign-flip "
                           "tests below are a separate family, adjusted on their own.")
     return b
+
+
+def _caveats_of(vlm: Outputs) -> dict[tuple[str, str, str], str]:
+    """(vlm, measure, group) → the caveats sentence of that finding (`<vlm>_caveats`, vlm/analysis/caveats.py)."""
+    out = {}
+    for k, t in vlm.tables_of(C.CAVEATS):
+        if t.ok:
+            out |= {(k["vlm"], str(r.measure), str(r.group)): str(r.caveats) if pd.notna(r.caveats) else ""
+                    for r in t.df.itertuples()}
+    return out
+
+
+def _endpoint_text(r: pd.Series) -> str:
+    return (f"{r['endpoint']} {ci(r['estimate'], r['low'], r['high'])}, p after Holm {pval(r['p_holm'])}"
+            + (f" ({r['caveats']})" if str(r.get("caveats") or "") not in ("", "nan") else ""))
+
+
+def primary_block(vlm: Outputs, reports: Path, level: str) -> Block:
+    """The declared primary endpoints (Holm over them: the one family whose error rate the report states), each
+    with its caveats in its row: refusal gap, refusal bounds and whether it is robust to refusals, the null-edit
+    floor, the placebo verdict."""
+    b = Block("primary", "Method B: primary endpoints (Holm), each with its caveats")
+    tables = [(k, t) for k, t in vlm.tables_of(C.PRIMARY_ENDPOINTS)]
+    _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.endpoints.primary_endpoints",
+                *(t for _, t in tables))
+    frames = [t.df.assign(vlm=k["vlm"]) for k, t in tables if t.ok]
+    if not frames:
+        b.note = "; ".join(t.reason for _, t in tables if t.reason) or _no_vlm(vlm, "<vlm>_primary_endpoints")
+        return b
+    df = pd.concat(frames, ignore_index=True)
+    yes = df["reject"].map(truthy)
+    b.html = _table(pd.DataFrame({
+        "vlm": df["vlm"], "endpoint": df["endpoint"],
+        f"estimate [{level} CI]": [ci(r["estimate"], r["low"], r["high"]) for _, r in df.iterrows()],
+        "p": df["p"].map(pval), "p Holm": df["p_holm"].map(pval), "rejected": yes.map({True: "yes", False: ""}),
+        "refusal gap": df["refusal_gap"].map(lambda v: "REFUSAL GAP" if truthy(v) else ""),
+        "refusal bounds [CI]": [f"[{fmt(r.get('bounds_low'))}, {fmt(r.get('bounds_high'))}]"
+                                if not math.isnan(num(r.get("bounds_low"))) else "—" for _, r in df.iterrows()],
+        "robust to refusals": df["robust_to_refusals"].fillna(""),
+        "caveats": df["caveats"].fillna("")})) + (
+        f"<p class='note'>Holm over each VLM's primary endpoints bounds its family-wise error at α = {ALPHA} when the "
+        "refused questions are missing at random. Refusals that depend on the answer can make the complete-case "
+        "estimate reject with no effect: an endpoint is robust to refusals only when the interval of its worst-case "
+        "bounds (each refused question counted as each answer it could have had) excludes no effect; a REFUSAL GAP "
+        "says the groups are refused at different rates.</p>")
+    parts = []
+    for v, sub in df.groupby("vlm", sort=False):
+        rej = sub[sub["reject"].map(truthy)]
+        text = (f"{_vlm_tag(vlm, v)}: {len(rej)} of {len(sub)} primary endpoints rejected after Holm"
+                + (": " + "; ".join(_endpoint_text(r) for _, r in rej.iterrows()) if len(rej) else ""))
+        gap = sub[sub["refusal_gap"].map(truthy) & ~sub["reject"].map(truthy)]
+        if len(gap):
+            text += "; not rejected, with a refusal gap beside them: " + "; ".join(_endpoint_text(r) for _, r in gap.iterrows())
+        parts.append(text + ".")
+    b.findings.append(" ".join(parts))
+    return b
+
+
+# the unit of a difference in each single-image measure (the values of reflect_analysis.salary_brackets and
+# education_levels; salaries in USD per year)
+MEASURE_UNITS = {"salary_salary": "USD per year", "mcq_salary": "USD per year (bracket midpoint)",
+                 "mcq_education": "years of schooling (level value)"}
+
+
+def _references(vlm: Outputs) -> dict[str, str]:
+    """The reference group of each dimension, as the Δg tables name it (`reference`), else ''."""
+    out: dict[str, str] = {}
+    for _, t in vlm.tables_of(C.SIGN_FLIP):
+        if t.ok and "reference" in t.df:
+            out |= {str(r.dimension): str(r.reference) for r in t.df.itertuples() if pd.notna(r.reference)}
+    return out
 
 
 def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
@@ -495,6 +623,8 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         b.note = _no_vlm(vlm, "<vlm>_ols / <vlm>_sign_flip")
         return b
     rows, n_tests, underpowered = [], 0, 0
+    cav = _caveats_of(vlm)
+    refs = _references(vlm)
     for (k, t), kind in [(x, "OLS") for x in ols] + [(x, "sign-flip") for x in flips]:
         if not t.ok:
             continue
@@ -505,8 +635,13 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
         for _, r in df[df["p_adjusted"].map(num) < ALPHA].iterrows():
             effect = r["term"] if kind == "OLS" else f"{r['dimension']}:{r['level']}"
             est = ci(r["coef"], r["ci_low"], r["ci_high"]) if kind == "OLS" else fmt(r["mean_diff"])
-            rows.append({"vlm": k["vlm"], "test": kind, "effect": effect, "measure": r["measure"],
-                         f"estimate [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"])})
+            ref = str(r.get("reference") or "") if str(r.get("reference") or "") not in ("", "nan") else \
+                refs.get(effect.split(":")[0], "")
+            rows.append({"vlm": k["vlm"], "test": kind,
+                         "effect (vs the reference group)": f"{effect.split(':')[-1]} vs {ref}" if ref else effect,
+                         "measure": r["measure"], "unit": MEASURE_UNITS.get(str(r["measure"]), "answer value"),
+                         f"difference [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"]),
+                         "caveats (of this measure and group)": cav.get((k["vlm"], str(r["measure"]), effect), "")})
     sentence = (f"{len(rows)} of {n_tests} tested effects (cluster-robust OLS terms and sign-flip tests, adjusted as "
                 f"their own family) are significant after adjustment at α = {ALPHA}.")
     if underpowered:
@@ -723,8 +858,8 @@ def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str
     groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),
                      homogeneity_block(t2i, reports, level, labels), kappa_block(t2i, reports, level)],
-        "method_b": [winrate_block(vlm, reports, level), delta_g_block(vlm, reports, level),
-                     significance_block(vlm, reports, level)],
+        "method_b": [primary_block(vlm, reports, level), winrate_block(vlm, reports, level),
+                     delta_g_block(vlm, reports, level), significance_block(vlm, reports, level)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
                    instruments_block(t2i, reports, level), calibration_block(t2i, reports, level)],
     }
@@ -736,7 +871,8 @@ def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str
 
 def headline_findings(blocks: dict[str, list[Block]]) -> list[str]:
     """The front page's findings (at most 6), each led by its validated estimate and its interval: the
-    TVD (tvd_headline), skin tone, homogeneity, Method B, and the two known-truth checks."""
+    TVD (tvd_headline), skin tone, homogeneity (the localising test), Method B's primary endpoints with their
+    caveats (Δg where none were computed), its significant effects, and the two known-truth checks."""
     by_id = {b.id: b for group in blocks.values() for b in group}
 
     def first(block_id: str) -> str:
@@ -744,5 +880,6 @@ def headline_findings(blocks: dict[str, list[Block]]) -> list[str]:
         return b.findings[0] if b is not None and b.findings else ""
 
     checks = " ".join(x for x in (first("validation"), first("validation_b")) if x)
-    out = [first("tvd"), first("skin"), first("homogeneity"), first("delta_g"), first("significant"), checks]
+    out = [first("tvd"), first("skin"), first("homogeneity"), first("primary") or first("delta_g"),
+           first("significant"), checks]
     return [x for x in out if x][:6]

@@ -534,7 +534,7 @@ def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str
 
 PAGE = """<h1>Replication: the published numbers beside this run's</h1><p><a href="index.html">← front page</a></p>
 {% if stand_ins %}<div class="standin" role="alert">NO COMPARISON — a stand-in run<small>This table claims no
-comparison with the papers: {{ stand_ins|join('; ') }}. The published values are listed with this run's values for
+comparison with the papers: {{ stand_ins }}. The published values are listed with this run's values for
 inspection only; the difference and covered columns are empty.</small></div>{% endif %}
 <p class="note">{{ summary }}</p>
 <p class="note">One row per number the papers report (data/reference/published/, each with its sentence quoted).
@@ -575,7 +575,7 @@ def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_in
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     text = env.from_string(HEAD + PAGE).render(
         title=f"Replication · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
-        stand_ins=list(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
+        stand_ins="; ".join(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
         rows=[_shown(r) for r in table.to_dict("records")])
     page = atomic_write_text(reports / PAGES / C.REPLICATION_PAGE, text)
     return csv, page

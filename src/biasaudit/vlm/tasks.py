@@ -18,7 +18,8 @@ Each question is one work item (a dict, key `item_id`) and becomes one row of
     group_a, group_b, image_a, image_b (2afc) | group, race, gender, image (mcq, salary),
     prompt_version, prompt_sha, options, text (raw answer), choice, value_usd, status (ok | refused |
     failed), reason, option_probs (JSON), tokens_in, tokens_out, from_cache, vlm, backend, model_id,
-    revision, decoding (JSON), stand_in, libraries (JSON), created_at, two_afc_mode (2afc rows),
+    revision, decoding (JSON), stand_in, libraries (JSON), created_at (the code's reproducible timestamp),
+    answered_at (when the answer came, kept in the answer cache: provenance.answer_time), two_afc_mode (2afc rows),
     prompt_source (the paper's wording, or ours where the paper gives none), arm (counterfactual |
     null_edit | original), placebo (bool). The group analyses read vlm.groups.group_rows only.
 Only status 'ok' rows are retained by the analysis; refusals and invalid answers are counted.
@@ -374,6 +375,7 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
                 "face_px": face_px(item, getattr(params, "face_side", 0), mode,
                                    getattr(getattr(backend, "spec", None), "image_max_side", 0)),
                 "answer_mode": response.meta.get("answer_mode", ""),
+                "answered_at": response.meta.get("answered_at", ""),
                 "model_version": response.meta.get("model_version", "")}
             if response.meta.get("model_mismatch"):
                 record["stop_reason"] = response.reason
@@ -399,7 +401,7 @@ RESPONSE_COLUMNS = ["item_id", "kind", "task", "occupation", "base_id", "unit", 
                     "options", "text", "choice", "value_usd", "status", "reason", "option_probs", "tokens_in",
                     "tokens_out", "from_cache", "vlm", "backend", "model_id", "revision", "decoding", "stand_in",
                     "libraries", "created_at", "two_afc_mode", "prompt_source", "face_px", "answer_mode", "model_version",
-                    "arm", "placebo"]
+                    "arm", "placebo", "answered_at"]
 
 
 def responses_frame(records: list[dict]) -> pd.DataFrame:

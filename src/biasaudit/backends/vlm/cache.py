@@ -120,6 +120,7 @@ class CachedVLM:
             if response.meta.get("model_mismatch") and not self.stop:
                 self.stop = response  # the batch job was answered by another model: no online call follows
             if response.status != FAILED:
+                self._stamp(response)
                 self.cache.set(misses[j][0], response.to_json())
                 self._account(response)
                 self._prefetched.add(misses[j][0])
@@ -129,6 +130,13 @@ class CachedVLM:
             batch([r for _, r in misses], on_result=store)
         self.backend.online_only = True  # what the jobs left unanswered is asked online, item by item
         return stored
+
+    def _stamp(self, response: VLMResponse) -> None:
+        """Record when the answer came (meta answered_at, kept in the cache with it): the audit's data-collection
+        window is read from these (report.audit_card)."""
+        from biasaudit.pipeline.provenance import answer_time
+
+        response.meta.setdefault("answered_at", answer_time(bool(getattr(self.backend, "stand_in", False))))
 
     def _account(self, response: VLMResponse) -> None:
         with self._lock:
@@ -172,6 +180,7 @@ class CachedVLM:
             def store(j: int, response: VLMResponse) -> None:
                 i = misses[j]
                 if response.status != FAILED:
+                    self._stamp(response)
                     self.cache.set(keys[i], response.to_json())  # durable before we go on
                 self._account(response)
                 out[i] = response

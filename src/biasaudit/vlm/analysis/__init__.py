@@ -52,7 +52,10 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.pipel
                                   <vlm>_ols, <vlm>_sign_flip, <vlm>_task_interaction (race, kind effect |
                                   difference | joint, task, task_b, estimate, low, high, p, p_adjusted, n_photos),
                                   <vlm>_retention_by_group, <vlm>_refusal_gaps, <vlm>_refusal_bounds_race_winrate,
-                                  <vlm>_refusal_bounds_gaps, <vlm>_primary_endpoints; every p-value table has a
+                                  <vlm>_refusal_bounds_gaps, <vlm>_primary_endpoints, <vlm>_caveats (caveats.py:
+                                  refusal gap, refusal bounds and robust_to_refusals, null-edit floor, placebo
+                                  verdict per Δg and race win rate; also on the primary endpoints and
+                                  <vlm>_significant_effects); every p-value table has a
                                   `family` column: primary (Holm over the primary endpoints) or exploratory;
                                   controls: <vlm>_artifact_floor (kind, measure, quantity, estimate, low,
                                   high, null, p_value, n, n_photos[, planted, covered]), <vlm>_delta_g_vs_floor

@@ -10,13 +10,16 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.params.vlm import parse_endpoint
-from biasaudit.vlm.analysis import gaps, two_afc
+from biasaudit.vlm.analysis import caveats, gaps, two_afc
 from biasaudit.vlm.analysis.inference import sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, two_afc_tasks
 from biasaudit.vlm.groups import GROUP_CODES, group_code
 
 PRIMARY, EXPLORATORY = "primary", "exploratory"
-COLUMNS = ["endpoint", "estimate", "low", "high", "n_photos", "p", "p_holm", "reject", "family", "reason"]
+# each row carries its caveats (vlm.analysis.caveats): a refusal gap, the refusal bounds, the null-edit floor, the
+# placebo verdict, so that a rejected endpoint is never read apart from what could explain it
+COLUMNS = ["endpoint", "estimate", "low", "high", "n_photos", "p", "p_holm", "reject", "family", "reason",
+           *caveats.COLUMNS]
 
 
 def holm(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
@@ -70,12 +73,31 @@ def primary_endpoints(answers: Answers, cfg: Any) -> pd.DataFrame:
     for spec in cfg.reflect_analysis.primary_endpoints:
         e = parse_endpoint(spec)
         row = _delta_g(e, delta_g) if e["estimate"] == "delta_g" else _race_winrate(e, answers, cfg)
-        rows.append({"endpoint": spec, "estimate": np.nan, "low": np.nan, "high": np.nan, "n_photos": 0,
-                     "p": np.nan} | row)
+        row = {"endpoint": spec, "estimate": np.nan, "low": np.nan, "high": np.nan, "n_photos": 0, "p": np.nan} | row
+        low, high = float(row["low"]), float(row["high"])
+        cav = (caveats.of_delta_g(answers, cfg, e["measure"], e["dimension"], e["level"], low, high)
+               if e["estimate"] == "delta_g" else
+               caveats.of_race_winrate(answers, cfg, e["task"], e["gender"], e["race"], low, high))
+        why = str(row.get("reason") or "")
+        if "underpowered" in why:  # an interval or p blanked for too few photos is a caveat of the row too
+            cav["caveats"] = "; ".join(x for x in ("UNDERPOWERED: " + why, cav["caveats"]) if x)
+        rows.append(row | cav)
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("p_holm", "reject", "family")])
     return holm(table, Boot.of(cfg).alpha).assign(family=PRIMARY)[COLUMNS]
 
 
 def error_rate_note(table: pd.DataFrame, alpha: float) -> str:
-    return (f"family-wise error ≤ {alpha:g} over the {len(table)} primary endpoints of this VLM (Holm); every "
-            f"other p is exploratory ({int(table['reject'].sum())} of {len(table)} primary endpoints rejected)")
+    """The family's error rate, and what it does not cover: refusals that depend on the answer."""
+    rejected = table[table["reject"].astype(bool)]
+    note = (f"family-wise error ≤ {alpha:g} over the {len(table)} primary endpoints of this VLM (Holm) when the "
+            f"refused questions are missing at random; every other p is exploratory ({len(rejected)} of "
+            f"{len(table)} primary endpoints rejected")
+    fragile = rejected[rejected["robust_to_refusals"].astype(str) != "yes"]
+    if len(rejected):
+        note += (f"; {len(rejected) - len(fragile)} of them robust to refusals (refusal bounds exclude no effect)"
+                 + (": " + ", ".join(f"{r.endpoint} is not ({r.caveats})" for r in fragile.itertuples())
+                    if len(fragile) else ""))
+    flagged = table[table["refusal_gap"].map(lambda v: v is True or v == 1)]
+    if len(flagged):
+        note += f"; refusal gap beside {', '.join(flagged['endpoint'])}: read their refusal bounds"
+    return note + ")"

@@ -46,6 +46,8 @@ def by_group(responses: pd.DataFrame) -> pd.DataFrame:
     """One row per (question, group it shows): a 2AFC comparison once for each of its two groups."""
     two = responses[responses["kind"] == "2afc"]
     single = responses[responses["kind"] != "2afc"]
+    if two.empty:  # a table of single-image answers alone need not have the 2AFC columns
+        return single.reset_index(drop=True)
     return pd.concat([two.assign(group=two["group_a"]), two.assign(group=two["group_b"]), single], ignore_index=True)
 
 
@@ -272,7 +274,7 @@ def estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     return answers.shared("refusals", cfg, lambda: _estimates(answers, cfg))
 
 
-def notes(e: dict[str, Any], alpha: float) -> list[str]:
+def notes(e: dict[str, Any], alpha: float, level: float = 0.95) -> list[str]:
     out = ["Failed answers (API errors, lost edits) are not refusals: they are left out of the bounds as of the "
            "complete-case estimates. Bounds count each refused question as each answer it could have had, so "
            "they hold the would-have-answered value whatever the refusals depend on."]
@@ -282,13 +284,30 @@ def notes(e: dict[str, Any], alpha: float) -> list[str]:
                        f"{r.lowest_share:.3f} ({r.lowest_group}) to {r.highest_share:.3f} ({r.highest_group}), "
                        f"within-photo permutation p = {r.p:.4f}; the complete-case estimates may be biased by "
                        "selective refusal: read the bounds")
-    for name, null in (("race_winrate_bounds", "0.5"), ("delta_g_bounds", "0")):
+    for name, null in (("race_winrate_bounds", 0.5), ("delta_g_bounds", 0.0)):
         t = e[name]
         if t is not None and t["contains_no_effect"].notna().any():
-            n_out = int((t["contains_no_effect"] == False).sum())  # noqa: E712 (None stays apart)
-            out.append(f"{name}: {n_out} of {int(t['contains_no_effect'].notna().sum())} bound intervals exclude "
-                       f"{null} (an effect that no pattern of refusals explains)")
+            out.append(bounds_note(name, t, null, level))
     return out
+
+
+def bounds_note(name: str, t: pd.DataFrame, null: float, level: float) -> str:
+    """What the bounds' intervals say, and no more: an interval that excludes the no-effect value says the effect
+    keeps its sign under every way the refused questions could have been answered, unless the interval is one of
+    the (at most 1 − level) that miss; one that holds it says refusals alone could explain the estimate."""
+    known = t[t["contains_no_effect"].notna()]
+    out = known[known["contains_no_effect"] == False]  # noqa: E712 (None stays apart)
+    where = [" ".join(str(r[c]) for c in ("task", "measure", "gender", "dimension", "level", "race") if c in r
+                      and pd.notna(r[c]) and str(r[c])) + f" [{r['low']:.3g}, {r['high']:.3g}] "
+             + ("above" if r["low"] > null else "below") + f" {null:g}" for _, r in out.iterrows()]
+    text = (f"{name}: {len(out)} of {len(known)} bound intervals ({level:.0%}) exclude {null:g}"
+            + (f" ({'; '.join(where)}): robust to refusals — every way the refused questions could have been "
+               f"answered leaves the value on that side of {null:g}, unless the interval is among the at most "
+               f"{1 - level:.0%} that miss the set of would-have-answered values" if len(out) else ""))
+    if len(known) > len(out):
+        text += (f"; the other {len(known) - len(out)} hold {null:g}: refusals that depend on the answer could explain "
+                 "their estimates, which are not robust to refusals")
+    return text
 
 
 def compute(answers: Answers, cfg: Any) -> Result:
@@ -299,7 +318,7 @@ def compute(answers: Answers, cfg: Any) -> Result:
     for name in ("race_winrate_bounds", "delta_g_bounds"):
         if e[name] is not None:
             res.tables[f"{vlm}_refusal_bounds_{TABLE[name]}"] = e[name].assign(vlm=vlm)
-    res.notes = notes(e, Boot.of(cfg).alpha)
+    res.notes = notes(e, Boot.of(cfg).alpha, Boot.of(cfg).level)
     if answers.responses.empty:
         res.status, res.reason = NO_DATA, "no answers"
     return res

@@ -15,7 +15,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.pipeline.outputs import Result
-from biasaudit.vlm.analysis import endpoints, gaps
+from biasaudit.vlm.analysis import caveats, endpoints, gaps
 from biasaudit.vlm.analysis.inference import adjusted, sign_flip, underpowered_clusters, underpowered_sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, degenerate, measures, retention_table
 
@@ -90,6 +90,19 @@ def significant_effects(delta_g: pd.DataFrame | None, ols: pd.DataFrame | None, 
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
+def with_caveats(effects: pd.DataFrame, answers: Answers, cfg: Any) -> pd.DataFrame:
+    """Each significant effect with the caveats of its measure and level (vlm.analysis.caveats): a Δg row with
+    its interval against the null-edit floor; an OLS term (another scale) with the same measure's refusal gap,
+    Δg refusal bounds and placebo verdict, and no floor reading."""
+    rows = []
+    for r in effects.itertuples():
+        dimension, _, level = str(r.effect).partition(":")
+        delta = r.source.startswith("delta_g")
+        rows.append(caveats.of_delta_g(answers, cfg, r.measure, dimension, level, r.low if delta else np.nan,
+                                       r.high if delta else np.nan))
+    return pd.concat([effects.reset_index(drop=True), pd.DataFrame(rows, columns=caveats.COLUMNS)], axis=1)
+
+
 def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     a, boot = cfg.reflect_analysis, Boot.of(cfg)
     (_, _, race_ref), (_, _, gender_ref) = gaps.references(cfg)
@@ -97,8 +110,9 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     for label, sub in measures(answers, cfg).items():
         table, reasons[label] = ols_by_group(sub, race_ref, gender_ref, boot.level, a.wild_bootstrap, a.wild_weights,
                                              boot.seed)
-        if table is not None:
-            ols.append(table.assign(measure=label))
+        if table is not None:  # each term against the reference level of its dimension
+            dims = table["term"].str.split(":").str[0]
+            ols.append(table.assign(measure=label, reference=dims.map({"race": race_ref, "gender": gender_ref})))
         flips.append(sign_flip_table(sub, race_ref, gender_ref, boot.n_permutations, boot.seed).assign(measure=label))
     out: dict[str, Any] = {"ols": None, "sign_flip": None, "ols_reasons": reasons}
     if ols:
@@ -133,11 +147,13 @@ def compute(answers: Answers, cfg: Any) -> Result:
     res = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){answers.tag}")
     res.tables[C.RETENTION.of(vlm)] = retention_table(answers.responses).assign(vlm=vlm)
     primary = endpoints.primary_endpoints(answers, cfg)
-    res.tables[f"{vlm}_primary_endpoints"] = primary.assign(vlm=vlm)
+    res.tables[C.PRIMARY_ENDPOINTS.of(vlm)] = primary.assign(vlm=vlm)
     for name, table in ((C.OLS.of(vlm), e["ols"]), (C.SIGN_FLIP.of(vlm), e["sign_flip"])):
         if table is not None:
             res.tables[name] = table.assign(vlm=vlm, family=endpoints.EXPLORATORY)
-    effects = significant_effects(gaps.estimates(answers, cfg)["delta_g"], e["ols"], Boot.of(cfg).alpha)
+    effects = with_caveats(significant_effects(gaps.estimates(answers, cfg)["delta_g"], e["ols"], Boot.of(cfg).alpha),
+                           answers, cfg)
     res.tables[f"{vlm}_significant_effects"] = effects.assign(vlm=vlm, family=endpoints.EXPLORATORY)
+    res.tables[C.CAVEATS.of(vlm)] = caveats.table(answers, cfg).assign(vlm=vlm)
     res.notes = [endpoints.error_rate_note(primary, Boot.of(cfg).alpha)] + notes(answers, cfg)
     return res
