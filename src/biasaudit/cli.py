@@ -7,6 +7,9 @@ examples (each runs as written from the project's root):
   biasaudit weights list --profile paper            # the weights it needs: size, licence, where they go
   biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
   biasaudit profile paper                           # switch params.yaml, stash these outputs; back: profile offline
+  biasaudit plan --ratio 0.7                        # source photos a Method B audit needs for an impact ratio
+  biasaudit plan --tvd 0.1                          # prompts × images per prompt Method A needs for a TVD
+  biasaudit card --pdf                              # a PDF of each audit card (headless Chromium) in reports/print/
 
 exit status: 0 all present, 1 something needed is missing (each listed with its fix), 2 a usage error or
 invalid parameters. Profiles and parameter validation are biasaudit.config's (this module only calls them).
@@ -253,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="biasaudit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile,plan}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile,plan,card}")
     check = sub.add_parser("check", help="validate params and list every missing weight, input, key and server",
                            description="Validate the parameters and list, in one pass, every weight, input folder, "
                                        "API key and local server they need and this machine lacks, each with its fix. "
@@ -302,7 +305,35 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--table", default="data/reference/power/impact_ratio.csv", metavar="CSV",
                       help="the simulation's table (default: %(default)s)")
     plan.set_defaults(func=cmd_plan)
+    card = sub.add_parser("card", help="a PDF of each audit card, printed by headless Chromium",
+                          description="Print each model's audit card (reports/audit/<model>.html, written by the "
+                                      "report stage) to a PDF with headless Chromium: the banner on every page, "
+                                      "table header rows repeated, no row split; the PDF carries no date of "
+                                      "printing, so a reprint is byte-identical with the same Chromium. Exit 1 "
+                                      "when there is no card or no Chromium.")
+    card.add_argument("--pdf", action="store_true", help="write a PDF of each card")
+    card.add_argument("--audit-dir", default="reports/audit", metavar="DIR", help="the cards (default: %(default)s)")
+    card.add_argument("--out", default="reports/print", metavar="DIR",
+                      help="where the PDFs go (default: %(default)s; no dvc stage declares it)")
+    card.set_defaults(func=cmd_card)
     return parser
+
+
+def cmd_card(args: argparse.Namespace) -> int:
+    from biasaudit.report import pdf
+
+    if not args.pdf:
+        raise UsageError("say what to write: --pdf")
+    pages = pdf.card_pages(Path(args.audit_dir))
+    if not pages:
+        print(f"no audit card in {args.audit_dir} (the report stage writes them: dvc repro report)")
+        return 1
+    if pdf.chromium() is None:
+        print("no Chromium to print with (Debian: apt-get install chromium)")
+        return 1
+    for out in pdf.print_cards(Path(args.audit_dir), Path(args.out)):
+        print(out)
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
