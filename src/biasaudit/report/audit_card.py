@@ -519,8 +519,9 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
                      "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
                      "(rate / the highest category's rate).</p>")
         photos = num((trace or {}).get("n_photos"))
-        if np.isfinite(photos):
-            parts.append(f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(b)))}</p>")
+        if np.isfinite(photos):  # one line per table: each has its own categories and counts per photo
+            parts += [f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(d), dim))}</p>"
+                      for dim, d in b.groupby("dimension", sort=False) if dim in DIMENSIONS]
         for measure, sub in b.groupby("measure", sort=False):
             parts.append(f"<h3>{html.escape(str(measure))}</h3>")
             for dim, d in sub.groupby("dimension", sort=False):
