@@ -155,12 +155,13 @@ def test_another_country_quick_start(tmp_path):
     assert yaml.safe_load((repo / "params.yaml").read_text())["profile"] == "offline-ca-vm"
 
 
-def own_images(repo: Path, mapping_csv: Path, folder: Path, per_prompt: int = 4, prompts: int = 3) -> dict[str, str]:
-    """Grey test images mapped to the first prompts of the copy's prompts table; file → the label the local
-    server answers for it (servers_vlm.label_for_pixels)."""
+def own_images(repo: Path, mapping_csv: Path, folder: Path) -> dict[str, str]:
+    """Grey test images, generate.images_per_prompt for every prompt of the copy's prompts table (as the quick
+    start asks); file → the label the local server answers for it (servers_vlm.label_for_pixels)."""
     from .servers_vlm import LABELS
 
-    ids = pd.read_csv(repo / "data" / "t2i" / "prompts.csv")["prompt_id"].astype(str).tolist()[:prompts]
+    per_prompt = int(yaml.safe_load((repo / "params.yaml").read_text())["generate"]["images_per_prompt"])
+    ids = pd.read_csv(repo / "data" / "t2i" / "prompts.csv")["prompt_id"].astype(str).tolist()
     folder.mkdir(parents=True, exist_ok=True)
     rows, truth = [], {}
     for i, pid in enumerate(ids):
@@ -175,6 +176,7 @@ def own_images(repo: Path, mapping_csv: Path, folder: Path, per_prompt: int = 4,
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole of Method A, planted generators included, as the quick start runs it
 def test_own_images_quick_start(tmp_path):
     from .servers_vlm import VLMServer
 
@@ -200,6 +202,7 @@ def test_own_images_quick_start(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # Method B's stages, as the quick start runs them
 def test_own_vlm_quick_start(tmp_path):
     from .test_vlm_reflect import ScriptedChat
 

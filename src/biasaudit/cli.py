@@ -381,8 +381,9 @@ def plan_ratio(args: argparse.Namespace) -> int:
         raise UsageError("--ratio must lie in (0, 0.8)")
     path = Path(args.table or power.TABLE)
     table = power.load(path)
-    if table is None:
-        raise FileNotFoundError(f"{path} (write it with: python benchmarks/power.py)")
+    if table is None:  # something needed is missing: exit 1 with the fix
+        print(f"missing input {path}: write it with python benchmarks/power.py (from the project's root)")
+        return 1
     floor = min_clusters(Path(args.params))
     print(f"a true impact ratio of {ratio:g} read below 0.8 with power {args.power:g} ({power.declared(table)}):")
     needs = []
@@ -410,7 +411,8 @@ def plan_tvd(args: argparse.Namespace) -> int:
     path = Path(args.table or power.TVD_TABLE)
     table = power.load(path)
     if table is None:
-        raise FileNotFoundError(f"{path} (write it with: python benchmarks/tvd_power.py)")
+        print(f"missing input {path}: write it with python benchmarks/tvd_power.py (from the project's root)")
+        return 1
     if not table["true_tvd"].min() <= args.tvd <= table["true_tvd"].max():
         raise UsageError(f"--tvd outside the simulated {table['true_tvd'].min():g}–{table['true_tvd'].max():g}")
     print(f"a true mean TVD of {args.tvd:g} detected (corrected TVD's honest interval above 0) with power "
