@@ -73,7 +73,8 @@ Handler = Callable[[Request], Reply]
 class LocalAPIServer:
     """A scripted HTTP server in a background thread. Use as a context manager."""
 
-    def __init__(self):
+    def __init__(self, port: int = 0):
+        self.port = port  # 0: any free one (a quick start's fixed port otherwise)
         self.routes: list[tuple[str, re.Pattern, Handler]] = []
         self.requests: list[Request] = []
         self.script: deque[Reply | Callable[[Request], Reply]] = deque()
@@ -162,7 +163,7 @@ class LocalAPIServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _H)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _H)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

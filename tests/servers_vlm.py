@@ -62,7 +62,7 @@ class VLMServer:
                  batch_item_errors: frozenset[int] = frozenset(), reject_schema: bool = False,
                  answers_as: str = "", unserved: frozenset[str] = frozenset(), retrieve: bool = True,
                  schema_error: dict | None = None, lists: bool = True, chat_probe: tuple[int, dict] | None = None,
-                 omit_model: bool = False):
+                 omit_model: bool = False, port: int = 0):
         self.script = list(script or [])
         # who answers: the model asked (the APIs echo it, or a dated snapshot of it, as modelVersion / model),
         # or `answers_as` (a re-routed model); `unserved` models answer 404 NOT_FOUND, as a shut-down one does
@@ -154,7 +154,7 @@ class VLMServer:
                     return self._json(200, {})
                 self._json(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)  # port 0: any free one
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -95,6 +95,24 @@ def input_problems(cfg: Params, stage: str = "") -> list[str]:
     return [f"{Path(folder).as_posix()}/{line}" for folder in folders for line in folder_problems(folder)]
 
 
+def pairing_problems(cfg: Params, stage: str = "") -> list[str]:
+    """Backends that cannot work together, each with its fix: a classifier that reads the label an image was
+    PLANTED with (registry trait `answers_from_confusion`: the SIMULATED one) would fail every image of a
+    generator that plants none (one that does not read `planted`: a folder of your images, any real model).
+    `stage` (dvc address): only classify@<model> of that model."""
+    clf = cfg.classify.vlm.backend
+    if not registry.trait("vlm", clf, "answers_from_confusion", False):
+        return []
+    return [f"models.{name} (backend '{spec.backend}') with classify.vlm.backend '{clf}': the SIMULATED classifier "
+            "reads the label each image was PLANTED with, and these images carry none, so classify@"
+            f"{name} would fail every one ('no planted label'). Fix: set classify.vlm to a classifier that looks "
+            "at the images: openai or gemini (a hosted API or a local OpenAI-compatible server), clip or "
+            "transformers (open weights: docs/real-models.md), or file (a CSV of your own labels)"
+            for name, spec in cfg.models.items()
+            if (not stage or stage == f"classify@{name}")
+            and not registry.backend_reads("generator", spec.backend, "planted")]
+
+
 def _sha256(path: Path, cache: dict[str, Any]) -> str:
     st = path.stat()
     key = f"{path.as_posix()}|{st.st_size}|{st.st_mtime_ns}"

@@ -7,6 +7,9 @@ examples (each runs as written from the project's root):
   biasaudit weights list --profile paper            # the weights it needs: size, licence, where they go
   biasaudit weights verify --only insightface-buffalo_l   # checksums of a fetched weight
   biasaudit profile paper                           # switch params.yaml, stash these outputs; back: profile offline
+  biasaudit plan --ratio 0.7                        # source photos a Method B audit needs for an impact ratio
+  biasaudit plan --tvd 0.1                          # prompts × images per prompt Method A needs for a TVD
+  biasaudit card --pdf                              # a PDF of each audit card (headless Chromium) in reports/print/
 
 exit status: 0 all present, 1 something needed is missing (each listed with its fix; a retired model among
 them), 2 a usage error, invalid parameters (a value the model does not accept included) or an unreadable
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from biasaudit import config
-from biasaudit.check import describe_need, input_problems, plural
+from biasaudit.check import describe_need, input_problems, pairing_problems, plural
 
 
 def profile_params(name: str | None, params_path: str | Path = config.PARAMS_FILE) -> Any:
@@ -116,8 +119,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{args.params}: {plural(len(unusable), 'entry', 'entries')} of input folders cannot be read:")
         for line in unusable:
             print("  - " + line)
-        if not gone:
-            return 1
+    mismatched = pairing_problems(cfg, args.stage or "")
+    if mismatched:
+        print(f"{args.params}: {plural(len(mismatched), 'model')} cannot be classified as configured:")
+        for line in mismatched:
+            print("  - " + line)
+    if (unusable or mismatched) and not gone:
+        return 1
     if not gone:
         n = len([x for x in weights.needs(cfg) if not args.stage or x.for_stage(args.stage)])
         have = (f"all {plural(n, 'weight, key or server', 'weights, keys and servers')} it needs "
@@ -260,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="biasaudit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile,plan}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,weights,profile,plan,card}")
     check = sub.add_parser("check", help="validate params and list every missing weight, input, key and server",
                            description="Validate the parameters and list, in one pass, every weight, input folder, "
                                        "API key and local server they need and this machine lacks, each with its fix. "
@@ -295,43 +303,143 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stash", action="store_true",
                    help="switch params.yaml only: leave every output where it is (no stash, no restore)")
     p.set_defaults(func=cmd_profile)
-    plan = sub.add_parser("plan", help="the source photos a Method B audit needs to detect a target impact ratio",
-                          description="From the declared simulation of the audit card's impact-ratio reading "
-                                      "(benchmarks/power.py, data/reference/power/impact_ratio.csv): the source "
-                                      "photos at which a true ratio of --ratio is read below 0.8 with --power, and "
-                                      "what the smallest detectable ratio is at each simulated size. Exit 1 when the "
+    plan = sub.add_parser("plan", help="the audit size needed: source photos for an impact ratio (Method B), "
+                                       "prompts × images for a TVD (Method A)",
+                          description="From the declared simulations (benchmarks/power.py → "
+                                      "data/reference/power/impact_ratio.csv; benchmarks/tvd_power.py → "
+                                      "data/reference/power/tvd.csv): --ratio R gives, per card table (gender, race, "
+                                      "race × gender), the source photos at which a true impact ratio R is read below "
+                                      "0.8 with --power, and the number to plan for (the most any table needs, never "
+                                      "fewer than reflect_analysis.min_clusters); --tvd D gives, per number of images "
+                                      "per prompt, the prompts at which a true mean TVD of D is detected (the "
+                                      "corrected TVD's honest interval above 0) with --power. Exit 1 when the "
                                       "simulated sizes do not reach it.")
-    plan.add_argument("--ratio", type=float, default=0.7, help="the true impact ratio to detect (default %(default)s)")
-    plan.add_argument("--per-photo", type=float, default=8.0,
-                      help="mean comparisons (2AFC) or answers (scores) per source photo and category "
-                           "(default %(default)s)")
+    target = plan.add_mutually_exclusive_group()
+    target.add_argument("--ratio", type=float, default=None,
+                        help="the true impact ratio to detect (Method B; the default when neither is given: 0.7)")
+    target.add_argument("--tvd", type=float, default=None, help="the true mean TVD to detect (Method A)")
+    plan.add_argument("--per-photo", type=float, default=None,
+                      help="mean comparisons (2AFC) or answers (scores) per source photo and category, the same in "
+                           "every table (default: the reflect stage's 2AFC design, all pairs of a photo's 10 versions "
+                           "in both orders, one task: 18 per category of race × gender, 32 of race, 50 of gender)")
     plan.add_argument("--power", type=float, default=0.8, help="the power wanted (default %(default)s)")
-    plan.add_argument("--table", default="data/reference/power/impact_ratio.csv", metavar="CSV",
-                      help="the simulation's table (default: %(default)s)")
+    plan.add_argument("--table", default=None, metavar="CSV",
+                      help="the simulation's table (default: data/reference/power/impact_ratio.csv, or tvd.csv with "
+                           "--tvd)")
+    plan.add_argument("--params", default=str(config.PARAMS_FILE), metavar="FILE",
+                      help="where reflect_analysis.min_clusters is read (default: %(default)s; the schema's default "
+                           "when the file is absent)")
     plan.set_defaults(func=cmd_plan)
+    card = sub.add_parser("card", help="a PDF of each audit card, printed by headless Chromium",
+                          description="Print each model's audit card (reports/audit/<model>.html, written by the "
+                                      "report stage) to a PDF with headless Chromium: the banner on every page, "
+                                      "table header rows repeated, no row split; the PDF carries no date of "
+                                      "printing, so a reprint is byte-identical with the same Chromium. Exit 1 "
+                                      "when there is no card or no Chromium.")
+    card.add_argument("--pdf", action="store_true", help="write a PDF of each card")
+    card.add_argument("--audit-dir", default="reports/audit", metavar="DIR", help="the cards (default: %(default)s)")
+    card.add_argument("--out", default="reports/print", metavar="DIR",
+                      help="where the PDFs go (default: %(default)s; no dvc stage declares it)")
+    card.set_defaults(func=cmd_card)
     return parser
 
 
+def cmd_card(args: argparse.Namespace) -> int:
+    from biasaudit.report import pdf
+
+    if not args.pdf:
+        raise UsageError("say what to write: --pdf")
+    pages = pdf.card_pages(Path(args.audit_dir))
+    if not pages:
+        print(f"no audit card in {args.audit_dir} (the report stage writes them: dvc repro report)")
+        return 1
+    if pdf.chromium() is None:
+        print("no Chromium to print with (Debian: apt-get install chromium)")
+        return 1
+    for out in pdf.print_cards(Path(args.audit_dir), Path(args.out)):
+        print(out)
+    return 0
+
+
+# per photo and category of each table, per 2AFC task: all 45 pairs of a photo's 10 versions in both orders
+# (vlm.tasks.two_afc_items); a version is in 18; a race's 2 versions in 32 across races; a gender's 5 in 50
+TWO_AFC_PER_PHOTO = {"gender": 50.0, "race": 32.0, "race × gender": 18.0}
+
+
+def min_clusters(params: Path) -> int:
+    from biasaudit.params.vlm import ReflectAnalysis
+
+    if params.exists():
+        return int(config.load_params(params).reflect_analysis.min_clusters)
+    return int(ReflectAnalysis.model_fields["min_clusters"].default)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if not 0 < args.power < 1:
+        raise UsageError("--power must lie in (0, 1)")
+    return plan_tvd(args) if args.tvd is not None else plan_ratio(args)
+
+
+def plan_ratio(args: argparse.Namespace) -> int:
     from biasaudit.report import power
 
-    table = power.load(Path(args.table))
-    if table is None:
-        raise FileNotFoundError(f"{args.table} (write it with: python benchmarks/power.py)")
-    if not 0 < args.ratio < 0.8 or not 0 < args.power < 1:
-        raise UsageError("--ratio must lie in (0, 0.8) and --power in (0, 1)")
-    m = power.nearest_per_photo(table, args.per_photo)
-    need = power.photos_needed(table, args.ratio, args.per_photo, args.power)
-    print(f"simulated: {m} comparisons or answers per photo and category (nearest to --per-photo {args.per_photo:g})")
-    for photos in sorted(table["photos"].unique()):
-        x = power.detectable_ratio(table, photos, args.per_photo, args.power)
-        print(f"  {photos:4d} photos: ratios up to {x:.2f} read below 0.8 with power {args.power:g}"
-              if x is not None and x == x else f"  {photos:4d} photos: no simulated ratio reaches power {args.power:g}")
-    if need is None:
-        print(f"a true ratio of {args.ratio:g} is not read below 0.8 with power {args.power:g} within "
-              f"{int(table['photos'].max())} photos")
+    ratio = 0.7 if args.ratio is None else args.ratio
+    if not 0 < ratio < 0.8:
+        raise UsageError("--ratio must lie in (0, 0.8)")
+    path = Path(args.table or power.TABLE)
+    table = power.load(path)
+    if table is None:  # something needed is missing: exit 1 with the fix
+        print(f"missing input {path}: write it with python benchmarks/power.py (from the project's root)")
         return 1
-    print(f"a true ratio of {args.ratio:g} needs about {math.ceil(need)} source photos for power {args.power:g}")
+    floor = min_clusters(Path(args.params))
+    print(f"a true impact ratio of {ratio:g} read below 0.8 with power {args.power:g} ({power.declared(table)}):")
+    needs = []
+    for name in power.TABLES:
+        m = args.per_photo or TWO_AFC_PER_PHOTO[name]
+        need = power.photos_needed(table, ratio, m, args.power, name, floor)
+        needs.append(need)
+        print(f"  {name:14s} {m:4.0f} per photo and category: "
+              + (f"{math.ceil(need)} source photos" if need is not None
+                 else f"not within {int(table['photos'].max())} photos"))
+    if any(n is None for n in needs):
+        print(f"a table does not reach power {args.power:g} within the simulated photos: plan more comparisons per "
+              "photo (more tasks or repeats), or accept a lower ratio")
+        return 1
+    print(f"plan for {math.ceil(max(needs))} source photos (the most any table needs; never fewer than "
+          f"reflect_analysis.min_clusters = {floor})")
+    return 0
+
+
+def plan_tvd(args: argparse.Namespace) -> int:
+    from biasaudit.report import power
+
+    if not 0 < args.tvd <= 1:
+        raise UsageError("--tvd must lie in (0, 1]")
+    path = Path(args.table or power.TVD_TABLE)
+    table = power.load(path)
+    if table is None:
+        print(f"missing input {path}: write it with python benchmarks/tvd_power.py (from the project's root)")
+        return 1
+    if not table["true_tvd"].min() <= args.tvd <= table["true_tvd"].max():
+        raise UsageError(f"--tvd outside the simulated {table['true_tvd'].min():g}–{table['true_tvd'].max():g}")
+    print(f"a true mean TVD of {args.tvd:g} detected (corrected TVD's honest interval above 0) with power "
+          f"{args.power:g} (declared simulation: benchmarks/tvd_power.py, {int(table['replications'].iloc[0])} runs "
+          "per size):")
+    best = None
+    for n in sorted(table["images_per_prompt"].unique()):
+        need = power.prompts_needed(table, args.tvd, int(n), args.power)
+        if need is None:
+            print(f"  {n:4d} images per prompt: not within {int(table['prompts'].max())} prompts")
+            continue
+        prompts = math.ceil(need)
+        print(f"  {n:4d} images per prompt: {prompts} prompts ({prompts * n} images)")
+        if best is None or prompts * n < best[0] * best[1]:
+            best = (prompts, int(n))
+    if best is None:
+        print(f"no simulated design reaches power {args.power:g}")
+        return 1
+    print(f"plan for {best[0]} prompts × {best[1]} images per prompt ({best[0] * best[1]} images: the fewest images "
+          "of the designs above)")
     return 0
 
 

@@ -489,10 +489,44 @@ td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}tr.below
 {banner}<h1>{title}</h1>{body}</body></html>
 """
 
-BANNER = ('<div class="standin" role="alert">STAND-IN RUN: planted, simulated or random-weight parts ran ({parts}). '
-          'These numbers test the audit\'s own machinery and describe no real model.</div>')
-PRINT_CSS = ("@media print{{.standin{{position:running(banner)}}thead{{display:table-header-group}}"
-             "tr{{page-break-inside:avoid}}}}@page{{@top-center{{content:element(banner)}}}}")
+BANNER_TEXT = ("STAND-IN RUN: planted, simulated or random-weight parts ran ({parts}). "
+               "These numbers test the audit's own machinery and describe no real model.")
+BANNER = '<div class="standin" role="alert">{text}</div>'
+
+
+def banner_html(parts: list[str] | None) -> str:
+    return BANNER.format(text=html.escape(BANNER_TEXT.format(parts="; ".join(parts or ["see the front page"]))))
+
+
+def _css_string(text: str) -> str:
+    """A CSS string literal of `text` (quotes, backslashes, line ends and '<' escaped: it sits in a <style>)."""
+    out = "".join(f"\\{ord(c):X} " if c in '"\\<>\n\r' else c for c in text)
+    return f'"{out}"'
+
+
+def print_css(head: str, foot: str, stand_in: bool) -> str:
+    """The print stylesheet (docs/audit_card.md, *Printing*). `head` is printed in every page's top margin (the
+    STAND-IN banner on a stand-in run), `foot` with the page number in the bottom one: CSS page-margin boxes,
+    which Chromium prints from version 131 (a `position: fixed` banner repeats too, but covers the rows under
+    it, and `position: running()` is not supported). Tables print as tables (not the screen's scrolling
+    blocks) so that their header row repeats on each page, and no row is split across pages."""
+    look = ("background:#fdd;border:2px solid #c00;font-weight:bold;print-color-adjust:exact;"
+            "-webkit-print-color-adjust:exact" if stand_in else "border-bottom:1px solid #999")
+    return ("@media print{body{max-width:none;margin:0;padding:0;font-size:9pt}"
+            "table{display:table;overflow:visible;font-size:8pt}thead{display:table-header-group}"
+            "tr,th,td{break-inside:avoid}h1,h2,h3,h4{break-after:avoid}"
+            ".standin,th,tr.below td{print-color-adjust:exact;-webkit-print-color-adjust:exact}}"
+            f"@page{{size:A4;margin:24mm 10mm 14mm;@top-center{{content:{_css_string(head)};{look};"
+            "font:8pt system-ui,sans-serif;padding:1mm 2mm;vertical-align:middle}"
+            f"@bottom-center{{content:{_css_string(foot + ' · page ')} counter(page) \" of \" counter(pages);"
+            "font:8pt system-ui,sans-serif}}")
+
+
+def _page(title: str, body: str, banner_parts: list[str] | None, stand_in: bool) -> str:
+    """A card page (or the side-by-side index): the screen banner and, for print, the banner on every page."""
+    head = BANNER_TEXT.format(parts="; ".join(banner_parts or ["see the front page"])) if stand_in else title
+    return PAGE.format(title=html.escape(title), banner=banner_html(banner_parts) if stand_in else "", body=body,
+                       print_css=print_css(head, title, stand_in))
 
 CARD_NOTE = (f"<p class='note'>Intervals: {{level:.0%}} cluster bootstrap ({{n_boot}} resamples) over {{unit}}. "
              f"Rows shaded are ratios whose whole interval lies under {FOUR_FIFTHS} (the four-fifths rule of thumb; "
@@ -554,13 +588,11 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
     """The page of one card; `display` names Method A's groups as the group set does (the CSV keeps labels).
     A card whose only row is NO_VALID_AUDIT shows its reasons and no rate or ratio."""
     parts = [trace_html(trace or {})]
-    banner = BANNER.format(parts=html.escape("; ".join(stand_ins or ["see the front page"]))) if stand_in else ""
     if (card["measure"] == NO_VALID_AUDIT).any():
         why = card.loc[card["measure"] == NO_VALID_AUDIT, "reason"].iloc[0]
         parts.append(f"<div class='invalid'>No valid audit: {html.escape(str(why))}. No rates or impact ratios are "
                      "shown: they would describe the answering mechanism, not the model's treatment of groups.</div>")
-        return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
-                           print_css=PRINT_CSS)
+        return _page(f"Audit card: {model}", "".join(parts), stand_ins, stand_in)
     a, b = card[card["method"] == "A"], card[card["method"] == "B"]
     if len(a):
         parts.append("<h2>Method A: representation against the reference distributions</h2>"
@@ -591,8 +623,9 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
                      "(scores); selected = comparisons won or answers above the median; ratio = impact ratio "
                      "(rate / the highest category's rate).</p>")
         photos = num((trace or {}).get("n_photos"))
-        if np.isfinite(photos):
-            parts.append(f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(b)))}</p>")
+        if np.isfinite(photos):  # one line per table: each has its own categories and counts per photo
+            parts += [f"<p class='power'>{html.escape(power_line(power_table, photos, per_photo(d), dim))}</p>"
+                      for dim, d in b.groupby("dimension", sort=False) if dim in DIMENSIONS]
         for measure, sub in b.groupby("measure", sort=False):
             parts.append(f"<h3>{html.escape(str(measure))}</h3>")
             for dim, d in sub.groupby("dimension", sort=False):
@@ -601,8 +634,7 @@ def card_html(model: str, card: pd.DataFrame, stand_in: bool, boot: Resampling,
             else "source photos (Method B)")
     parts.append(CARD_NOTE.format(level=boot.level, n_boot=boot.n_boot, unit=unit))
     parts.append(ABOUT_DATA_A if len(a) else ABOUT_DATA_B)
-    return PAGE.format(title=f"Audit card: {html.escape(model)}", banner=banner, body="".join(parts),
-                       print_css=PRINT_CSS)
+    return _page(f"Audit card: {model}", "".join(parts), stand_ins, stand_in)
 
 
 # The fields NYC's rules for Local Law 144 (6 RCNY § 5-301 to 5-304, subchapter T) ask of a published bias audit
@@ -702,8 +734,7 @@ def index_html(summary: pd.DataFrame, stand_in: bool, stand_ins: list[str] | Non
             f"impact ratio. A ratio whose interval lies under {FOUR_FIFTHS} is information with its uncertainty, not a "
             "verdict.</p>"
             + "".join(rows) + "<p><a href='all_models.csv'>all_models.csv</a></p>")
-    return PAGE.format(title="Audit cards: all models side by side", body=body, print_css=PRINT_CSS,
-                       banner=BANNER.format(parts=html.escape("; ".join(stand_ins or []))) if stand_in else "")
+    return _page("Audit cards: all models side by side", body, stand_ins or [], stand_in)
 
 
 @dataclass(frozen=True)
