@@ -216,7 +216,7 @@ SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
                                                     "gap", "gap_lo", "gap_hi"),
                             ("p_value", "p_adjusted", "p_global", "near_dup_rate", "near_dup_cosine", "n_prompts",
-                             "few_prompts"))
+                             "few_prompts", "n", "intra", "inter"))
 # few_prompts: a group with pairs in fewer than this many prompts, where a bootstrap over so few clusters
 # under-covers even with the small-cluster expansion: a rare group at 10 prompts, which mostly has pairs in
 # fewer than 5, covers 0.59–0.60 (benchmarks/results/calibration.csv; in 14 of 50 prompts it covers 0.946)
@@ -245,12 +245,25 @@ SKIN_EARNINGS_OLS = Table("skin_earnings_ols", ("model", "group", "slope", "ci_l
                                                 "n_clusters"))
 HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group", "n", "intra", "gap"),
                              ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi"))
+# L* ~ the occupation's share of women: the seed's subset (subset "seed", one label) and the label-adjusted
+# extension (t2i/analysis/skin.py women_share_regression)
+SKIN_WOMEN_SHARE_OLS = Table("skin_women_share_ols", ("model", "subset", "group", "faces", "slope", "ci_low", "ci_high",
+                                                      "p_value", "n_clusters"))
+# every measured face of a model, whatever its label: mean L* and ΔE2000 diversity with intervals
+SKIN_SUMMARY_BY_MODEL = Table("skin_summary_by_model", ("model", "n", "L_mean", "diversity_de2000"),
+                              ("L_mean_lo", "L_mean_hi", "diversity_de2000_lo", "diversity_de2000_hi"))
 
 
 def disagreements(groups: tuple[str, ...]) -> Table:
     """reports/t2i/reliability/disagreements.csv: per label (column `index`), the share of its rater-pair
     disagreements against each other label of the active set (one column per label)."""
     return Table("disagreements", ("index", "n_disagreements"), tuple(groups))
+
+
+def confusion(groups: tuple[str, ...]) -> Table:
+    """reports/t2i/reliability/confusion.csv: counts of (human label `human`, classifier label: one column per
+    label of the active set), each human's labels stacked."""
+    return Table("confusion", ("human",), tuple(groups))
 # Method B (reports/vlm/tables/, written by the sections of vlm/analysis/ and vlm/recovery.py), one per VLM
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
@@ -258,6 +271,8 @@ OLS = Table("{vlm}_ols", ("term", "coef", "ci_low", "ci_high", "p", "p_adjusted"
             ("reason",), method="vlm")
 SIGN_FLIP = Table("{vlm}_sign_flip", ("dimension", "level", "mean_diff", "p", "p_adjusted", "measure"), ("reason",), method="vlm")
 RETENTION = Table("{vlm}_retention", ("kind", "task", "asked", "retained", "top_reason"), method="vlm")
+TASK_INTERACTION = Table("{vlm}_task_interaction", ("race", "kind", "task", "task_b", "estimate", "low", "high", "p",
+                                                  "p_adjusted", "n_photos"), ("reason",), method="vlm")
 VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", "planted", "estimate", *_CI, "width",
                                             "plausible_range", "covered", "informative", "check"),
                        ("note", "excludes_null", "would_have_answered"), method="vlm")
@@ -266,7 +281,8 @@ ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
-    RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)
+    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, TASK_INTERACTION,
+    VLM_VALIDATION)
 
 
 def contract_of(name: str, method: str = "t2i") -> Table | None:

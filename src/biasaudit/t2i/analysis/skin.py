@@ -127,7 +127,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
     women = women_share_regression(skin, a.earnings_group, boot.level)
     res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin, inputs.groups),
-                  "skin_earnings_ols": fits, "skin_women_share_ols": women}
+                  "skin_earnings_ols": fits, C.SKIN_WOMEN_SHARE_OLS.name: women}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     colours = inputs.colours
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
@@ -135,6 +135,10 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary
+    # every face of a model whatever its label (the seed's "lightest", "most diverse skin tones" of a model)
+    res.tables[C.SKIN_SUMMARY_BY_MODEL.name] = skin_summary(
+        skin, by=["model"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
+        seed=derive_seed(boot.seed, "skin_summary_by_model") % 2**32, method=boot.method)
     res.figures["skin_diversity"] = plot_diversity(summary, inputs.colours)
     res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},
