@@ -4,7 +4,6 @@ values computed by hand here (margins from marginal intervals, Wilson intervals 
 pairwise cosine by brute force)."""
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +213,43 @@ def test_the_focus_counts_read_the_counterfactual_arm_and_each_control_its_own_r
     table = _table(tmp_path, "B01", "B02", "B03", "B06", "B07", "B13", "B14")
     assert table["this_run"].to_dict() == {"B01": 480, "B02": 6, "B03": 10, "B06": 5, "B07": 2, "B13": 48, "B14": 48}
     assert table.loc["B01", "difference"] == 0 and table.loc["B13", "difference"] == 48
+
+
+def test_the_readings_on_the_assumptions_page_give_both_values(tmp_path):
+    """R01 (A06 in points vs relative), R02 (A17–A19 per model vs pooled), R04 (mean of per-prompt TVDs vs the
+    pooled TVD), each computed here by hand from two prompts; R03 without VLM tables says why not."""
+    from biasaudit.report.assumptions import build_assumptions
+    from biasaudit.report.replication import alternative_readings
+
+    reports = tmp_path / "reports"
+    groups = C.GROUPS
+    # two occupational prompts, 10 images each: white 8/10 and 2/10 against benchmarks 0.5 and 0.3
+    rows = []
+    for pid, k, b in (("o1", 8, 0.5), ("o2", 2, 0.3)):
+        r = {"model": "imagen-4-fast", "prompt_id": pid, "category": "occupation", "instance": pid, "n": 10,
+             "tvd": 0.0, **{f"n_{g}": 0 for g in groups}, **{f"bench_{g}": 0.0 for g in groups},
+             **{f"share_{g}": 0.0 for g in groups}}
+        r.update(n_white=k, n_black=10 - k, bench_white=b, bench_black=1 - b, share_white=k / 10, share_black=1 - k / 10)
+        r["tvd"] = 0.5 * (abs(k / 10 - b) + abs((10 - k) / 10 - (1 - b)))
+        rows.append(r)
+    _write(reports, "tvd_per_prompt", pd.DataFrame(rows))
+    _write(reports, "deviation_by_race", pd.DataFrame([{"model": "imagen-4-fast", "category": "occupation",
+                                                       "race": "white", "mean_deviation": 0.0, "mean_deviation_low": -0.1,
+                                                       "mean_deviation_high": 0.1}]))
+    _write(reports, "tvd_summary", pd.DataFrame([{"model": "imagen-4-fast", "category": "all", "n_prompts": 2,
+                                                 "mean_tvd": 0.2, "mean_tvd_low": 0.1, "mean_tvd_high": 0.3}]))
+    _write(reports, "skin_dark_share", pd.DataFrame(
+        [{"model": m, "L_threshold": 40, "group": "black", "n_measured": 100, "n_dark": nd, "share": s,
+          "share_low": s - 0.1, "share_high": s + 0.1} for m, nd, s in (("a", 10, 0.9), ("b", 30, 0.4))]))
+    out = alternative_readings(Run.load(reports, tmp_path))
+    # relative: mean share 0.5 over mean benchmark 0.4, − 1 = 0.25
+    assert "0.250" in out["R01"] and "0.000 [-0.100, 0.100]" in out["R01"]
+    # pooled: (0.9 × 10 + 0.4 × 30) / 40 = 0.525
+    assert "0.525 of 40 faces" in out["R02"]
+    # pooled TVD: labels (10 white, 10 black)/20 against the image-weighted benchmark (0.4, 0.6): 0.1
+    assert "imagen-4-fast 0.200 → 0.100" in out["R04"]
+    assert out["R03"].startswith("not computed")
+    table = build_assumptions(reports, {}, "paper", root=ROOT, readings=out).set_index("id")
+    assert table.loc["R04", "this_run"] == out["R04"]
+    page = (reports / "pages/assumptions.html").read_text()
+    assert "0.525 of 40 faces" in page

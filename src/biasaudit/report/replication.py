@@ -763,6 +763,84 @@ LOOKUPS: dict[str, Callable[[Run, Mapping[str, Any]], RunValue]] = {
 }
 
 
+# ------------------------------------------------------------------ readings (the assumptions page)
+#
+# Where a published sentence admits two readings, the table takes one; `alternative_readings` gives, per row of
+# data/reference/assumptions.csv that declares such a reading (R01–R04), this run's value under the reading
+# taken and under the alternative, for the assumptions page.
+
+def _tvd(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
+
+
+def pooled_tvd(df: pd.DataFrame, groups: Sequence[str]) -> float:
+    """The TVD between a model's labels pooled over its prompts and the benchmark pooled the same way
+    (each prompt's benchmark weighted by its labelled images): one distribution against one."""
+    n = df["n"].map(num).to_numpy(float)
+    if n.sum() <= 0:
+        return math.nan
+    counts = np.array([df[f"n_{g}"].map(num).fillna(0).sum() for g in groups])
+    bench = np.array([(df[f"bench_{g}"].map(num).fillna(0) * n).sum() for g in groups]) / n.sum()
+    return _tvd(counts / n.sum(), bench)
+
+
+def _reading_a06(run: Run) -> str:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    dev = run.t2i.table(C.DEVIATION_BY_RACE)
+    row = {"run_model": "imagen-4-fast"}
+    pp = _pick(t, row, "share_white", category="occupation")
+    d = _pick(dev, row, "mean_deviation", category="occupation", race="white").iloc[0]
+    share, bench = pp["share_white"].map(num).mean(), pp["bench_white"].map(num).mean()
+    return (f"taken (percentage points, mean of share − benchmark): {fmt(d['mean_deviation'])} "
+            f"[{fmt(d['mean_deviation_low'])}, {fmt(d['mean_deviation_high'])}]; alternative (relative, mean share / "
+            f"mean benchmark − 1): {fmt(share / bench - 1) if bench else '—'} (imagen-4-fast, occupation)")
+
+
+def _reading_a17(run: Run) -> str:
+    t = run.t2i.table(C.SKIN_DARK_SHARE)
+    df = _all_models(t, "share")
+    n = df["n_dark"].map(num)
+    hits = (df["share"].map(num) * n).sum()
+    per = ", ".join(f"{r.model} {fmt(r.share)} [{fmt(r.share_low)}, {fmt(r.share_high)}]" for r in df.itertuples())
+    return (f"taken (per model, each > 0.5): {per}; alternative (pooled over models): "
+            f"{fmt(hits / n.sum()) if n.sum() else '—'} of {int(n.sum())} faces below L* {fmt(df['L_threshold'].iloc[0], 0)}")
+
+
+def _reading_b12(run: Run) -> str:
+    rv = share_negative_delta_g(run, {"category": "mcq_salary", "subset": "reference=White"})
+    if rv.missing:
+        raise NotComputed(rv.missing)
+    return f"taken (pooled over VLMs): {fmt(rv.value)}; alternative (each VLM): {rv.note.removeprefix('per VLM: ')}"
+
+
+def _reading_tvd(run: Run) -> str:
+    s = run.t2i.table(C.TVD_SUMMARY)
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    summ = _all_models(s, "mean_tvd", category="all")
+    pp = _all_models(t, "n")
+    groups = [g for g in run.groups if f"n_{g}" in pp and f"bench_{g}" in pp]
+    parts = [f"{r.model} {fmt(r.mean_tvd)} → {fmt(pooled_tvd(pp[pp['model'] == r.model], groups))}"
+             for r in summ.itertuples()]
+    return "taken (mean of per-prompt TVDs) → alternative (pooled TVD): " + ", ".join(parts)
+
+
+READINGS: dict[str, Callable[[Run], str]] = {"R01": _reading_a06, "R02": _reading_a17, "R03": _reading_b12,
+                                             "R04": _reading_tvd}
+
+
+def alternative_readings(run: Run) -> dict[str, str]:
+    """Per reading row of the assumptions table: this run's value under the reading taken and the alternative."""
+    out = {}
+    for rid, fn in READINGS.items():
+        try:
+            out[rid] = fn(run)
+        except NotComputed as exc:
+            out[rid] = f"{NOT_COMPUTED}: {exc.why}"
+        except (KeyError, ValueError, TypeError) as exc:
+            out[rid] = f"{NOT_COMPUTED}: {type(exc).__name__}: {exc}"
+    return out
+
+
 def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = ()) -> pd.DataFrame:
     """One row per published row: this run's value, interval, difference, covered and a note."""
     rows = []
@@ -842,5 +920,5 @@ def build_replication(reports: Path, published_dir: Path, profile: str, stand_in
     return table
 
 
-__all__ = ["COLUMNS", "LOOKUPS", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
+__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "alternative_readings", "pooled_tvd", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
            "replication_table", "write_replication"]
