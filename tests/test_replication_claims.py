@@ -4,6 +4,7 @@ values computed by hand here (margins from marginal intervals, Wilson intervals 
 pairwise cosine by brute force)."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +254,22 @@ def test_the_readings_on_the_assumptions_page_give_both_values(tmp_path):
     assert table.loc["R04", "this_run"] == out["R04"]
     page = (reports / "pages/assumptions.html").read_text()
     assert "0.525 of 40 faces" in page
+
+
+def test_the_similarity_by_L_bin_rows_have_intervals(tmp_path):
+    """A29–A31: each bin's intra with intra_lo/hi; the difference <40 − [40,55) read from intra_minus_next with
+    its interval when [40,55) is the next bin of the table, the point difference otherwise."""
+    rows = [{"model": "imagen-4-fast", "space": "face", "group": g, "n": n, "intra": i, "gap": 0.0, "intra_lo": i - 0.05,
+             "intra_hi": i + 0.05, "intra_minus_next": d, "intra_minus_next_lo": dl, "intra_minus_next_hi": dh}
+            for g, n, i, d, dl, dh in (("<40", 40, 0.45, 0.20, 0.13, 0.27), ("[40,55)", 300, 0.25, 0.07, 0.05, 0.09),
+                                       ("[55,70)", 900, 0.18, np.nan, np.nan, np.nan))]
+    _write(tmp_path / "reports", "homogeneity_by_L_bin", pd.DataFrame(rows))
+    table = _table(tmp_path, "A29", "A30", "A31", "A32")
+    assert (table.loc["A29", "low"], table.loc["A29", "high"]) == pytest.approx((0.40, 0.50))
+    assert _cov(table.loc["A29", "covered"]) is True and _cov(table.loc["A30", "covered"]) is False
+    assert (table.loc["A31", "this_run"], table.loc["A31", "low"], table.loc["A31", "high"]) == (0.20, 0.13, 0.27)
+    assert _cov(table.loc["A31", "covered"]) is True and table.loc["A32", "this_run"] == 40
+    # without the [40,55) bin next to it: the point difference, no interval
+    _write(tmp_path / "reports", "homogeneity_by_L_bin", pd.DataFrame([rows[0], rows[2], rows[1]]))
+    row = _table(tmp_path, "A31").loc["A31"]
+    assert row["this_run"] == pytest.approx(0.45 - 0.25) and math.isnan(row["low"]) and "point only" in row["note"]

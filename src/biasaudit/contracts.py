@@ -244,7 +244,8 @@ THRESHOLD_SUMMARY = Table("threshold_summary", ("model", "category", "group", "t
 SKIN_EARNINGS_OLS = Table("skin_earnings_ols", ("model", "group", "slope", "ci_low", "ci_high", "p_value", "n",
                                                 "n_clusters"))
 HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group", "n", "intra", "gap"),
-                             ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi"))
+                             ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi", "intra_lo", "intra_hi",
+                              "intra_minus_next", "intra_minus_next_lo", "intra_minus_next_hi"))
 # L* ~ the occupation's share of women: the seed's subset (subset "seed", one label) and the label-adjusted
 # extension (t2i/analysis/skin.py women_share_regression)
 SKIN_WOMEN_SHARE_OLS = Table("skin_women_share_ols", ("model", "subset", "group", "faces", "slope", "ci_low", "ci_high",

@@ -286,21 +286,34 @@ def homogeneity_gap(run: Run, row: Mapping[str, Any]) -> RunValue:
 def _bins(run: Run, row: Mapping[str, Any], group: str, column: str) -> RunValue:
     t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
     df = _pick(t, row, column, space=subset_of(row["subset"]).get("space", ""), group=group)
-    return RunValue(num(df[column].iloc[0]), source=_src(t, column))
+    r = df.iloc[0]
+    lo, hi = (num(r[f"{column}_lo"]), num(r[f"{column}_hi"])) if f"{column}_lo" in df else (math.nan, math.nan)
+    return RunValue(num(r[column]), lo, hi, _src(t, column))
 
 
 def mean_similarity(run: Run, row: Mapping[str, Any]) -> RunValue:
     rv = _bins(run, row, str(row["group"]), "intra")
-    rv.source += " (mean intra-bin cosine)" if rv.source else ""
+    rv.source += " (mean intra-bin cosine; interval: intra_lo/hi, bootstrap over prompts)" if rv.source else ""
     return rv
 
 
 def similarity_difference(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """One L* bin's mean similarity minus the next lighter bin's: `intra_minus_next` with its bootstrap interval
+    (the same resamples for both bins) when the second bin is the next one of the table, else the point
+    difference."""
     a, _, b = str(row["group"]).partition(" minus ")
     x, y = _bins(run, row, a, "intra"), _bins(run, row, b, "intra")
     if x.missing or y.missing:
         return not_computed(x.missing or y.missing, x.source)
-    return RunValue(x.value - y.value, source=f"{x.source}: {a} − {b}")
+    t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
+    df = _pick(t, row, "intra", space=subset_of(row["subset"]).get("space", "")).reset_index(drop=True)
+    groups = list(df["group"].astype(str))
+    i = groups.index(a)
+    if i + 1 < len(groups) and groups[i + 1] == b and "intra_minus_next" in df:
+        r = df.iloc[i]
+        return RunValue(num(r["intra_minus_next"]), num(r.get("intra_minus_next_lo")), num(r.get("intra_minus_next_hi")),
+                        _src(t, "intra_minus_next", f"{a} − {b}"))
+    return RunValue(x.value - y.value, source=f"{x.source}: {a} − {b}", note="not adjacent bins: point only")
 
 
 def n_in_bin(run: Run, row: Mapping[str, Any]) -> RunValue:
