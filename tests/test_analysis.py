@@ -240,6 +240,31 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
         assert np.isfinite(got[list(expected)]).all(), (model, space, got.to_dict())
 
 
+def test_homogeneity_with_the_prompt_as_the_group_is_the_brute_force_gap(tmp_path):
+    """homogeneity_by_prompt: per model and space, each prompt's images against the model's other prompts:
+    intra = mean cosine over the prompt's pairs, inter = mean cosine to every other prompt's image (brute force
+    from the embeddings the stage reads)."""
+    from biasaudit.t2i.analysis.inputs import load_embeddings
+
+    write_tree(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
+    res = homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=0, min_group_size=2))
+    table = res.tables["homogeneity_by_prompt"]
+    model, space = table[["model", "space"]].iloc[0]
+    index, X = load_embeddings(tmp_path, model, space)
+    meta = inputs.manifests.drop_duplicates("image_id").set_index("image_id")["prompt_id"]
+    prompts = index["image_id"].map(meta).to_numpy()
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    t = table[(table["model"] == model) & (table["space"] == space)].set_index("group")
+    assert set(t.index) == set(prompts)
+    for p in list(t.index)[:3]:
+        a, b = prompts == p, prompts != p
+        S = U[a] @ U[a].T
+        assert t.loc[p, "intra"] == pytest.approx(S[np.triu_indices(a.sum(), 1)].mean(), abs=1e-6)  # float32 rows
+        assert t.loc[p, "inter"] == pytest.approx((U[a] @ U[b].T).mean(), abs=1e-6)
+        assert t.loc[p, "gap"] == pytest.approx(t.loc[p, "intra"] - t.loc[p, "inter"])
+
+
 @pytest.mark.slow
 def test_real_faces_measurements_fill_every_L_bin_of_the_analysis(monkeypatch, tmp_path):
     """The producer itself (FaceMeasurer.measure on real faces darkened in linear light into each bin)

@@ -273,3 +273,23 @@ def test_the_similarity_by_L_bin_rows_have_intervals(tmp_path):
     _write(tmp_path / "reports", "homogeneity_by_L_bin", pd.DataFrame([rows[0], rows[2], rows[1]]))
     row = _table(tmp_path, "A31").loc["A31"]
     assert row["this_run"] == pytest.approx(0.45 - 0.25) and math.isnan(row["low"]) and "point only" in row["note"]
+
+
+def test_the_replication_page_lists_the_seed_elements_without_a_number(tmp_path):
+    """The prompt as the homogeneity group and the edits' global SSIM are computed and shown on the page;
+    absent outputs say why."""
+    from biasaudit.report.replication import build_replication
+
+    reports = tmp_path / "reports"
+    _write(reports, "homogeneity_by_prompt", pd.DataFrame(
+        [{"model": "m", "space": "face", "group": g, "n": 10, "intra": 0.3 + x, "inter": 0.3, "gap": x}
+         for g, x in (("occ_a", 0.01), ("occ_b", 0.05), ("sur_c", 0.20))]))
+    build_replication(reports, C.PUBLISHED_DIR, "paper", [], root=ROOT)
+    page = (reports / "pages" / C.REPLICATION_PAGE).read_text()
+    assert "Seed elements without a published number" in page
+    assert "m/face: median prompt gap 0.050 over 3 prompts, largest 0.200 (sur_c)" in page
+    assert "validate_edits has not run" in page
+    _write(reports, "by_group", pd.DataFrame({"race": ["Black", "White"], "gender": ["man", "man"],
+                                              "ssim_global_mean": [0.91, 0.95]}), folder="vlm/edit_checks")
+    build_replication(reports, C.PUBLISHED_DIR, "paper", [], root=ROOT)
+    assert "0.910–0.950 across 2 groups" in (reports / "pages" / C.REPLICATION_PAGE).read_text()

@@ -246,6 +246,8 @@ SKIN_EARNINGS_OLS = Table("skin_earnings_ols", ("model", "group", "slope", "ci_l
 HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group", "n", "intra", "gap"),
                              ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi", "intra_lo", "intra_hi",
                               "intra_minus_next", "intra_minus_next_lo", "intra_minus_next_hi"))
+# the prompt as the group: each prompt's images against the model's other prompts (t2i/analysis/homogeneity.py)
+HOMOGENEITY_BY_PROMPT = Table("homogeneity_by_prompt", ("model", "space", "group", "n", "intra", "inter", "gap"))
 # L* ~ the occupation's share of women: the seed's subset (subset "seed", one label) and the label-adjusted
 # extension (t2i/analysis/skin.py women_share_regression)
 SKIN_WOMEN_SHARE_OLS = Table("skin_women_share_ols", ("model", "subset", "group", "faces", "slope", "ci_low", "ci_high",
@@ -282,7 +284,7 @@ ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
-    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, TASK_INTERACTION,
+    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, HOMOGENEITY_BY_PROMPT, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, TASK_INTERACTION,
     VLM_VALIDATION)
 
 

@@ -854,6 +854,45 @@ def alternative_readings(run: Run) -> dict[str, str]:
     return out
 
 
+# ------------------------------------------------------------ seed elements with no published number
+#
+# What the seeds describe or promise without a number to compare (the prompt as a homogeneity group, the global
+# SSIM of each edit the rebuttal promises, the intervals of the similarity-by-L* rows): computed by the analysis
+# and listed under the table, each with where it is and this run's value.
+
+def seed_elements(run: Run) -> list[dict[str, str]]:
+    """One entry per seed element without a published number: element, source, this run's value (or why not)."""
+    from biasaudit.report.load import read_csv
+
+    out = []
+    t = run.t2i.table(C.HOMOGENEITY_BY_PROMPT)
+    if t.ok:
+        parts = []
+        for (model, space), d in t.df.groupby(["model", "space"]):
+            g = d["gap"].map(num)
+            top = d.loc[g.idxmax()] if g.notna().any() else None
+            parts.append(f"{model}/{space}: median prompt gap {fmt(g.median())} over {g.notna().sum()} prompts"
+                         + (f", largest {fmt(top['gap'])} ({top['group']})" if top is not None else ""))
+        value = "; ".join(parts)
+    else:
+        value = f"{NOT_COMPUTED}: {t.reason}"
+    out.append({"element": "homogeneity with the prompt as the group (similarity 'within groups defined by race, "
+                           "prompt, and skin tone')", "source": f"{C.HOMOGENEITY_BY_PROMPT.name}.gap", "value": value})
+    out.append({"element": "similarity by L* bin with intervals, and the 0.222 difference with its interval",
+                "source": "homogeneity_by_L_bin.intra_lo/hi, intra_minus_next", "value": "rows A29–A34 above"})
+    by_group = read_csv(run.vlm.root / "edit_checks" / "by_group.csv")
+    if by_group is not None and "ssim_global_mean" in by_group:
+        s = by_group["ssim_global_mean"].map(num)
+        value = (f"mean over the edits of each group: {fmt(s.min())}–{fmt(s.max())} across {len(s)} groups "
+                 "(1 = pixel-identical)")
+    else:
+        value = f"{NOT_COMPUTED}: no reports/vlm/edit_checks/by_group.csv with ssim_global_mean (validate_edits has not run)"
+    out.append({"element": "Method B: SSIM between each original and its counterfactual, globally (the rebuttal's "
+                           "promise; beside it SSIM, PSNR and ΔE outside the face)",
+                "source": "edit_checks.parquet ssim_global; reports/vlm/edit_checks/by_group.csv", "value": value})
+    return out
+
+
 def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = ()) -> pd.DataFrame:
     """One row per published row: this run's value, interval, difference, covered and a note."""
     rows = []
@@ -888,6 +927,10 @@ published study. "not computed" says why. Source: the table and column this run'
 <td>{{ r.relation_shown }}{{ r.published_shown }}<br><small>{{ r.unit }}</small></td><td>{{ r.run_shown }}</td>
 <td>{{ r.difference_shown }}</td><td>{{ r.covered_shown }}</td><td><small>{{ r.source }}</small></td>
 <td><small>{{ r.note }}</small></td></tr>{% endfor %}</table></div>
+{% if elements %}<h2 id="seed-elements">Seed elements without a published number</h2>
+<p class="note">What the papers describe or promise without a number to compare: computed by this run, shown here.</p>
+<table class="t"><tr><th>element</th><th>source</th><th>this run</th></tr>
+{% for e in elements %}<tr><td>{{ e.element }}</td><td><small>{{ e.source }}</small></td><td><small>{{ e.value }}</small></td></tr>{% endfor %}</table>{% endif %}
 <p class="trail">made by <code>biasaudit.report.replication.replication_table</code> · <a href="replication.csv" download>replication.csv</a></p>
 </body></html>
 """
@@ -908,7 +951,8 @@ def _shown(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_ins: Sequence[str],
-                      level: float = 0.95, title: str = "biasaudit report") -> tuple[Path, Path]:
+                      level: float = 0.95, title: str = "biasaudit report",
+                      elements: Sequence[Mapping[str, str]] = ()) -> tuple[Path, Path]:
     """Write `<reports>/replication.csv` and `<reports>/pages/replication.html`; return both paths."""
     reports = Path(reports)
     csv = atomic_write_table(table, reports / C.REPLICATION_CSV.relative_to(C.REPORTS))
@@ -916,7 +960,7 @@ def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_in
     text = env.from_string(HEAD + PAGE).render(
         title=f"Replication · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
         stand_ins=list(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
-        rows=[_shown(r) for r in table.to_dict("records")])
+        rows=[_shown(r) for r in table.to_dict("records")], elements=list(elements))
     page = atomic_write_text(reports / PAGES / C.REPLICATION_PAGE, text)
     return csv, page
 
@@ -929,9 +973,9 @@ def build_replication(reports: Path, published_dir: Path, profile: str, stand_in
     run = Run.load(Path(reports), Path(root), groups=tuple(groups), design=dict(design or {}),
                    options=dict(options or {}), level=level)
     table = replication_table(load_published(Path(root) / published_dir), run, stand_ins)
-    write_replication(Path(reports), table, profile, stand_ins, level, title)
+    write_replication(Path(reports), table, profile, stand_ins, level, title, seed_elements(run))
     return table
 
 
-__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "alternative_readings", "pooled_tvd", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
+__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "alternative_readings", "pooled_tvd", "seed_elements", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
            "replication_table", "write_replication"]
