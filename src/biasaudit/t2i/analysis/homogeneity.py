@@ -49,8 +49,9 @@ def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -
     # the prompt as the group (the seed computes similarity "within groups defined by race, prompt, and skin
     # tone"): each prompt's images against the model's other prompts, the paper's unstratified gap, point only
     known = meta["prompt_id"].notna().to_numpy()
-    by_prompt = homogeneity_gap(X[known], prompts[known], small_group=a.min_group_size)
-    out["prompt"] = by_prompt.assign(model=model, space=space, grouping="prompt")
+    if known.sum() >= 2:
+        by_prompt = homogeneity_gap(X[known], prompts[known], small_group=a.min_group_size)
+        out["prompt"] = by_prompt.assign(model=model, space=space, grouping="prompt")
     for by, t in list(out.items()):
         if by.endswith("_pairs"):
             continue
