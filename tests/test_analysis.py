@@ -243,7 +243,7 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
 def test_homogeneity_with_the_prompt_as_the_group_is_the_brute_force_gap(tmp_path):
     """homogeneity_by_prompt: per model and space, each prompt's images against the model's other prompts:
     intra = mean cosine over the prompt's pairs, inter = mean cosine to every other prompt's image (brute force
-    from the embeddings the stage reads)."""
+    from the embeddings the stage reads); homogeneity_overall: every face of the model as one group."""
     from biasaudit.t2i.analysis.inputs import load_embeddings
 
     write_tree(tmp_path)
@@ -263,6 +263,11 @@ def test_homogeneity_with_the_prompt_as_the_group_is_the_brute_force_gap(tmp_pat
         assert t.loc[p, "intra"] == pytest.approx(S[np.triu_indices(a.sum(), 1)].mean(), abs=1e-6)  # float32 rows
         assert t.loc[p, "inter"] == pytest.approx((U[a] @ U[b].T).mean(), abs=1e-6)
         assert t.loc[p, "gap"] == pytest.approx(t.loc[p, "intra"] - t.loc[p, "inter"])
+    # every face of the model as one group: the mean cosine over all its pairs, inside its interval
+    o = res.tables["homogeneity_overall"].set_index(["model", "space"]).loc[(model, space)]
+    S = U @ U.T
+    assert o["n"] == len(U) and o["intra"] == pytest.approx(S[np.triu_indices(len(U), 1)].mean(), abs=1e-6)
+    assert o["intra_lo"] <= o["intra"] <= o["intra_hi"]
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from biasaudit import contracts as C
-from biasaudit.report.replication import Run, load_published, mean_face_similarity, replication_table
+from biasaudit.report.replication import Run, load_published, replication_table
 from biasaudit.t2i.analysis.skin import LABEL_ADJUSTED, SEED_SUBSET
 
 from .conftest import ROOT
@@ -90,32 +90,18 @@ def test_a_prompt_deviation_has_a_wilson_interval(tmp_path):
     assert "not computed" in table.loc["A60", "note"] and "Actors" in table.loc["A60", "note"]
 
 
-def test_the_mean_face_similarity_of_a_model_from_its_label_columns_is_the_brute_force_mean():
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(40, 8))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    labels = np.array(["black"] * 7 + ["white"] * 20 + ["asian"] * 12 + ["hispanic"])
-    S = X @ X.T
-    iu = np.triu_indices(len(X), 1)
-    rows = []
-    for g in dict.fromkeys(labels):
-        a, b = labels == g, labels != g
-        n = int(a.sum())
-        intra = S[np.ix_(a, a)][np.triu_indices(n, 1)].mean() if n > 1 else np.nan
-        rows.append({"n": n, "intra": intra, "inter": S[np.ix_(a, b)].mean()})
-    assert mean_face_similarity(pd.DataFrame(rows)) == pytest.approx(S[iu].mean())
-
-
 def test_the_most_diverse_faces_and_skin_tones(tmp_path):
     """A67: Flux has the lowest mean face cosine; A68–A70: Imagen the lightest and least diverse skin tones,
     SD 3.5 the most diverse; A71: the model closest to the benchmarks is not the most diverse one."""
     reports = tmp_path / "reports"
     hom = []
-    for m, base in zip(MODELS, (0.30, 0.20, 0.40)):
+    for m in MODELS:
         hom += [{"model": m, "space": "face", "group": g, "wp_gap": 0, "wp_gap_lo": 0, "wp_gap_hi": 0, "gap": gap,
-                 "gap_lo": gap - 0.01, "gap_hi": gap + 0.01, "n": 10, "intra": base + gap, "inter": base}
-                for g, gap in (("black", 0.10), ("white", 0.02), ("asian", 0.05))]
+                 "gap_lo": gap - 0.01, "gap_hi": gap + 0.01} for g, gap in (("black", 0.10), ("white", 0.02), ("asian", 0.05))]
     _write(reports, "homogeneity_by_race", pd.DataFrame(hom))
+    _write(reports, "homogeneity_overall", pd.DataFrame(
+        [{"model": m, "space": "face", "n": 300, "intra": i, "intra_lo": i - 0.02, "intra_hi": i + 0.02}
+         for m, i in zip(MODELS, (0.30, 0.20, 0.40))]))
     _write(reports, "skin_summary_by_model", pd.DataFrame(
         [{"model": m, "n": 100, "L_mean": L, "L_mean_lo": L - 1, "L_mean_hi": L + 1, "diversity_de2000": d,
           "diversity_de2000_lo": d - 0.5, "diversity_de2000_hi": d + 0.5}
@@ -128,12 +114,9 @@ def test_the_most_diverse_faces_and_skin_tones(tmp_path):
     # A64: Black's gap 0.10 against Asian's 0.05: margin 0.05, interval [0.09 − 0.06, 0.11 − 0.04]
     assert table.loc["A64", "this_run"] == pytest.approx(0.05) and table.loc["A64", "low"] == pytest.approx(0.03)
     assert all(_cov(v) is True for v in table.loc[["A64", "A65", "A66"], "covered"])
-    # A67: per model, 3 labels × 10 faces; the mean pairwise cosine by definition, flux lowest
-    def mean_cos(base: float) -> float:
-        within = sum((base + gap) * 45 for gap in (0.10, 0.02, 0.05))
-        return (within + 0.5 * 3 * base * 10 * 20) / (30 * 29 / 2)
-    assert table.loc["A67", "this_run"] == pytest.approx(mean_cos(0.30) - mean_cos(0.20))
-    assert table.loc["A67", "covered"] == "" and "point only" in table.loc["A67", "note"]
+    # A67: flux's mean face cosine 0.20 [0.18, 0.22] below SD 3.5's 0.30 [0.28, 0.32]: margin 0.10 [0.06, 0.14]
+    assert table.loc["A67", "this_run"] == pytest.approx(0.10) and table.loc["A67", "low"] == pytest.approx(0.06)
+    assert _cov(table.loc["A67", "covered"]) is True
     assert table.loc["A68", "this_run"] == pytest.approx(7) and table.loc["A68", "low"] == pytest.approx(5)
     assert _cov(table.loc["A69", "covered"]) is True and _cov(table.loc["A70", "covered"]) is True
     assert table.loc["A71", "this_run"] == 1 and _cov(table.loc["A71", "covered"]) is True

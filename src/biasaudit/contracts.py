@@ -216,7 +216,7 @@ SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
                                                     "gap", "gap_lo", "gap_hi"),
                             ("p_value", "p_adjusted", "p_global", "near_dup_rate", "near_dup_cosine", "n_prompts",
-                             "few_prompts", "n", "intra", "inter"))
+                             "few_prompts"))
 # few_prompts: a group with pairs in fewer than this many prompts, where a bootstrap over so few clusters
 # under-covers even with the small-cluster expansion: a rare group at 10 prompts, which mostly has pairs in
 # fewer than 5, covers 0.59–0.60 (benchmarks/results/calibration.csv; in 14 of 50 prompts it covers 0.946)
@@ -248,6 +248,8 @@ HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group",
                               "intra_minus_next", "intra_minus_next_lo", "intra_minus_next_hi"))
 # the prompt as the group: each prompt's images against the model's other prompts (t2i/analysis/homogeneity.py)
 HOMOGENEITY_BY_PROMPT = Table("homogeneity_by_prompt", ("model", "space", "group", "n", "intra", "inter", "gap"))
+# every embedded face of a model as one group: the mean pairwise cosine with a prompt-cluster interval
+HOMOGENEITY_OVERALL = Table("homogeneity_overall", ("model", "space", "n", "intra"), ("intra_lo", "intra_hi"))
 # L* ~ the occupation's share of women: the seed's subset (subset "seed", one label) and the label-adjusted
 # extension (t2i/analysis/skin.py women_share_regression)
 SKIN_WOMEN_SHARE_OLS = Table("skin_women_share_ols", ("model", "subset", "group", "faces", "slope", "ci_low", "ci_high",
@@ -284,7 +286,7 @@ ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
-    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, HOMOGENEITY_BY_PROMPT, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, TASK_INTERACTION,
+    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, HOMOGENEITY_BY_PROMPT, HOMOGENEITY_OVERALL, RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, TASK_INTERACTION,
     VLM_VALIDATION)
 
 

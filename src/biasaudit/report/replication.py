@@ -565,18 +565,6 @@ def _all_models(t: Loaded, column: str, **match: str) -> pd.DataFrame:
     return _pick(t, {"run_model": EVERY}, column, **match)
 
 
-def mean_face_similarity(df: pd.DataFrame) -> float:
-    """The mean cosine over every pair of a model's labelled faces, from the per-label paper columns: each
-    label's intra mean over its C(n, 2) pairs and its inter mean over its n·(N − n) pairs with the rest."""
-    n, intra, inter = (df[c].map(num).to_numpy(float) for c in ("n", "intra", "inter"))
-    N = n.sum()
-    if N < 2 or not (np.isfinite(intra) | (n < 2)).all():
-        return math.nan
-    within = np.nansum(np.where(n >= 2, intra * n * (n - 1) / 2, 0.0))
-    across = 0.5 * np.nansum(np.where(n < N, inter * n * (N - n), 0.0))
-    return float((within + across) / (N * (N - 1) / 2))
-
-
 MODEL_MEASURES = {  # subset measure= → (table, estimate, low, high, what, match from the row)
     "mean_deviation": (C.DEVIATION_BY_RACE, "mean_deviation", "mean_deviation_low", "mean_deviation_high",
                        "mean deviation (model − benchmark share)", ("category", "race")),
@@ -592,14 +580,11 @@ def model_extreme(run: Run, row: Mapping[str, Any]) -> RunValue:
     sub = subset_of(row["subset"])
     measure, extreme = sub.get("measure", ""), sub.get("extreme", "max")
     if measure == "face_similarity":
-        t = run.t2i.table(C.HOMOGENEITY_BY_RACE)
+        t = run.t2i.table(C.HOMOGENEITY_OVERALL)
         df = _all_models(t, "intra", space=sub.get("space", "face"))
-        if not {"n", "intra", "inter"} <= set(df.columns):
-            raise NotComputed(f"{t.name} lacks n/intra/inter (the paper's unstratified columns)", _src(t, "intra"))
-        per = df.groupby("model").apply(mean_face_similarity, include_groups=False)
-        frame = pd.DataFrame({"est": per, "lo": math.nan, "hi": math.nan})
-        rv = _margin(frame, str(row["run_model"]), extreme, "mean pairwise face cosine (labelled faces)")
-        rv.source = _src(t, "n/intra/inter", "mean cosine over every pair of faces")
+        rv = _margin(_frame(df, "model", "intra", "intra_lo", "intra_hi"), str(row["run_model"]), extreme,
+                     "mean pairwise face cosine (every embedded face)")
+        rv.source = _src(t, "intra", f"{extreme} of models")
         return rv
     spec, est, lo, hi, what, keys = MODEL_MEASURES[measure]
     t = run.t2i.table(spec)
