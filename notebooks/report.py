@@ -53,7 +53,7 @@ from biasaudit.report.audit_card import Resampling, Validity, build_cards
 from biasaudit.report.gallery import build_gallery
 from biasaudit.report.headline import count, write_headline
 from biasaudit.report.html import replication_summary
-from biasaudit.report.replication import build_replication
+from biasaudit.report.replication import Run, alternative_readings, build_replication
 from biasaudit.report.trail import export_all
 
 cfg, params = stage_params("report")
@@ -108,11 +108,14 @@ display(Markdown(replication_summary(replication, stand_in)))
 # %% [markdown]
 # ## Assumptions
 # Every choice the two papers leave open that this project makes (`data/reference/assumptions.csv`: value, params
-# key, reason, what the paper says) beside this run's value of its key: `reports/pages/assumptions.html`.
+# key, reason, what the paper says) beside this run's value of its key: `reports/pages/assumptions.html`. The rows
+# R01–R04 declare how a published sentence is read (A06, A17–A19, B12, the TVD estimator): this run's value under
+# the reading taken and under the alternative.
 
 # %%
+readings = alternative_readings(Run.load(reports, groups=cfg.groups, level=cfg.analyze.ci_level))
 assumptions = build_assumptions(reports, cfg.model_dump(), cfg.profile, cfg.stand_ins(), ASSUMPTIONS_CSV,
-                                 title=params.title)
+                                 title=params.title, readings=readings)
 display(Markdown(f"{len(assumptions)} assumptions listed in `reports/pages/assumptions.html`."))
 
 # %%

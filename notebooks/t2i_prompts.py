@@ -19,7 +19,8 @@
 # order of the active group set's labels (the U.S. set: white, black, asian, hispanic, other), or the
 # explicit instance list a category of the set gives. Each instance is wrapped in its category's template and
 # the style suffix. U.S. occupation names become singular phrases through the reviewed mapping
-# `data/reference/occupation_phrases.csv`.
+# `data/reference/occupation_phrases.csv`; where the paper names an occupation, its prompt uses the paper's words
+# ("a CEO", "a nail technician": `paper_phrase`, with the seed's line in `paper_line`).
 
 # %% tags=["parameters"]
 # Nothing varies per run: every value comes from params.yaml through stage_params (validated),
@@ -58,6 +59,31 @@ for category in params.categories:
 if excluded:
     print("Occupations excluded by the phrase mapping:")
     display(pd.concat(excluded).reset_index(drop=True))
+
+# %% [markdown]
+# ## How much the selection rule matters
+# The rule is fitted: share × size^`size_weight` with the paper profile's floors is the reading that selects every
+# instance the paper names (docs/prompts.md gives the region of weights and floors that does). Beside it, the
+# share rule (`size_weight` 0, the default floors): per category, the benchmark entropy, the mean share of the
+# group each instance was selected for, the category's mean benchmark mix, the instances both select, and the TVD
+# between the two rules' mean benchmark mixes (how far a category-level TVD's yardstick moves with the rule).
+
+# %%
+ranked = {c: b for c, b in ((c, pd.read_parquet(bench_dir / f"{c}.parquet")) for c in selected)
+          if not (gs.categories.get(c) is not None and gs.categories[c].instances)}
+if "occupation" in ranked and gs.categories.get("occupation") is not None and gs.categories["occupation"].builder:
+    ranked["occupation"] = pr.attach_occupation_phrases(ranked["occupation"], pr.load_occupation_phrases())[0]
+share_rule = {}
+for category, bench in ranked.items():
+    try:
+        share_rule[category] = pr.select_instances(bench, params.top_k, pr.SHARE_RULE["min_size"].get(
+            category, params.min_size[category]), gs.labels, pr.SHARE_RULE["size_weight"])
+    except ValueError as exc:  # too few instances above the share rule's floor: said, not hidden
+        print(f"{category}: no share-rule selection ({exc})")
+sensitivity = pr.selection_sensitivity(
+    {"share rule": share_rule, f"this run (size_weight {params.size_weight:g})": {c: selected[c] for c in share_rule}},
+    gs.labels)
+display(sensitivity.round(3))
 
 # %%
 prompts = pr.build_prompts(selected, params.templates, params.style_suffix, params.template_version, gs.labels)

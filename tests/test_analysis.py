@@ -10,10 +10,13 @@ import pytest
 
 from biasaudit.contracts import GROUPS, L_BIN_LABELS
 from biasaudit.pipeline.outputs import NO_DATA, OK, OutputWriter
+from biasaudit.stats.regression import ols_cluster
 from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
 from biasaudit.t2i.analysis.skin import (
+    LABEL_ADJUSTED,
+    SEED_SUBSET,
     dark_share,
     earnings_regression,
     labels_by_L_bin,
@@ -108,22 +111,58 @@ def test_dark_share_and_earnings_regression():
 
 
 def test_skin_against_the_share_of_women_by_hand():
-    """L* = 40 + 2 per 10 points of women + noise: the slope is the least-squares slope of all occupational
-    faces (numpy's polyfit, the oracle), per 10 points; surname faces and faces with no share are left out."""
+    """L* = 40 + 2 per 10 points of women + noise: the seed row's slope is the least-squares slope of the
+    Black-classified occupational faces (numpy's polyfit, the oracle), per 10 points; surname faces, faces of
+    another label and faces with no share are left out; the extension row pools the labels with a fixed
+    effect per label (oracle: polyfit within labels after removing each label's mean)."""
     rng = np.random.default_rng(1)
     women = np.array([0.1, 0.3, 0.5, 0.7, 0.9, np.nan])
     prompts = pd.DataFrame({"prompt_id": [f"o{i}" for i in range(6)] + ["s0"],
                             "category": ["occupation"] * 6 + ["surname"], "instance": list("abcdefg"),
                             "pct_women": [*women, 0.5]})
     rows = [{"image_id": f"{p}-{j}", "model": "m", "prompt_id": p, "status": "ok", "a": 10.0, "b": 15.0,
-             "L": 40 + 2 * np.nan_to_num(w) * 10 + rng.normal(0, 1) + (30 if p == "s0" else 0)}
+             "L": 40 + 2 * np.nan_to_num(w) * 10 + rng.normal(0, 1) + (30 if p == "s0" else 0) + (15 if j >= 6 else 0)}
             for p, w in zip(prompts["prompt_id"], [*women, 0.5]) for j in range(8)]
-    measured = skin_table(pd.DataFrame(rows), pd.DataFrame(), prompts, GROUPS)
-    fit = women_share_regression(measured, 0.95).iloc[0]
-    used = measured[(measured["category"] == "occupation") & measured["pct_women"].notna()]
+    faces = pd.DataFrame(rows)
+    labels = faces[["image_id"]].assign(label=["white" if int(i.split("-")[1]) >= 6 else "black" for i in faces["image_id"]])
+    measured = skin_table(faces, labels, prompts, GROUPS)
+    table = women_share_regression(measured, "black", 0.95).set_index("subset")
+    fit = table.loc[SEED_SUBSET]
+    occ = measured[(measured["category"] == "occupation") & measured["pct_women"].notna()]
+    used = occ[occ["label"] == "black"]
     slope = np.polyfit(used["pct_women"] * 10, used["L"], 1)[0]
-    assert fit["faces"] == 40 and fit["n_clusters"] == 5
+    assert fit["faces"] == 30 and fit["n_clusters"] == 5 and fit["group"] == "black"
     assert fit["slope"] == pytest.approx(slope) and fit["ci_low"] < 2 < fit["ci_high"]
+    ext = table.loc[LABEL_ADJUSTED]
+    within = occ.assign(y=occ["L"] - occ.groupby("label")["L"].transform("mean"),
+                        x=occ["pct_women"] * 10 - occ.groupby("label")["pct_women"].transform("mean") * 10)
+    assert ext["faces"] == 40 and ext["slope"] == pytest.approx(np.polyfit(within["x"], within["y"], 1)[0])
+
+
+def test_the_women_share_readers_hold_their_size_where_only_the_label_mix_moves():
+    """A simulated world (#44): L* depends only on the race label (Black 40, White 65, plus a prompt effect and
+    noise), and only the label mix moves with the share of women (P(Black) = 0.1 + 0.6 × share). The pooled
+    regression without the label (the old reader) finds a slope in every run (200 of 200 at this seed); the
+    seed's subset and the label-adjusted extension hold their size: 16 and 17 of 200 at this seed (8%: CR1
+    errors over 40 prompts of unequal Black counts over-reject a little), bounded here at 20 (10%) where the
+    pooled regression is at ≥ 190."""
+    rng = np.random.default_rng(44)
+    runs, n_prompts, per_prompt = 200, 40, 20
+    rejected = {"pooled, unadjusted": 0, SEED_SUBSET: 0, LABEL_ADJUSTED: 0}
+    for _ in range(runs):
+        w = rng.uniform(0.05, 0.95, n_prompts)
+        pid = np.repeat([f"o{i}" for i in range(n_prompts)], per_prompt)
+        share = np.repeat(w, per_prompt)
+        black = rng.random(len(pid)) < 0.1 + 0.6 * share
+        L = np.where(black, 40.0, 65.0) + np.repeat(rng.normal(0, 2, n_prompts), per_prompt) + rng.normal(0, 5, len(pid))
+        skin = pd.DataFrame({"model": "flux-schnell", "prompt_id": pid, "category": "occupation", "pct_women": share,
+                             "L": L, "label": np.where(black, "black", "white")})
+        pooled = ols_cluster(skin["L"], skin["pct_women"] / 0.1, skin["prompt_id"])
+        rejected["pooled, unadjusted"] += pooled.p_value < 0.05
+        for r in women_share_regression(skin, "black", 0.95).itertuples():
+            rejected[r.subset] += r.p_value < 0.05
+    assert rejected["pooled, unadjusted"] >= 190, rejected
+    assert rejected[SEED_SUBSET] <= 20 and rejected[LABEL_ADJUSTED] <= 20, rejected
 
 
 def test_empty_inputs_say_no_data(tmp_path):
@@ -200,6 +239,36 @@ def test_similarity_by_L_bin_has_every_bin_the_faces_stage_writes(tmp_path):
         expected = {b for b, n in counts.items() if n >= 2}
         got = t.set_index("group").reindex(list(L_BIN_LABELS))["intra"]
         assert np.isfinite(got[list(expected)]).all(), (model, space, got.to_dict())
+
+
+def test_homogeneity_with_the_prompt_as_the_group_is_the_brute_force_gap(tmp_path):
+    """homogeneity_by_prompt: per model and space, each prompt's images against the model's other prompts:
+    intra = mean cosine over the prompt's pairs, inter = mean cosine to every other prompt's image (brute force
+    from the embeddings the stage reads); homogeneity_overall: every face of the model as one group."""
+    from biasaudit.t2i.analysis.inputs import load_embeddings
+
+    write_tree(tmp_path)
+    inputs = load_inputs(tmp_path, groups=GROUPS)
+    res = homogeneity.compute(inputs, analysis_config(n_boot=100, n_permutations=0, min_group_size=2))
+    table = res.tables["homogeneity_by_prompt"]
+    model, space = table[["model", "space"]].iloc[0]
+    index, X = load_embeddings(tmp_path, model, space)
+    meta = inputs.manifests.drop_duplicates("image_id").set_index("image_id")["prompt_id"]
+    prompts = index["image_id"].map(meta).to_numpy()
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    t = table[(table["model"] == model) & (table["space"] == space)].set_index("group")
+    assert set(t.index) == set(prompts)
+    for p in list(t.index)[:3]:
+        a, b = prompts == p, prompts != p
+        S = U[a] @ U[a].T
+        assert t.loc[p, "intra"] == pytest.approx(S[np.triu_indices(a.sum(), 1)].mean(), abs=1e-6)  # float32 rows
+        assert t.loc[p, "inter"] == pytest.approx((U[a] @ U[b].T).mean(), abs=1e-6)
+        assert t.loc[p, "gap"] == pytest.approx(t.loc[p, "intra"] - t.loc[p, "inter"])
+    # every face of the model as one group: the mean cosine over all its pairs, inside its interval
+    o = res.tables["homogeneity_overall"].set_index(["model", "space"]).loc[(model, space)]
+    S = U @ U.T
+    assert o["n"] == len(U) and o["intra"] == pytest.approx(S[np.triu_indices(len(U), 1)].mean(), abs=1e-6)
+    assert o["intra_lo"] <= o["intra"] <= o["intra_hi"]
 
 
 @pytest.mark.slow

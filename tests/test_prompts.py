@@ -169,3 +169,48 @@ def test_selection_sensitivity_reports_entropy_own_share_and_overlap():
     assert row["mean_own_share"] == pytest.approx(0.75) and row["mean_white"] == pytest.approx(0.75)
     assert row["median_size"] == 20.0 and row["shared_with_first"] == 2
     assert table.set_index("rule").loc["paper", "shared_with_first"] == 1
+    # the benchmark mix moves from (0.75, 0.25) to (0.5, 0.5): TVD 0.25; the first rule against itself 0
+    assert table.set_index("rule")["tvd_mix_vs_first"].to_dict() == pytest.approx({"share": 0.0, "paper": 0.25})
+
+
+# The paper's words for the occupations it names, each quoted here from the paper as the oracle.
+PAPER_WORDS = {"Chief executives": "a CEO", "Computer and information systems managers": "an information systems manager",
+               "Manicurists and pedicurists": "a nail technician", "Nursing assistants": "a nursing assistant",
+               "Elementary and middle school teachers": "a school teacher"}
+
+
+def test_a_named_occupation_is_prompted_in_the_papers_words():
+    """The paper profile's prompts say "a CEO", not BLS's "a chief executive"; each mapping row carries the
+    paper's sentence it comes from, which contains the phrase; an occupation the paper does not name keeps
+    the reviewed BLS phrase."""
+    from biasaudit.cli import profile_params
+
+    params = profile_params("paper", ROOT / "params.yaml").prompts
+    prompts = pr.build_prompts(select_all(params, real_benchmarks()), params.templates, params.style_suffix, "v1",
+                               GROUPS).set_index("instance")
+    for bls, words in PAPER_WORDS.items():
+        assert prompts.loc[bls, "prompt"].startswith(f"A person who works as {words}, "), prompts.loc[bls, "prompt"]
+    assert prompts.loc["Lawyers", "prompt"].startswith("A person who works as a lawyer, ")
+    phrases = pr.load_occupation_phrases()
+    named = phrases[phrases["paper_phrase"] != ""]
+    assert (named["paper_line"].str.len() > 0).all() and (phrases.loc[phrases["paper_phrase"] == "", "paper_line"] == "").all()
+    for r in named.itertuples():
+        assert r.paper_phrase.rstrip("s") in r.paper_line, r.bls_occupation
+
+
+def _named_selected(benches, weight: float, surname_floor: float) -> int:
+    phrases = pr.load_occupation_phrases()
+    named_occ = set(phrases.loc[phrases["paper_phrase"] != "", "bls_occupation"]) - set(UNREACHABLE.values())
+    occ = set(pr.select_instances(benches["occupation"], 10, 100.0, GROUPS, weight)["instance"])
+    sur = set(pr.select_instances(benches["surname"], 10, surname_floor, GROUPS, weight)["instance"])
+    return len(named_occ & occ) + len(set(PAPER_SURNAMES) & sur)
+
+
+@pytest.mark.parametrize("weight, floor, all_nine", [
+    (0.05, 30000, True), (0.11, 30000, True), (0.05, 60000, True), (0.11, 60000, True), (0.10, 50000, True),
+    (0.04, 50000, False), (0.16, 50000, False), (0.10, 25000, False), (0.10, 65000, False), (0.0, 10000, False)])
+def test_the_selection_rule_is_fitted_to_the_named_instances(weight, floor, all_nine):
+    """The region docs/prompts.md states, computed: all 9 reachable named instances are selected for
+    size_weight 0.05–0.11 with surname floors 30,000–60,000 (occupation floor 100), and outside it at least
+    one is lost."""
+    assert (_named_selected(real_benchmarks(), weight, floor) == 9) is all_nine

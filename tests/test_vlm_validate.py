@@ -113,6 +113,28 @@ def test_pixel_metrics_match_hand_values():
     assert m["delta_e_inside"] == 0
 
 
+def test_global_ssim_is_the_textbook_ssim_of_the_whole_image():
+    """ssim_global against SSIM from its definition (Wang et al. 2004): per channel, every 7×7 window wholly
+    inside the image, sample (co)variances, C1 = (0.01·255)², C2 = (0.03·255)², averaged over windows and
+    channels."""
+    rng = np.random.default_rng(2)
+    src = rng.integers(0, 256, (16, 18, 3)).astype(np.uint8)
+    edit = np.clip(src.astype(int) + rng.integers(-30, 31, src.shape), 0, 255).astype(np.uint8)
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    vals = []
+    for ch in range(3):
+        for i in range(16 - 6):
+            for j in range(18 - 6):
+                x = src[i:i + 7, j:j + 7, ch].astype(float).ravel()
+                y = edit[i:i + 7, j:j + 7, ch].astype(float).ravel()
+                mx, my = x.mean(), y.mean()
+                vx, vy, cxy = x.var(ddof=1), y.var(ddof=1), np.cov(x, y, ddof=1)[0, 1]
+                vals.append((2 * mx * my + c1) * (2 * cxy + c2) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2)))
+    m = V.pixel_metrics(src, edit, np.zeros((16, 18), bool), border_px=0)
+    assert m["ssim_global"] == pytest.approx(np.mean(vals), rel=1e-6)
+    assert V.pixel_metrics(src, src.copy(), np.zeros((16, 18), bool), 0)["ssim_global"] == pytest.approx(1.0)
+
+
 def test_target_attainment_with_scripted_classifier(params):
     from biasaudit.backends.vlm.base import VLMResponse
 

@@ -294,3 +294,29 @@ def test_a_group_in_few_prompts_gets_the_expansion_of_its_own_prompt_count_and_a
     assert t["few_prompts"].tolist() == [True, False, True, False] and t.loc["b", "wp_ci_reason"] == ""
     assert np.isnan(t.loc["c", "wp_gap_lo"]) and "fewer than 2" in t.loc["c", "wp_ci_reason"]
     assert "only 1 prompt(s)" in t.loc["c", "wp_ci_reason"]  # d: no prompt with pairs, its gap is undefined
+
+
+def test_similarity_by_L_bin_has_intervals_and_the_difference_between_adjacent_bins():
+    """The paper's similarity-by-L* rows: each bin's mean intra-bin cosine over every pair (brute force here)
+    with its interval, and a bin minus the next lighter bin (the paper's 0.405 − 0.183 = 0.222) with an
+    interval from the same resamples: where the darkest bin is planted tight (a shared direction), the
+    difference's interval lies above 0."""
+    rng = np.random.default_rng(11)
+    prompts = np.repeat([f"p{i}" for i in range(12)], 12)
+    bins = np.tile(["<40"] * 3 + ["[40,55)"] * 5 + ["≥70"] * 4, 12).astype(object)
+    X = rng.normal(size=(len(prompts), 16))
+    X[bins == "<40"] += 3 * np.eye(16)[0]  # the darkest faces share a look
+    t = H.within_prompt_table(X, prompts, {"L_bin": bins}, n_boot=300, n_perm=0, small_group=2)["L_bin"]
+    t = t.set_index("group")
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    for g in ("<40", "[40,55)", "≥70"):
+        S = U[bins == g] @ U[bins == g].T
+        assert t.loc[g, "intra"] == pytest.approx(S[np.triu_indices(len(S), 1)].mean())
+        assert t.loc[g, "intra_lo"] <= t.loc[g, "intra"] <= t.loc[g, "intra_hi"]
+    assert list(t.index) == ["<40", "[40,55)", "≥70"]  # the table's order is dark to light
+    d = t.loc["<40", "intra"] - t.loc["[40,55)", "intra"]
+    assert t.loc["<40", "intra_minus_next"] == pytest.approx(d)
+    assert 0 < t.loc["<40", "intra_minus_next_lo"] <= d <= t.loc["<40", "intra_minus_next_hi"]
+    assert np.isnan(t.loc["≥70", "intra_minus_next"])  # no lighter bin
+    race = H.within_prompt_table(X, prompts, {"race": bins}, n_boot=0, n_perm=0, small_group=2)["race"]
+    assert "intra_minus_next" not in race  # an unordered labelling has no "next"

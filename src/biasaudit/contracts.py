@@ -244,13 +244,31 @@ THRESHOLD_SUMMARY = Table("threshold_summary", ("model", "category", "group", "t
 SKIN_EARNINGS_OLS = Table("skin_earnings_ols", ("model", "group", "slope", "ci_low", "ci_high", "p_value", "n",
                                                 "n_clusters"))
 HOMOGENEITY_BY_L_BIN = Table("homogeneity_by_L_bin", ("model", "space", "group", "n", "intra", "gap"),
-                             ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi"))
+                             ("gap_lo", "gap_hi", "wp_gap", "wp_gap_lo", "wp_gap_hi", "intra_lo", "intra_hi",
+                              "intra_minus_next", "intra_minus_next_lo", "intra_minus_next_hi"))
+# the prompt as the group: each prompt's images against the model's other prompts (t2i/analysis/homogeneity.py)
+HOMOGENEITY_BY_PROMPT = Table("homogeneity_by_prompt", ("model", "space", "group", "n", "intra", "inter", "gap"))
+# every embedded face of a model as one group: the mean pairwise cosine with a prompt-cluster interval
+HOMOGENEITY_OVERALL = Table("homogeneity_overall", ("model", "space", "n", "intra"), ("intra_lo", "intra_hi"))
+# L* ~ the occupation's share of women: the seed's subset (subset "seed", one label) and the label-adjusted
+# extension (t2i/analysis/skin.py women_share_regression)
+SKIN_WOMEN_SHARE_OLS = Table("skin_women_share_ols", ("model", "subset", "group", "faces", "slope", "ci_low", "ci_high",
+                                                      "p_value", "n_clusters"))
+# every measured face of a model, whatever its label: mean L* and ΔE2000 diversity with intervals
+SKIN_SUMMARY_BY_MODEL = Table("skin_summary_by_model", ("model", "n", "L_mean", "diversity_de2000"),
+                              ("L_mean_lo", "L_mean_hi", "diversity_de2000_lo", "diversity_de2000_hi"))
 
 
 def disagreements(groups: tuple[str, ...]) -> Table:
     """reports/t2i/reliability/disagreements.csv: per label (column `index`), the share of its rater-pair
     disagreements against each other label of the active set (one column per label)."""
     return Table("disagreements", ("index", "n_disagreements"), tuple(groups))
+
+
+def confusion(groups: tuple[str, ...]) -> Table:
+    """reports/t2i/reliability/confusion.csv: counts of (human label `human`, classifier label: one column per
+    label of the active set), each human's labels stacked."""
+    return Table("confusion", ("human",), tuple(groups))
 # Method B (reports/vlm/tables/, written by the sections of vlm/analysis/ and vlm/recovery.py), one per VLM
 RACE_WINRATE = Table("{vlm}_race_winrate_{task}", ("gender", "race", "n", "rate", *_CI), ("degenerate",), method="vlm")
 DELTA_G = Table("{vlm}_delta_g", ("dimension", "level", "measure", "delta_pct", *_CI, "p_value", "p_adjusted"), method="vlm")
@@ -266,6 +284,8 @@ PRIMARY_ENDPOINTS = Table("{vlm}_primary_endpoints", ("endpoint", "estimate", *_
                           ("n_photos", "reason", *_CAVEATS), method="vlm")
 CAVEATS = Table("{vlm}_caveats", ("measure", "group", "refusal_gap", "robust_to_refusals", "caveats"), _CAVEATS,
                 method="vlm")
+TASK_INTERACTION = Table("{vlm}_task_interaction", ("race", "kind", "task", "task_b", "estimate", "low", "high", "p",
+                                                  "p_adjusted", "n_photos"), ("reason",), method="vlm")
 VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", "planted", "estimate", *_CI, "width",
                                             "plausible_range", "covered", "informative", "check"),
                        ("note", "excludes_null", "would_have_answered"), method="vlm")
@@ -274,7 +294,8 @@ ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
-    RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION, PRIMARY_ENDPOINTS, CAVEATS)
+    SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, HOMOGENEITY_BY_PROMPT, HOMOGENEITY_OVERALL, RACE_WINRATE, DELTA_G, OLS,
+    SIGN_FLIP, RETENTION, TASK_INTERACTION, VLM_VALIDATION, PRIMARY_ENDPOINTS, CAVEATS)
 
 
 def contract_of(name: str, method: str = "t2i") -> Table | None:

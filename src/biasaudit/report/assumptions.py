@@ -61,10 +61,16 @@ def shown(value: Any) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
 
 
-def run_values(table: pd.DataFrame, config: Mapping[str, Any]) -> list[str]:
-    """This run's value of each row's params key ('' for a row without one)."""
+def run_values(table: pd.DataFrame, config: Mapping[str, Any], readings: Mapping[str, str] | None = None) -> list[str]:
+    """This run's value of each row's params key ('' for a row without one); for a reading row (an id of
+    `readings`, from report/replication.py alternative_readings) the run's value under the reading taken and
+    under the alternative."""
     out = []
-    for key in table["params_key"]:
+    readings = readings or {}
+    for rid, key in zip(table["id"], table["params_key"]):
+        if rid in readings:
+            out.append(shown(readings[rid]))
+            continue
         if not key:
             out.append("")
             continue
@@ -91,9 +97,9 @@ PAGE = """<h1>Our assumptions: the choices the papers leave open</h1><p><a href=
 
 def write_assumptions(reports: Path, table: pd.DataFrame, config: Mapping[str, Any], profile: str,
                       stand_ins: list[str] | tuple[str, ...] = (), title: str = "biasaudit report",
-                      source: Path = ASSUMPTIONS_CSV) -> Path:
+                      source: Path = ASSUMPTIONS_CSV, readings: Mapping[str, str] | None = None) -> Path:
     """Write `<reports>/pages/assumptions.html` (one row per assumption with this run's value); return its path."""
-    rows = table.assign(this_run=run_values(table, config)).to_dict("records")
+    rows = table.assign(this_run=run_values(table, config, readings)).to_dict("records")
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     text = env.from_string(HEAD + PAGE).render(
         title=f"Assumptions · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
@@ -103,12 +109,13 @@ def write_assumptions(reports: Path, table: pd.DataFrame, config: Mapping[str, A
 
 def build_assumptions(reports: Path, config: Mapping[str, Any], profile: str, stand_ins: list[str] | tuple[str, ...] = (),
                       path: Path = ASSUMPTIONS_CSV, root: Path = Path("."),
-                      title: str = "biasaudit report") -> pd.DataFrame:
-    """Read the assumptions table, write its page with this run's values (`config`: `Params.model_dump()`), and
-    return the table with a `this_run` column."""
+                      title: str = "biasaudit report", readings: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Read the assumptions table, write its page with this run's values (`config`: `Params.model_dump()`;
+    `readings`: id → the run's value under the reading taken and the alternative), and return the table with a
+    `this_run` column."""
     table = load_assumptions(Path(root) / path)
-    write_assumptions(Path(reports), table, config, profile, stand_ins, title, path)
-    return table.assign(this_run=run_values(table, config))
+    write_assumptions(Path(reports), table, config, profile, stand_ins, title, path, readings)
+    return table.assign(this_run=run_values(table, config, readings))
 
 
 __all__ = ["ASSUMPTIONS_CSV", "ASSUMPTIONS_PAGE", "COLUMNS", "assumptions_line", "build_assumptions",

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from jinja2 import Environment, select_autoescape
 
@@ -33,6 +34,7 @@ from biasaudit import contracts as C
 from biasaudit.pipeline.io import atomic_write_table, atomic_write_text
 from biasaudit.report.html import HEAD, PAGES, STAND_IN_NOTE, STYLE, replication_summary
 from biasaudit.report.load import Loaded, Outputs, fmt, num, read_json
+from biasaudit.vlm.groups import COUNTERFACTUAL, NULL_EDIT, ORIGINAL
 
 PUBLISHED_FILES = ("method_a.csv", "method_b.csv")
 PUBLISHED_COLUMNS = ("id", "method", "kind", "statistic", "model", "run_model", "category", "group", "subset",
@@ -88,10 +90,10 @@ def covers(published: float, low: float, high: float, relation: str = "=") -> bo
     if any(math.isnan(x) for x in (published, low, high)):
         return None
     if relation == "<":
-        return high < published
+        return bool(high < published)
     if relation == ">":
-        return low > published
-    return low <= published <= high
+        return bool(low > published)
+    return bool(low <= published <= high)
 
 
 def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool) -> dict[str, Any]:
@@ -118,6 +120,8 @@ def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool) -> dict[str, A
                 f" the claim ({rel} {fmt(pub)})"))
         if rel != "=" and c is False:
             against = rv.low > pub if rel == "<" else rv.high < pub
+            if rv.low == rv.high:  # a count or a set-valued reading, not an estimate with an interval
+                against = True
             notes.append("the interval lies on the other side of the bound: the run contradicts the claim" if against
                          else "the interval straddles the bound: the claim is neither confirmed nor contradicted")
     if rv.note:
@@ -146,6 +150,7 @@ class Run:
     focus_manifest: Path | None = None
     design: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    level: float = 0.95  # of the run's intervals; a direction claim's test uses α = 1 − level
 
     @classmethod
     def load(cls, reports: Path, root: Path = Path("."), **kw: Any) -> "Run":
@@ -281,21 +286,34 @@ def homogeneity_gap(run: Run, row: Mapping[str, Any]) -> RunValue:
 def _bins(run: Run, row: Mapping[str, Any], group: str, column: str) -> RunValue:
     t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
     df = _pick(t, row, column, space=subset_of(row["subset"]).get("space", ""), group=group)
-    return RunValue(num(df[column].iloc[0]), source=_src(t, column))
+    r = df.iloc[0]
+    lo, hi = (num(r[f"{column}_lo"]), num(r[f"{column}_hi"])) if f"{column}_lo" in df else (math.nan, math.nan)
+    return RunValue(num(r[column]), lo, hi, _src(t, column))
 
 
 def mean_similarity(run: Run, row: Mapping[str, Any]) -> RunValue:
     rv = _bins(run, row, str(row["group"]), "intra")
-    rv.source += " (mean intra-bin cosine)" if rv.source else ""
+    rv.source += " (mean intra-bin cosine; interval: intra_lo/hi, bootstrap over prompts)" if rv.source else ""
     return rv
 
 
 def similarity_difference(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """One L* bin's mean similarity minus the next lighter bin's: `intra_minus_next` with its bootstrap interval
+    (the same resamples for both bins) when the second bin is the next one of the table, else the point
+    difference."""
     a, _, b = str(row["group"]).partition(" minus ")
     x, y = _bins(run, row, a, "intra"), _bins(run, row, b, "intra")
     if x.missing or y.missing:
         return not_computed(x.missing or y.missing, x.source)
-    return RunValue(x.value - y.value, source=f"{x.source}: {a} − {b}")
+    t = run.t2i.table(C.HOMOGENEITY_BY_L_BIN)
+    df = _pick(t, row, "intra", space=subset_of(row["subset"]).get("space", "")).reset_index(drop=True)
+    groups = list(df["group"].astype(str))
+    i = groups.index(a)
+    if i + 1 < len(groups) and groups[i + 1] == b and "intra_minus_next" in df:
+        r = df.iloc[i]
+        return RunValue(num(r["intra_minus_next"]), num(r.get("intra_minus_next_lo")), num(r.get("intra_minus_next_hi")),
+                        _src(t, "intra_minus_next", f"{a} − {b}"))
+    return RunValue(x.value - y.value, source=f"{x.source}: {a} − {b}", note="not adjacent bins: point only")
 
 
 def n_in_bin(run: Run, row: Mapping[str, Any]) -> RunValue:
@@ -431,12 +449,18 @@ def _focus(run: Run) -> tuple[pd.DataFrame, str]:
     return df, ""
 
 
-def _focus_count(column: str | None, what: str) -> Callable[[Run, Mapping[str, Any]], RunValue]:
+def _focus_count(column: str | None, what: str, arm: str = COUNTERFACTUAL) -> Callable[[Run, Mapping[str, Any]], RunValue]:
+    """A count of the FOCUS manifest's ok edits of one arm: the paper's counterfactual edits (B01–B07), or a
+    control arm the paper does not have (null_edit, original: their own rows)."""
     def lookup(run: Run, row: Mapping[str, Any]) -> RunValue:
         df, why = _focus(run)
         if why:
             return not_computed(why)
-        src = f"{C.FOCUS_MANIFEST} ({what}, edits with status ok)"
+        if "arm" in df:
+            df = df[df["arm"].fillna(COUNTERFACTUAL).astype(str) == arm]
+        elif arm != COUNTERFACTUAL:  # a manifest without arms (an imported set) has no control edits
+            df = df.iloc[:0]
+        src = f"{C.FOCUS_MANIFEST} ({what}, arm {arm}, edits with status ok)"
         if column is None:
             return RunValue(float(len(df)), source=src)
         if column == "group":
@@ -496,6 +520,225 @@ def share_negative_delta_g(run: Run, row: Mapping[str, Any]) -> RunValue:
                     note="per VLM: " + ", ".join(f"{v} {x:.2f}" for v, x in per.items()))
 
 
+# ------------------------------------------------------------------ direction claims (the seeds' stated claims)
+#
+# A claim such as "Imagen 4 Fast has the largest Black disparity" is read as a margin with an interval: the
+# claimed model's (or group's) estimate against the nearest other one, on the claimed side of 0 (relation
+# ">", value 0), so `covered` is true only when the run supports the claim. Where the table has only
+# marginal intervals, the margin's interval is built from them: [lo_claimed − hi_other, hi_claimed − lo_other]
+# for each other, the smallest over others; when every marginal interval covers (probability ≥ 1 − k·α for k
+# intervals) the true margin lies in it, so it is conservative.
+
+def _margin(frame: pd.DataFrame, claimed: str, extreme: str, what: str) -> RunValue:
+    """frame: index = models (or groups), columns est, lo, hi. The margin by which `claimed` is the largest
+    (extreme max) or the smallest (min) of them, with the interval from the marginal ones."""
+    frame = frame[frame["est"].notna()]
+    if claimed not in frame.index:
+        raise NotComputed(f"no estimate for {claimed} ({what})")
+    others = frame.drop(index=claimed)
+    if others.empty:
+        raise NotComputed(f"only {claimed} has an estimate: nothing to compare ({what})")
+    c = frame.loc[claimed]
+    sign = 1.0 if extreme == "max" else -1.0
+    point = sign * (c["est"] - others["est"])
+    if sign > 0:
+        low, high = c["lo"] - others["hi"], c["hi"] - others["lo"]
+    else:
+        low, high = others["lo"] - c["hi"], others["hi"] - c["lo"]
+    nearest = point.idxmin()
+    shown = ", ".join(f"{k} {fmt(r.est)}" + ("" if math.isnan(r.lo) else f" [{fmt(r.lo)}, {fmt(r.hi)}]")
+                      for k, r in frame.iterrows())
+    rv = RunValue(float(point.min()), float(low.min()), float(high.min()))
+    rv.note = (f"margin of {claimed} over the nearest other ({nearest}) as the {'largest' if sign > 0 else 'smallest'} "
+               f"{what}; interval from the marginal ones (conservative); {shown}")
+    return rv
+
+
+def _frame(df: pd.DataFrame, key: str, est: str, lo: str = "", hi: str = "") -> pd.DataFrame:
+    return pd.DataFrame({"est": df[est].map(num).to_numpy(),
+                         "lo": df[lo].map(num).to_numpy() if lo and lo in df else math.nan,
+                         "hi": df[hi].map(num).to_numpy() if hi and hi in df else math.nan},
+                        index=df[key].astype(str).to_numpy())
+
+
+def _all_models(t: Loaded, column: str, **match: str) -> pd.DataFrame:
+    return _pick(t, {"run_model": EVERY}, column, **match)
+
+
+MODEL_MEASURES = {  # subset measure= → (table, estimate, low, high, what, match from the row)
+    "mean_deviation": (C.DEVIATION_BY_RACE, "mean_deviation", "mean_deviation_low", "mean_deviation_high",
+                       "mean deviation (model − benchmark share)", ("category", "race")),
+    "mean_tvd": (C.TVD_SUMMARY, "mean_tvd", "mean_tvd_low", "mean_tvd_high", "mean TVD", ("category",)),
+    "L_mean": (C.SKIN_SUMMARY_BY_MODEL, "L_mean", "L_mean_lo", "L_mean_hi", "mean L* of every measured face", ()),
+    "diversity_de2000": (C.SKIN_SUMMARY_BY_MODEL, "diversity_de2000", "diversity_de2000_lo", "diversity_de2000_hi",
+                         "skin-tone diversity (mean pairwise ΔE2000, every measured face)", ()),
+}
+
+
+def model_extreme(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """The row's model is the largest (extreme=max) or smallest (min) of the run's models on a measure."""
+    sub = subset_of(row["subset"])
+    measure, extreme = sub.get("measure", ""), sub.get("extreme", "max")
+    if measure == "face_similarity":
+        t = run.t2i.table(C.HOMOGENEITY_OVERALL)
+        df = _all_models(t, "intra", space=sub.get("space", "face"))
+        rv = _margin(_frame(df, "model", "intra", "intra_lo", "intra_hi"), str(row["run_model"]), extreme,
+                     "mean pairwise face cosine (every embedded face)")
+        rv.source = _src(t, "intra", f"{extreme} of models")
+        return rv
+    spec, est, lo, hi, what, keys = MODEL_MEASURES[measure]
+    t = run.t2i.table(spec)
+    names = {"category": row["category"], "race": row["group"]}
+    df = _all_models(t, est, **{k: names[k] for k in keys})
+    rv = _margin(_frame(df, "model", est, lo, hi), str(row["run_model"]), extreme, what)
+    rv.source = _src(t, est, f"{extreme} of models")
+    return rv
+
+
+def group_extreme(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """Within the row's model: its group has the largest homogeneity gap of every label (the paper's gap)."""
+    sub = subset_of(row["subset"])
+    t = run.t2i.table(C.HOMOGENEITY_BY_RACE)
+    df = _pick(t, row, "gap", space=sub.get("space", "face"))
+    rv = _margin(_frame(df, "group", "gap", "gap_lo", "gap_hi"), str(row["group"]), sub.get("extreme", "max"),
+                 f"homogeneity gap ({sub.get('space', 'face')})")
+    rv.source = _src(t, "gap", "largest of labels")
+    return rv
+
+
+def wilson(k: float, n: float, level: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        return math.nan, math.nan
+    z = float(norm.ppf(0.5 + level / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def prompt_deviation(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """A prompt's share of a label minus its benchmark share, with a Wilson interval for the share (images of
+    one prompt: a binomial count); for every model ("*"), the one least favourable to the claim."""
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    g, instance, rel = str(row["group"]), subset_of(row["subset"]).get("instance", ""), str(row["relation"])
+    try:
+        df = _pick(t, row, f"n_{g}", category=row["category"], instance=instance)
+    except NotComputed as exc:
+        return not_computed(exc.why + " (this run's prompts do not include it)", exc.source)
+    per = []
+    for r in df.to_dict("records"):
+        k, n, bench = num(r.get(f"n_{g}")), num(r.get("n")), num(r.get(f"bench_{g}"))
+        lo, hi = wilson(k, n, run.level)
+        per.append((str(r["model"]), k / n - bench if n > 0 else math.nan, lo - bench, hi - bench, int(n)))
+    frame = pd.DataFrame(per, columns=["model", "est", "lo", "hi", "n"]).dropna(subset=["est"])
+    if frame.empty:
+        return not_computed(f"no labelled image for the prompt {instance}", _src(t, f"n_{g}"))
+    agg = "max" if rel == "<" else "min"  # the model least favourable to the claim
+    rv = RunValue(float(getattr(frame["est"], agg)()), float(getattr(frame["lo"], agg)()),
+                  float(getattr(frame["hi"], agg)()), _src(t, f"n_{g}/n − bench_{g}", f"prompt {instance}"))
+    rv.note = "share − benchmark, Wilson interval per model: " + ", ".join(
+        f"{r.model} {fmt(r.est)} [{fmt(r.lo)}, {fmt(r.hi)}] of {r.n}" for r in frame.itertuples()) + (
+        f"; the {'largest' if agg == 'max' else 'smallest'} over models" if len(frame) > 1 else "")
+    return rv
+
+
+def women_share_slope(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """L* per 10 points of women in the occupation: the seed's subset (the row's model and label)."""
+    from biasaudit.t2i.analysis.skin import SEED_SUBSET
+
+    t = run.t2i.table(C.SKIN_WOMEN_SHARE_OLS)
+    df = _pick(t, row, "slope", subset=SEED_SUBSET, group=row["group"])
+    r = df.iloc[0]
+    if math.isnan(num(r["slope"])):
+        raise NotComputed(f"no fit ({int(num(r['n_clusters']))} prompts)", _src(t, "slope"))
+    rv = RunValue(num(r["slope"]), num(r["ci_low"]), num(r["ci_high"]), _src(t, "slope", "subset seed"),
+                  f"L* per 10 points of women, {int(num(r['faces']))} faces in {int(num(r['n_clusters']))} prompts, "
+                  f"p {fmt(r['p_value'])}")
+    try:  # the labelled extension beside it
+        from biasaudit.t2i.analysis.skin import LABEL_ADJUSTED
+
+        e = _pick(t, row, "slope", subset=LABEL_ADJUSTED).iloc[0]
+        rv.note += f"; extension (every label, label fixed effects): {fmt(e['slope'])} [{fmt(e['ci_low'])}, {fmt(e['ci_high'])}]"
+    except NotComputed:
+        pass
+    return rv
+
+
+def closest_not_most_diverse(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """1 when the model with the smallest overall TVD is not the one with the most diverse skin tones, else 0;
+    the interval is [1, 1] only when both are clear (each one's interval beyond every other model's), [0, 1]
+    when either is not, [0, 0] when both are clear and the same model."""
+    tv = run.t2i.table(C.TVD_SUMMARY)
+    sk = run.t2i.table(C.SKIN_SUMMARY_BY_MODEL)
+    a = _frame(_all_models(tv, "mean_tvd", category="all"), "model", "mean_tvd", "mean_tvd_low", "mean_tvd_high")
+    b = _frame(_all_models(sk, "diversity_de2000"), "model", "diversity_de2000", "diversity_de2000_lo",
+               "diversity_de2000_hi")
+    if len(a) < 2 or len(b) < 2:
+        raise NotComputed("fewer than two models to compare", _src(tv, "mean_tvd"))
+    closest, diverse = str(a["est"].idxmin()), str(b["est"].idxmax())
+    ca, cb = _margin(a, closest, "min", "TVD"), _margin(b, diverse, "max", "diversity")
+    clear = ca.low > 0 and cb.low > 0
+    value = float(closest != diverse)
+    low, high = (value, value) if clear else (0.0, 1.0)
+    return RunValue(value, low, high, f"{_src(tv, 'mean_tvd', 'all')} beside {_src(sk, 'diversity_de2000')}",
+                    f"closest to the benchmarks: {closest} (margin {fmt(ca.value)} [{fmt(ca.low)}, {fmt(ca.high)}]); "
+                    f"most diverse skin tones: {diverse} (margin {fmt(cb.value)} [{fmt(cb.low)}, {fmt(cb.high)}])"
+                    + ("" if clear else "; not both clear from the intervals: [0, 1]"))
+
+
+def classifier_hispanic_for_white(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """Of the images where a human and the classifier split White/Hispanic, the share where the classifier
+    says Hispanic (human White): above 0.5 when the classifier labels White faces Hispanic more often than
+    humans do. Wilson interval (the pairs of one image are counted as independent: each human's labels are
+    stacked)."""
+    t = run.t2i.table(C.confusion(run.groups), where="reliability")
+    a, b = str(row["group"]), subset_of(row["subset"]).get("against", "")
+    if not t.ok:
+        raise NotComputed(t.reason or "no confusion table", _src(t, b))
+    df = t.df.set_index(t.df["human"].astype(str))
+    if a not in df.index or b not in df.index or a not in df or b not in df:
+        raise NotComputed(f"{t.name} lacks {a} or {b}", _src(t, b))
+    k, m = num(df.loc[a, b]), num(df.loc[b, a])
+    if k + m == 0:
+        raise NotComputed(f"no {a}/{b} disagreement between a human and the classifier", _src(t, b))
+    lo, hi = wilson(k, k + m, run.level)
+    return RunValue(k / (k + m), lo, hi, _src(t, f"[{a}, {b}] / ([{a}, {b}] + [{b}, {a}])"),
+                    f"human {a} → classifier {b}: {int(k)}; human {b} → classifier {a}: {int(m)}")
+
+
+def _significant_vlms(run: Run, spec: C.Table, keep: Callable[[pd.DataFrame], pd.Series], what: str) -> RunValue:
+    tables = [(k["vlm"], t) for k, t in run.vlm.tables_of(spec) if t.ok]
+    if not tables:
+        raise NotComputed(f"no {spec.name} table in reports/vlm/tables")
+    alpha = 1 - run.level
+    per = {}
+    for vlm, t in tables:
+        df = t.df[keep(t.df)]
+        p = df["p_adjusted"].map(num)
+        per[vlm] = (int((p < alpha).sum()), int(p.notna().sum()))
+    count = float(sum(1 for s, _ in per.values() if s > 0))
+    return RunValue(count, count, count, f"{spec.name}.p_adjusted ({what}, α = {alpha:g})",
+                    f"VLMs with at least one significant {what} (a count of adjusted tests, no interval needed): "
+                    + ", ".join(f"{v} {s} of {n}" for v, (s, n) in per.items()))
+
+
+def vlms_with_disparity(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """How many VLMs show at least one race or gender gap (Δg of the row's measure, or any) with an adjusted
+    p below α: disparities that persist under the face-only control."""
+    m = str(row["category"])
+    return _significant_vlms(run, C.DELTA_G, lambda d: d["dimension"].isin(["race", "gender"])
+                             & ((d["measure"] == m) if m else True), "Δg")
+
+
+def vlms_with_task_variation(run: Run, row: Mapping[str, Any]) -> RunValue:
+    """How many VLMs have at least one race whose effect differs across the tasks (the joint sign-flip test of
+    the task × group interaction, adjusted over races)."""
+    return _significant_vlms(run, C.TASK_INTERACTION, lambda d: d["kind"] == "joint", "task × race interaction")
+
+
 LOOKUPS: dict[str, Callable[[Run, Mapping[str, Any]], RunValue]] = {
     "mean_tvd": mean_tvd, "mean_deviation": mean_deviation, "share_reaching": share_reaching,
     "threshold_share": threshold_share, "L_mean": L_mean, "n_classified": n_classified, "dark_share": dark_share,
@@ -508,10 +751,131 @@ LOOKUPS: dict[str, Callable[[Run, Mapping[str, Any]], RunValue]] = {
     "n_models": n_models, "n_categories": n_categories,
     "focus_images": _focus_count(None, "edits"), "focus_occupations": _focus_count("occupation", "occupations"),
     "focus_groups": _focus_count("group", "race × gender"), "focus_races": _focus_count("race", "races"),
-    "focus_genders": _focus_count("gender", "genders"), "n_vlms": n_vlms, "n_task_kinds": n_task_kinds,
+    "focus_genders": _focus_count("gender", "genders"), "focus_null_edits": _focus_count(None, "null edits", NULL_EDIT),
+    "focus_originals": _focus_count(None, "unedited originals", ORIGINAL), "n_vlms": n_vlms, "n_task_kinds": n_task_kinds,
     "two_afc_scenarios": two_afc_scenarios, "two_afc_images": two_afc_images, "mcq_options": mcq_options,
-    "share_negative_delta_g": share_negative_delta_g,
+    "share_negative_delta_g": share_negative_delta_g, "model_extreme": model_extreme, "group_extreme": group_extreme,
+    "prompt_deviation": prompt_deviation, "women_share_slope": women_share_slope,
+    "closest_not_most_diverse": closest_not_most_diverse, "classifier_hispanic_for_white": classifier_hispanic_for_white,
+    "vlms_with_disparity": vlms_with_disparity, "vlms_with_task_variation": vlms_with_task_variation,
 }
+
+
+# ------------------------------------------------------------------ readings (the assumptions page)
+#
+# Where a published sentence admits two readings, the table takes one; `alternative_readings` gives, per row of
+# data/reference/assumptions.csv that declares such a reading (R01–R04), this run's value under the reading
+# taken and under the alternative, for the assumptions page.
+
+def _tvd(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
+
+
+def pooled_tvd(df: pd.DataFrame, groups: Sequence[str]) -> float:
+    """The TVD between a model's labels pooled over its prompts and the benchmark pooled the same way
+    (each prompt's benchmark weighted by its labelled images): one distribution against one."""
+    n = df["n"].map(num).to_numpy(float)
+    if n.sum() <= 0:
+        return math.nan
+    counts = np.array([df[f"n_{g}"].map(num).fillna(0).sum() for g in groups])
+    bench = np.array([(df[f"bench_{g}"].map(num).fillna(0) * n).sum() for g in groups]) / n.sum()
+    return _tvd(counts / n.sum(), bench)
+
+
+def _reading_a06(run: Run) -> str:
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    dev = run.t2i.table(C.DEVIATION_BY_RACE)
+    row = {"run_model": "imagen-4-fast"}
+    pp = _pick(t, row, "share_white", category="occupation")
+    d = _pick(dev, row, "mean_deviation", category="occupation", race="white").iloc[0]
+    share, bench = pp["share_white"].map(num).mean(), pp["bench_white"].map(num).mean()
+    return (f"taken (percentage points, mean of share − benchmark): {fmt(d['mean_deviation'])} "
+            f"[{fmt(d['mean_deviation_low'])}, {fmt(d['mean_deviation_high'])}]; alternative (relative, mean share / "
+            f"mean benchmark − 1): {fmt(share / bench - 1) if bench else '—'} (imagen-4-fast, occupation)")
+
+
+def _reading_a17(run: Run) -> str:
+    t = run.t2i.table(C.SKIN_DARK_SHARE)
+    df = _all_models(t, "share")
+    n = df["n_dark"].map(num)
+    hits = (df["share"].map(num) * n).sum()
+    per = ", ".join(f"{r.model} {fmt(r.share)} [{fmt(r.share_low)}, {fmt(r.share_high)}]" for r in df.itertuples())
+    return (f"taken (per model, each > 0.5): {per}; alternative (pooled over models): "
+            f"{fmt(hits / n.sum()) if n.sum() else '—'} of {int(n.sum())} faces below L* {fmt(df['L_threshold'].iloc[0], 0)}")
+
+
+def _reading_b12(run: Run) -> str:
+    rv = share_negative_delta_g(run, {"category": "mcq_salary", "subset": "reference=White"})
+    if rv.missing:
+        raise NotComputed(rv.missing)
+    return f"taken (pooled over VLMs): {fmt(rv.value)}; alternative (each VLM): {rv.note.removeprefix('per VLM: ')}"
+
+
+def _reading_tvd(run: Run) -> str:
+    s = run.t2i.table(C.TVD_SUMMARY)
+    t = run.t2i.table(C.TVD_PER_PROMPT)
+    summ = _all_models(s, "mean_tvd", category="all")
+    pp = _all_models(t, "n")
+    groups = [g for g in run.groups if f"n_{g}" in pp and f"bench_{g}" in pp]
+    parts = [f"{r.model} {fmt(r.mean_tvd)} → {fmt(pooled_tvd(pp[pp['model'] == r.model], groups))}"
+             for r in summ.itertuples()]
+    return "taken (mean of per-prompt TVDs) → alternative (pooled TVD): " + ", ".join(parts)
+
+
+READINGS: dict[str, Callable[[Run], str]] = {"R01": _reading_a06, "R02": _reading_a17, "R03": _reading_b12,
+                                             "R04": _reading_tvd}
+
+
+def alternative_readings(run: Run) -> dict[str, str]:
+    """Per reading row of the assumptions table: this run's value under the reading taken and the alternative."""
+    out = {}
+    for rid, fn in READINGS.items():
+        try:
+            out[rid] = fn(run)
+        except NotComputed as exc:
+            out[rid] = f"{NOT_COMPUTED}: {exc.why}"
+        except (KeyError, ValueError, TypeError) as exc:
+            out[rid] = f"{NOT_COMPUTED}: {type(exc).__name__}: {exc}"
+    return out
+
+
+# ------------------------------------------------------------ seed elements with no published number
+#
+# What the seeds describe or promise without a number to compare (the prompt as a homogeneity group, the global
+# SSIM of each edit the rebuttal promises, the intervals of the similarity-by-L* rows): computed by the analysis
+# and listed under the table, each with where it is and this run's value.
+
+def seed_elements(run: Run) -> list[dict[str, str]]:
+    """One entry per seed element without a published number: element, source, this run's value (or why not)."""
+    from biasaudit.report.load import read_csv
+
+    out = []
+    t = run.t2i.table(C.HOMOGENEITY_BY_PROMPT)
+    if t.ok:
+        parts = []
+        for (model, space), d in t.df.groupby(["model", "space"]):
+            g = d["gap"].map(num)
+            top = d.loc[g.idxmax()] if g.notna().any() else None
+            parts.append(f"{model}/{space}: median prompt gap {fmt(g.median())} over {g.notna().sum()} prompts"
+                         + (f", largest {fmt(top['gap'])} ({top['group']})" if top is not None else ""))
+        value = "; ".join(parts)
+    else:
+        value = f"{NOT_COMPUTED}: {t.reason}"
+    out.append({"element": "homogeneity with the prompt as the group (similarity 'within groups defined by race, "
+                           "prompt, and skin tone')", "source": f"{C.HOMOGENEITY_BY_PROMPT.name}.gap", "value": value})
+    out.append({"element": "similarity by L* bin with intervals, and the 0.222 difference with its interval",
+                "source": "homogeneity_by_L_bin.intra_lo/hi, intra_minus_next", "value": "rows A29–A34 above"})
+    by_group = read_csv(run.vlm.root / "edit_checks" / "by_group.csv")
+    if by_group is not None and "ssim_global_mean" in by_group:
+        s = by_group["ssim_global_mean"].map(num)
+        value = (f"mean over the edits of each group: {fmt(s.min())}–{fmt(s.max())} across {len(s)} groups "
+                 "(1 = pixel-identical)")
+    else:
+        value = f"{NOT_COMPUTED}: no reports/vlm/edit_checks/by_group.csv with ssim_global_mean (validate_edits has not run)"
+    out.append({"element": "Method B: SSIM between each original and its counterfactual, globally (the rebuttal's "
+                           "promise; beside it SSIM, PSNR and ΔE outside the face)",
+                "source": "edit_checks.parquet ssim_global; reports/vlm/edit_checks/by_group.csv", "value": value})
+    return out
 
 
 def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = ()) -> pd.DataFrame:
@@ -548,6 +912,10 @@ published study. "not computed" says why. Source: the table and column this run'
 <td>{{ r.relation_shown }}{{ r.published_shown }}<br><small>{{ r.unit }}</small></td><td>{{ r.run_shown }}</td>
 <td>{{ r.difference_shown }}</td><td>{{ r.covered_shown }}</td><td><small>{{ r.source }}</small></td>
 <td><small>{{ r.note }}</small></td></tr>{% endfor %}</table></div>
+{% if elements %}<h2 id="seed-elements">Seed elements without a published number</h2>
+<p class="note">What the papers describe or promise without a number to compare: computed by this run, shown here.</p>
+<table class="t"><tr><th>element</th><th>source</th><th>this run</th></tr>
+{% for e in elements %}<tr><td>{{ e.element }}</td><td><small>{{ e.source }}</small></td><td><small>{{ e.value }}</small></td></tr>{% endfor %}</table>{% endif %}
 <p class="trail">made by <code>biasaudit.report.replication.replication_table</code> · <a href="replication.csv" download>replication.csv</a></p>
 </body></html>
 """
@@ -568,7 +936,8 @@ def _shown(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_ins: Sequence[str],
-                      level: float = 0.95, title: str = "biasaudit report") -> tuple[Path, Path]:
+                      level: float = 0.95, title: str = "biasaudit report",
+                      elements: Sequence[Mapping[str, str]] = ()) -> tuple[Path, Path]:
     """Write `<reports>/replication.csv` and `<reports>/pages/replication.html`; return both paths."""
     reports = Path(reports)
     csv = atomic_write_table(table, reports / C.REPLICATION_CSV.relative_to(C.REPORTS))
@@ -576,7 +945,7 @@ def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_in
     text = env.from_string(HEAD + PAGE).render(
         title=f"Replication · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
         stand_ins="; ".join(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
-        rows=[_shown(r) for r in table.to_dict("records")])
+        rows=[_shown(r) for r in table.to_dict("records")], elements=list(elements))
     page = atomic_write_text(reports / PAGES / C.REPLICATION_PAGE, text)
     return csv, page
 
@@ -587,11 +956,11 @@ def build_replication(reports: Path, published_dir: Path, profile: str, stand_in
                       level: float = 0.95, title: str = "biasaudit report") -> pd.DataFrame:
     """Read the published numbers and this run's tables, write the CSV and the page, return the table."""
     run = Run.load(Path(reports), Path(root), groups=tuple(groups), design=dict(design or {}),
-                   options=dict(options or {}))
+                   options=dict(options or {}), level=level)
     table = replication_table(load_published(Path(root) / published_dir), run, stand_ins)
-    write_replication(Path(reports), table, profile, stand_ins, level, title)
+    write_replication(Path(reports), table, profile, stand_ins, level, title, seed_elements(run))
     return table
 
 
-__all__ = ["COLUMNS", "LOOKUPS", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
+__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "alternative_readings", "pooled_tvd", "seed_elements", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
            "replication_table", "write_replication"]

@@ -703,7 +703,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
                         seed: int = 0, level: float = 0.95, method: str = "percentile", design: str = "within",
                         stop_after: int = 0, near_dup_cosine: float | None = None, small_group: int,
                         paper: bool = True, blocks: PromptBlocks | None = None, localise_alpha: float | None = None,
-                        pairs_out: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+                        pairs_out: dict[str, pd.DataFrame] | None = None,
+                        ordered: tuple[str, ...] = ("L_bin",)) -> dict[str, pd.DataFrame]:
     """Per labelling (e.g. race, L_bin: one label or None per row of X) a table per group:
 
     the within-prompt gap (wp_intra, wp_inter, wp_gap, its prompt-cluster bootstrap CI wp_gap_lo/hi,
@@ -711,7 +712,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     of wp_gap > 0 (p_perm) and the labelling's global test (p_global), the near-duplicate rate at
     cosine ≥ `near_dup_cosine` (near_dup_rate: share of the group's images with another image of the
     same prompt at least that similar), and with `paper` the paper's unstratified gap (intra, inter,
-    gap, gap_lo, gap_hi: pairs across prompts too) beside it. Per labelling, one pass over X gives the
+    gap, gap_lo, gap_hi, intra_lo, intra_hi: pairs across prompts too) beside it, and for an `ordered`
+    labelling (its categories in order, the L* bins) intra_minus_next with its interval. Per labelling, one pass over X gives the
     per-(prompt, group) sums behind both gaps and their bootstraps; the unit rows by prompt (one more
     pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (each prompt's Gram
     matrix in row blocks: quadratic in n_p), and are built only when one of them is asked for.
@@ -754,7 +756,7 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
             t["near_dup_rate"] = _ratio(k.astype(float), n.astype(float))
             t["near_dup_cosine"] = near_dup_cosine
         if paper:
-            t = t.assign(**_paper_columns(S, n_c, q_c, n, dropped[name], seed=seed, **boot))
+            t = t.assign(**_paper_columns(S, n_c, q_c, n, dropped[name], seed=seed, ordered=name in ordered, **boot))
         A, Np = pair_sums_from_cells(S, n_c, q_c)
         pairs = pairwise_gaps(A, Np, n_c, cats, level)
         loc = localise(pairs, cats, alpha)
@@ -816,8 +818,11 @@ def _wp_gap_columns(S, n_c, q_c, codes, cats, small_group, *, n_boot, level, met
     return t, n_prompts
 
 
-def _paper_columns(S, n_c, q_c, n, dropped, *, n_boot, level, method, seed) -> dict:
-    """The paper's unstratified gap (pairs across prompts too) from the same cells, its interval, and why."""
+def _paper_columns(S, n_c, q_c, n, dropped, *, n_boot, level, method, seed, ordered: bool = False) -> dict:
+    """The paper's unstratified gap (pairs across prompts too) from the same cells, its interval, and why; the
+    mean intra-group similarity's interval (intra_lo/hi); with `ordered` (groups in a meaningful order, such as
+    the L* bins from dark to light) each group's intra minus the next group's, from the same replicates
+    (intra_minus_next and its interval; the paper's "0.405 versus 0.183 … a difference of 0.222")."""
     G = len(n)
     prep = replicates(gap_weight_statistic(products_from_cells(S, n_c, q_c)), len(S), n_boot=n_boot, seed=seed,
                       method=method)
@@ -827,10 +832,20 @@ def _paper_columns(S, n_c, q_c, n, dropped, *, n_boot, level, method, seed) -> d
             why[i] = "; ".join(r for r in (why[i], f"{kd} zero or non-finite embedding rows dropped") if r)
     cols = dict(intra=prep.point[:G], inter=prep.point[G:2 * G], gap=prep.point[2 * G:],
                 n_dropped=dropped.astype(int), paper_reason=why)
+    if ordered and G > 1:
+        cols["intra_minus_next"] = np.append(prep.point[:G - 1] - prep.point[1:G], np.nan)
     if n_boot > 0:
-        piv = intervals(prep, level, method)[2 * G:]
+        every = intervals(prep, level, method)
+        piv = every[2 * G:]
         cols.update(gap_lo=[iv.low for iv in piv], gap_hi=[iv.high for iv in piv], gap_se=[iv.se for iv in piv],
-                    ci_reason=[iv.reason for iv in piv])
+                    ci_reason=[iv.reason for iv in piv], intra_lo=[iv.low for iv in every[:G]],
+                    intra_hi=[iv.high for iv in every[:G]])
+        if ordered and G > 1:
+            jack = None if prep.jack is None else prep.jack[:, :G - 1] - prep.jack[:, 1:G]
+            diff = intervals(Replicates(prep.point[:G - 1] - prep.point[1:G], prep.dist[:, :G - 1] - prep.dist[:, 1:G],
+                                        jack, prep.n_clusters), level, method)
+            cols.update(intra_minus_next_lo=[iv.low for iv in diff] + [np.nan],
+                        intra_minus_next_hi=[iv.high for iv in diff] + [np.nan])
     return cols
 
 

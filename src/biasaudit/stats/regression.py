@@ -33,15 +33,22 @@ def _empty(n: int, g: int, reason: str) -> SlopeFit:
     return SlopeFit(*(np.nan,) * 6, n, g, np.nan, reason)
 
 
-def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3) -> SlopeFit:
+def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3, fixed=None) -> SlopeFit:
     """y = a + b·x + e with errors clustered by `clusters`. Rows with a missing y/x are dropped.
+
+    `fixed` (optional, one category per row): adds a fixed effect (an intercept shift) per category, so b is
+    the slope within categories (e.g. L* against the share of women holding the face's race label fixed);
+    `intercept` is then the first category's.
 
     With two clusters the slope through two cluster means has a cluster-robust SE of exactly 0,
     so at least `min_clusters` (default 3) are required."""
     import statsmodels.api as sm
 
     frame = pd.DataFrame({"y": np.asarray(y, dtype=float), "x": np.asarray(x, dtype=float),
-                          "g": np.asarray(clusters)}).dropna()
+                          "g": np.asarray(clusters)})
+    if fixed is not None:
+        frame["f"] = np.asarray(fixed, dtype=object)
+    frame = frame.dropna()
     n, g = len(frame), frame["g"].nunique()
     if n < 3:
         return _empty(n, g, f"too few observations ({n})")
@@ -50,7 +57,11 @@ def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3) -> S
     if np.ptp(frame["x"].to_numpy()) == 0:
         return _empty(n, g, "x does not vary")
     codes = pd.factorize(frame["g"])[0]
-    fit = sm.OLS(frame["y"].to_numpy(), sm.add_constant(frame["x"].to_numpy())).fit(
+    design = sm.add_constant(frame["x"].to_numpy())
+    if fixed is not None:
+        dummies = pd.get_dummies(frame["f"].astype(str), drop_first=True, dtype=float).to_numpy()
+        design = np.column_stack([design, dummies])
+    fit = sm.OLS(frame["y"].to_numpy(), design).fit(
         cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
     low, high = fit.conf_int(alpha=1 - level)[1]
     return SlopeFit(float(fit.params[1]), float(fit.params[0]), float(fit.bse[1]), float(low), float(high),

@@ -22,10 +22,13 @@ its total, so `share × size` is the group's count (its bearers / employed / res
   locations for each racial group" that selects every instance the paper names that the 2025 tables can
   reach (Schmidt, Chen, Kim, Charles; chief executive, computer and information systems manager,
   manicurist (the paper's "nail technician"), nursing assistant, elementary or middle school teacher),
-  kept for weights 0.05-0.12 (surname floor 50,000) and surname floors 30,000-62,000 (weight 0.1).
+  kept for weights 0.05-0.11 with surname floors 30,000-60,000 (tests/test_prompts.py computes the region).
   "Actor" cannot be reached: BLS suppresses its shares (43 thousand employed in 2025, under the
-  50 thousand publication base). `data/reference/occupation_phrases.csv` (`paper_phrase`) maps the paper's
-  wording to the BLS rows; tests/test_prompts.py holds the paper's list.
+  50 thousand publication base). `data/reference/occupation_phrases.csv` (`paper_phrase`, with the seed's
+  sentence in `paper_line`) maps the paper's wording to the BLS rows, and a named occupation's prompt uses the
+  paper's words ("a CEO", "a nail technician"; `occupation_words`); tests/test_prompts.py holds the paper's list.
+  The rule is fitted to those named instances, not the paper's documented procedure: docs/prompts.md gives the
+  region of weights and floors that reproduces them and `selection_sensitivity` what the choice costs.
 
 `selection_sensitivity` compares what two selections' prompts ask for (benchmark entropy, the share of each
 group), so the analysis can say how much the rule matters.
@@ -109,8 +112,10 @@ def selection_sensitivity(selections: dict[str, dict[str, pd.DataFrame]], groups
     """How much the selection rule changes what the prompts ask for: one row per (rule, category) with the
     number of instances, the mean entropy (bits) of their benchmark distributions, the mean share of the
     group each was selected for, the mean benchmark share of every group (`mean_<group>`: the mix the
-    category's prompts average to), the median size, and how many instances it shares with the first rule's
-    selection. `selections`: {rule name: {category: select_instances(...) output}}."""
+    category's prompts average to), the median size, how many instances it shares with the first rule's
+    selection, and `tvd_mix_vs_first`: the TVD between the category's mean benchmark distribution under this
+    rule and under the first (how far the yardstick of a category-level TVD moves with the rule).
+    `selections`: {rule name: {category: select_instances(...) output}}."""
     rows = []
     first = next(iter(selections.values()), {})
     for rule, by_category in selections.items():
@@ -126,7 +131,18 @@ def selection_sensitivity(selections: dict[str, dict[str, pd.DataFrame]], groups
                          **{f"mean_{g}": float(sel[g].mean()) for g in groups},
                          "median_size": float(sel["size"].median()),
                          "shared_with_first": int(sel["instance"].isin(base).sum())})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):  # the TVD between the category's benchmark mix under this rule and under the first rule
+        mix = [f"mean_{g}" for g in groups]
+        first_mix = out.drop_duplicates("category").set_index("category")[mix]
+        out["tvd_mix_vs_first"] = [0.5 * float(np.abs(r[mix].to_numpy(float) - first_mix.loc[r["category"]].to_numpy(float)).sum())
+                                   for _, r in out.iterrows()]
+    return out
+
+
+# The share rule the fitted rule is compared with: the group's share alone (size_weight 0) and the offline
+# defaults' floors (occupation 50 thousand employed, 100,000 residents, 10,000 bearers).
+SHARE_RULE = {"size_weight": 0.0, "min_size": {"occupation": 50.0, "geography": 100000.0, "surname": 10000.0}}
 
 
 def slug(text: str, max_len: int = 48) -> str:
@@ -144,14 +160,30 @@ def render_prompt(template: str, style_suffix: str, instance: str, article: str 
     return template.format(instance=instance, article=article) + style_suffix
 
 
+def paper_article(phrase: str) -> str:
+    """The article before one of the paper's occupation phrases: "an" before a vowel letter ("an information
+    systems manager", "an actor"), else "a" ("a CEO", "a nail technician")."""
+    return "an" if phrase[:1].lower() in "aeiou" else "a"
+
+
+def occupation_words(sel: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The words and article of each occupation's prompt: the paper's own phrase where the paper names the
+    occupation (`paper_phrase` of data/reference/occupation_phrases.csv, with the seed's line in `paper_line`:
+    "a CEO", not BLS's "a chief executive"), else the reviewed singular phrase of the BLS title."""
+    paper = sel["paper_phrase"].fillna("").astype(str) if "paper_phrase" in sel else pd.Series("", index=sel.index)
+    named = paper != ""
+    text = sel["phrase"].where(~named, paper)
+    article = sel["article"].where(~named, paper.map(paper_article))
+    return text, article
+
+
 def build_prompts(selected: dict[str, pd.DataFrame], templates: dict[str, str], style_suffix: str,
                   template_version: str, groups: tuple[str, ...]) -> pd.DataFrame:
     frames = []
     for category, sel in selected.items():
         sel = sel.copy()
         if category == "occupation" and "phrase" in sel:
-            text = sel["phrase"]
-            article = sel["article"]
+            text, article = occupation_words(sel)
         elif category == "surname":
             text = sel["instance"].str.title()
             article = pd.Series("a", index=sel.index)

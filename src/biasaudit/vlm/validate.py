@@ -4,6 +4,8 @@ For each edited image against its source photo, with the source's face-region ma
 (faces/segment.py `face_region_mask`) and `outside` = pixels farther than `border_px` from M
 (the band lets the editor's dilated, feathered mask and the 7×7 SSIM window settle):
 - ssim_outside: mean of scikit-image's SSIM map (7×7, per channel, data range 255) over `outside`;
+- ssim_global: scikit-image's SSIM of the whole image (the mean of the same map, its edges cropped), the
+  global score the seed's rebuttal promises beside the one outside the face (reported, judges nothing);
 - psnr_outside: PSNR (dB) over the `outside` pixels (scikit-image; ∞ when identical);
 - delta_e_outside / delta_e_inside: mean CIEDE2000 (scikit-image) between source and edit, outside/inside M;
 - identity_distance: Euclidean distance of dlib's 128-D face descriptors (largest face) of source and
@@ -56,13 +58,15 @@ def match_size(edit: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, st
 
 
 def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px: int) -> dict[str, float]:
-    """SSIM/PSNR/ΔE2000 outside the (grown) face mask and ΔE2000 inside it. Same-size uint8 RGB inputs."""
+    """SSIM/PSNR/ΔE2000 outside the (grown) face mask, ΔE2000 inside it and the global SSIM of the whole image.
+    Same-size uint8 RGB inputs."""
     if src.shape != edit.shape:
         raise ValueError(f"source {src.shape} and edit {edit.shape} differ in size")
     inside = face.astype(bool)
     outside = ~grow(inside, border_px)
     out: dict[str, float] = {"face_pixels": int(inside.sum()), "outside_pixels": int(outside.sum())}
-    _, ssim_map = structural_similarity(src, edit, channel_axis=2, data_range=255, full=True)
+    ssim_global, ssim_map = structural_similarity(src, edit, channel_axis=2, data_range=255, full=True)
+    out["ssim_global"] = float(ssim_global)  # the whole image, as the seed's rebuttal promises ("globally")
     ssim_map = ssim_map.mean(axis=2)
     out["ssim_outside"] = float(ssim_map[outside].mean()) if outside.any() else np.nan
     if outside.any():
@@ -389,6 +393,9 @@ def by_group_table(checks: Any) -> Any:
         ok[f"fail_{name}"] = failed.map(set).map(lambda xs, n=name: n in xs)
     agg = {"n": ("edit_id", "size"), "passed": ("passed", "sum"), "skin_L_shift_mean": ("skin_L_shift", "mean"),
            "delta_e_outside_mean": ("delta_e_outside", "mean"), "ssim_outside_min": ("ssim_outside", "min")}
+    if "ssim_global" in ok:
+        ok["ssim_global"] = pd.to_numeric(ok["ssim_global"], errors="coerce")
+        agg["ssim_global_mean"] = ("ssim_global", "mean")
     for col in ("seam_de_neck_source", "seam_de_neck_edit", "seam_de_other_source", "seam_de_other_edit",
                 "seam_de_increase", "seam_de_relative", "lpips_whole", "lpips_outside"):
         if col in ok:

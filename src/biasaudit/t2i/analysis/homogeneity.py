@@ -7,13 +7,20 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from biasaudit import contracts as C
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.stats.homogeneity import add_p_adjusted, prompt_blocks, within_prompt_table
+from biasaudit.stats.homogeneity import (
+    add_p_adjusted,
+    bootstrap_gap,
+    homogeneity_gap,
+    prompt_blocks,
+    within_prompt_table,
+)
 from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin
 
@@ -46,6 +53,22 @@ def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -
                               small_group=a.min_group_size, blocks=blocks, pairs_out=pairs)
     for by, p in pairs.items():
         out[f"{by}_pairs"] = p.assign(model=model, space=space, grouping=by)
+    # the prompt as the group (the seed computes similarity "within groups defined by race, prompt, and skin
+    # tone"): each prompt's images against the model's other prompts, the paper's unstratified gap, point only
+    known = meta["prompt_id"].notna().to_numpy()
+    if known.sum() >= 2:
+        by_prompt = homogeneity_gap(X[known], prompts[known], small_group=a.min_group_size)
+        out["prompt"] = by_prompt.assign(model=model, space=space, grouping="prompt")
+        # every embedded face of the model as one group: its mean pairwise cosine ("the most diverse facial
+        # embeddings" is the lowest), with a prompt-cluster bootstrap interval
+        one = np.full(int(known.sum()), "all", dtype=object)
+        with np.errstate(invalid="ignore", divide="ignore"):  # one group has no "rest": inter is NaN
+            overall = homogeneity_gap(X[known], one, small_group=a.min_group_size)[["n", "intra"]]
+            if boot.n_boot > 0:
+                ci = bootstrap_gap(X[known], one, prompts[known], n_boot=boot.n_boot, ci=boot.level, method=boot.method,
+                                   seed=derive_seed(boot.seed, "homogeneity_overall", model, space) % 2**32)
+                overall = overall.assign(intra_lo=ci["intra_lo"].to_numpy(), intra_hi=ci["intra_hi"].to_numpy())
+        out["overall"] = overall.assign(model=model, space=space)
     for by, t in list(out.items()):
         if by.endswith("_pairs"):
             continue
@@ -135,6 +158,17 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
             res.tables["homogeneity_pairs"] = pt[["model", "space", *[c for c in pt.columns if c not in ("model", "space")]]]
     else:
         res.notes.append("no labelled image has an embedding: race gaps not computed")
+    overall = [p["overall"] for p in parts if "overall" in p]
+    if overall:
+        t = pd.concat(overall, ignore_index=True)
+        res.tables[C.HOMOGENEITY_OVERALL.name] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
+    prompt_tables = [p["prompt"] for p in parts if "prompt" in p]
+    if prompt_tables:
+        t = pd.concat(prompt_tables, ignore_index=True)
+        res.tables[C.HOMOGENEITY_BY_PROMPT.name] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
+        res.notes.append("homogeneity_by_prompt: the prompt as the group (each prompt's images against the same "
+                         "model's other prompts; the paper's unstratified gap, no interval): a prompt with a large gap "
+                         "is rendered as near-copies whatever its label")
     if tables["L_bin"]:
         t = adjust(pd.concat(tables["L_bin"], ignore_index=True))
         res.tables["homogeneity_by_L_bin"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]

@@ -81,20 +81,32 @@ def earnings_regression(skin: pd.DataFrame, group: str, unit_usd: float, level: 
 WOMEN_UNIT = 0.10  # the slope's unit: 10 percentage points of women in the occupation
 
 
-def women_share_regression(skin: pd.DataFrame, level: float) -> pd.DataFrame:
-    """Per model: L* ~ the occupation's share of women (BLS table 11), over every measured face of the
-    occupational prompts whatever its label, clustered by prompt; slope per 10 points of women. The paper
-    notes higher L* for nail technicians, nursing assistants and school teachers (mostly women)."""
+SEED_SUBSET = "seed"  # skin_women_share_ols.subset: the paper's subset (one label's faces)
+LABEL_ADJUSTED = "extension: all labels, label fixed effects"
+
+
+def women_share_regression(skin: pd.DataFrame, group: str, level: float) -> pd.DataFrame:
+    """Per model, L* ~ the occupation's share of women (BLS table 11) over the occupational prompts' measured
+    faces, clustered by prompt, slope per 10 points of women; two rows (`subset`):
+
+    - `seed`: the `group`-classified faces only, the paper's subset ("In Flux Schnell's Black-classified
+      occupational outputs, … higher L* values appear for stereotypically female occupations");
+    - the extension: every labelled face, with a fixed effect per label. Pooling the labels without it answers
+      another question: where only the label mix moves with the share of women, the pooled slope is the
+      mix's, not a within-label change of skin tone (tests/test_analysis.py simulates it)."""
     rows = []
     for model, sub in skin.groupby("model", sort=True):
         s = sub[sub.get("category") == "occupation"]
-        if "pct_women" in s:
-            s = s[s["pct_women"].notna()]
-        else:
-            s = s.iloc[:0]
-        fit = ols_cluster(s["L"], s["pct_women"] / WOMEN_UNIT, s["prompt_id"], level=level) if len(s) else \
-            ols_cluster([], [], [])
-        rows.append({"model": model, "faces": len(s), "slope_unit_pct_women": 100 * WOMEN_UNIT, **fit.as_dict()})
+        s = s[s["pct_women"].notna()] if "pct_women" in s else s.iloc[:0]
+        x = s["pct_women"] / WOMEN_UNIT
+        seed = s["label"] == group
+        pooled = s["label"] != UNKNOWN
+        fits = {SEED_SUBSET: (seed, None), LABEL_ADJUSTED: (pooled, s["label"])}
+        for subset, (keep, fixed) in fits.items():
+            fit = ols_cluster(s.loc[keep, "L"], x[keep], s.loc[keep, "prompt_id"], level=level,
+                              fixed=None if fixed is None else fixed[keep]) if keep.any() else ols_cluster([], [], [])
+            rows.append({"model": model, "subset": subset, "group": group if subset == SEED_SUBSET else "all",
+                         "faces": int(keep.sum()), "slope_unit_pct_women": 100 * WOMEN_UNIT, **fit.as_dict()})
     return pd.DataFrame(rows)
 
 
@@ -113,9 +125,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         return res
     dark = dark_share(skin, boot, a)
     fits = earnings_regression(skin, a.earnings_group, a.earnings_unit_usd, boot.level)
-    women = women_share_regression(skin, boot.level)
+    women = women_share_regression(skin, a.earnings_group, boot.level)
     res.tables = {C.SKIN_DARK_SHARE.name: dark, "skin_labels_by_L_bin": labels_by_L_bin(skin, inputs.groups),
-                  "skin_earnings_ols": fits, "skin_women_share_ols": women}
+                  "skin_earnings_ols": fits, C.SKIN_WOMEN_SHARE_OLS.name: women}
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     colours = inputs.colours
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
@@ -123,13 +135,18 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary
+    # every face of a model whatever its label (the seed's "lightest", "most diverse skin tones" of a model)
+    res.tables[C.SKIN_SUMMARY_BY_MODEL.name] = skin_summary(
+        skin, by=["model"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
+        seed=derive_seed(boot.seed, "skin_summary_by_model") % 2**32, method=boot.method)
     res.figures["skin_diversity"] = plot_diversity(summary, inputs.colours)
     res.metrics = {"dark_share": {r.model: {"group": r.group, "share": r.share, "low": r.share_low, "high": r.share_high,
                                                   "n_dark": r.n_dark} for r in dark.itertuples()},
                    "earnings_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
                                                 "p": r.p_value} for r in fits.itertuples()},
-                   "women_share_slope": {r.model: {"slope": r.slope, "low": r.ci_low, "high": r.ci_high,
-                                                   "p": r.p_value} for r in women.itertuples()}}
+                   "women_share_slope": {f"{r.model}/{r.subset}": {"slope": r.slope, "low": r.ci_low,
+                                                                   "high": r.ci_high, "p": r.p_value}
+                                         for r in women.itertuples()}}
     if summary is not None and len(summary):
         res.metrics["by_label"] = {f"{r['model']}/{r['label']}": {
             k: r.get(k) for k in ("n", "L_mean", "L_mean_lo", "L_mean_hi", "diversity_de2000",
