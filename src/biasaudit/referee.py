@@ -69,6 +69,11 @@ class World:
     images_per_prompt: int
     constraints: list[dict[str, Any]] = field(default_factory=list)  # representation rows (see solve_representation)
     L: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (model, label) → (mean, sd)
+    # (model, label, category) → L* per analyze.earnings_unit_usd of the prompt's median weekly earnings
+    earnings_slope: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    # embeddings: (model, space, 'race'|'L_bin', group) → target mean intra-group cosine ('intra') or gap ('gap')
+    similarity: dict[tuple[str, str, str, str], tuple[str, float]] = field(default_factory=dict)
+    bin_counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, L bin) → faces planted in it
     planted: dict[str, str] = field(default_factory=dict)    # row id → what was planted
     unplanted: dict[str, str] = field(default_factory=dict)  # row id → why not
 
@@ -94,15 +99,17 @@ def plant_L_mean(world: World, row: Mapping[str, Any]) -> str:
 
 
 def plant_dark_share(world: World, row: Mapping[str, Any]) -> str:
-    """Most faces below the threshold are `group`: every other label's L* distribution keeps 4 sd above it."""
+    """'>' (most faces below the threshold are `group`): every other label's L* mean at least 4 sd above the
+    threshold. '<': every other label's L* mean 1 sd below it, so the others' dark faces outnumber the group's."""
     below = _num(subset_of(row["subset"]).get("L_below"))
     for m in _models_of(row, world):
         for g in world.groups:
             if g == row["group"]:
                 continue
             mean, sd = world.L.get((m, g), DEFAULT_L.get(g, (60.0, 5.0)))
-            world.L[(m, g)] = (max(mean, below + 4 * sd), sd)
-    return f"other labels' L* at least 4 sd above {below:g}"
+            world.L[(m, g)] = (max(mean, below + 4 * sd), sd) if row["relation"] == ">" else (below - sd, sd)
+    return (f"other labels' L* at least 4 sd above {below:g}" if row["relation"] == ">"
+            else f"other labels' L* 1 sd below {below:g}")
 
 
 def design_setting(what: str) -> Callable[[World, Mapping[str, Any]], str]:
@@ -111,15 +118,55 @@ def design_setting(what: str) -> Callable[[World, Mapping[str, Any]], str]:
     return plant
 
 
-def plant_no_slope(world: World, row: Mapping[str, Any]) -> str:
-    return "L* drawn independently of earnings (no slope planted)"
+def plant_gap(world: World, row: Mapping[str, Any]) -> str:
+    space = subset_of(row["subset"]).get("space", "")
+    for m in _models_of(row, world):
+        world.similarity[(m, space, "race", str(row["group"]))] = ("gap", _num(row["value"]))
+    return f"{space} embeddings: a shared direction per label, weights solved for this gap"
+
+
+def plant_bin_similarity(world: World, row: Mapping[str, Any]) -> str:
+    space = subset_of(row["subset"]).get("space", "")
+    for m in _models_of(row, world):
+        world.similarity[(m, space, "L_bin", str(row["group"]))] = ("intra", _num(row["value"]))
+    return f"{space} embeddings: a shared direction per L* bin, weights solved for this mean similarity"
+
+
+def plant_bin_difference(world: World, row: Mapping[str, Any]) -> str:
+    """The difference of two bins' similarities: the first bin planted at the second's plus the difference
+    (planted after the bins' own rows, with which it agrees when the published numbers do)."""
+    a, _, b = str(row["group"]).partition(" minus ")
+    space = subset_of(row["subset"]).get("space", "")
+    for m in _models_of(row, world):
+        base = world.similarity.get((m, space, "L_bin", b), ("intra", 0.2))[1]
+        world.similarity[(m, space, "L_bin", a)] = ("intra", base + _num(row["value"]))
+    return f"{space} embeddings: bin {a} planted {row['value']} above bin {b}"
+
+
+def plant_bin_count(world: World, row: Mapping[str, Any]) -> str:
+    for m in _models_of(row, world):
+        world.bin_counts[(m, str(row["group"]))] = int(round(_num(row["value"])))
+    return f"exactly {row['value']} faces planted in L* bin {row['group']}"
+
+
+STRONG_SLOPE = 2.0  # L* per earnings unit planted where a row claims a significant slope (p below its bound)
+
+
+def plant_earnings(world: World, row: Mapping[str, Any]) -> str:
+    """p above the bound (no significant slope): L* independent of earnings; below it: a strong slope."""
+    slope = 0.0 if row["relation"] == ">" else STRONG_SLOPE
+    for m in _models_of(row, world):
+        world.earnings_slope[(m, str(row["group"]), str(row["category"]))] = slope
+    return "L* independent of earnings (no slope planted)" if slope == 0 else f"a slope of {slope:g} L* per unit"
 
 
 PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "mean_tvd": _constraint("mean_tvd"), "mean_deviation": _constraint("mean_deviation"),
     "n_classified": _constraint("n_classified"), "prompt_tvd_max": _constraint("prompt_tvd_max"),
     "share_reaching": _constraint("share_reaching"),
-    "L_mean": plant_L_mean, "dark_share": plant_dark_share, "earnings_slope_p": plant_no_slope,
+    "L_mean": plant_L_mean, "dark_share": plant_dark_share, "earnings_slope_p": plant_earnings,
+    "homogeneity_gap": plant_gap, "mean_similarity": plant_bin_similarity,
+    "similarity_difference": plant_bin_difference, "n_in_bin": plant_bin_count,
     "n_prompts": design_setting("prompts.top_k (profiles/referee.yaml)"),
     "n_prompts_per_category": design_setting("prompts.top_k (profiles/referee.yaml)"),
     "images_per_prompt": design_setting("generate.images_per_prompt"),
@@ -145,7 +192,9 @@ def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, .
     L* planters after the others so that a row's mean is kept)."""
     world = World(list(models), tuple(groups), int(images_per_prompt))
     rows = published[published["method"] == method].to_dict("records")
-    rows.sort(key=lambda r: (r["statistic"] == "L_mean", r["id"]))  # dark_share first, then the rows' means
+    # a row's own value after the rows it refines: bins before their difference, dark share before the L* means
+    order = {"mean_similarity": 1, "similarity_difference": 2, "L_mean": 3}
+    rows.sort(key=lambda r: (order.get(str(r["statistic"]), 0), r["id"]))
     for row in rows:
         planter = PLANTERS.get(str(row["statistic"]))
         if str(row["statistic"]) in UNPLANTABLE:
@@ -182,6 +231,7 @@ class Representation:
     shares: dict[str, np.ndarray]             # model → planted shares (prompt × group), continuous
     counts: dict[str, np.ndarray]             # model → planted label counts (prompt × group), integers
     residual: float
+    x: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the solution (a warm start for a nearby world)
 
 
 def largest_remainder(q: np.ndarray, n: int) -> np.ndarray:
@@ -211,7 +261,8 @@ def exact_total(counts: np.ndarray, shares: np.ndarray, g: int, total: int, n: i
         counts[i, j] -= step
 
 
-def solve_representation(world: World, prompts: pd.DataFrame, published: pd.DataFrame) -> Representation:
+def solve_representation(world: World, prompts: pd.DataFrame, published: pd.DataFrame,
+                         start: Representation | None = None) -> Representation:
     """θ[model, category, selected_for] (log weights of the groups, the first group's 0) solving the
     representation constraints in least squares, with hinges for the claimed bounds and a small ridge (the
     least distortion that meets the rows). One θ per cell of prompts selected for one group, so that a
@@ -278,8 +329,9 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
                            torch.relu(1.4 * tb[sel, g] - p[sel, g]) / 0.003)
         return torch.cat(out)
 
-    x = torch.zeros(len(models) * size, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=400, tolerance_grad=1e-10, tolerance_change=1e-14,
+    x0 = start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
+    x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
                             history_size=50, line_search_fn="strong_wolfe")
 
     def closure() -> Any:
@@ -291,7 +343,7 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 180 parameters: threads only add overhead
     try:
-        for _ in range(3):
+        for _ in range(2):
             opt.step(closure)
     finally:
         torch.set_num_threads(threads)
@@ -308,7 +360,7 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
             exact_total(counts[models[mi]], planted[models[mi]], g, int(round(t)), N)
     theta = {(m, *cell): np.r_[0.0, xs.numpy()[i * size:(i + 1) * size].reshape(len(cells), n_free)[j]]
              for i, m in enumerate(models) for j, cell in enumerate(cells)}
-    return Representation(prompts, theta, planted, counts, residual)
+    return Representation(prompts, theta, planted, counts, residual, xs.numpy().copy())
 
 
 # ------------------------------------------------------------------------------ the tables
@@ -323,7 +375,134 @@ def _normal_quantiles(n: int, mean: float, sd: float) -> np.ndarray:
     return np.clip(mean + sd * x, *L_RANGE)
 
 
-def planted_tables(world: World, rep: Representation, seed: int) -> dict[str, dict[str, pd.DataFrame]]:
+EMBED_DIM = 64        # planted embedding width: the shared directions plus room for each face's own part
+DEFAULT_SIMILARITY = 0.05  # the weight of a label's shared direction no row names (our choice)
+SPACES = ("clip", "face")
+
+
+def plant_bin_count_L(L: np.ndarray, labels: np.ndarray, world: World, m: str) -> np.ndarray:
+    """Re-plant the L* quantiles of the darkest label so that exactly the target number of faces falls in the
+    first L* bin (n_in_bin rows; the other labels' faces below it count as they are)."""
+    edge = C.L_BIN_EDGES[0]
+    k = world.bin_counts.get((m, C.L_BIN_LABELS[0]))
+    if k is None:
+        return L
+    from scipy.stats import norm
+
+    means = {g: world.L.get((m, g), DEFAULT_L.get(g, (55.0, 5.0)))[0] for g in world.groups}
+    dark = min((g for g in world.groups if (labels == g).any()), key=lambda g: means[g])
+    sel = labels == dark
+    need = k - int((L[~sel] < edge).sum())
+    n, mean = int(sel.sum()), means[dark]
+    if not 0 < need < n / 2 or mean <= edge:
+        return L
+    x = norm.ppf((np.arange(n) + 0.5) / n)
+    x -= x.mean()
+    sd = (edge - mean) / ((x[need - 1] + x[need]) / 2)
+    order = np.argsort(L[sel], kind="stable")  # keep each face's rank
+    vals = np.empty(n)
+    vals[order] = mean + sd * x
+    out = L.copy()
+    out[sel] = vals
+    return out
+
+
+def embedding_weights(labels: np.ndarray, bins: np.ndarray, world: World, m: str, space: str,
+                      offsets: Mapping[tuple[str, str], float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The weights of each label's and each L* bin's shared direction, solved (least squares, linear in the
+    weights) so that the planted gaps and bin similarities hold exactly in this model's faces:
+    gap_g = a_g + Σ_b c_b (P_gb − Q_gb), intra_b = c_b + Σ_g a_g R_gb (pair shares of the planted faces)."""
+    groups = [g for g in world.groups if (labels == g).any()]
+    bin_names = [b for b in C.L_BIN_LABELS if (bins == b).any()]
+    N = len(labels)
+    n_gb = np.array([[np.sum((labels == g) & (bins == b)) for b in bin_names] for g in groups], float)
+    n_g, n_b = n_gb.sum(1), n_gb.sum(0)
+    P = n_gb * (n_gb - 1) / np.maximum(n_g * (n_g - 1), 1)[:, None]
+    Q = n_gb * (n_b[None, :] - n_gb) / np.maximum(n_g * (N - n_g), 1)[:, None]
+    Rb = n_gb * (n_gb - 1) / np.maximum(n_b * (n_b - 1), 1)[None, :]
+    targets = {(by, grp): (kind, t + (offsets or {}).get((by, grp), 0.0))
+               for (mm, sp, by, grp), (kind, t) in world.similarity.items() if mm == m and sp == space}
+    free_a = [g for g in groups if ("race", g) in targets]
+    free_c = [b for b in bin_names if ("L_bin", b) in targets]
+    a = {g: DEFAULT_SIMILARITY for g in groups}
+    c = {b: 0.0 for b in bin_names}
+    if free_a or free_c:
+        unknowns = [("a", g) for g in free_a] + [("c", b) for b in free_c]
+        A, y = [], []
+        for (by, grp), (_, t) in targets.items():
+            row = np.zeros(len(unknowns))
+            fixed = 0.0
+            if by == "race" and grp in groups:
+                gi = groups.index(grp)
+                row[unknowns.index(("a", grp))] = 1.0
+                for bj, b in enumerate(bin_names):
+                    coef = P[gi, bj] - Q[gi, bj]
+                    if ("c", b) in unknowns:
+                        row[unknowns.index(("c", b))] += coef
+                    else:
+                        fixed += coef * c[b]
+            elif by == "L_bin" and grp in bin_names:
+                bj = bin_names.index(grp)
+                row[unknowns.index(("c", grp))] = 1.0
+                for gi, g in enumerate(groups):
+                    if ("a", g) in unknowns:
+                        row[unknowns.index(("a", g))] += Rb[gi, bj]
+                    else:
+                        fixed += Rb[gi, bj] * a[g]
+            else:
+                continue
+            A.append(row)
+            y.append(t - fixed)
+        sol = np.linalg.lstsq(np.array(A), np.array(y), rcond=None)[0]
+        for (kind, name), v in zip(unknowns, sol):
+            (a if kind == "a" else c)[name] = float(np.clip(v, 0.0, 0.95))
+    return a, c
+
+
+def realised_similarity(X: np.ndarray, labels: np.ndarray, bins: np.ndarray, by: str, group: str) -> float:
+    """The gap of a label ('race') or the mean intra-bin cosine ('L_bin') of unit rows X, from group sums."""
+    sel = (labels if by == "race" else bins) == group
+    n, N = int(sel.sum()), len(X)
+    S_g, S = X[sel].sum(0, dtype=np.float64), X.sum(0, dtype=np.float64)
+    intra = (S_g @ S_g - n) / (n * (n - 1))
+    return float(intra - S_g @ (S - S_g) / (n * (N - n))) if by == "race" else float(intra)
+
+
+def planted_embeddings(labels: np.ndarray, bins: np.ndarray, world: World, m: str, space: str,
+                       rng: np.random.Generator, rounds: int = 4) -> np.ndarray:
+    """Unit vectors √a_label·e_label + √c_bin·f_bin + √(1 − a − c)·z (e, f orthonormal shared directions, z each
+    face's own direction orthogonal to them): the mean cosine of a pair is the sum of the weights it shares, up
+    to the z parts' chance overlap, which a few rounds of re-solving against the realised values remove."""
+    z = rng.normal(size=(len(labels), EMBED_DIM))
+    targets = {(by, grp): t for (mm, sp, by, grp), (_, t) in world.similarity.items() if mm == m and sp == space}
+    offsets: dict[tuple[str, str], float] = {}
+    for _ in range(rounds):
+        X = _embed(labels, bins, *embedding_weights(labels, bins, world, m, space, offsets), z)
+        for (by, grp), t in targets.items():
+            if ((labels if by == "race" else bins) == grp).sum() > 1:
+                offsets[(by, grp)] = offsets.get((by, grp), 0.0) + t - realised_similarity(X, labels, bins, by, grp)
+    return X.astype(np.float32)
+
+
+def _embed(labels: np.ndarray, bins: np.ndarray, a: Mapping[str, float], c: Mapping[str, float],
+           noise: np.ndarray) -> np.ndarray:
+    names = [*a, *c]
+    basis = np.eye(EMBED_DIM)[:len(names)]
+    z = noise.copy()
+    z[:, :len(names)] = 0.0
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    wa = np.array([a.get(x, 0.0) for x in labels])
+    wc = np.array([c.get(x, 0.0) for x in bins])
+    scale = np.sqrt(np.clip(1.0 - wa - wc, 0.0, 1.0))
+    out = z * scale[:, None]
+    for i, name in enumerate(names):
+        w = np.sqrt(wa) * (labels == name) if name in a else np.sqrt(wc) * (bins == name)
+        out += w[:, None] * basis[i]
+    return out
+
+
+def planted_tables(world: World, rep: Representation, seed: int, earnings_unit: float = 100.0
+                   ) -> dict[str, dict[str, pd.DataFrame]]:
     """Per model: the generate manifest, the classifier's labels and the faces table (L*, C*, hue, L bin)."""
     from biasaudit.faces.colour import ita_degrees
     from biasaudit.pipeline.provenance import derive_seed
@@ -332,20 +511,30 @@ def planted_tables(world: World, rep: Representation, seed: int) -> dict[str, di
     prompts = rep.prompts
     for m in world.models:
         rng = np.random.default_rng(derive_seed(seed, "referee", m))
-        rows = []
-        for (pid, prompt), cnt, q in zip(prompts[["prompt_id", "prompt"]].itertuples(index=False, name=None),
-                                         rep.counts[m], rep.shares[m]):
-            labels = np.repeat(np.asarray(world.groups, dtype=object), cnt)
-            rng.shuffle(labels)
-            for i, lab in enumerate(labels):
-                rows.append((f"{m}-{pid}-{i:03d}", pid, prompt, i, lab, q))
-        df = pd.DataFrame(rows, columns=["image_id", "prompt_id", "prompt", "index", "label", "q"])
+        counts = rep.counts[m]
+        per_image = np.repeat(np.arange(len(prompts)), counts.sum(axis=1))
+        labels = np.concatenate([rng.permutation(np.repeat(np.asarray(world.groups, dtype=object), c)) for c in counts])
+        index = np.concatenate([np.arange(c.sum()) for c in counts])
+        pids = prompts["prompt_id"].to_numpy(dtype=object)[per_image]
+        extra = np.asarray([f'{{"planted_shares": {list(map(float, q))}}}' for q in rep.shares[m]], dtype=object)
+        df = pd.DataFrame({"image_id": [f"{m}-{p}-{i:03d}" for p, i in zip(pids, index)], "prompt_id": pids,
+                           "prompt": prompts["prompt"].to_numpy(dtype=object)[per_image], "index": index,
+                           "label": labels, "extra": extra[per_image]})
         df["L"] = np.nan
         for g in world.groups:
             sel = (df["label"] == g).to_numpy()
             mean, sd = world.L.get((m, g), DEFAULT_L.get(g, (55.0, 5.0)))
             vals = _normal_quantiles(int(sel.sum()), mean, sd)
             df.loc[sel, "L"] = rng.permutation(vals)
+        df["L"] = plant_bin_count_L(df["L"].to_numpy(float), df["label"].to_numpy(object), world, m)
+        for (mm, g, cat), slope in world.earnings_slope.items():
+            if mm != m or slope == 0 or "median_weekly_earnings_usd" not in prompts:
+                continue
+            earn = df["prompt_id"].map(prompts.set_index("prompt_id")["median_weekly_earnings_usd"]).astype(float)
+            sel = ((df["label"] == g) & df["prompt_id"].map(prompts.set_index("prompt_id")["category"]).eq(cat)
+                   & earn.notna()).to_numpy()
+            shift = slope * (earn[sel] - earn[sel].mean()) / earnings_unit
+            df.loc[sel, "L"] = np.clip(df.loc[sel, "L"] + shift, *L_RANGE)
         hue = 55.0 + rng.normal(0.0, 3.0, len(df))
         chroma = 18.0 + rng.normal(0.0, 2.0, len(df))
         a, b = chroma * np.cos(np.radians(hue)), chroma * np.sin(np.radians(hue))
@@ -356,7 +545,7 @@ def planted_tables(world: World, rep: Representation, seed: int) -> dict[str, di
             "model_revision": "referee v1", "prompt_id": df["prompt_id"], "prompt": df["prompt"],
             "template_version": "v1", "seed": 0, "seed_used": False, "index": df["index"], "width": 0, "height": 0,
             "sha256": "", "path": "", "status": C.OK, "reason": "", "retries": 0, "created_at": "", "libraries": "",
-            "settings": "", "extra": [f'{{"planted_shares": {list(map(float, q))}}}' for q in df["q"]],
+            "settings": "", "extra": df["extra"],
             "config_hash": "", "model_version": "", "planted_label": df["label"], "planted_L": df["L"],
             "planted_hue": hue})
         labels = pd.DataFrame({
@@ -374,7 +563,10 @@ def planted_tables(world: World, rep: Representation, seed: int) -> dict[str, di
             "face_revision": "referee v1", "skin_backend": BACKEND, "skin_model_id": PLANTED,
             "skin_revision": "", "stand_in": True, "cross_detector": "none", "cross_n_faces": np.nan,
             "cross_det_score": np.nan, "cross_L": np.nan})
-        out[m] = {"manifest": manifest, "labels": labels, "faces": faces}
+        bins = faces["L_bin"].to_numpy(object)
+        emb = {sp: planted_embeddings(df["label"].to_numpy(object), bins, world, m, sp, rng) for sp in SPACES}
+        index = pd.DataFrame({"image_id": df["image_id"], "clip_row": np.arange(len(df)), "face_row": np.arange(len(df))})
+        out[m] = {"manifest": manifest, "labels": labels, "faces": faces, "index": index, **emb}
     return out
 
 
@@ -386,6 +578,12 @@ def write_tables(tables: Mapping[str, Mapping[str, pd.DataFrame]], root: Path, i
         written.append(atomic_write_table(t["manifest"], Path(root) / images_dir / m / "manifest.parquet"))
         written.append(atomic_write_table(t["labels"], Path(root) / C.labels_path(m)))
         written.append(atomic_write_table(t["faces"], Path(root) / C.faces_path(m)))
+        folder = Path(root) / C.embeddings_dir(m)
+        folder.mkdir(parents=True, exist_ok=True)
+        for space in SPACES:
+            np.save(folder / f"{space}.npy", t[space])
+            written.append(folder / f"{space}.npy")
+        written.append(atomic_write_table(t["index"], folder / "index.parquet"))
     return written
 
 
@@ -394,7 +592,7 @@ def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Represe
     prompts = pd.read_csv(Path(root) / cfg.generate.prompts_file, dtype={"prompt_id": str})
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     rep = solve_representation(world, prompts, published)
-    return world, rep, planted_tables(world, rep, cfg.seed)
+    return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
 
 
 def planted_notes(world: World) -> dict[str, str]:
@@ -416,13 +614,18 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
                 "faces.skin_method": cfg.faces.skin_method},
         options={"mcq_salary": ra.salary_brackets, "mcq_education": ra.education_levels},
         level=cfg.analyze.ci_level, title=cfg.report.title, planted=planted_notes(world))
+    keep = Path(reports) / "referee"  # kept after `make referee` switches back (the profile stash takes reports/)
+    keep.mkdir(parents=True, exist_ok=True)
+    for src in (Path(reports) / C.REPLICATION_CSV.relative_to(C.REPORTS), Path(reports) / "pages" / C.REPLICATION_PAGE):
+        if src.exists():
+            (keep / src.name).write_bytes(src.read_bytes())
     cov = table["covered"].astype(str).str.lower()
     chance = table["note"].astype(str).str.contains(CHANCE_MISS)
     unplantable = table["note"].astype(str).str.contains(CANNOT_PLANT)
     bad = table[(cov != "true") & ~chance & ~unplantable]
     print(f"referee run: {len(table)} rows; {int((cov == 'true').sum())} recovered, {int(chance.sum())} named chance "
           f"miss(es), {int((unplantable & (cov != 'true')).sum())} that cannot be planted (each says why), {len(bad)} "
-          "not recovered (reports/replication.csv, reports/pages/replication.html)")
+          f"not recovered ({keep}/replication.csv, {keep}/replication.html)")
     for r in bad.itertuples():
         print(f"  {r.id} {r.statistic} {r.model} {r.category} {r.group}: published {r.relation} {r.published}, "
               f"run {r.this_run} [{r.low}, {r.high}] — {str(r.note)[len(''):300]}")
