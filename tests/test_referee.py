@@ -152,9 +152,9 @@ def test_moving_each_planted_target_breaks_its_row_only(tmp_path, baseline, cfg,
         # rows of the same (or a coupled) statistic and model may share the moved cell; every other row of the
         # section keeps its verdict
         same = table.set_index("id")
-        family = lambda i: COUPLED.get(same.at[i, "statistic"], same.at[i, "statistic"])  # noqa: E731
+        family = same["statistic"].map(lambda x: COUPLED.get(x, x))
         others = [i for i in cov.index if i != rid and i in planted_rows(world)
-                  and not (family(i) == family(rid) and same.at[i, "run_model"] == same.at[rid, "run_model"])
+                  and not (family[i] == family[rid] and same.at[i, "run_model"] == same.at[rid, "run_model"])
                   and same.at[i, "statistic"] in {"representation": REPRESENTATION, "homogeneity": SIMILARITY}.get(
                       section, {"L_mean", "dark_share", "earnings_slope_p"})]
         changed = [i for i in others if cov[i] != base_cov[i]]
