@@ -2,8 +2,8 @@
 
 The planted world is set from data/reference/published/: every row a planter sets must be recovered by the
 analysis of the planted tables, and, with that row's planted target moved away from its published value by a
-declared margin (MOVES), that row, read against the unmoved published value, must read "not covered" while it
-is the only row that changes verdict. So each reader reads its own number. Run on the written tables of a
+declared margin (MOVES), that row, read against the unmoved published value, must read "not covered" while the
+other models' rows keep their verdicts. So each reader reads its own number. Run on the written tables of a
 compact prompt table (the analysis sections representation and skin, 200 bootstrap resamples): the whole
 pipeline at the papers' scale is `make referee`.
 """
@@ -38,7 +38,6 @@ N_IMAGES = 100
 MOVES = {"mean_tvd": 0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
          "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0}
 REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
-COUPLED = {"similarity_difference": "mean_similarity"}  # a difference of two bins moves with either bin
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin"}
 
 
@@ -115,9 +114,10 @@ def moved(published: pd.DataFrame, rid: str) -> pd.DataFrame:
 
 
 def planted_rows(world: R.World) -> list[str]:
-    """The rows whose planter sets the planted world (design settings aside: they read params)."""
+    """Method A's rows whose planter sets the planted world (design settings aside: they read params; Method B's
+    planted answers are not part of this compact world)."""
     design = {k for k, v in world.planted.items() if v.startswith("design")}
-    return sorted(set(world.planted) - design)
+    return sorted(k for k in set(world.planted) - design if k.startswith("A"))
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_every_planted_row_is_recovered(baseline):
 
 
 @pytest.mark.slow
-def test_moving_each_planted_target_breaks_its_row_only(tmp_path, baseline, cfg, published):
+def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, published):
     prompts, world, rep, base = baseline
     base_cov = base.set_index("id")["covered"].astype(str)
     stat = published.set_index("id")["statistic"]
@@ -149,12 +149,11 @@ def test_moving_each_planted_target_breaks_its_row_only(tmp_path, baseline, cfg,
                                 start=rep, reuse=None if kind in REPRESENTATION else rep)
         cov = table.set_index("id")["covered"].astype(str)
         assert cov[rid] == "False", f"{rid}: moved target still reads covered ({table.set_index('id').loc[rid, 'this_run']})"
-        # rows of the same (or a coupled) statistic and model may share the moved cell; every other row of the
-        # section keeps its verdict
+        # the rows of the same model may compete with the moved target for one planted world (a TVD moved up
+        # distorts the groups a direction row names); every other model's rows of the section keep their verdict
         same = table.set_index("id")
-        family = same["statistic"].map(lambda x: COUPLED.get(x, x))
-        others = [i for i in cov.index if i != rid and i in planted_rows(world)
-                  and not (family[i] == family[rid] and same.at[i, "run_model"] == same.at[rid, "run_model"])
+        others = [i for i in cov.index if i in planted_rows(world) and same.at[i, "run_model"] not in
+                  (same.at[rid, "run_model"], "*")
                   and same.at[i, "statistic"] in {"representation": REPRESENTATION, "homogeneity": SIMILARITY}.get(
                       section, {"L_mean", "dark_share", "earnings_slope_p"})]
         changed = [i for i in others if cov[i] != base_cov[i]]
@@ -201,7 +200,7 @@ def test_chance_misses_are_named_within_the_binomial_bound():
 def test_unplanted_rows_say_why(published):
     world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
     notes = R.planted_notes(world)
-    assert set(notes) == set(published.loc[published["method"] == "A", "id"])
+    assert set(notes) == set(published["id"])
     assert notes["A45"].startswith(R.CANNOT_PLANT)  # the BLS table is data, not a model
     assert all(v.startswith((R.PLANTED, "not planted:", R.CANNOT_PLANT)) for v in notes.values())
 

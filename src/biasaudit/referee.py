@@ -174,6 +174,15 @@ PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "n_categories": design_setting("prompts.categories"),
     "threshold_share": design_setting("analyze.threshold_share"),
     "n_labels": design_setting("the group set's labels"), "det_threshold": design_setting("faces.det_threshold"),
+    "focus_images": design_setting("the planted FOCUS manifest: sources.photos_per_occupation × occupations × 10 groups"),
+    "focus_occupations": design_setting("sources.occupations"), "focus_groups": design_setting("the ten groups"),
+    "focus_races": design_setting("the five races"), "focus_genders": design_setting("the two genders"),
+    "n_vlms": design_setting("vlms: (profiles/referee.yaml)"), "n_task_kinds": design_setting("reflect.tasks"),
+    "two_afc_scenarios": design_setting("reflect.two_afc_tasks"),
+    "mcq_options": design_setting("reflect_analysis.salary_brackets / education_levels"),
+    "share_negative_delta_g": lambda world, row: (
+        "the planted VLMs' declared MCQ salary shifts (params/vlm.py PlantedMCQ.shift): every non-White race's "
+        "below White's"),
 }
 
 
@@ -186,12 +195,11 @@ UNPLANTABLE: dict[str, str] = {
 CANNOT_PLANT = "cannot be planted"
 
 
-def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, ...], images_per_prompt: int,
-                method: str = "A") -> World:
-    """The planted world of `method`'s rows: each row through its statistic's planter (in id order; the
-    L* planters after the others so that a row's mean is kept)."""
+def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, ...], images_per_prompt: int) -> World:
+    """The planted world of the published rows: each row through its statistic's planter (in id order, a row's
+    own value after the rows it refines)."""
     world = World(list(models), tuple(groups), int(images_per_prompt))
-    rows = published[published["method"] == method].to_dict("records")
+    rows = published.to_dict("records")
     # a row's own value after the rows it refines: bins before their difference, dark share before the L* means
     order = {"mean_similarity": 1, "similarity_difference": 2, "L_mean": 3}
     rows.sort(key=lambda r: (order.get(str(r["statistic"]), 0), r["id"]))
@@ -300,18 +308,19 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     cix = torch.tensor(cell_idx)
     tsel = [(mi, kind, torch.tensor(sel), g, t, rel) for mi, kind, sel, g, t, rel in terms]
 
-    def shares_t(x: Any, mi: int) -> Any:
-        th = torch.cat([torch.zeros(len(cells), 1, dtype=x.dtype), x[mi * size:(mi + 1) * size].reshape(len(cells), n_free)], 1)
+    def shares_t(xm: Any) -> Any:
+        th = torch.cat([torch.zeros(len(cells), 1, dtype=xm.dtype), xm.reshape(len(cells), n_free)], 1)
         return torch.softmax(logb + th[cix], dim=1)
 
     def hinge(v: Any, bound: float, rel: str) -> Any:
         return torch.relu(v - bound) if rel == "<" else torch.relu(bound - v)
 
-    def loss(x: Any) -> Any:
-        q = [shares_t(x, i) for i in range(len(models))]
-        out = [0.02 * x]
+    def loss(xm: Any, model: int) -> Any:
+        p = shares_t(xm)
+        out = [0.02 * xm]
         for mi, kind, sel, g, t, rel in tsel:
-            p = q[mi]
+            if mi != model:
+                continue
             if kind == "mean_tvd":
                 out.append(((0.5 * (p[sel] - tb[sel]).abs().sum(1).mean() - t) / 0.003).reshape(1))
             elif kind == "mean_deviation":
@@ -329,29 +338,33 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
                            torch.relu(1.4 * tb[sel, g] - p[sel, g]) / 0.003)
         return torch.cat(out)
 
+    # each model alone (no constraint joins two): a moved target of one model never moves another's world
     x0 = start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
-    x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
-                            history_size=50, line_search_fn="strong_wolfe")
-
-    def closure() -> Any:
-        opt.zero_grad()
-        value = (loss(x) ** 2).sum()
-        value.backward()
-        return value
-
+    solved, residual = [], 0.0
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 180 parameters: threads only add overhead
+    torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
     try:
-        for _ in range(2):
-            opt.step(closure)
+        for mi in range(len(models)):
+            xm = torch.tensor(x0[mi * size:(mi + 1) * size], dtype=torch.float64, requires_grad=True)
+            opt = torch.optim.LBFGS([xm], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
+                                    history_size=50, line_search_fn="strong_wolfe")
+
+            def closure(xm: Any = xm, opt: Any = opt, mi: int = mi) -> Any:
+                opt.zero_grad()
+                value = (loss(xm, mi) ** 2).sum()
+                value.backward()
+                return value
+
+            for _ in range(2):
+                opt.step(closure)
+            solved.append(xm.detach())
+            residual += float((loss(solved[-1], mi) ** 2).sum())
     finally:
         torch.set_num_threads(threads)
-    xs = x.detach()
-    residual = float((loss(xs) ** 2).sum())
+    xs = torch.cat(solved)
 
     def shares(xv: Any, mi: int) -> np.ndarray:
-        return shares_t(torch.as_tensor(xv), mi).numpy()
+        return shares_t(torch.as_tensor(xv)[mi * size:(mi + 1) * size]).numpy()
 
     planted = {m: shares(xs, i) for i, m in enumerate(models)}
     counts = {m: largest_remainder(s, N) for m, s in planted.items()}
@@ -595,6 +608,60 @@ def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Represe
     return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
 
 
+# ------------------------------------------------------------------------------ Method B
+
+def focus_units(cfg: Any) -> pd.DataFrame:
+    """The source photos of the referee design: sources.photos_per_occupation of each of sources.occupations."""
+    return pd.DataFrame([{"unit": f"{occ}/{occ}-{k:02d}", "occupation": occ, "base_id": f"{occ}-{k:02d}"}
+                         for occ in cfg.sources.occupations for k in range(cfg.sources.photos_per_occupation)])
+
+
+def planted_focus(cfg: Any) -> pd.DataFrame:
+    """The FOCUS manifest of the design: one edit per source photo × group (every edit ok: the published 480
+    images are the constructed set), and the null-edit control's two images per photo when it is on."""
+    from biasaudit.vlm.groups import COUNTERFACTUAL, GROUPS, NULL_EDIT, ORIGINAL, group_code
+
+    rows = []
+    for u in focus_units(cfg).itertuples():
+        for race, gender in GROUPS:
+            rows.append({"edit_id": f"{u.unit}/{race}_{gender}", "occupation": u.occupation, "base_id": u.base_id,
+                         "race": race, "gender": gender, "group": group_code(race, gender), "arm": COUNTERFACTUAL})
+        if cfg.counterfactuals.null_edit:
+            rows += [{"edit_id": f"{u.unit}/{arm}", "occupation": u.occupation, "base_id": u.base_id, "race": None,
+                      "gender": None, "group": arm, "arm": arm} for arm in (NULL_EDIT, ORIGINAL)]
+    df = pd.DataFrame(rows)
+    return df.assign(path="", status=C.OK, reason="", backend=BACKEND, model_id=f"{PLANTED} FOCUS edits (referee world)",
+                     stand_in=True)
+
+
+def planted_responses(cfg: Any, vlm: str) -> pd.DataFrame:
+    """One planted VLM's REFLECT answers for the referee design, drawn by vlm.planted.simulate_responses (the
+    same draws as the planted backend) from the VLM's declared effects (vlms.<vlm>.planted)."""
+    from biasaudit.pipeline.provenance import derive_seed
+    from biasaudit.vlm.planted import MCQ_TASKS, simulate_responses
+
+    spec, r = cfg.vlms[vlm], cfg.reflect
+    rng = np.random.default_rng(derive_seed(cfg.seed, "referee", vlm))
+    units = focus_units(cfg)
+    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(r.two_afc_tasks),
+                            mcq_tasks=MCQ_TASKS if "mcq" in r.tasks else (), salary="salary" in r.tasks,
+                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(r.placebo_two_afc_tasks),
+                            placebo_mcq_tasks=tuple(r.placebo_mcq_tasks), controls=cfg.counterfactuals.null_edit)
+    base = df["unit"].str.split("/").str[1]
+    return df.assign(base_id=base, vlm=vlm, backend=spec.backend, model_id=spec.model_id, revision="referee v1",
+                     stand_in=True, reason="", prompt_version=r.prompt_version,
+                     item_id=[f"{vlm}-{i}" for i in range(len(df))])
+
+
+def write_method_b(cfg: Any, root: Path) -> list[Path]:
+    from biasaudit.pipeline.io import atomic_write_table
+
+    written = [atomic_write_table(planted_focus(cfg), Path(root) / C.FOCUS_MANIFEST)]
+    for vlm in cfg.vlms:
+        written.append(atomic_write_table(planted_responses(cfg, vlm), Path(root) / C.responses_path(vlm)))
+    return written
+
+
 def planted_notes(world: World) -> dict[str, str]:
     """Row id → what the referee world planted for it, or why it planted nothing (the table's notes)."""
     return {**{k: f"{PLANTED}: {v}" for k, v in world.planted.items()},
@@ -652,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         return verify(cfg, published)
     if args.command == "write":
         world, rep, tables = build(Path("."), cfg, published)
-        for path in write_tables(tables, Path("."), Path(cfg.generate.images_dir)):
+        for path in [*write_tables(tables, Path("."), Path(cfg.generate.images_dir)), *write_method_b(cfg, Path("."))]:
             print(f"{PLANTED}: wrote {path}")
         print(f"planted {len(world.planted)} rows; not planted: {len(world.unplanted)} "
               f"({', '.join(sorted(world.unplanted))}); solver residual {rep.residual:.3g}")

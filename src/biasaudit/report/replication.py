@@ -461,10 +461,12 @@ def _focus(run: Run) -> tuple[pd.DataFrame, str]:
     path = run.focus_manifest
     if path is None or not path.exists():
         return pd.DataFrame(), f"{C.FOCUS_MANIFEST} not found (the counterfactuals stage has not run)"
+    from biasaudit.vlm.groups import COUNTERFACTUAL, arm_of
+
     df = pd.read_parquet(path)
     if "status" in df:
         df = df[df["status"] == C.OK]
-    return df, ""
+    return df[arm_of(df) == COUNTERFACTUAL], ""  # the group edits: the control arms are no FOCUS image
 
 
 def _focus_count(column: str | None, what: str) -> Callable[[Run, Mapping[str, Any]], RunValue]:
@@ -472,7 +474,7 @@ def _focus_count(column: str | None, what: str) -> Callable[[Run, Mapping[str, A
         df, why = _focus(run)
         if why:
             return not_computed(why)
-        src = f"{C.FOCUS_MANIFEST} ({what}, edits with status ok)"
+        src = f"{C.FOCUS_MANIFEST} ({what}, group edits with status ok)"
         if column is None:
             return RunValue(float(len(df)), source=src)
         if column == "group":
