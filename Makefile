@@ -84,7 +84,7 @@ offline:
 
 # The referee run (docs/referee.md): the referee profile (the papers' design, every model PLANTED with the published
 # values as its truth), its prompts through DVC, the planted tables (biasaudit.referee write: no pixels), the analyze
-# stage's notebook, then the replication table, which must recover every row (biasaudit.referee verify); back to
+# and reflect_analysis stages' notebooks, then the replication table, which must recover every row (biasaudit.referee verify); back to
 # the offline profile whatever happened (its outputs restored from the profile stash)
 referee: setup
 	$(BIN)/python -m biasaudit profile referee
@@ -93,6 +93,7 @@ referee: setup
 	    $(BIN)/dvc repro --quiet prompts && \
 	    $(BIN)/python -m biasaudit.referee write && \
 	    scripts/run-notebook notebooks/t2i_analyze.py t2i_analyze && \
+	    scripts/run-notebook notebooks/vlm_reflect_analysis.py vlm_reflect_analysis && \
 	    $(BIN)/python -m biasaudit.referee verify; } || status=$$?; \
 	  $(BIN)/python -m biasaudit profile offline || status=1; \
 	  exit $$status
