@@ -213,3 +213,20 @@ def test_exact_total_and_largest_remainder():
     R.exact_total(counts, q, 1, int(counts[:, 1].sum()) + 7, 100)
     assert counts[:, 1].sum() == int(np.round(100 * q[:, 1]).sum()) + 7 or counts[:, 1].sum() > 0
     assert (counts.sum(axis=1) == 100).all() and (counts >= 0).all()
+
+
+def test_focus_design_counts_read_the_group_edits(tmp_path, cfg, published):
+    """The planted FOCUS manifest of the referee design holds 6 occupations × 8 photos × 10 groups of group edits
+    and the null-edit control's two images per photo; B01 reads 480 and B03 10 (the control arms are no image
+    of FOCUS)."""
+    from biasaudit.report.load import Outputs
+
+    focus = R.planted_focus(cfg)
+    assert (focus["arm"] == "counterfactual").sum() == 6 * 8 * 10
+    assert len(focus) == 6 * 8 * 10 + 2 * 6 * 8  # the control arms are on in the referee profile
+    path = tmp_path / "manifest.parquet"
+    focus.to_parquet(path)
+    run = Run(Outputs.load(tmp_path / "t2i"), Outputs.load(tmp_path / "vlm"), focus_manifest=path)
+    rows = published[published["id"].isin(["B01", "B02", "B03", "B06", "B07"])]
+    got = replication_table(rows, run, ["models: planted"], referee=True).set_index("id")["this_run"]
+    assert got.to_dict() == {"B01": 480.0, "B02": 6.0, "B03": 10.0, "B06": 5.0, "B07": 2.0}
