@@ -2,6 +2,7 @@
 #   make demo   set up .venv, then run the whole pipeline (offline profile) → reports/index.html
 #   make test   set up .venv, then run the test suite
 #   make lab    JupyterLab with the stage notebooks opening as notebooks
+#   make referee  the papers' design with every model PLANTED at the published values; checks the replication table
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs lab
+.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs lab referee
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,3 +81,19 @@ paper: setup
 
 offline:
 	$(BIN)/python -m biasaudit profile offline
+
+# The referee run (docs/referee.md): the referee profile (the papers' design, every model PLANTED with the published
+# values as its truth), its prompts through DVC, the planted tables (biasaudit.referee write: no pixels), the analyze
+# and reflect_analysis stages' notebooks, then the replication table, which must recover every row (biasaudit.referee verify); back to
+# the offline profile whatever happened (its outputs restored from the profile stash)
+referee: setup
+	$(BIN)/python -m biasaudit profile referee
+	@status=0; \
+	  { $(BIN)/python -m biasaudit check && \
+	    $(BIN)/dvc repro --quiet prompts && \
+	    $(BIN)/python -m biasaudit.referee write && \
+	    scripts/run-notebook notebooks/t2i_analyze.py t2i_analyze && \
+	    scripts/run-notebook notebooks/vlm_reflect_analysis.py vlm_reflect_analysis && \
+	    $(BIN)/python -m biasaudit.referee verify; } || status=$$?; \
+	  $(BIN)/python -m biasaudit profile offline || status=1; \
+	  exit $$status

@@ -14,7 +14,10 @@ says "not computed: <why>". Kinds of rows:
 
 Under a stand-in run (`Params.stand_ins()` non-empty: a stand-in, planted or simulated part ran) the
 table claims no comparison: `difference` and `covered` are empty and every note starts with
-"stand-in run: no comparison" (the page carries the banner). Written to `reports/replication.csv` and
+"stand-in run: no comparison" (the page carries the banner). The one exception is the referee run (profile
+`referee`, biasaudit/referee.py): there every model is PLANTED with the published values as its truth, so the
+table compares, each note starts with REFEREE_NOTE, and `referee_check` rules each row recovered, a named
+chance miss, or not recovered (a row whose statistic no planter sets says so). Written to `reports/replication.csv` and
 `reports/pages/replication.html`, linked from the front page.
 """
 
@@ -43,6 +46,10 @@ COLUMNS = ("id", "method", "kind", "statistic", "model", "run_model", "category"
            "relation", "published", "this_run", "low", "high", "difference", "covered", "source", "note", "sentence")
 NOT_COMPUTED = "not computed"
 EVERY = "*"  # run_model: every model (or VLM) of the run
+REFEREE_PROFILE = "referee"
+REFEREE_NOTE = ("referee run: compared with the PLANTED truth (= the published value, biasaudit/referee.py), "
+                "not a replication of any real model")
+CHANCE_MISS = "chance miss"
 
 
 def load_published(folder: Path) -> pd.DataFrame:
@@ -96,16 +103,43 @@ def covers(published: float, low: float, high: float, relation: str = "=") -> bo
     return bool(low <= published <= high)
 
 
-def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool) -> dict[str, Any]:
-    """One replication row: the published row, this run's value and interval, difference, covered, note."""
+def is_referee(profile: str, stand_ins: Sequence[str]) -> bool:
+    """The referee run: the referee profile, whose every model is planted (a run of real models compares as
+    any other run, whatever its profile is called)."""
+    return profile == REFEREE_PROFILE and bool(stand_ins)
+
+
+def point_tolerance(published: str) -> float:
+    """Half a unit of the published value's last digit ('0.222' → 0.0005, '172' → 0.5): in the referee run a
+    value without an interval is recovered within the published rounding."""
+    text = str(published).strip()
+    decimals = len(text.split(".", 1)[1]) if "." in text else 0
+    return 0.5 * 10.0 ** -decimals
+
+
+def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool, referee: bool = False) -> dict[str, Any]:
+    """One replication row: the published row, this run's value and interval, difference, covered, note.
+    `referee`: the referee run compares although its models are planted (its note says so), and rules a row
+    without an interval by the point: a claim's point on the claimed side, a number within its rounding."""
     pub = num(row["value"])
     rel = str(row.get("relation") or "=")
     out = {c: row.get(c, "") for c in COLUMNS if c in PUBLISHED_COLUMNS}
     out.update(published=pub, this_run=rv.value, low=rv.low, high=rv.high, source=rv.source,
                difference=math.nan, covered="")
     notes = []
+    if referee:
+        stand_in = False
     if rv.missing:
         notes.append(f"{NOT_COMPUTED}: {rv.missing}")
+    elif referee and math.isnan(num(rv.low)) and not math.isnan(rv.value):
+        if rel == "=":
+            out["difference"] = rv.value - pub
+            tol = point_tolerance(row["value"])
+            out["covered"] = bool(abs(rv.value - pub) <= tol + 1e-9)
+            notes.append(f"no interval: recovered when within the published rounding (± {tol:g})")
+        else:
+            out["covered"] = _holds(rv.value, pub, rel)
+            notes.append(f"no interval: recovered when the point lies on the claimed side ({rel} {fmt(pub)})")
     elif not stand_in:
         if rel == "=" and not math.isnan(rv.value):
             out["difference"] = rv.value - pub
@@ -126,7 +160,9 @@ def compare(row: Mapping[str, Any], rv: RunValue, stand_in: bool) -> dict[str, A
                          else "the interval straddles the bound: the claim is neither confirmed nor contradicted")
     if rv.note:
         notes.append(rv.note)
-    if stand_in:
+    if referee:
+        notes.insert(0, REFEREE_NOTE)
+    elif stand_in:
         notes.insert(0, STAND_IN_NOTE)
     out["note"] = "; ".join(notes)
     return out
@@ -878,8 +914,10 @@ def seed_elements(run: Run) -> list[dict[str, str]]:
     return out
 
 
-def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per published row: this run's value, interval, difference, covered and a note."""
+def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str] = (),
+                      referee: bool = False) -> pd.DataFrame:
+    """One row per published row: this run's value, interval, difference, covered and a note (`referee`:
+    the referee run's comparison with its planted truth, see compare)."""
     rows = []
     for row in published.to_dict("records"):
         lookup = LOOKUPS.get(str(row["statistic"]))
@@ -890,15 +928,55 @@ def replication_table(published: pd.DataFrame, run: Run, stand_ins: Sequence[str
                 rv = not_computed(exc.why, exc.source)
         except (KeyError, ValueError, TypeError, OSError) as exc:  # a table read back wrong becomes a reason
             rv = not_computed(f"{type(exc).__name__}: {exc}")
-        rows.append(compare(row, rv, bool(stand_ins)))
+        rows.append(compare(row, rv, bool(stand_ins), referee))
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def allowed_misses(n: int, level: float, quantile: float = 0.99) -> int:
+    """The misses n independent intervals at `level` make at most, with probability `quantile` (binomial)."""
+    from scipy.stats import binom
+
+    return int(binom.ppf(quantile, n, 1.0 - level)) if n else 0
+
+
+def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str, str] | None = None
+                  ) -> tuple[pd.DataFrame, list[str]]:
+    """The referee run's verdict: each row with an interval that misses its published (= planted) value is a
+    named chance miss while the misses stay within what `level` allows (allowed_misses); every other row
+    not covered fails. `planted`: row id → what the referee world planted, or "not planted: why". Returns
+    the table with the verdicts in its notes, and the ids that fail."""
+    table = table.copy()
+    planted = dict(planted or {})
+    cov = table["covered"].astype(str).str.lower()
+    interval = table["low"].map(num).notna()
+    n_interval = int((interval & cov.isin(["true", "false"])).sum())
+    misses = table.index[interval & (cov == "false")].tolist()
+    allowed = allowed_misses(n_interval, level)
+    failed = []
+    for i in table.index:
+        rid = str(table.at[i, "id"])
+        extra = [planted[rid]] if rid in planted else []
+        if cov[i] == "true" or any(str(x).startswith("cannot be planted") for x in extra):
+            pass
+        elif i in misses and len(misses) <= allowed:
+            extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} miss their planted "
+                         f"value, at most {allowed} expected by chance (binomial 99%)")
+        else:
+            failed.append(rid)
+            extra.append("NOT RECOVERED in the referee run")
+        if extra:
+            table.at[i, "note"] = "; ".join([str(table.at[i, "note"]), *extra])
+    return table, failed
 
 
 # -------------------------------------------------------------------------------------- the page
 
 PAGE = """<h1>Replication: the published numbers beside this run's</h1><p><a href="index.html">← front page</a></p>
-{% if stand_ins %}<div class="standin" role="alert">NO COMPARISON — a stand-in run<small>This table claims no
-comparison with the papers: {{ stand_ins }}. The published values are listed with this run's values for
+{% if referee %}<div class="standin" role="alert">REFEREE RUN — a comparison with PLANTED truth<small>Every model
+of this run is planted, its truth set to the published values (biasaudit/referee.py): the table checks that each
+reader recovers its number; it replicates no real model. Parts that ran: {{ stand_ins|join('; ') }}.</small></div>
+{% elif stand_ins %}<div class="standin" role="alert">NO COMPARISON — a stand-in run<small>This table claims no
+comparison with the papers: {{ stand_ins|join('; ') }}. The published values are listed with this run's values for
 inspection only; the difference and covered columns are empty.</small></div>{% endif %}
 <p class="note">{{ summary }}</p>
 <p class="note">One row per number the papers report (data/reference/published/, each with its sentence quoted).
@@ -940,11 +1018,13 @@ def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_in
                       elements: Sequence[Mapping[str, str]] = ()) -> tuple[Path, Path]:
     """Write `<reports>/replication.csv` and `<reports>/pages/replication.html`; return both paths."""
     reports = Path(reports)
+    referee = is_referee(profile, stand_ins)
     csv = atomic_write_table(table, reports / C.REPLICATION_CSV.relative_to(C.REPORTS))
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     text = env.from_string(HEAD + PAGE).render(
         title=f"Replication · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
-        stand_ins="; ".join(stand_ins), summary=replication_summary(table, bool(stand_ins)), level=f"{level:.0%}",
+        stand_ins=list(stand_ins), referee=referee, level=f"{level:.0%}",
+        summary=("referee run (PLANTED truth): " if referee else "") + replication_summary(table, bool(stand_ins) and not referee),
         rows=[_shown(r) for r in table.to_dict("records")], elements=list(elements))
     page = atomic_write_text(reports / PAGES / C.REPLICATION_PAGE, text)
     return csv, page
@@ -953,14 +1033,21 @@ def write_replication(reports: Path, table: pd.DataFrame, profile: str, stand_in
 def build_replication(reports: Path, published_dir: Path, profile: str, stand_ins: Sequence[str],
                       groups: tuple[str, ...] = C.GROUPS, design: Mapping[str, Any] | None = None,
                       options: Mapping[str, Mapping[str, Any]] | None = None, root: Path = Path("."),
-                      level: float = 0.95, title: str = "biasaudit report") -> pd.DataFrame:
-    """Read the published numbers and this run's tables, write the CSV and the page, return the table."""
+                      level: float = 0.95, title: str = "biasaudit report",
+                      planted: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Read the published numbers and this run's tables, write the CSV and the page, return the table. In the
+    referee profile the table compares with the planted truth and carries referee_check's verdicts
+    (`planted`: what the referee world planted per row id)."""
     run = Run.load(Path(reports), Path(root), groups=tuple(groups), design=dict(design or {}),
                    options=dict(options or {}), level=level)
-    table = replication_table(load_published(Path(root) / published_dir), run, stand_ins)
+    referee = is_referee(profile, stand_ins)
+    table = replication_table(load_published(Path(root) / published_dir), run, stand_ins, referee)
+    if referee:
+        table, _ = referee_check(table, level, planted)
     write_replication(Path(reports), table, profile, stand_ins, level, title, seed_elements(run))
     return table
 
 
-__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "alternative_readings", "pooled_tvd", "seed_elements", "Run", "RunValue", "build_replication", "compare", "covers", "load_published",
-           "replication_table", "write_replication"]
+__all__ = ["COLUMNS", "LOOKUPS", "READINGS", "Run", "RunValue", "allowed_misses", "alternative_readings",
+           "build_replication", "compare", "covers", "load_published", "pooled_tvd", "referee_check",
+           "replication_table", "seed_elements", "write_replication"]

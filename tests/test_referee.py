@@ -1,0 +1,237 @@
+"""The referee run's planted world (biasaudit/referee.py) and the replication table's referee check.
+
+The planted world is set from data/reference/published/: every row a planter sets must be recovered by the
+analysis of the planted tables, and, with that row's planted target moved away from its published value by a
+declared margin (MOVES), that row, read against the unmoved published value, must read "not covered" (and, where
+the move leaves the labels as planted, the other models' rows keep their verdicts). So each reader reads its own
+number. Run on the written tables of a
+compact prompt table (the analysis sections representation and skin, 200 bootstrap resamples): the whole
+pipeline at the papers' scale is `make referee`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasaudit import contracts as C
+from biasaudit import referee as R
+from biasaudit.report.replication import (
+    CHANCE_MISS,
+    REFEREE_NOTE,
+    Run,
+    allowed_misses,
+    compare,
+    load_published,
+    point_tolerance,
+    referee_check,
+    replication_table,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPS = ("white", "black", "asian", "hispanic", "other")
+N_IMAGES = 100
+# the margin each planted target is moved by (a claim is moved to the other side of its bound)
+MOVES = {"mean_tvd": 0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
+         "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0}
+REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
+SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin"}
+
+
+def compact_prompts() -> pd.DataFrame:
+    """3 categories × 5 groups × 3 prompts; each prompt's benchmark concentrated on the group it was selected
+    for, the instances the published rows name among them (Schmidt, Chen, Kim), earnings and women's share
+    for occupations. Test input, not an expected value."""
+    rng = np.random.default_rng(7)
+    named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"]}
+    rows = []
+    for cat in ("occupation", "geography", "surname"):
+        for gi, g in enumerate(GROUPS):
+            names = named.get((cat, g), []) + [f"{cat}-{g}-{k}" for k in range(3)]
+            for k, inst in enumerate(names[:3]):
+                top = 0.55 + 0.12 * k if g != "other" else 0.35 + 0.1 * k
+                rest = rng.dirichlet(np.ones(len(GROUPS) - 1)) * (1 - top)
+                shares = np.insert(rest, gi, top)
+                rows.append({"prompt_id": f"{cat[:3]}_{g}_{k}", "category": cat, "instance": inst, "selected_for": g,
+                             "prompt": f"A person: {inst}", **dict(zip(GROUPS, shares)),
+                             "median_weekly_earnings_usd": 900.0 + 150.0 * (gi * 3 + k) if cat == "occupation" else np.nan,
+                             "pct_women": 0.2 + 0.05 * (gi * 3 + k) if cat == "occupation" else np.nan})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    from biasaudit.cli import profile_params
+
+    params = profile_params("referee", ROOT / "params.yaml")
+    return params.model_copy(update={"analyze": params.analyze.model_copy(update={"n_boot": 200})})
+
+
+@pytest.fixture(scope="module")
+def published() -> pd.DataFrame:
+    return load_published(ROOT / C.PUBLISHED_DIR)
+
+
+def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFrame, prompts: pd.DataFrame,
+              sections: tuple[str, ...] = ("representation", "skin", "homogeneity"), start=None, reuse=None):
+    """Plant the world of `planted_from`'s rows, write its tables under tmp, run the analysis `sections` on them,
+    and return the replication table (referee) against `published`. `start`: a solution to start the
+    representation solve from; `reuse`: a solution to use as is (a moved row that no representation row reads)."""
+    from biasaudit.pipeline.outputs import OutputWriter
+    from biasaudit.report.load import Outputs
+    from biasaudit.t2i.analysis import homogeneity, inputs, representation, skin
+
+    world = R.plant_world(planted_from, list(cfg.models), GROUPS, N_IMAGES)
+    rep = reuse or R.solve_representation(world, prompts, planted_from, start=start)
+    tables = R.planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
+    prompts.to_csv(tmp / "prompts.csv", index=False)
+    R.write_tables(tables, tmp, Path("images"))
+    data = inputs.load_inputs(tmp, "prompts.csv", "images", groups=GROUPS)
+    writer = OutputWriter(tmp / "reports" / "t2i")
+    for name in sections:
+        writer.add({"representation": representation, "skin": skin, "homogeneity": homogeneity}[name].compute(data, cfg))
+    writer.finish(inputs.PLOTS, profile="referee", stand_in=True)
+    run = Run(Outputs.load(tmp / "reports" / "t2i"), Outputs.load(tmp / "reports" / "vlm"), groups=GROUPS)
+    table = replication_table(published, run, ["models: planted"], referee=True)
+    return world, rep, table
+
+
+def moved(published: pd.DataFrame, rid: str) -> pd.DataFrame:
+    """The published rows with row `rid`'s target moved: a number by its MOVES margin (up, or down where up
+    leaves the range), a claim to the other side of its bound."""
+    out = published.copy()
+    i = out.index[out["id"] == rid][0]
+    rel, value = out.at[i, "relation"], float(out.at[i, "value"])
+    if rel in ("<", ">"):
+        out.at[i, "relation"] = {"<": ">", ">": "<"}[rel]
+    else:
+        step = MOVES[out.at[i, "statistic"]]
+        out.at[i, "value"] = str(value + step if value + step < (1.0 if step < 1 else math.inf) else value - step)
+    return out
+
+
+def planted_rows(world: R.World) -> list[str]:
+    """Method A's rows whose planter sets the planted world (design settings aside: they read params; Method B's
+    planted answers are not part of this compact world)."""
+    design = {k for k, v in world.planted.items() if v.startswith("design")}
+    return sorted(k for k in set(world.planted) - design if k.startswith("A"))
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, cfg, published):
+    prompts = compact_prompts()
+    return (prompts, *run_world(tmp_path_factory.mktemp("referee"), cfg, published, published, prompts))
+
+
+def test_every_planted_row_is_recovered(baseline):
+    prompts, world, rep, table = baseline
+    rows = planted_rows(world)
+    assert len(rows) >= 38, rows  # representation, L*, dark share, earnings and similarity rows of Method A
+    checked, failed = referee_check(table[table["id"].isin(rows)].reset_index(drop=True))
+    assert failed == [], checked[checked["id"].isin(failed)][["id", "this_run", "low", "high", "note"]].to_string()
+    assert table["note"].str.startswith(REFEREE_NOTE).all()
+
+
+@pytest.mark.slow
+def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, published):
+    prompts, world, rep, base = baseline
+    base_cov = base.set_index("id")["covered"].astype(str)
+    stat = published.set_index("id")["statistic"]
+    for rid in planted_rows(world):
+        folder = tmp_path / rid
+        folder.mkdir()
+        kind = stat[rid]
+        section = "representation" if kind in REPRESENTATION else "homogeneity" if kind in SIMILARITY else "skin"
+        _, _, table = run_world(folder, cfg, published, moved(published, rid), prompts, (section,),
+                                start=rep, reuse=None if kind in REPRESENTATION else rep)
+        cov = table.set_index("id")["covered"].astype(str)
+        assert cov[rid] == "False", f"{rid}: moved target still reads covered ({table.set_index('id').loc[rid, 'this_run']})"
+        if section == "representation":
+            # a re-solved world: the rows of the moved model may compete with the moved target (a TVD moved up
+            # distorts the groups a direction row names), and the compact world's direction rows sit close to
+            # their bounds (45 prompts), so other rows' verdicts are not compared here
+            continue
+        # the same planted labels: every other model's rows of the section keep their verdict
+        same = table.set_index("id")
+        others = [i for i in cov.index if i in planted_rows(world) and same.at[i, "run_model"] not in
+                  (same.at[rid, "run_model"], "*")
+                  and same.at[i, "statistic"] in (SIMILARITY if section == "homogeneity"
+                                                  else {"L_mean", "dark_share", "earnings_slope_p"})]
+        changed = [i for i in others if cov[i] != base_cov[i]]
+        assert changed == [], f"moving {rid} changed {changed}"
+
+
+# ---------------------------------------------------------------------------- the referee comparison
+
+def test_referee_compare_labels_and_rules_points():
+    row = {"id": "X", "method": "A", "kind": "result", "statistic": "n_classified", "model": "m", "run_model": "m",
+           "category": "all", "group": "black", "subset": "", "relation": "=", "value": "172", "unit": "", "sentence": ""}
+    from biasaudit.report.replication import RunValue
+
+    stand_in = compare(row, RunValue(172.0), stand_in=True)
+    assert stand_in["covered"] == "" and "no comparison" in stand_in["note"]
+    hit = compare(row, RunValue(172.4), stand_in=True, referee=True)
+    assert hit["covered"] is True and hit["note"].startswith(REFEREE_NOTE)
+    assert compare(row, RunValue(173.0), stand_in=True, referee=True)["covered"] is False
+    claim = {**row, "relation": "<", "value": "0.1"}
+    assert compare(claim, RunValue(0.05), True, True)["covered"] is True
+    assert compare(claim, RunValue(0.15), True, True)["covered"] is False
+
+
+def test_point_tolerance_is_half_the_last_published_digit():
+    assert point_tolerance("0.222") == pytest.approx(0.0005)
+    assert point_tolerance("172") == 0.5
+    assert point_tolerance("31.5") == pytest.approx(0.05)
+
+
+def test_chance_misses_are_named_within_the_binomial_bound():
+    from scipy.stats import binom
+
+    n = 40
+    allowed = allowed_misses(n, 0.95)
+    assert binom.cdf(allowed, n, 0.05) >= 0.99 > binom.cdf(allowed - 1, n, 0.05)
+    rows = [{"id": f"R{i}", "covered": i >= allowed, "low": 0.0, "high": 1.0, "note": ""} for i in range(n)]
+    checked, failed = referee_check(pd.DataFrame(rows))
+    assert failed == [] and checked["note"].str.contains(CHANCE_MISS).sum() == allowed
+    rows[allowed]["covered"] = False  # one more miss than chance allows: every miss fails
+    _, failed = referee_check(pd.DataFrame(rows))
+    assert len(failed) == allowed + 1
+
+
+def test_unplanted_rows_say_why(published):
+    world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
+    notes = R.planted_notes(world)
+    assert set(notes) == set(published["id"])
+    assert notes["A45"].startswith(R.CANNOT_PLANT)  # the BLS table is data, not a model
+    assert all(v.startswith((R.PLANTED, "not planted:", R.CANNOT_PLANT)) for v in notes.values())
+
+
+def test_exact_total_and_largest_remainder():
+    rng = np.random.default_rng(1)
+    q = rng.dirichlet(np.ones(5), size=40)
+    counts = R.largest_remainder(q, 100)
+    assert (counts.sum(axis=1) == 100).all() and np.abs(counts - 100 * q).max() < 1
+    R.exact_total(counts, q, 1, int(counts[:, 1].sum()) + 7, 100)
+    assert counts[:, 1].sum() == int(np.round(100 * q[:, 1]).sum()) + 7 or counts[:, 1].sum() > 0
+    assert (counts.sum(axis=1) == 100).all() and (counts >= 0).all()
+
+
+def test_focus_design_counts_read_the_group_edits(tmp_path, cfg, published):
+    """The planted FOCUS manifest of the referee design holds 6 occupations × 8 photos × 10 groups of group edits
+    and the null-edit control's two images per photo; B01 reads 480 and B03 10 (the control arms are no image
+    of FOCUS)."""
+    from biasaudit.report.load import Outputs
+
+    focus = R.planted_focus(cfg)
+    assert (focus["arm"] == "counterfactual").sum() == 6 * 8 * 10
+    assert len(focus) == 6 * 8 * 10 + 2 * 6 * 8  # the control arms are on in the referee profile
+    path = tmp_path / "manifest.parquet"
+    focus.to_parquet(path)
+    run = Run(Outputs.load(tmp_path / "t2i"), Outputs.load(tmp_path / "vlm"), focus_manifest=path)
+    rows = published[published["id"].isin(["B01", "B02", "B03", "B06", "B07"])]
+    got = replication_table(rows, run, ["models: planted"], referee=True).set_index("id")["this_run"]
+    assert got.to_dict() == {"B01": 480.0, "B02": 6.0, "B03": 10.0, "B06": 5.0, "B07": 2.0}
