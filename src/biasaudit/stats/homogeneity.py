@@ -880,6 +880,18 @@ def pair_sums_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[n
     return A, N
 
 
+# A float32 GEMM's cosines differ from CPU to CPU (the kernel's summation order) by ~1e-7: they only nominate
+# the candidate pairs, and each candidate's cosine is recomputed in float64, row by row (exact_cosines), so the
+# pairs found and their sums are the same on every CPU (tests/test_stable_bytes.py).
+CANDIDATE_SLACK = 1e-4
+
+
+def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise dot products of two stacks of unit rows, in float64 (no BLAS: the same sums on every CPU's
+    kernel up to float64's last bits)."""
+    return np.einsum("ij,ij->i", np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
 def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], threshold: float
                          ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
     """One pass over every prompt's Gram matrix (row blocks, _gram_blocks): per row of X whether another usable
@@ -892,15 +904,19 @@ def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.nda
     P = blocks.n_prompts
     sums = [(np.zeros((P, g, g)), np.zeros((P, g, g))) for _, g in labellings]
     for p, r0, r1, Gb in _gram_blocks(blocks):
-        close = Gb >= threshold
+        close = Gb >= threshold - CANDIDATE_SLACK  # candidates from the fast GEMM …
         close[:, :r1 - r0] &= _above_diagonal(r1 - r0)  # each pair once (j > i); no image is its own near-copy
         i, j = np.nonzero(close)
+        if not len(i):
+            continue
+        Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
+        cos = exact_cosines(Up[r0 + i], Up[r0 + j])  # … decided and summed on exact cosines
+        i, j, cos = i[cos >= threshold], j[cos >= threshold], cos[cos >= threshold]
         if not len(i):
             continue
         rows = blocks.rows[p]
         ri, rj = rows[r0 + i], rows[r0 + j]
         flag[ri] = flag[rj] = True
-        cos = Gb[i, j].astype(np.float64)
         for (codes, _), (A, N) in zip(labellings, sums):
             ci, cj = np.asarray(codes)[ri], np.asarray(codes)[rj]
             ok = (ci >= 0) & (cj >= 0)
