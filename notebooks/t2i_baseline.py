@@ -34,13 +34,13 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.engine import finish
 from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, stable_floats
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table
+from biasaudit.t2i import baseline as bl
 
 cfg, params = stage_params("baseline")
 banner(cfg)

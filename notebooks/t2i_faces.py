@@ -35,8 +35,8 @@ from IPython.display import display
 
 from biasaudit import contracts as C
 from biasaudit.faces.stage import run_faces, write_overlays
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.engine import finish
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.stats.homogeneity import homogeneity_gap, similarity_by_bin
 from biasaudit.stats.skin_summary import skin_summary
 

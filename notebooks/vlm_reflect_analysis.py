@@ -26,8 +26,8 @@
 # %%
 
 from biasaudit import contracts as C
+from biasaudit.notebook import banner, show, stage_params
 from biasaudit.pipeline.io import atomic_write_json, stable_text
-from biasaudit.pipeline.notebook import banner, show, stage_params
 from biasaudit.pipeline.outputs import OutputWriter, json_safe
 from biasaudit.pipeline.provenance import write_run_info
 from biasaudit.vlm.analysis import (

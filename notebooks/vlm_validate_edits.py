@@ -36,11 +36,11 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, atomic_write_text, stable_floats, stable_text
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.outputs import to_markdown
 from biasaudit.pipeline.provenance import write_run_info
-from biasaudit.scale.pool import prestart
+from biasaudit.pipeline.scale.pool import prestart
 from biasaudit.vlm import realism as R
 from biasaudit.vlm import validate as V
 

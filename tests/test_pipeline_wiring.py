@@ -130,7 +130,7 @@ def test_a_run_outside_dvc_reads_what_dvc_repro_reads(stage, in_repo):
     resolved = []
     for values in (defaults, {**defaults, **injected}):
         namespace = dict(values)
-        exec("from biasaudit.pipeline.notebook import stage_params\n_cfg, _section = " + line, namespace)
+        exec("from biasaudit.notebook import stage_params\n_cfg, _section = " + line, namespace)
         resolved.append(namespace["_cfg"].model_dump())
     assert resolved[0] == resolved[1] == load_params(ROOT / "params.yaml").model_dump()
 

@@ -279,7 +279,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     parts_dir = work_dir / "parts"
     cpu_bound = on_cpu(params)
     if cpu_bound:
-        from biasaudit.scale.pool import prestart
+        from biasaudit.pipeline.scale.pool import prestart
 
         prestart(ex, PRELOAD)
     # the driver's measurer names the models in meta.json and draws the overlays; the serial runner uses it

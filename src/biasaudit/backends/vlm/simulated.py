@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
+from biasaudit.known_truth import confusion_array
 from biasaudit.pipeline.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
-from biasaudit.stats.correction import confusion_array
 
 SIMULATED = "SIMULATED"
 

@@ -28,7 +28,7 @@ from biasaudit import registry
 from biasaudit.pipeline.io import stable_float
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.stats.correction import confusion_array, debiased_tvd
+from biasaudit.stats.correction import debiased_tvd
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i.analysis import corrected, skin
@@ -238,7 +238,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     SIMULATED classifier its declared confusion matrix gives the raw TVD's exact estimand."""
     boot, groups = Boot.of(cfg), inputs.groups
     spec = cfg.classify.vlm
-    confusion = (confusion_array(spec.sim_confusion, groups)
+    confusion = (K.confusion_array(spec.sim_confusion, groups)
                  if registry.trait("vlm", spec.backend, "answers_from_confusion", False) else None)
     res = Result("validation", "Does the audit recover what was planted?")
     truth = planted_images(inputs.manifests, groups)
