@@ -84,7 +84,7 @@ if not manifest.empty:
             continue
         table = homogeneity_table(np.asarray(matrix[idx]), meta, by="group", within=None, cluster="image_id",
                                   n_boot=params.n_boot, n_perm=params.n_permutations, seed=cfg.seed,
-                                  small_group=cfg.analyze.min_group_size)  # the models' threshold: one rule
+                                  small_group=None)  # no `small` flag: a display threshold, read by analyze
         rows.append(table.assign(space=space, stand_in=stand_in))
 gaps = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
     columns=["grouping", "group", "intra", "inter", "gap", "n", "space", "stand_in"])

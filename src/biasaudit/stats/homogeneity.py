@@ -140,8 +140,9 @@ def _reasons(n: np.ndarray) -> np.ndarray:
 
 
 def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None = None, *,
-                    small_group: int, normalise: bool = True) -> pd.DataFrame:
-    """Per group: n, intra, inter, gap, small (flag), n_dropped (zero/non-finite rows), reason.
+                    small_group: int | None, normalise: bool = True) -> pd.DataFrame:
+    """Per group: n, intra, inter, gap, small (flag: n below `small_group`; no column when it is None, as in the
+    stages that measure and leave display thresholds to the analysis), n_dropped (zero/non-finite rows), reason.
 
     Rows whose group is NaN/None are left out. `categories` fixes the groups reported (absent ones
     get n = 0 and a reason)."""
@@ -153,8 +154,9 @@ def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None
     for i, k in enumerate(dropped):
         if k:
             reason[i] = "; ".join(r for r in (reason[i], f"{k} zero or non-finite embedding rows dropped") if r)
-    return pd.DataFrame({"group": cats, "n": n.astype(int), "intra": intra, "inter": inter, "gap": gap,
-                         "small": n < small_group, "n_dropped": dropped.astype(int), "reason": reason})
+    out = pd.DataFrame({"group": cats, "n": n.astype(int), "intra": intra, "inter": inter, "gap": gap,
+                        "small": n < (small_group or 0), "n_dropped": dropped.astype(int), "reason": reason})
+    return out if small_group is not None else out.drop(columns="small")
 
 
 # ---------------------------------------------------------------- bootstrap
@@ -347,7 +349,7 @@ def permutation_pvalue(X: np.ndarray, groups: Sequence, n_perm: int = 1000, seed
 
 def homogeneity_table(X: np.ndarray, meta: pd.DataFrame, by: str, within: str | None = "model",
                       cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0, *,
-                      small_group: int, method: str = "percentile", design: str = "within",
+                      small_group: int | None, method: str = "percentile", design: str = "within",
                       p_adjust_method: str | None = "holm", level: float = 0.95) -> pd.DataFrame:
     """Gap per group of `meta[by]`, computed separately inside each value of `meta[within]` (e.g. race
     within model: the rest is the same model's other images), with bootstrap CIs, permutation p-values
@@ -391,10 +393,11 @@ def add_p_adjusted(table: pd.DataFrame, method: str = "holm") -> pd.DataFrame:
 
 
 def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None = None, *,
-                      small_group: int) -> pd.DataFrame:
+                      small_group: int | None) -> pd.DataFrame:
     """Mean intra-bin cosine similarity (e.g. per L* bin) with n; the paper's 'similarity by skin tone'."""
     res = homogeneity_gap(X, bins, categories=categories, small_group=small_group)
-    return res[["group", "n", "intra", "small", "reason"]].rename(columns={"intra": "mean_similarity"})
+    return res[[c for c in ("group", "n", "intra", "small", "reason") if c in res]].rename(
+        columns={"intra": "mean_similarity"})
 
 
 gap_table = homogeneity_table  # short alias
