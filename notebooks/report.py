@@ -45,7 +45,7 @@ from IPython.display import Markdown, display
 
 from biasaudit import contracts as C
 from biasaudit import groupsets
-from biasaudit.pipeline.notebook import banner, stage_params
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import git_commit_date, run_info
 from biasaudit.report import build_index, power
 from biasaudit.report.assumptions import ASSUMPTIONS_CSV, build_assumptions

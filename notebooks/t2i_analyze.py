@@ -30,7 +30,7 @@
 
 # %%
 from biasaudit import contracts as C
-from biasaudit.pipeline.notebook import banner, show, stage_params
+from biasaudit.notebook import banner, show, stage_params
 from biasaudit.pipeline.outputs import OutputWriter
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (

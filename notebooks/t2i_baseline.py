@@ -34,13 +34,13 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.faces import baseline as bl
 from biasaudit.faces.stage import run_faces
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.engine import finish
 from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, stable_floats
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.stats.homogeneity import homogeneity_table
+from biasaudit.t2i import baseline as bl
 
 cfg, params = stage_params("baseline")
 banner(cfg)
@@ -84,7 +84,7 @@ if not manifest.empty:
             continue
         table = homogeneity_table(np.asarray(matrix[idx]), meta, by="group", within=None, cluster="image_id",
                                   n_boot=params.n_boot, n_perm=params.n_permutations, seed=cfg.seed,
-                                  small_group=cfg.analyze.min_group_size)  # the models' threshold: one rule
+                                  small_group=None)  # no `small` flag: a display threshold, read by analyze
         rows.append(table.assign(space=space, stand_in=stand_in))
 gaps = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
     columns=["grouping", "group", "intra", "inter", "gap", "n", "space", "stand_in"])

@@ -36,8 +36,8 @@ from IPython.display import display
 
 from biasaudit import contracts as C
 from biasaudit import groupsets
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.io import atomic_write_json, atomic_write_table
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.t2i import benchmarks as bm
 
 cfg, params = stage_params("benchmarks")

@@ -29,7 +29,7 @@ model: str = "planted-a"  # generator whose images are labelled (the foreach key
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.pipeline.notebook import banner, stage_params
+from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import classify as cl
 
 cfg, params = stage_params("classify")

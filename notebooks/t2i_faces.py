@@ -35,8 +35,8 @@ from IPython.display import display
 
 from biasaudit import contracts as C
 from biasaudit.faces.stage import run_faces, write_overlays
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.engine import finish
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.stats.homogeneity import homogeneity_gap, similarity_by_bin
 from biasaudit.stats.skin_summary import skin_summary
 
@@ -89,10 +89,9 @@ else:
 # ## Homogeneity (point estimates)
 # Mean intra-group cosine similarity minus mean similarity to the rest, by prompt and by L* bin, in
 # both spaces. Confidence intervals and permutation p-values by race label are in the analysis stage.
-# `small` flags groups below `analyze.min_group_size`, the analysis stage's threshold.
+# Small groups are flagged where the gaps are reported, by the analysis stage (`analyze.min_group_size`).
 
 # %%
-small_group = cfg.analyze.min_group_size
 meta = index.merge(faces[["image_id", "L_bin"]], on="image_id", how="left")
 for space, matrix in (("clip", clip), ("face", face)):
     rows = meta[meta[f"{space}_row"] >= 0]
@@ -101,11 +100,11 @@ for space, matrix in (("clip", clip), ("face", face)):
         continue
     X = matrix[rows[f"{space}_row"].to_numpy()]
     print(f"{space} space ({'stand-in' if emb_meta[space]['stand_in'] else 'real'} model), by prompt:")
-    display(homogeneity_gap(X, rows["prompt_id"].to_numpy(), small_group=small_group).round(3))
+    display(homogeneity_gap(X, rows["prompt_id"].to_numpy(), small_group=None).round(3))
     bins = rows["L_bin"].where(rows["L_bin"].notna() & (rows["L_bin"] != ""), None).to_numpy()
     if any(b is not None for b in bins):
         print(f"{space} space, mean similarity within L* bins:")
-        display(similarity_by_bin(X, bins, small_group=small_group).round(3))
+        display(similarity_by_bin(X, bins, small_group=None).round(3))
 
 # %% [markdown]
 # ## Done?

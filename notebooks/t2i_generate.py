@@ -34,7 +34,7 @@ import json
 import pandas as pd
 from IPython.display import display
 
-from biasaudit.pipeline.notebook import banner, stage_params
+from biasaudit.notebook import banner, stage_params
 from biasaudit.t2i import generate as gen
 
 cfg, params = stage_params("generate")

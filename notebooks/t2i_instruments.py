@@ -39,10 +39,10 @@ import numpy as np
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.faces import instruments as ins
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import run_info
+from biasaudit.t2i import instruments as ins
 from biasaudit.t2i.figures import plot_sweep
 
 cfg, params = stage_params("instruments")

@@ -33,8 +33,8 @@ import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.io import atomic_write_json, atomic_write_table
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i import reliability as rel
 

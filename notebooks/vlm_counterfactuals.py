@@ -32,8 +32,8 @@ from IPython.display import display
 
 from biasaudit import contracts as C
 from biasaudit.lifecycle import status_record
+from biasaudit.notebook import banner, stage_params
 from biasaudit.pipeline.io import atomic_write_table
-from biasaudit.pipeline.notebook import banner, stage_params
 from biasaudit.pipeline.provenance import write_run_info
 from biasaudit.vlm import focus
 

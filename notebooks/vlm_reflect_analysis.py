@@ -24,11 +24,10 @@
 # so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-import json
 
 from biasaudit import contracts as C
-from biasaudit.pipeline.io import atomic_write_json
-from biasaudit.pipeline.notebook import banner, show, stage_params
+from biasaudit.notebook import banner, show, stage_params
+from biasaudit.pipeline.io import atomic_write_json, stable_text
 from biasaudit.pipeline.outputs import OutputWriter, json_safe
 from biasaudit.pipeline.provenance import write_run_info
 from biasaudit.vlm.analysis import (
@@ -74,4 +73,4 @@ result = summary.compute(data, cfg)
 writer.finish(profile=cfg.profile, stand_in=result["stand_in"], method="B (FOCUS/REFLECT)")
 atomic_write_json(C.VLM_REPORTS / "summary.json", json_safe(result))
 write_run_info(C.VLM_REPORTS / "run_info.json", stage="reflect_analysis")
-print(json.dumps(json_safe({k: v for k, v in result.items() if k != "edit_checks"}), indent=1, default=str)[:3000])
+print(stable_text(json_safe({k: v for k, v in result.items() if k != "edit_checks"}))[:3000])

@@ -31,17 +31,16 @@
 # so a run outside DVC reads exactly what `dvc repro` reads.
 
 # %%
-import json
 
 import pandas as pd
 from IPython.display import display
 
 from biasaudit import contracts as C
-from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, atomic_write_text, stable_floats
-from biasaudit.pipeline.notebook import banner, stage_params
+from biasaudit.notebook import banner, stage_params
+from biasaudit.pipeline.io import atomic_write_json, atomic_write_table, atomic_write_text, stable_floats, stable_text
 from biasaudit.pipeline.outputs import to_markdown
 from biasaudit.pipeline.provenance import write_run_info
-from biasaudit.scale.pool import prestart
+from biasaudit.pipeline.scale.pool import prestart
 from biasaudit.vlm import realism as R
 from biasaudit.vlm import validate as V
 
@@ -118,7 +117,7 @@ summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": 
            "realism": {k: v for k, v in realism.items() if k != "tables"} | {"sheet": sheet_info}}
 atomic_write_json(report_dir / "summary.json", summary)
 write_run_info(report_dir / "run_info.json", stage="validate_edits")
-print(json.dumps(summary, indent=1, default=str))
+print(stable_text(summary))
 
 # %% [markdown]
 # ## Done?

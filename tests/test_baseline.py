@@ -6,8 +6,8 @@ import pytest
 from PIL import Image
 
 from biasaudit.contracts import GROUPS
-from biasaudit.faces import baseline as bl
 from biasaudit.stats.homogeneity import relative_gaps
+from biasaudit.t2i import baseline as bl
 
 
 def test_portrait_manifest_reads_group_folders_and_records_rejects(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 
 from biasaudit.backends.vlm import CachedVLM, VLMResponse, make_vlm_backend
 from biasaudit.params.classify import VLMSpec
+from biasaudit.params.execution import Execution
 from biasaudit.pipeline.engine import run_local
 from biasaudit.pipeline.io import RecordLog
 from biasaudit.t2i import classify as cl
@@ -55,7 +56,7 @@ def test_classify_openai_server_and_second_run_makes_no_calls(tmp_path):
         for run in range(2):
             vlm = CachedVLM(make_vlm_backend(spec), tmp_path / "cache.sqlite")
             log = RecordLog(tmp_path / f"log{run}.jsonl", key="image_id")  # a fresh log: only the cache helps
-            run_local(items, cl.make_batch_fn(vlm, "race?", "v1", LABELS), log, batch_size=3, progress=False)
+            run_local(items, cl.make_batch_fn(vlm, "race?", "v1", LABELS), log, batch_size=3, progress=False, execution=Execution())
             table = cl.labels_table(log.records(), items)
             if run == 0:
                 assert vlm.accounting.calls == 7
@@ -77,6 +78,7 @@ SCRIPT = textwrap.dedent("""
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend
     from biasaudit.pipeline.io import RecordLog
     from biasaudit.params.classify import VLMSpec
+    from biasaudit.params.execution import Execution
     from biasaudit.pipeline.engine import run_local
     from biasaudit.t2i import classify as cl
     url, d = sys.argv[1], sys.argv[2]
@@ -84,7 +86,7 @@ SCRIPT = textwrap.dedent("""
     spec = VLMSpec(backend="openai", model_id="m", base_url=url, api_key_env="NOPE", concurrency=1, timeout_s=30.0)
     vlm = CachedVLM(make_vlm_backend(spec), d + "/cache.sqlite")
     run_local(items, cl.make_batch_fn(vlm, "race?", "v1", ("white", "black", "asian", "hispanic", "other")),
-              RecordLog(d + "/log.jsonl", key="image_id"), batch_size=100, progress=False)
+              RecordLog(d + "/log.jsonl", key="image_id"), batch_size=100, progress=False, execution=Execution())
     print("calls", vlm.accounting.calls)
 """)
 

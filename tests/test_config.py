@@ -194,45 +194,51 @@ def test_a_run_is_real_only_when_nothing_in_it_is_a_stand_in(profile_sandbox, pr
 
 # Fields no code reads, each with why it stays: the test below fails when one of them starts being read too
 # (drop it here) or another field joins them.
-UNREAD: dict[tuple[str, str], str] = {}
+UNREAD: dict[tuple[str, str], str] = {
+    ("Price", "per_image"): "no stage reads it: benchmarks/cost_model.py prices the generated and edited images",
+}
+READERS = ("src", "notebooks", "scripts")  # the schema itself (src/biasaudit/params) left out
 
 
-def _sections():
-    """{Section class: the params keys that hold it}, from Params down through every nested annotation."""
-    import typing
+def field_reads(sources=None):
+    from .field_reads import Reads
 
-    from biasaudit.params import Params
-    from biasaudit.params.base import Section
-
-    found, todo = {Params: set()}, [Params]
-    while todo:
-        for key, info in todo.pop().model_fields.items():
-            stack = [info.annotation]
-            while stack:
-                t = stack.pop()
-                if isinstance(t, type) and issubclass(t, Section):
-                    if t not in found:
-                        found[t], todo = set(), [*todo, t]
-                    found[t].add(key)
-                stack.extend(typing.get_args(t))
-    return found
+    reads = Reads()
+    sources = sources or [p for d in READERS for p in sorted((ROOT / d).rglob("*.py"))
+                          if not p.is_relative_to(ROOT / "src/biasaudit/params")]
+    reads.scan(sources, ROOT)
+    return reads
 
 
-def test_every_params_field_is_read_somewhere():
-    """A static scan: a field counts as read where its name is an attribute (`x.field`) or a whole string
-    (`getattr(x, "field")`, `d["field"]`) in src/ (the schema itself left out), notebooks/ or scripts/. It
-    catches a field whose every reading line is gone; a field whose name some other object also carries
-    (`Boot.min_clusters` mirrors reflect_analysis.min_clusters) stays counted as read through that name."""
-    import ast
-
-    sources = [p for d in ("src", "notebooks", "scripts") for p in sorted((ROOT / d).rglob("*.py"))
-               if not p.is_relative_to(ROOT / "src/biasaudit/params")]
-    read: set[str] = set()
-    for path in sources:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute):
-                read.add(node.attr)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                read.add(node.value)
-    unread = {(cls.__name__, f) for cls in _sections() for f in cls.model_fields if f not in read}
+def test_every_params_field_is_read_through_its_section():
+    """Each field of each section is read somewhere through an object that holds that section
+    (tests/field_reads.py: `cfg.analyze.seed` reads Analyze.seed, never Params.seed or Boot's), so removing the
+    one read of a field fails this test even when another section has a field of the same name."""
+    reads = field_reads()
+    fields = {(name, f) for name, cls in reads.schema.items() for f in cls.model_fields}
+    unread = fields - reads.read
     assert unread == set(UNREAD), f"read nowhere: {sorted(unread - set(UNREAD))}; read now: {sorted(set(UNREAD) - unread)}"
+
+
+def test_the_field_reader_resolves_reads_by_section_not_by_name(tmp_path):
+    """Planted sources: a field read through its section's path counts for that section only; the same name on
+    another section, a dict key or an untyped object does not."""
+    src = tmp_path / "planted.py"
+    src.write_text(
+        "from biasaudit.notebook import stage_params\n"
+        "def f(p: ReflectAnalysis, q):\n"
+        "    return p.n_boot, q.n_permutations, {'seed': 1}['seed']\n"
+        "cfg, section = stage_params('analyze')\n"
+        "x = section.min_group_size\n"
+        "spec = cfg.vlms['v']\n"
+        "y = getattr(spec, 'two_afc_mode')\n"
+        "for name, gen in cfg.models.items():\n"
+        "    z = gen.width\n"
+        "w = cfg.execution.ray.num_workers\n")
+    reads = field_reads([src])
+    read = reads.read
+    assert {("ReflectAnalysis", "n_boot"), ("Analyze", "min_group_size"), ("Params", "analyze"),
+            ("Params", "vlms"), ("VLMSpec", "two_afc_mode"), ("Params", "models"), ("GeneratorSpec", "width"),
+            ("Params", "execution"), ("Execution", "ray"), ("RayOptions", "num_workers")} <= read
+    assert ("Analyze", "n_boot") not in read and ("Analyze", "seed") not in read and ("Params", "seed") not in read
+    assert not any(f == "n_permutations" for _, f in read)  # read through an untyped name: not counted

@@ -147,7 +147,7 @@ def make_worker_facts():
 def test_a_prestarted_pool_runs_every_batch_on_its_share_of_cores_without_importing_torch():
     from multiprocessing import forkserver
 
-    from biasaudit.scale.pool import prestart, run_pool
+    from biasaudit.pipeline.scale.pool import prestart, run_pool
 
     ours = forkserver._forkserver._forkserver_pid is None  # else an earlier test's server (its own preload)
     prestart(Execution(local_workers=1))  # one worker: no pool will run, nothing is started

@@ -8,6 +8,7 @@ import skimage.data
 from PIL import Image
 
 from biasaudit.faces.stage import FACES_COLUMNS, FaceMeasurer, assemble, write_overlays
+from biasaudit.params.execution import Execution
 from biasaudit.params.faces import Faces
 from biasaudit.pipeline.engine import run_local
 from biasaudit.pipeline.io import RecordLog
@@ -46,8 +47,8 @@ def test_stage_records_measures_and_resumes(tmp_path, manifest, monkeypatch):
     log = RecordLog(tmp_path / "work/records.jsonl", key="image_id")
     items = manifest.to_dict("records")
     fn = measurer.batch_fn(tmp_path / "work/parts", root=tmp_path)
-    first = run_local(items[:4], fn, log, batch_size=3, progress=False)
-    second = run_local(items, fn, log, batch_size=3, progress=False)  # resumes: only the rest
+    first = run_local(items[:4], fn, log, batch_size=3, progress=False, execution=Execution())
+    second = run_local(items, fn, log, batch_size=3, progress=False, execution=Execution())  # resumes: only the rest
     assert first.processed == 4 and second.already_done == 4 and second.processed == 3
     faces, index, clip, face = assemble(log.to_frame(), manifest["image_id"].tolist(), tmp_path / "work/parts")
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit.faces import instruments as ins
 from biasaudit.faces.colour import describe_rgb
+from biasaudit.t2i import instruments as ins
 
 
 @pytest.mark.parametrize("mode", ["skin", "whole"])

@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
+from biasaudit.params.execution import Execution
 from biasaudit.pipeline.engine import pending_items, run_local, shard_of
 from biasaudit.pipeline.io import Cache, RecordLog, atomic_write_table
 from biasaudit.pipeline.provenance import derive_seed, stable_hash
@@ -66,11 +67,11 @@ def test_run_local_resumes_without_repeating(tmp_path):
 
     items = [{"id": i} for i in range(10)]
     log = RecordLog(tmp_path / "log.jsonl", key="id")
-    first = run_local(items, fn, log, batch_size=3, limit=5, progress=False)
+    first = run_local(items, fn, log, batch_size=3, limit=5, progress=False, execution=Execution())
     assert first.processed == 5 and calls == [0, 1, 2, 3, 4]
-    second = run_local(items, fn, log, batch_size=3, progress=False)
+    second = run_local(items, fn, log, batch_size=3, progress=False, execution=Execution())
     assert second.already_done == 5 and calls[5:] == [5, 6, 7, 8, 9]
-    third = run_local(items, fn, log, retry_failed=True, progress=False)
+    third = run_local(items, fn, log, retry_failed=True, progress=False, execution=Execution())
     assert calls[10:] == [0, 4, 8] and third.status_counts == {"failed": 3}
 
 

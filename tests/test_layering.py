@@ -85,7 +85,7 @@ def test_no_import_circle_in_the_package():
 def test_analysis_stages_reach_no_engine_runner_model_or_backend(notebook):
     reached = {str(p) for p in notebook_closure(ROOT / "notebooks" / f"{notebook}.py")}
     banned = [p for p in reached if any(p.startswith(f"src/biasaudit/{layer}") for layer in
-                                        ("pipeline/engine.py", "pipeline/work.py", "scale/", "tiny/", "backends/"))]
+                                        ("pipeline/engine.py", "pipeline/work.py", "pipeline/scale/", "tiny/", "backends/"))]
     assert not banned, banned
 
 
@@ -169,6 +169,95 @@ def test_the_analyze_stage_depends_on_no_runner_model_or_backend_module():
     import yaml
 
     deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["analyze"]["deps"]
-    banned = ("src/biasaudit/pipeline/engine.py", "src/biasaudit/pipeline/work.py", "src/biasaudit/scale", "src/biasaudit/tiny",
+    banned = ("src/biasaudit/pipeline/engine.py", "src/biasaudit/pipeline/work.py", "src/biasaudit/pipeline/scale", "src/biasaudit/tiny",
               "src/biasaudit/backends")
     assert [d for d in deps if d.startswith(banned)] == []
+
+
+# The floors of the package, ground first: a package imports only from its own floor and the floors below
+# (docs/architecture.md, "Floors"). `pipeline/` (its process pool and Ray runner under `pipeline/scale/`)
+# is the ground floor above the declarations of contracts.py: it imports nothing else of biasaudit.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("contracts",),
+    ("pipeline",),
+    ("registry", "lifecycle", "groupsets", "known_truth", "gpu_extra"),
+    ("params", "config", "notebook", "weights", "tiny"),
+    ("faces", "stats"),
+    ("backends",),
+    ("t2i", "vlm"),
+    ("report", "check"),
+    ("cli", "__main__", "biasaudit"),
+)
+MAX_ARROWS_UP = 3
+MAX_MUTUAL_PAIRS = 2
+
+
+def package_of(module: str) -> str:
+    """`biasaudit.vlm.analysis.gaps` → `vlm`; a top-level module is its own package; the root is `biasaudit`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(importing package, imported package) → the module edges behind it; a package's own edges left out."""
+    edges: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = package_of(module), package_of(target)
+            if a != b:
+                edges.setdefault((a, b), set()).add((module, target))
+    return edges
+
+
+def floor_of(package: str) -> int:
+    for k, floor in enumerate(FLOORS):
+        if package in floor:
+            return k
+    raise AssertionError(f"package {package} is on no floor: add it to FLOORS (tests/test_layering.py)")
+
+
+def arrows_up(edges) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, b in edges if floor_of(a) < floor_of(b))
+
+
+def mutual_pairs(edges) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
+
+
+def package_circles(edges) -> list[list[str]]:
+    """Circles through three or more packages: the package graph's strongly connected components of more
+    than two packages (one of two is a mutual pair, counted by mutual_pairs)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    return [c for c in cycles(graph) if len(c) > 2]
+
+
+def test_the_graph_counters_count_on_a_planted_graph():
+    edges = {("pipeline", "config"): set(), ("config", "pipeline"): set(), ("faces", "backends"): set(),
+             ("backends", "stats"): set(), ("stats", "faces"): set(), ("cli", "report"): set()}
+    assert arrows_up(edges) == [("faces", "backends"), ("pipeline", "config")]
+    assert mutual_pairs(edges) == [("config", "pipeline")]
+    assert package_circles(edges) == [["backends", "faces", "stats"]]
+    assert package_of("biasaudit.vlm.analysis.gaps") == "vlm" and package_of("biasaudit") == "biasaudit"
+
+
+def test_pipeline_is_the_ground_floor():
+    """`pipeline/` imports nothing of biasaudit above it: only contracts.py and its own modules."""
+    edges = package_graph(import_graph())
+    above = {b: sorted(e) for (a, b), e in edges.items() if a == "pipeline" and floor_of(b) > floor_of("pipeline")}
+    assert above == {}
+    assert not (SRC / "biasaudit" / "scale").exists()  # the process pool and Ray runner live under pipeline/
+
+
+def test_the_import_graph_holds_its_numbers():
+    """At most MAX_ARROWS_UP arrows from a floor to one above it, at most MAX_MUTUAL_PAIRS pairs of packages
+    that import each other, no circle through three or more packages and none between modules."""
+    graph = import_graph()
+    edges = package_graph(graph)
+    up = arrows_up(edges)
+    assert len(up) <= MAX_ARROWS_UP, {e: sorted(edges[e])[:3] for e in up}
+    pairs = mutual_pairs(edges)
+    assert len(pairs) <= MAX_MUTUAL_PAIRS, {p: (sorted(edges[p])[:2], sorted(edges[p[::-1]])[:2]) for p in pairs}
+    assert package_circles(edges) == []
+    assert cycles(graph) == []

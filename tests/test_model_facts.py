@@ -289,7 +289,7 @@ def repo(tmp_path, monkeypatch):
 
 def test_an_unknown_profile_is_refused_before_any_stage_runs(repo, capsys):
     from biasaudit import check
-    from biasaudit.pipeline.notebook import stage_params
+    from biasaudit.notebook import stage_params
 
     text = (repo / "params.yaml").read_text()
     assert "\nprofile: offline" in text

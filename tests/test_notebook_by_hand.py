@@ -86,7 +86,7 @@ def test_a_notebook_run_from_notebooks_reads_what_its_stage_reads(tmp_path, monk
 
 
 def test_enter_repo_root_moves_up_only_inside_a_project(tmp_path, monkeypatch):
-    from biasaudit.pipeline.notebook import enter_repo_root, repo_root
+    from biasaudit.notebook import enter_repo_root, repo_root
 
     (tmp_path / "proj" / "notebooks" / "deep").mkdir(parents=True)
     (tmp_path / "proj" / "dvc.yaml").write_text("stages: {}\n")

@@ -130,7 +130,7 @@ def test_a_run_outside_dvc_reads_what_dvc_repro_reads(stage, in_repo):
     resolved = []
     for values in (defaults, {**defaults, **injected}):
         namespace = dict(values)
-        exec("from biasaudit.pipeline.notebook import stage_params\n_cfg, _section = " + line, namespace)
+        exec("from biasaudit.notebook import stage_params\n_cfg, _section = " + line, namespace)
         resolved.append(namespace["_cfg"].model_dump())
     assert resolved[0] == resolved[1] == load_params(ROOT / "params.yaml").model_dump()
 
@@ -249,3 +249,21 @@ def test_lock_holds_only_existing_stages():
 
     locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     assert sorted(set(locked) - set(STAGES)) == []
+
+
+# Thresholds that only decide what a table flags or a page shows: changing one re-runs the stages that
+# display it, never one that measures (faces, baseline, ...).
+DISPLAY_THRESHOLDS = {"analyze.min_group_size": {"analyze", "report"}}
+
+
+@pytest.mark.parametrize("key", sorted(DISPLAY_THRESHOLDS))
+def test_a_display_threshold_reruns_only_the_stages_that_display_it(key):
+    section, _, field = key.partition(".")
+    staled = {name for name, stage in STAGES.items()
+              if any(p in (key, section) for p in params_of(stage))}
+    assert staled <= DISPLAY_THRESHOLDS[key] and "analyze" in staled, staled
+    for name in set(NOTEBOOK_STAGES) - DISPLAY_THRESHOLDS[key]:  # and no other notebook reads it
+        notebook, _ = passed_parameters(STAGES[name].cmd)
+        reads = {ast.unparse(n) for n in ast.walk(ast.parse((ROOT / notebook).read_text(encoding="utf-8")))
+                 if isinstance(n, ast.Attribute) and n.attr == field}
+        assert not any(r.endswith(f"{section}.{field}") for r in reads), (name, key, reads)

@@ -148,8 +148,8 @@ def test_simulated_classifier_reads_the_planted_label(planted_run):
 
 def test_simulated_classifier_follows_the_declared_confusion():
     from biasaudit.backends.vlm.simulated import SimulatedClassifier
+    from biasaudit.known_truth import confusion_array
     from biasaudit.params.classify import VLMSpec
-    from biasaudit.stats.correction import confusion_array
 
     spec = VLMSpec(backend="simulated")
     clf = SimulatedClassifier(spec, GROUPS)

@@ -19,7 +19,7 @@ import pytest
 
 from biasaudit.params.execution import Execution
 from biasaudit.pipeline.engine import Stage, run_stage
-from biasaudit.scale.pool import WorkerDied, run_pool
+from biasaudit.pipeline.scale.pool import WorkerDied, run_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "BIASAUDIT_TEST_PROCESS_MARK"  # every process of a driver under test inherits it
@@ -99,7 +99,7 @@ def prestarting_driver() -> None:
     that takes a minute to import, and waits."""
     from types import SimpleNamespace
 
-    from biasaudit.scale.pool import prestart
+    from biasaudit.pipeline.scale.pool import prestart
 
     prestart(SimpleNamespace(runner="local", local_workers=2), ("tests.slow_import",))
     time.sleep(120)

@@ -70,7 +70,7 @@ def test_the_banner_is_on_every_page_exactly_when_a_stand_in_ran(profile, tmp_pa
     # a stage notebook's banner follows the same rule
     import IPython.display
 
-    from biasaudit.pipeline.notebook import banner
+    from biasaudit.notebook import banner
 
     shown: list[str] = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, *a, **k: shown.append(getattr(obj, "data", str(obj))))

@@ -3,6 +3,7 @@
 import pandas as pd
 import pytest
 
+from biasaudit.params.execution import Execution
 from biasaudit.pipeline.engine import merge_logs, pending_items, run_local, shard_log_path
 from biasaudit.pipeline.io import RecordLog
 
@@ -20,7 +21,7 @@ def test_shards_merge_to_the_whole(tmp_path):
     base = tmp_path / "log.jsonl"
     for shard in range(3):
         run_local(items, square_batch, RecordLog(shard_log_path(base, shard, 3), "id"), shard_index=shard,
-                  shard_count=3, progress=False)
+                  shard_count=3, progress=False, execution=Execution())
     paths = [shard_log_path(base, s, 3) for s in range(3)]
     merged, report = merge_logs(paths, "id", expected_keys={(i,) for i in range(50)})
     assert sorted(merged["id"]) == list(range(50))
@@ -32,11 +33,12 @@ def test_merge_reports_overlap_and_missing_shards(tmp_path):
     base = tmp_path / "log.jsonl"
     # shard 0 of 3 twice (a re-submitted array task), shard 2 never ran
     run_local(items, square_batch, RecordLog(shard_log_path(base, 0, 3), "id"), shard_index=0, shard_count=3,
-              progress=False)
+              progress=False, execution=Execution())
     other = tmp_path / "again.jsonl"
-    run_local(items, square_batch, RecordLog(other, "id"), shard_index=0, shard_count=3, progress=False)
+    run_local(items, square_batch, RecordLog(other, "id"), shard_index=0, shard_count=3, progress=False,
+              execution=Execution())
     run_local(items, square_batch, RecordLog(shard_log_path(base, 1, 3), "id"), shard_index=1, shard_count=3,
-              progress=False)
+              progress=False, execution=Execution())
     merged, report = merge_logs([shard_log_path(base, 0, 3), other, shard_log_path(base, 1, 3)], "id",
                                 expected_keys={(i,) for i in range(30)})
     assert merged["id"].is_unique
@@ -58,7 +60,7 @@ def test_ray_runner_matches_local(tmp_path):
 
     items = [{"id": i} for i in range(23)]
     local_log = RecordLog(tmp_path / "local.jsonl", "id")
-    run_local(items, square_batch, local_log, batch_size=4, progress=False)
+    run_local(items, square_batch, local_log, batch_size=4, progress=False, execution=Execution())
     stage = Stage("squares", items, "id", "", make_square, tmp_path / "ray.jsonl", batch_size=4)
     on_ray = Execution(runner="ray", ray=RayOptions(num_workers=2))
     try:

@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from biasaudit.pipeline.io import EMBEDDING_DECIMALS, TABLE_DECIMALS, stable_floats
 
@@ -81,3 +82,89 @@ def test_the_tiny_clip_checkpoint_has_the_same_bytes_in_every_fresh_build(tmp_pa
 
     digests = {hashlib.sha256(build_tiny_open_clip(tmp_path / str(k))[1].read_bytes()).hexdigest() for k in (1, 2)}
     assert len(digests) == 1
+
+
+# Method A's analysis sections on the synthetic tree, written by the OutputWriter (tables, metrics.json,
+# manifest, figures' index) under one OpenBLAS kernel; prints the md5 of every written file except the
+# figures' pixels, then the md5 of the sections' metrics at full precision (what was written before the
+# writer rounded), so the test can tell that the two kernels did differ.
+ANALYSIS = textwrap.dedent("""
+    import hashlib, json, sys
+    from pathlib import Path
+    import numpy as np
+    np.random.seed(0)  # as stage_params does: seaborn jitters the strip plots' points with the global RNG
+    sys.path.insert(0, sys.argv[2])
+    from tests.fixtures_t2i import analysis_config, write_tree
+    from biasaudit.contracts import GROUPS
+    from biasaudit.pipeline.outputs import OutputWriter
+    from biasaudit.t2i.analysis import corrected, homogeneity, reliability, representation, skin
+    from biasaudit.t2i.analysis.inputs import PLOTS, load_inputs
+    root = Path(sys.argv[1])
+    write_tree(root)
+    data = load_inputs(root, groups=GROUPS)
+    cfg = analysis_config(n_boot=100, n_permutations=50, min_group_size=5)
+    writer = OutputWriter(root / "reports/t2i", dpi=30)
+    raw = []
+    for section in (representation, skin, homogeneity, reliability, corrected):
+        result = section.compute(data, cfg)
+        raw.append(json.dumps(result.metrics, sort_keys=True, default=repr))
+        raw.extend(t.to_csv(float_format="%.17g") for t in result.tables.values())
+        writer.add(result)
+    writer.finish(PLOTS, profile="offline", stand_in=True)
+    out = root / "reports/t2i"
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and p.suffix != ".png"):
+        print(path.relative_to(out).as_posix(), hashlib.md5(path.read_bytes()).hexdigest())
+    print("RAW", hashlib.md5("".join(raw).encode()).hexdigest())
+""")
+
+
+def _analysis_hashes(coretype: str, folder) -> tuple[dict[str, str], str]:
+    import os
+
+    from .conftest import ROOT
+
+    folder.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"OPENBLAS_CORETYPE": coretype, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                        "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    out = subprocess.run([sys.executable, "-c", ANALYSIS, str(folder), str(ROOT)], capture_output=True, text=True,
+                         check=True, env=env, cwd=folder)
+    lines = [line.rsplit(" ", 1) for line in out.stdout.strip().splitlines() if line.count(" ") == 1]
+    files = {name: digest for name, digest in lines if name != "RAW"}
+    return files, dict(lines)["RAW"]
+
+
+@pytest.mark.slow
+def test_the_analysis_writes_the_same_bytes_under_two_cpu_kernels(tmp_path):
+    """The t2i analysis sections under OpenBLAS's Haswell kernels and its oldest x86-64 ones (Prescott: SSE3,
+    another summation order): every table, metrics.json, manifest and figure file (pixels aside) hashes alike.
+    The sections' full-precision metrics differ between the two, so the equality is the writer's doing."""
+    fast, fast_raw = _analysis_hashes("Haswell", tmp_path / "haswell")
+    old, old_raw = _analysis_hashes("Prescott", tmp_path / "prescott")
+    assert len(fast) > 30 and "metrics.json" in fast and "tables/tvd_summary.csv" in fast
+    assert {k for k in fast if fast[k] != old.get(k)} == set()
+    assert fast.keys() == old.keys()
+    if fast_raw == old_raw:
+        pytest.skip("this machine's OpenBLAS gave both kernels the same full-precision floats: nothing was tested")
+
+
+def test_the_writer_rounds_every_float_to_the_declared_significant_digits(tmp_path):
+    """The issue's pair (the same number from two OpenBLAS kernels) is written alike, with 10 significant digits;
+    a cancellation's residue is 0; NaN stays NaN (JSON: null). Expected values written out by hand."""
+    import json
+    import math
+
+    from biasaudit.pipeline.io import SIGNIFICANT_DIGITS, atomic_write_json, atomic_write_table, stable_float
+
+    assert SIGNIFICANT_DIGITS == 10
+    assert stable_float(0.0017567878950580373) == stable_float(0.0017567878950580512) == 0.001756787895
+    assert stable_float(123456.78901234) == 123456.789 and stable_float(-2.5e-17) == 0.0
+    assert repr(stable_float(-1e-20)) == "0.0" and math.isnan(stable_float(float("nan")))
+    assert stable_float(3.0e-9) == 3e-9 and stable_float(1e300) == 1e300
+    df = pd.DataFrame({"x": [0.0017567878950580373, 1 / 3, -3e-17], "k": [1, 2, 3], "s": ["a", "b", "c"]})
+    atomic_write_table(df, tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_text() == "x,k,s\n0.001756787895,1,a\n0.3333333333,2,b\n0.0,3,c\n"
+    atomic_write_table(df, tmp_path / "t.parquet")
+    assert pd.read_parquet(tmp_path / "t.parquet")["x"].tolist() == [0.001756787895, 0.3333333333, 0.0]
+    atomic_write_json(tmp_path / "m.json", {"a": np.float64(2 / 3), "b": [1 / 7, None, 5], "c": {"d": np.float32(0.1)}})
+    assert json.loads((tmp_path / "m.json").read_text()) == {"a": 0.6666666667, "b": [0.1428571429, None, 5],
+                                                             "c": {"d": 0.1000000015}}

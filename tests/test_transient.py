@@ -153,7 +153,7 @@ def test_a_pool_whose_fork_server_dies_at_start_stops_with_a_clear_message(tmp_p
     import signal
     from multiprocessing import forkserver
 
-    from biasaudit.scale.pool import prestart
+    from biasaudit.pipeline.scale.pool import prestart
 
     prestart(Execution(local_workers=2))
     original = forkserver.ForkServer.ensure_running

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from biasaudit.faces.detect import Face, make_detector
+from biasaudit.params.execution import Execution
 from biasaudit.params.vlm import Counterfactuals, Sources, ValidateEdits
 from biasaudit.pipeline.engine import run_local
 from biasaudit.pipeline.io import RecordLog
@@ -135,9 +136,9 @@ def test_editing_loop_resumes_and_regenerates(tmp_path):
 
     log = RecordLog(tmp_path / "log.jsonl", "edit_id")
     fn = focus.make_edit_batch_fn(FirstAttemptBlurs(), params, checks, tmp_path / "focus")
-    first = run_local(items[:2], fn, log, progress=False)
+    first = run_local(items[:2], fn, log, progress=False, execution=Execution())
     assert first.processed == 2
-    again = run_local(items, fn, log, progress=False)  # resumes: only the 2 remaining edits
+    again = run_local(items, fn, log, progress=False, execution=Execution())  # resumes: only the 2 remaining edits
     assert again.already_done == 2 and again.processed == 2
     rows = log.to_frame().set_index("edit_id")
     assert (rows["status"] == "ok").all() and (rows["attempt"] == 2).all()

@@ -51,4 +51,10 @@ def summary(table: pd.DataFrame, level: float) -> dict[str, Any]:
             "median_width_over_range": float((info["width"] / info["plausible_range"]).median()) if len(info) else None}
 
 
-__all__ = ["COLUMNS", "covered", "row", "summary"]
+__all__ = ["COLUMNS", "confusion_array", "covered", "row", "summary"]
+
+
+def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...]) -> np.ndarray:
+    """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
+    M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
+    return M / M.sum(axis=1, keepdims=True)

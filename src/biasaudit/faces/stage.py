@@ -43,7 +43,9 @@ class FaceMeasurer:
 
     def __init__(self, p, stand_in_models: bool = False):
         self.p = p
-        kw = p.model_dump()
+        kw = dict(dlib_kind=p.dlib_kind, dlib_upsample=p.dlib_upsample, dlib_threshold=p.dlib_threshold,
+                  insightface_model=p.insightface_model, insightface_root=p.insightface_root,
+                  det_threshold=p.det_threshold, det_size=p.det_size, device=p.device)
         if p.detector == "insightface" and p.insightface_root == "tiny":
             from biasaudit.tiny.insightface import build_tiny_insightface
 
@@ -279,7 +281,7 @@ def run_faces(model: str, cfg, progress: bool = True, measurer: "FaceMeasurer | 
     parts_dir = work_dir / "parts"
     cpu_bound = on_cpu(params)
     if cpu_bound:
-        from biasaudit.scale.pool import prestart
+        from biasaudit.pipeline.scale.pool import prestart
 
         prestart(ex, PRELOAD)
     # the driver's measurer names the models in meta.json and draws the overlays; the serial runner uses it

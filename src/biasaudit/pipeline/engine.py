@@ -440,14 +440,14 @@ def execute(stage: Stage, log: RecordLog, execution: Any, progress: bool = True,
         batches = [todo[s:s + max(1, stage.batch_size)] for s in range(0, len(todo), max(1, stage.batch_size))]
         with tqdm(total=len(todo), desc=desc, unit="item", disable=not progress, mininterval=1.0) as bar:
             if execution.runner == "ray":
-                from biasaudit.scale.ray_runner import run_ray
+                from biasaudit.pipeline.scale.ray_runner import run_ray
 
                 ray = execution.ray
                 run_ray(todo, stage.make_fn, stage.key, sink, batch_size=stage.batch_size,
                         num_workers=ray.num_workers, num_cpus_per_worker=ray.num_cpus_per_worker,
                         num_gpus_per_worker=ray.num_gpus_per_worker, address=ray.address or None, bar=bar)
             elif workers > 1 and stage.cpu_bound and len(batches) > 1:
-                from biasaudit.scale.pool import run_pool
+                from biasaudit.pipeline.scale.pool import run_pool
 
                 try:
                     pool = run_pool(batches, stage.make_fn, sink, workers, bar=bar, preload=stage.preload,
@@ -517,14 +517,16 @@ def token_accounting(records: list[Item], price: dict[str, float] | None) -> dic
 
 def run_local(items: list[Item], fn: BatchFn, log: RecordLog, batch_size: int = 1, shard_index: int = 0,
               shard_count: int = 1, limit: int = 0, retry_failed: bool = False, desc: str = "items",
-              progress: bool = True, settings_hash: str = "", content: Callable[[Item], Any] | None = None
-              ) -> RunSummary:
-    """`fn` over the pending items of `items` into `log`, in this process (no adoption, no Ray)."""
-    from biasaudit.params.execution import Execution
-
+              progress: bool = True, settings_hash: str = "", content: Callable[[Item], Any] | None = None,
+              *, execution: Any) -> RunSummary:
+    """`fn` over the pending items of `items` into `log`, in this process (no adoption, no Ray); `execution`
+    (a params.execution.Execution, which the caller builds: the engine imports nothing above pipeline/) gives
+    the retry and failure bounds, `shard_index`/`shard_count` this call's shard."""
+    execution = execution.model_copy(update={"shard_index": shard_index, "shard_count": shard_count,
+                                             "runner": "local", "local_workers": 1})
     stage = Stage(desc, items, log.key, settings_hash, lambda: fn, log.path, content, batch_size=batch_size,
                   limit=limit, retry_failed=retry_failed, code=_module_of(fn))
-    return execute(stage, log, Execution(shard_index=shard_index, shard_count=shard_count), progress).summary
+    return execute(stage, log, execution, progress).summary
 
 
 def pending_items(items: list[Item], log: RecordLog, shard_index: int = 0, shard_count: int = 1,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -53,16 +54,77 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def atomic_write_json(path: str | os.PathLike, obj: Any, sort_keys: bool = True) -> Path:
+    """Write `obj` as JSON atomically, every float at the declared precision (`stable_value`)."""
+    return atomic_write_text(path, json.dumps(stable_value(obj), indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
 # Floats whose last bits depend on the machine (the BLAS / oneDNN / onnxruntime kernel chosen for the CPU,
 # its summation order, the thread count) are rounded before they are written to a hashed output, so the
-# same inputs give the same bytes, and dvc.lock the same hash, on another machine. The decimals keep every
-# reported digit (tables show at most 3-4) and cosines between rounded unit embeddings move by < 1e-4.
+# same inputs give the same bytes, and dvc.lock the same hash, on another machine.
+# The declared precision: every float that a table (`atomic_write_table`), a JSON file (`atomic_write_json`)
+# or a notebook's printed text (`stable_text`) carries is written with SIGNIFICANT_DIGITS significant digits,
+# and a magnitude below ZERO_BELOW is written as 0 (what float64 work leaves of a quantity that is zero in
+# exact arithmetic: 1e-17 here, -3e-17 on another CPU). float64 kernels differ in the 15th-16th digit, so
+# ten digits absorb them unless a value sits on a rounding boundary (about one in a million).
+SIGNIFICANT_DIGITS = 10
+ZERO_BELOW = 1e-12
+# Work done in float32 or by onnxruntime / oneDNN differs in the 6th-7th digit: its outputs are rounded
+# further, to decimals, before the writer sees them. These keep every reported digit (tables show at most
+# 3-4) and cosines between rounded unit embeddings move by < 1e-4.
 TABLE_DECIMALS = 5
 EMBEDDING_DECIMALS = 4
+
+
+def stable_float(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """`x` at the declared precision: `digits` significant digits, 0.0 below ZERO_BELOW (no sign), NaN and
+    infinities kept. The result is the float nearest to the decimal (its repr has at most `digits` digits)."""
+    if not math.isfinite(x):
+        return x
+    if abs(x) < ZERO_BELOW:
+        return 0.0
+    return float(f"{x:.{digits}g}") + 0.0
+
+
+def stable_value(obj: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
+    """`obj` (JSON-like: dicts, lists, tuples, scalars, numpy scalars) with every float at the declared
+    precision; other values unchanged."""
+    if isinstance(obj, dict):
+        return {k: stable_value(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [stable_value(v, digits) for v in obj]
+    if isinstance(obj, float):
+        return stable_float(obj, digits)
+    if type(obj).__module__ == "numpy" and hasattr(obj, "dtype") and obj.dtype.kind == "f" and obj.ndim == 0:
+        return stable_float(float(obj), digits)
+    return obj
+
+
+def stable_text(obj: Any, digits: int = SIGNIFICANT_DIGITS) -> str:
+    """What a notebook prints of a JSON-like value: JSON with every float at the declared precision."""
+    return json.dumps(stable_value(obj, digits), indent=1, default=str)
+
+
+def stable_column(values: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
+    """A numpy array (or column) with every float at the declared precision, dtype kept."""
+    import numpy as np
+
+    arr = np.asarray(values)
+    if not np.issubdtype(arr.dtype, np.floating) or arr.size == 0:
+        return arr
+    flat = [stable_float(v, digits) for v in arr.astype(np.float64).ravel().tolist()]
+    return np.asarray(flat, dtype=np.float64).reshape(arr.shape).astype(arr.dtype, copy=False)
+
+
+def stable_table(df: pd.DataFrame, digits: int = SIGNIFICANT_DIGITS) -> pd.DataFrame:
+    """`df` with its float columns at the declared precision (a copy; other columns untouched)."""
+    floats = list(df.select_dtypes(include="floating").columns)
+    if not floats:
+        return df
+    out = df.copy()
+    for col in floats:
+        out[col] = stable_column(out[col].to_numpy(), digits)
+    return out
 
 
 def stable_floats(values: Any, decimals: int = TABLE_DECIMALS) -> Any:
@@ -82,8 +144,10 @@ def stable_floats(values: Any, decimals: int = TABLE_DECIMALS) -> Any:
 
 
 def atomic_write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write a DataFrame as parquet or CSV (by suffix) atomically."""
+    """Write a DataFrame as parquet or CSV (by suffix) atomically, its floats at the declared precision
+    (`stable_table`)."""
     path = Path(path)
+    df = stable_table(df)
     with atomic_path(path) as tmp:
         if path.suffix == ".parquet":
             df.to_parquet(tmp, index=False)

@@ -4,7 +4,6 @@ reads to lay out every section."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,7 +131,7 @@ class OutputWriter:
             if not path.exists():
                 atomic_write_table(pd.DataFrame(columns=columns), path)
         figures = [f for s in self.sections for f in s["figures"]]
-        atomic_write_text(self.out / "figures" / "index.json", json.dumps(json_safe(figures), indent=2) + "\n")
+        atomic_write_json(self.out / "figures" / "index.json", json_safe(figures), sort_keys=False)
         atomic_write_json(self.out / "metrics.json", json_safe({**header, **self.metrics}))
         manifest = {**header, "sections": self.sections}
-        atomic_write_text(self.out / "manifest.json", json.dumps(json_safe(manifest), indent=2) + "\n")
+        atomic_write_json(self.out / "manifest.json", json_safe(manifest), sort_keys=False)

@@ -1,4 +1,4 @@
-"""The vocabulary shared by the engine (biasaudit.pipeline.engine) and its runners (biasaudit.scale): a work item,
+"""The vocabulary shared by the engine (biasaudit.pipeline.engine) and its runners (biasaudit.pipeline.scale): a work item,
 a batch function and a run's summary. It imports nothing from the package, so the runners need not
 import the engine that dispatches to them."""
 

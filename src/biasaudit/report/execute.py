@@ -283,7 +283,7 @@ def missing_needs(stage: str, cfg: Any = None) -> list[str]:
     fix as its first line while stages that need nothing missing still run."""
     if not stage:
         return []
-    from biasaudit.cli import describe_need
+    from biasaudit.check import describe_need
     from biasaudit.config import ParamsError, load_params
     from biasaudit.weights import missing
 
@@ -313,7 +313,7 @@ def preflight(stage: str) -> str:
     except (ParamsError, LifecycleError) as exc:  # a malformed lifecycle file: its name and line, no traceback
         return first_line(type(exc).__name__, str(exc))
     if lacking:
-        from biasaudit.cli import plural
+        from biasaudit.check import plural
 
         return (f"needs {plural(len(lacking), 'thing')} this machine lacks (not run):\n"
                 + "".join(f"  - {line}\n" for line in lacking)).rstrip("\n")

@@ -7,7 +7,7 @@ the stage (and appending records) with nobody to read them. `report.execute` lau
 the OS for SIGKILL when the parent exits (lifeline.die_with_parent; ipykernel's own parent poller is a
 Python thread that polls once a second and cannot run while a C call holds the GIL), then starts
 ipykernel exactly as its launcher does. The kernel's pool workers and fork server follow it
-(scale/pool.py).
+(pipeline/scale/pool.py).
 
 debugpy is marked absent before ipykernel is imported: it serves only a front end's visual debugger,
 which a stage never attaches, and importing it (ipykernel.debugger) is 0.07 s of every kernel start.

@@ -625,9 +625,3 @@ def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | N
         out.append(Interval(float(point[g]), float(lo), float(hi), float(dist[:, g].std(ddof=1)) if len(dist) > 1
                             else np.nan, len(n), n_boot - len(dist), note))
     return out
-
-
-def confusion_array(confusion: dict[str, dict[str, float]], groups: tuple[str, ...]) -> np.ndarray:
-    """Row-stochastic G×G array M[true, said] from the nested mapping (rows renormalised)."""
-    M = np.array([[float(confusion[t].get(c, 0.0)) for c in groups] for t in groups])
-    return M / M.sum(axis=1, keepdims=True)

@@ -140,8 +140,9 @@ def _reasons(n: np.ndarray) -> np.ndarray:
 
 
 def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None = None, *,
-                    small_group: int, normalise: bool = True) -> pd.DataFrame:
-    """Per group: n, intra, inter, gap, small (flag), n_dropped (zero/non-finite rows), reason.
+                    small_group: int | None, normalise: bool = True) -> pd.DataFrame:
+    """Per group: n, intra, inter, gap, small (flag: n below `small_group`; no column when it is None, as in the
+    stages that measure and leave display thresholds to the analysis), n_dropped (zero/non-finite rows), reason.
 
     Rows whose group is NaN/None are left out. `categories` fixes the groups reported (absent ones
     get n = 0 and a reason)."""
@@ -153,8 +154,9 @@ def homogeneity_gap(X: np.ndarray, groups: Sequence, categories: Sequence | None
     for i, k in enumerate(dropped):
         if k:
             reason[i] = "; ".join(r for r in (reason[i], f"{k} zero or non-finite embedding rows dropped") if r)
-    return pd.DataFrame({"group": cats, "n": n.astype(int), "intra": intra, "inter": inter, "gap": gap,
-                         "small": n < small_group, "n_dropped": dropped.astype(int), "reason": reason})
+    out = pd.DataFrame({"group": cats, "n": n.astype(int), "intra": intra, "inter": inter, "gap": gap,
+                        "small": n < (small_group or 0), "n_dropped": dropped.astype(int), "reason": reason})
+    return out if small_group is not None else out.drop(columns="small")
 
 
 # ---------------------------------------------------------------- bootstrap
@@ -347,7 +349,7 @@ def permutation_pvalue(X: np.ndarray, groups: Sequence, n_perm: int = 1000, seed
 
 def homogeneity_table(X: np.ndarray, meta: pd.DataFrame, by: str, within: str | None = "model",
                       cluster: str | None = "prompt_id", n_boot: int = 1000, n_perm: int = 1000, seed: int = 0, *,
-                      small_group: int, method: str = "percentile", design: str = "within",
+                      small_group: int | None, method: str = "percentile", design: str = "within",
                       p_adjust_method: str | None = "holm", level: float = 0.95) -> pd.DataFrame:
     """Gap per group of `meta[by]`, computed separately inside each value of `meta[within]` (e.g. race
     within model: the rest is the same model's other images), with bootstrap CIs, permutation p-values
@@ -391,10 +393,11 @@ def add_p_adjusted(table: pd.DataFrame, method: str = "holm") -> pd.DataFrame:
 
 
 def similarity_by_bin(X: np.ndarray, bins: Sequence, categories: Sequence | None = None, *,
-                      small_group: int) -> pd.DataFrame:
+                      small_group: int | None) -> pd.DataFrame:
     """Mean intra-bin cosine similarity (e.g. per L* bin) with n; the paper's 'similarity by skin tone'."""
     res = homogeneity_gap(X, bins, categories=categories, small_group=small_group)
-    return res[["group", "n", "intra", "small", "reason"]].rename(columns={"intra": "mean_similarity"})
+    return res[[c for c in ("group", "n", "intra", "small", "reason") if c in res]].rename(
+        columns={"intra": "mean_similarity"})
 
 
 gap_table = homogeneity_table  # short alias
@@ -895,6 +898,18 @@ def pair_sums_from_cells(S: np.ndarray, n: np.ndarray, q: np.ndarray) -> tuple[n
     return A, N
 
 
+# A float32 GEMM's cosines differ from CPU to CPU (the kernel's summation order) by ~1e-7: they only nominate
+# the candidate pairs, and each candidate's cosine is recomputed in float64, row by row (exact_cosines), so the
+# pairs found and their sums are the same on every CPU (tests/test_stable_bytes.py).
+CANDIDATE_SLACK = 1e-4
+
+
+def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise dot products of two stacks of unit rows, in float64 (no BLAS: the same sums on every CPU's
+    kernel up to float64's last bits)."""
+    return np.einsum("ij,ij->i", np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
 def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], threshold: float
                          ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
     """One pass over every prompt's Gram matrix (row blocks, _gram_blocks): per row of X whether another usable
@@ -907,15 +922,19 @@ def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.nda
     P = blocks.n_prompts
     sums = [(np.zeros((P, g, g)), np.zeros((P, g, g))) for _, g in labellings]
     for p, r0, r1, Gb in _gram_blocks(blocks):
-        close = Gb >= threshold
+        close = Gb >= threshold - CANDIDATE_SLACK  # candidates from the fast GEMM …
         close[:, :r1 - r0] &= _above_diagonal(r1 - r0)  # each pair once (j > i); no image is its own near-copy
         i, j = np.nonzero(close)
+        if not len(i):
+            continue
+        Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
+        cos = exact_cosines(Up[r0 + i], Up[r0 + j])  # … decided and summed on exact cosines
+        i, j, cos = i[cos >= threshold], j[cos >= threshold], cos[cos >= threshold]
         if not len(i):
             continue
         rows = blocks.rows[p]
         ri, rj = rows[r0 + i], rows[r0 + j]
         flag[ri] = flag[rj] = True
-        cos = Gb[i, j].astype(np.float64)
         for (codes, _), (A, N) in zip(labellings, sums):
             ci, cj = np.asarray(codes)[ri], np.asarray(codes)[rj]
             ok = (ci >= 0) & (cj >= 0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -24,6 +24,10 @@ from biasaudit.backends.vlm import CachedVLM, VLMRequest, VLMResponse, parse_cho
 from biasaudit.backends.vlm.parse import is_refusal
 from biasaudit.pipeline.engine import file_digest
 from biasaudit.pipeline.provenance import stable_hash
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params import Params
+    from biasaudit.params.classify import VLMSpec
 
 LABEL_COLUMNS = ["image_id", "model", "prompt_id", "label", "status", "reason", "raw_answer", "backend",
                  "classifier_model_id", "classifier_revision", "instruction_version", "from_cache", "stand_in",
@@ -124,7 +128,7 @@ def summary(labels: pd.DataFrame) -> pd.DataFrame:
 
 # --- the stage: local or Ray, whole or one shard -------------------------------------------------
 
-def make_classify_fn(spec: Any, cache_path: str, price: dict[str, float] | None, instruction: str,
+def make_classify_fn(spec: VLMSpec, cache_path: str, price: dict[str, float] | None, instruction: str,
                      instruction_version: str, labels: tuple[str, ...], max_tokens: int, groups: tuple[str, ...]):
     """The batch function built where it runs (a Ray actor): its own backend and its own connection
     to the answer cache. A module-level factory over plain values, so a functools.partial pickles."""
@@ -136,7 +140,7 @@ def make_classify_fn(spec: Any, cache_path: str, price: dict[str, float] | None,
     return fn
 
 
-def run_classify(model: str, cfg: Any, progress: bool = True) -> dict[str, Any]:
+def run_classify(model: str, cfg: Params, progress: bool = True) -> dict[str, Any]:
     """The whole classify@<model> stage (what the notebook calls). Returns a dict with the labels
     table, the runner summary, the accounting and the backend description; writes
     data/t2i/labels/<model>.parquet (+ .run.json) unless this run is one shard of several."""

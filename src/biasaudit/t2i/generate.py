@@ -48,7 +48,7 @@ from biasaudit.pipeline.provenance import (
     stable_hash,
     utc_now,
 )
-from biasaudit.scale.cli import add_execution_args, apply_execution_args
+from biasaudit.pipeline.scale.cli import add_execution_args, apply_execution_args
 
 MANIFEST_COLUMNS = [
     "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",

@@ -17,7 +17,7 @@ import io
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,10 @@ from biasaudit.pipeline.images import load_rgb
 from biasaudit.pipeline.io import atomic_path, atomic_write_bytes
 from biasaudit.pipeline.provenance import derive_seed, library_versions_json, sha256_file, stable_hash, utc_now
 from biasaudit.vlm.groups import COUNTERFACTUAL, NULL_EDIT, ORIGINAL, group_code, parse_group_name
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params import Params
+    from biasaudit.params.vlm import Counterfactuals
 
 FOCUS_SUFFIXES = (".jpg", ".jpeg", ".png")
 CONTROL_STEMS = {"null": NULL_EDIT, "original": ORIGINAL}  # file stem → arm of the null-edit control
@@ -139,7 +143,7 @@ def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
 KEYS = ("edit_id", "occupation", "base_id", "race", "gender", "group", "arm", "source_path")  # of every row
 
 
-def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Path, detector: str = "dlib"):
+def make_edit_batch_fn(editor: Any, params: Counterfactuals, checks: Any, out_root: str | Path, detector: str = "dlib"):
     """The engine's batch function: edit, check the pixels (as saved), regenerate a failing edit
     with the next attempt's seed up to `params.max_attempts`, write the JPEG atomically, return the row.
 
@@ -231,7 +235,7 @@ def make_edit_batch_fn(editor: Any, params: Any, checks: Any, out_root: str | Pa
 
 # --- the stage: every accepted source photo × target group, on the engine ---------------------------
 
-def make_edit_fn(params: Any, checks: Any, out_root: str, detector: str = "dlib"):
+def make_edit_fn(params: Counterfactuals, checks: Any, out_root: str, detector: str = "dlib"):
     """The batch function built where it runs (the driver, a pool worker or a Ray actor, each with its
     own editor): a module-level factory over params models, so a functools.partial pickles."""
     from biasaudit.backends.editors import make_editor
@@ -257,7 +261,7 @@ def edit_file_unchanged(item: dict[str, Any], record: dict[str, Any]) -> bool:
     return record.get("status") != "ok" or file_digest(record.get("path")) == record.get("sha256")
 
 
-def counterfactuals(cfg: Any, sources: pd.DataFrame | None, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
+def counterfactuals(cfg: Params, sources: pd.DataFrame | None, params: Counterfactuals | None = None, out_root: str | Path = C.FOCUS_DIR,
                     sources_dir: str | Path = C.SOURCES_DIR) -> tuple[pd.DataFrame, dict[str, Any], str, Any]:
     """The counterfactuals stage: import an existing FOCUS set (a backend with `imports_existing`) or
     edit every accepted source photo (run_edits). Returns the manifest, the editor's description, a
@@ -273,7 +277,7 @@ def counterfactuals(cfg: Any, sources: pd.DataFrame | None, params: Any = None, 
     return result["manifest"], result["editor"], f"{result['summary']} | execution: {result['execution']}", result["run"]
 
 
-def run_edits(cfg: Any, sources: pd.DataFrame, params: Any = None, out_root: str | Path = C.FOCUS_DIR,
+def run_edits(cfg: Params, sources: pd.DataFrame, params: Counterfactuals | None = None, out_root: str | Path = C.FOCUS_DIR,
               progress: bool = True, editor: Any = None) -> dict[str, Any]:
     """Edit every accepted source photo into every target group (resumable, `execution:` local, local
     pool for the tiny editor, or Ray). Returns the manifest rows (current records, item order), the

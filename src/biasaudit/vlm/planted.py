@@ -68,7 +68,7 @@ per item, benchmarks/calibration.py from one generator per replication, so both 
 from __future__ import annotations
 
 from itertools import product
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -77,6 +77,9 @@ from scipy.special import expit, logit
 from biasaudit.params.vlm import GENDERS, RACES
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.vlm import PlantedReflect
 
 TWO_AFC_TASKS = ("income", "education", "safety")
 MCQ_TASKS = ("salary", "education")
@@ -99,7 +102,7 @@ def edited(group) -> np.ndarray:
     return (np.asarray(group) != ORIGINAL).astype(float)
 
 
-def strength(planted: Any, task: str, group) -> np.ndarray:
+def strength(planted: PlantedReflect, task: str, group) -> np.ndarray:
     """Declared log-strength of the group (0 where the task declares none, e.g. a placebo task) plus the
     edit artefact of an edited image (which cancels between two edits)."""
     table = planted.two_afc.strengths.get(task, {})
@@ -107,34 +110,34 @@ def strength(planted: Any, task: str, group) -> np.ndarray:
         + planted.edit_artifact.two_afc * edited(group)
 
 
-def mcq_shift(planted: Any, task: str, group) -> np.ndarray:
+def mcq_shift(planted: PlantedReflect, task: str, group) -> np.ndarray:
     """Declared latent shift of the group (0 where none is declared) plus the edit artefact."""
     table = planted.mcq.shift.get(task, {})
     return np.vectorize(lambda g: float(table.get(g, 0.0)), otypes=[float])(np.asarray(group)) \
         + planted.edit_artifact.mcq * edited(group)
 
 
-def refusal(planted: Any, group) -> np.ndarray:
+def refusal(planted: PlantedReflect, group) -> np.ndarray:
     return np.vectorize(lambda g: float(planted.refusal.get(g, 0.0)), otypes=[float])(np.asarray(group))
 
 
-def loss(planted: Any, group) -> np.ndarray:
+def loss(planted: PlantedReflect, group) -> np.ndarray:
     return np.vectorize(lambda g: float(planted.edit_loss.get(g, 0.0)), otypes=[float])(np.asarray(group))
 
 
-def selective_2afc(planted: Any, group_a, group_b, choice) -> np.ndarray:
+def selective_2afc(planted: PlantedReflect, group_a, group_b, choice) -> np.ndarray:
     """Extra P(refuse) of comparisons whose would-be chosen image ('A' → group_a) is of a listed group."""
     sel = planted.selective_refusal
     chosen = np.where(np.asarray(choice) == "A", np.asarray(group_a), np.asarray(group_b))
     return sel.two_afc * np.isin(chosen, sel.groups)
 
 
-def low_letter(planted: Any, task: str) -> int:
+def low_letter(planted: PlantedReflect, task: str) -> int:
     """Letters with a smaller index are 'low' answers: the median letter of the base distribution."""
     return int(np.searchsorted(np.cumsum(planted.mcq.base[task]), 0.5))
 
 
-def selective_single(planted: Any, kind: str, task: str, group, occupation, answer) -> np.ndarray:
+def selective_single(planted: PlantedReflect, kind: str, task: str, group, occupation, answer) -> np.ndarray:
     """Extra P(refuse) of an MCQ (answer: letter index) or salary (answer: USD) question about an image of
     a listed group whose would-be answer is low."""
     sel = planted.selective_refusal
@@ -148,13 +151,13 @@ def draw_refused(base, extra, u) -> np.ndarray:
     return np.asarray(u) < np.asarray(base, float) + np.asarray(extra, float)
 
 
-def would_answer(planted: Any) -> Any:
+def would_answer(planted: PlantedReflect) -> Any:
     """The same VLM without refusals (edit loss kept): its estimands are the would-have-answered values."""
     none = planted.selective_refusal.model_copy(update={"two_afc": 0.0, "low_answer": 0.0})
     return planted.model_copy(update={"refusal": {}, "selective_refusal": none})
 
 
-def selective(planted: Any) -> bool:
+def selective(planted: PlantedReflect) -> bool:
     sel = planted.selective_refusal
     return bool(sel.groups) and (sel.two_afc > 0 or sel.low_answer > 0)
 
@@ -163,7 +166,7 @@ def cut_points(base: list[float]) -> np.ndarray:
     return logit(np.cumsum(base)[:-1])
 
 
-def mcq_probs(planted: Any, task: str, eta: np.ndarray) -> np.ndarray:
+def mcq_probs(planted: PlantedReflect, task: str, eta: np.ndarray) -> np.ndarray:
     """(..., K) letter probabilities at latent shifts `eta` (group shift + photo effect)."""
     c = cut_points(planted.mcq.base[task])
     cdf = expit(c - np.asarray(eta, dtype=float)[..., None])
@@ -171,19 +174,19 @@ def mcq_probs(planted: Any, task: str, eta: np.ndarray) -> np.ndarray:
     return np.diff(cdf, axis=-1)
 
 
-def salary_base(planted: Any, occupation) -> np.ndarray:
+def salary_base(planted: PlantedReflect, occupation) -> np.ndarray:
     table = planted.salary.base_usd
     return np.vectorize(lambda o: float(table.get(o, table["default"])), otypes=[float])(np.asarray(occupation))
 
 
-def salary_effect(planted: Any, group) -> np.ndarray:
+def salary_effect(planted: PlantedReflect, group) -> np.ndarray:
     return np.vectorize(lambda g: float(planted.salary.effect.get(g, 0.0)), otypes=[float])(np.asarray(group)) \
         + planted.edit_artifact.salary * edited(group)
 
 
 # ---------------------------------------------------------------- drawing answers
 
-def position(planted: Any, group_a, group_b) -> np.ndarray:
+def position(planted: PlantedReflect, group_a, group_b) -> np.ndarray:
     """The declared position pull α_ab (log-odds of choosing the first image) of each pair; a control pair
     (null edit vs original: one person, no group code) is a same-gender pair."""
     tw = planted.two_afc
@@ -194,12 +197,12 @@ def position(planted: Any, group_a, group_b) -> np.ndarray:
     return np.where(same, pull[0], pull[1]).astype(float)
 
 
-def pair_varying(planted: Any) -> bool:
+def pair_varying(planted: PlantedReflect) -> bool:
     tw = planted.two_afc
     return len({tw.position if v is None else v for v in (tw.position_same_gender, tw.position_cross_gender)}) > 1
 
 
-def draw_2afc(planted: Any, task: str, group_a, group_b, z_a, z_b, u) -> np.ndarray:
+def draw_2afc(planted: PlantedReflect, task: str, group_a, group_b, z_a, z_b, u) -> np.ndarray:
     """'A' or 'B' per comparison from uniforms u and the two images' photo effects z."""
     tw = planted.two_afc
     eta = position(planted, group_a, group_b) + strength(planted, task, group_a) - strength(planted, task, group_b) \
@@ -207,14 +210,14 @@ def draw_2afc(planted: Any, task: str, group_a, group_b, z_a, z_b, u) -> np.ndar
     return np.where(np.asarray(u) < expit(eta), "A", "B")
 
 
-def draw_mcq(planted: Any, task: str, group, z, u) -> np.ndarray:
+def draw_mcq(planted: PlantedReflect, task: str, group, z, u) -> np.ndarray:
     """Letter index (0 = 'A') per question: the first k with u < P(letter ≤ k)."""
     eta = mcq_shift(planted, task, group) + planted.mcq.photo_sd * np.asarray(z, float)
     cdf = np.cumsum(mcq_probs(planted, task, eta), axis=-1)
     return (np.asarray(u)[..., None] >= cdf[..., :-1]).sum(axis=-1)
 
 
-def draw_salary(planted: Any, occupation, group, z, eps) -> np.ndarray:
+def draw_salary(planted: PlantedReflect, occupation, group, z, eps) -> np.ndarray:
     s = planted.salary
     log_usd = np.log(salary_base(planted, occupation)) + salary_effect(planted, group) + s.photo_sd * np.asarray(z) \
         + s.noise_sd * np.asarray(eps)
@@ -226,7 +229,7 @@ def photo_effect(seed: int, question: str, unit: str, group: str = "") -> float:
     return float(np.random.default_rng(derive_seed(seed, "photo", question, unit, group)).standard_normal())
 
 
-def image_lost(planted: Any, unit: str, group: str) -> bool:
+def image_lost(planted: PlantedReflect, unit: str, group: str) -> bool:
     rate = float(planted.edit_loss.get(group, 0.0))
     return rate > 0 and float(np.random.default_rng(derive_seed(planted.seed, "loss", unit, group)).random()) < rate
 
@@ -235,7 +238,7 @@ def letters(options: int) -> tuple[str, ...]:
     return tuple("ABCDEFGHIJ"[:options])
 
 
-def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generator,
+def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.random.Generator,
                        two_afc_tasks: tuple[str, ...] = TWO_AFC_TASKS, mcq_tasks: tuple[str, ...] = MCQ_TASKS,
                        salary: bool = True, both_orders: bool = True, placebo_two_afc_tasks: tuple[str, ...] = (),
                        placebo_mcq_tasks: tuple[str, ...] = (), controls: bool = False) -> pd.DataFrame:
@@ -301,7 +304,7 @@ def simulate_responses(planted: Any, units: pd.DataFrame, rng: np.random.Generat
     return pd.concat(([out] if out is not None else []) + extra, ignore_index=True)
 
 
-def simulate_controls(planted: Any, units: pd.DataFrame, rng: np.random.Generator, two_afc_tasks: tuple[str, ...],
+def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, rng: np.random.Generator, two_afc_tasks: tuple[str, ...],
                       asks: list[tuple[str, str]], photo_z: dict[tuple[str, str], np.ndarray],
                       both_orders: bool = True) -> list[pd.DataFrame]:
     """The null-edit control's rows: per task 2AFC null edit vs original (order 0: null edit first), and
@@ -335,20 +338,20 @@ def simulate_controls(planted: Any, units: pd.DataFrame, rng: np.random.Generato
 
 # ---------------------------------------------------------------- estimands
 
-def p_first(planted: Any, task: str, a: str, b: str) -> float:
+def p_first(planted: PlantedReflect, task: str, a: str, b: str) -> float:
     """P(the first image, of group a, is chosen over b), marginal over the photo effects."""
     tw = planted.two_afc
     mu = float(position(planted, a, b)) + float(strength(planted, task, a) - strength(planted, task, b))
     return float(expect(lambda x: expit(mu + x), np.sqrt(2) * tw.photo_sd))
 
 
-def pair_retention(planted: Any, a: str, b: str) -> float:
+def pair_retention(planted: PlantedReflect, a: str, b: str) -> float:
     """P(a comparison of a and b is retained): both edits kept, the question not refused."""
     la, lb = loss(planted, a), loss(planted, b)
     return float((1 - la) * (1 - lb) * (1 - (refusal(planted, a) + refusal(planted, b)) / 2))
 
 
-def image_retention(planted: Any, group: str) -> float:
+def image_retention(planted: PlantedReflect, group: str) -> float:
     return float((1 - loss(planted, group)) * (1 - refusal(planted, group)))
 
 
@@ -358,7 +361,7 @@ def shown_first(a: str, b: str) -> bool:
     return a < b
 
 
-def pair_retention_both(planted: Any, a: str, b: str) -> float:
+def pair_retention_both(planted: PlantedReflect, a: str, b: str) -> float:
     """P(a pair of a and b is retained in both orders): both edits kept, neither question refused."""
     la, lb = loss(planted, a), loss(planted, b)
     return float((1 - la) * (1 - lb) * (1 - (refusal(planted, a) + refusal(planted, b)) / 2) ** 2)
@@ -372,7 +375,7 @@ PAIR_TYPES = {"all": lambda a, b: True, "same_gender": same_gender,
               "cross_gender": lambda a, b: not same_gender(a, b)}
 
 
-def two_afc_estimands(planted: Any, task: str, reference: str = "WF", both_orders: bool = True
+def two_afc_estimands(planted: PlantedReflect, task: str, reference: str = "WF", both_orders: bool = True
                       ) -> dict[str, Any]:
     codes = list(GROUP_CODES)
     asked = [(a, b) for a in codes for b in codes if a != b and (both_orders or shown_first(a, b))]
@@ -402,7 +405,7 @@ def two_afc_estimands(planted: Any, task: str, reference: str = "WF", both_order
     return out
 
 
-def race_winrate_estimands(planted: Any, win_of, weight) -> pd.DataFrame:
+def race_winrate_estimands(planted: PlantedReflect, win_of, weight) -> pd.DataFrame:
     """Race win rate within gender: the win rates over the same-gender rivals, weighted by `weight`(a, b)."""
     rows = []
     for gender in GENDERS:
@@ -438,7 +441,7 @@ def logit_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return theta
 
 
-def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, reference: str) -> pd.DataFrame:
+def bradley_terry_pseudo_true(planted: PlantedReflect, task: str, P: dict, rho: dict, reference: str) -> pd.DataFrame:
     """The logit fit of the pooled analysis (α + β_a − β_b, β_ref = 0) to the exact probabilities."""
     others = [g for g in GROUP_CODES if g != reference]
     keys = list(P)
@@ -449,7 +452,7 @@ def bradley_terry_pseudo_true(planted: Any, task: str, P: dict, rho: dict, refer
     return pd.DataFrame({"term": ["position_first"] + others, "planted": theta, "declared": declared})
 
 
-def bradley_terry_symmetric_pseudo_true(planted: Any, task: str, W: dict, rho: dict, reference: str) -> pd.DataFrame:
+def bradley_terry_symmetric_pseudo_true(planted: PlantedReflect, task: str, W: dict, rho: dict, reference: str) -> pd.DataFrame:
     """The logit fit of the order-symmetric analysis (β_lo − β_hi, no position term) to the exact
     order-averaged outcomes W[(lo, hi)] of the pairs, weighted by their retention in both orders."""
     others = [g for g in GROUP_CODES if g != reference]
@@ -459,7 +462,7 @@ def bradley_terry_symmetric_pseudo_true(planted: Any, task: str, W: dict, rho: d
     return pd.DataFrame({"term": others, "planted": theta, "declared": declared})
 
 
-def value_means(planted: Any, measure: str, values: dict[str, float] | None, occupations: np.ndarray) -> np.ndarray:
+def value_means(planted: PlantedReflect, measure: str, values: dict[str, float] | None, occupations: np.ndarray) -> np.ndarray:
     """E[answer value | group] (10,), marginal over photo effects; salary averaged over the photos'
     occupations (each photo once)."""
     codes = np.array(GROUP_CODES)
@@ -527,7 +530,7 @@ def letter_values(analysis: Any) -> dict[str, dict[str, float] | None]:
             "salary_salary": None, **{f"mcq_{t}": v for t, v in getattr(analysis, "placebo_levels", {}).items()}}
 
 
-def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
+def estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
               measures=("mcq_salary", "mcq_education", "salary_salary"), both_orders: bool = True) -> dict[str, Any]:
     """Every planted value the validation compares with (see the module docstring). `units` lists the
     design's source photos (unit, occupation); `analysis` is the reflect_analysis section; `both_orders`
@@ -549,7 +552,7 @@ def estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TW
 
 # ---------------------------------------------------------------- the null-edit control's estimands
 
-def control_share_edit(planted: Any, task: str, both_orders: bool = True) -> float:
+def control_share_edit(planted: PlantedReflect, task: str, both_orders: bool = True) -> float:
     """Expected share of null-edit-vs-original comparisons in which the null edit is chosen: with the null
     edit first (order 0) p(α + a), with it second 1 − p(α − a), p(μ) = E σ(μ + √2 σ Z), each order equally
     often (nothing about these two images is refused or lost)."""
@@ -563,7 +566,7 @@ def control_share_edit(planted: Any, task: str, both_orders: bool = True) -> flo
     return float((first + 1 - p(tw.position - a)) / 2) if both_orders else first
 
 
-def control_delta_pct(planted: Any, measure: str, values: dict[str, float] | None) -> float:
+def control_delta_pct(planted: PlantedReflect, measure: str, values: dict[str, float] | None) -> float:
     """Within-photo Δ (%) of the null edit vs the original: 100 · (E[value | null edit] / E[value | original] − 1),
     both images sharing the photo effect (salary: the occupation and photo factors cancel: 100 · (e^a − 1))."""
     if measure == "salary_salary":
@@ -577,14 +580,14 @@ def control_delta_pct(planted: Any, measure: str, values: dict[str, float] | Non
 
 # ---------------------------------------------------------------- complete-case estimands
 
-def kept_given_choice(planted: Any, a: str, b: str) -> tuple[float, float]:
+def kept_given_choice(planted: PlantedReflect, a: str, b: str) -> tuple[float, float]:
     """P(not refused | image A chosen), P(not refused | image B chosen) of a comparison of a (first) and b:
     the refusal uniform is drawn apart from the choice's, so given the choice it is independent of z."""
     base = float(refusal(planted, a) + refusal(planted, b)) / 2
     return tuple(1 - base - float(selective_2afc(planted, a, b, c)) for c in ("A", "B"))
 
 
-def order_moments(planted: Any, task: str, a: str, b: str) -> tuple[float, float]:
+def order_moments(planted: PlantedReflect, task: str, a: str, b: str) -> tuple[float, float]:
     """(P(retained and A chosen), P(retained)) of one comparison of a (first) and b."""
     p = p_first(planted, task, a, b)
     k_a, k_b = kept_given_choice(planted, a, b)
@@ -592,7 +595,7 @@ def order_moments(planted: Any, task: str, a: str, b: str) -> tuple[float, float
     return both_kept * p * k_a, both_kept * (p * k_a + (1 - p) * k_b)
 
 
-def symmetric_moments(planted: Any, task: str, lo: str, hi: str) -> tuple[float, float]:
+def symmetric_moments(planted: PlantedReflect, task: str, lo: str, hi: str) -> tuple[float, float]:
     """(E[s · R_1 R_2], P(R_1 R_2)) of a pair asked in both orders: s the order-averaged share of lo's wins,
     R_o the retention of order o. Both orders share the photo effects (D = σ(z_lo − z_hi)), so the products
     are integrated over D."""
@@ -620,7 +623,7 @@ def win_tables(codes: list[str], wins: dict, n: dict) -> tuple[pd.DataFrame, Any
     return pd.DataFrame([{"row": r, "col": c, "planted": win_of(r, c)} for r in codes for c in codes if r != c]), win_of
 
 
-def two_afc_complete_case(planted: Any, task: str, reference: str = "WF", both_orders: bool = True) -> dict[str, Any]:
+def two_afc_complete_case(planted: PlantedReflect, task: str, reference: str = "WF", both_orders: bool = True) -> dict[str, Any]:
     """two_afc_estimands when refusals may depend on the answer: every quantity from expected retained
     wins and comparisons per photo (order_moments, symmetric_moments)."""
     codes = list(GROUP_CODES)
@@ -665,7 +668,7 @@ def normal_cdf_below(mu: np.ndarray, sd: float, shift: float = 0.0) -> np.ndarra
     return (np.asarray(mu) < 0).astype(float) if sd == 0 else ndtr(-np.asarray(mu) / sd - shift)
 
 
-def single_moments(planted: Any, measure: str, values: dict[str, float] | None, occupations: np.ndarray
+def single_moments(planted: PlantedReflect, measure: str, values: dict[str, float] | None, occupations: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(w, q, a, low) of one single-image measure over the photo effect's quadrature nodes: q[z, g] =
     P(retained | z), a[z, g] = E[answer value · retained | z] (salary: averaged over the photos'
@@ -747,7 +750,7 @@ def ols_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_referenc
     return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
 
 
-def complete_case_estimands(planted: Any, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
+def complete_case_estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
                             measures=("mcq_salary", "mcq_education", "salary_salary"),
                             both_orders: bool = True) -> dict[str, Any]:
     """What the complete-case estimators converge to under any planted refusal, answer-dependent

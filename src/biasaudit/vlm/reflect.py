@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -20,6 +20,11 @@ from biasaudit import registry
 from biasaudit.pipeline.engine import Stage, StageRun, file_digest, run_stage
 from biasaudit.pipeline.provenance import stable_hash
 from biasaudit.vlm import tasks
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params import Params
+    from biasaudit.params.classify import VLMSpec
+    from biasaudit.params.vlm import Reflect
 
 CACHE_DIR = C.VLM_CACHE
 
@@ -32,7 +37,7 @@ def cache_path(vlm: str) -> Path:
     return C.vlm_cache_path(vlm)
 
 
-def settings_hash(spec: Any, params: Any) -> str:
+def settings_hash(spec: VLMSpec, params: Reflect) -> str:
     """What changes every answer of one VLM (prompt texts are part of each item's content)."""
     return stable_hash([spec.model_dump(), params.prompt_version, params.salary_min, params.salary_max,
                         params.salary_max_tokens], 16)
@@ -48,7 +53,7 @@ def api_failed(record: dict[str, Any]) -> bool:
     return record.get("answer_status", record.get("status")) == "failed"
 
 
-def run_reflect(vlm: str, cfg: Any, images: pd.DataFrame, params: Any = None, progress: bool = True,
+def run_reflect(vlm: str, cfg: Params, images: pd.DataFrame, params: Reflect | None = None, progress: bool = True,
                 cache: str | Path | None = None, log: str | Path | None = None) -> dict[str, Any]:
     """Build the questions about `images` (FOCUS manifest rows), ask the pending ones, and return the
     responses table (current records only), the engine's run, the backend description and the

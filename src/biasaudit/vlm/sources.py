@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from biasaudit.pipeline.entries import DIRECTORY, entry_problem
 from biasaudit.pipeline.images import load_rgb
 from biasaudit.pipeline.provenance import derive_seed
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.vlm import Sources
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp")
 # a photo whose every pixel has max(R,G,B) − min(R,G,B) at most this is gray (2: the rounding a JPEG
@@ -167,7 +170,7 @@ def folder_candidates(input_dir: str | Path, occupations: list[str]) -> list[dic
     return out
 
 
-def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Any):
+def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Sources):
     """Check candidates in order and accept up to `photos_per_occupation` per occupation: a rejected
     photo does not use up the quota, the next one is tried. Yields (candidate with its pixels, record);
     candidates left once the quota is met are recorded as `not_used` without being read."""
@@ -194,7 +197,7 @@ def select_sources(candidates: list[dict[str, Any]], detector: Any, params: Any)
         yield c, rec
 
 
-def candidates_for(params: Any) -> list[dict[str, Any]]:
+def candidates_for(params: Sources) -> list[dict[str, Any]]:
     """The candidate photos `sources:` names: packaged (a few spare seeded crops per occupation, tried in
     order when one is rejected) or a folder (a FileNotFoundError naming the key when it has none)."""
     if params.source == "packaged":
@@ -207,7 +210,7 @@ def candidates_for(params: Any) -> list[dict[str, Any]]:
     return found
 
 
-def build_sources(params: Any, out_dir: str | Path, detector: Any = None):
+def build_sources(params: Sources, out_dir: str | Path, detector: Any = None):
     """The sources stage: check every candidate, copy the accepted ones as 8-bit sRGB PNG to
     `out_dir/<occupation>/<base_id>.png` (atomically) and return the manifest, rejects with their reason."""
     import pandas as pd
@@ -258,7 +261,7 @@ def competing_faces(faces: list[Any], threshold: float) -> list[Any]:
     return sorted(kept, key=lambda f: f.area * max(float(f.score), 0.0), reverse=True)
 
 
-def check_photo(rgb: np.ndarray | None, detector: Any, params: Any, load_reason: str = "") -> dict[str, Any]:
+def check_photo(rgb: np.ndarray | None, detector: Any, params: Sources, load_reason: str = "") -> dict[str, Any]:
     """status ok | rejected with a reason: readable, big enough, one dominant face of sufficient size.
 
     Dominance compares detections by area × score (ignoring those below the detector's threshold):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,10 @@ from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResp
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 from biasaudit.pipeline.provenance import library_versions_json, stable_hash, utc_now
 from biasaudit.vlm.groups import CONTROL_ARMS, COUNTERFACTUAL, NULL_EDIT, arm_of, group_code
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
+    from biasaudit.params.vlm import Reflect, VLMTaskPrompts
 
 MCQ_OPTIONS: dict[str, tuple[str, ...]] = {"salary": tuple("ABCDEF"), "education": tuple("ABCD")}
 TWO_AFC_OPTIONS: tuple[str, ...] = ("A", "B")
@@ -63,7 +67,7 @@ def option_letters(prompt: str) -> list[str]:
     return re.findall(r"^([A-J])\.", prompt, flags=re.M)
 
 
-def question_counts(images: pd.DataFrame, params: Any) -> pd.Series:
+def question_counts(images: pd.DataFrame, params: Reflect) -> pd.Series:
     """How many questions of each kind (2afc, mcq, salary) the REFLECT items of `images` make."""
     return pd.Series([item["kind"] for item in build_items(images, params)], dtype=object).value_counts()
 
@@ -104,7 +108,7 @@ def control_pair_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str
     return [item | {"arm": NULL_EDIT} for item in two_afc_items(paired, tasks, prompts, both_orders)]
 
 
-def single_items(images: pd.DataFrame, prompts: Any, kinds: list[str]) -> list[dict]:
+def single_items(images: pd.DataFrame, prompts: VLMTaskPrompts, kinds: list[str]) -> list[dict]:
     """MCQ (salary, education) and salary-recommendation questions, one per image."""
     items = []
     for v in _variants(images).to_dict("records"):
@@ -124,7 +128,7 @@ def single_items(images: pd.DataFrame, prompts: Any, kinds: list[str]) -> list[d
     return items
 
 
-def placebo_items(images: pd.DataFrame, params: Any) -> list[dict]:
+def placebo_items(images: pd.DataFrame, params: Reflect) -> list[dict]:
     """The placebo questions (reflect.placebo_two_afc_tasks, placebo_mcq_tasks) over the group edits,
     built exactly as the real tasks; rows carry placebo True."""
     prompts = params.prompts
@@ -140,7 +144,7 @@ def placebo_items(images: pd.DataFrame, params: Any) -> list[dict]:
     return [item | {"placebo": True} for item in items]
 
 
-def build_items(images: pd.DataFrame, params: Any) -> list[dict]:
+def build_items(images: pd.DataFrame, params: Reflect) -> list[dict]:
     """Every question of the `reflect` section (`params`) about the given images: the real tasks and the
     placebo tasks about the group edits, and the real tasks about the null-edit control's images."""
     arm = arm_of(images)
@@ -311,7 +315,7 @@ def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: in
 PROMPT_SOURCE_KEY = {"2afc": "two_afc", "salary": "salary"}
 
 
-def prompt_source(item: dict, prompts: Any) -> str:
+def prompt_source(item: dict, prompts: VLMTaskPrompts) -> str:
     """Where the item's wording comes from (the paper, or our own where the paper gives none)."""
     sources = getattr(prompts, "sources", {}) or {}
     key = PROMPT_SOURCE_KEY.get(item["kind"], f"mcq_{item['task']}")
@@ -323,7 +327,7 @@ def prompt_source(item: dict, prompts: Any) -> str:
     return text
 
 
-def requests_for(items: list[dict], params: Any, max_tokens: int, two_afc_mode: str = "interleaved") -> list:
+def requests_for(items: list[dict], params: Reflect, max_tokens: int, two_afc_mode: str = "interleaved") -> list:
     """(request or None, reason) per item; an item whose composite cannot be made gets a reason."""
     out = []
     for item in items:
@@ -337,17 +341,19 @@ def requests_for(items: list[dict], params: Any, max_tokens: int, two_afc_mode: 
     return out
 
 
-def prefetch(vlm: Any, items: list[dict], params: Any, max_tokens: int) -> int:
+def prefetch(vlm: Any, items: list[dict], params: Reflect, max_tokens: int) -> int:
     """Batch mode: submit every pending item of the stage run at once (CachedVLM.prefetch)."""
-    mode = getattr(getattr(vlm.backend, "spec", None), "two_afc_mode", "interleaved")
+    spec: VLMSpec | None = getattr(vlm.backend, "spec", None)  # the answering backend's settings, when it has any
+    mode = getattr(spec, "two_afc_mode", "interleaved")
     return vlm.prefetch([r for r, _ in requests_for(items, params, max_tokens, mode) if r is not None])
 
 
-def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, two_afc_mode: str | None = None):
+def make_batch_fn(vlm: Any, vlm_name: str, params: Reflect, max_tokens: int = 16, two_afc_mode: str | None = None):
     """The engine's batch function: ask `vlm` (a CachedVLM) and parse each answer.
     `two_afc_mode` defaults to the backend spec's (interleaved | composite); recorded per 2AFC row."""
     backend = vlm.backend
-    mode = two_afc_mode or getattr(getattr(backend, "spec", None), "two_afc_mode", "interleaved")
+    spec: VLMSpec | None = getattr(backend, "spec", None)  # the answering backend's settings, when it has any
+    mode = two_afc_mode or getattr(spec, "two_afc_mode", "interleaved")
     provenance = {"vlm": vlm_name, "backend": backend.name, "model_id": backend.model_id,
                   "revision": backend.revision, "stand_in": bool(backend.stand_in),
                   "decoding": json.dumps(backend.decoding_params(), sort_keys=True, default=str),
@@ -385,7 +391,7 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Any, max_tokens: int = 16, tw
     return fn
 
 
-def make_reflect_fn(spec: Any, cache_path: str, vlm_name: str, params: Any, max_tokens: int):
+def make_reflect_fn(spec: VLMSpec, cache_path: str, vlm_name: str, params: Reflect, max_tokens: int):
     """The batch function built where it runs (the driver, or each Ray actor, with its own backend and
     cache connection); a module-level factory over params models, so a functools.partial pickles."""
     from biasaudit.backends.vlm import CachedVLM, make_vlm_backend

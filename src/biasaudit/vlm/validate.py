@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -37,6 +37,10 @@ from biasaudit.faces.colour import delta_e2000, srgb_to_lab
 from biasaudit.pipeline.engine import per_item
 from biasaudit.vlm import edit_quality as Q
 from biasaudit.vlm.groups import CONTROL_ARMS
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params import Params
+    from biasaudit.params.vlm import ValidateEdits
 
 PIXEL_CHECKS = ("ssim_outside", "psnr_outside", "delta_e_outside", "no_face_change")
 
@@ -90,7 +94,7 @@ def mean_skin_L(rgb: np.ndarray, mask: np.ndarray | None) -> float:
     return float(srgb_to_lab(mean_rgb)[0])
 
 
-def failed_checks(m: dict[str, Any], params: Any, target_race: str | None = None) -> list[str]:
+def failed_checks(m: dict[str, Any], params: ValidateEdits, target_race: str | None = None) -> list[str]:
     """Names of the checks a metrics record fails under the `validate_edits` thresholds."""
     bad = []
     if not m.get("ssim_outside", np.nan) >= params.ssim_outside_min:
@@ -193,7 +197,7 @@ def body_skin_of(source: SourceInfo, border_px: int) -> Q.BodySkin | None:
     return source.body
 
 
-def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: Any, with_identity: bool = True,
+def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: ValidateEdits, with_identity: bool = True,
                   detector: Any = None, lpips_model: Q.LPIPSModel | None = None) -> dict[str, Any]:
     """All pixel, identity, skin-tone, skin-seam and LPIPS checks of one edit. Returns a record with
     status/reason and the metrics; `judge` adds failed_checks/passed/action. Target attainment is added
@@ -221,7 +225,7 @@ def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: Any, with_id
     return rec
 
 
-def judge(rec: dict[str, Any], params: Any, target_race: str | None) -> dict[str, Any]:
+def judge(rec: dict[str, Any], params: ValidateEdits, target_race: str | None) -> dict[str, Any]:
     """Add failed_checks, passed and action (keep | flag | exclude) to a validation record."""
     if rec.get("status") != "ok":
         return rec | {"passed": False, "failed_checks": rec.get("failed_checks", "") or "invalid",
@@ -233,7 +237,7 @@ def judge(rec: dict[str, Any], params: Any, target_race: str | None) -> dict[str
     return rec | {"failed_checks": ",".join(bad), "passed": not bad, "action": action}
 
 
-def judge_all(checks: Any, params: Any) -> Any:
+def judge_all(checks: Any, params: ValidateEdits) -> Any:
     """Every measured edit judged against the thresholds (its failed checks and action); unmeasured rows as they are."""
     import pandas as pd
 
@@ -241,7 +245,7 @@ def judge_all(checks: Any, params: Any) -> Any:
                          for r in checks.to_dict("records")])
 
 
-def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: Any) -> tuple[bool, list[str], dict]:
+def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: ValidateEdits) -> tuple[bool, list[str], dict]:
     """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration)."""
     edit, _ = match_size(edit, src.shape[:2])
     m = pixel_metrics(src, edit, face, params.border_px)
@@ -258,7 +262,7 @@ RACE_OPTION_TEXT = {"Asian": "Asian", "Black": "Black", "Latino": "Latino", "Mid
 RACE_LETTERS = ("A", "B", "C", "D", "E")  # race options are lettered: one distinct first token each
 
 
-def attainment_requests(paths: list[str], params: Any) -> list[tuple[Any, Any]]:
+def attainment_requests(paths: list[str], params: ValidateEdits) -> list[tuple[Any, Any]]:
     """(race request, gender request) per edited image, asking the classifier with the allowed options.
     Races are offered as letters ('A. Asian; B. Black; …') so every option has its own first token."""
     from biasaudit.backends.vlm.base import VLMRequest
@@ -273,7 +277,7 @@ def attainment_requests(paths: list[str], params: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]], params: Any) -> list[dict[str, Any]]:
+def target_attainment(vlm: Any, paths: list[str], targets: list[tuple[str, str]], params: ValidateEdits) -> list[dict[str, Any]]:
     """Ask a classifier (a CachedVLM) the race and gender of each edit; compare with the target.
     An unparseable answer or a refusal leaves *_ok as None (not measured) with the reason."""
     from biasaudit.backends.vlm.parse import parse_choice
@@ -307,7 +311,7 @@ ATTAINMENT_FIELDS = ("model_version", "race_answer", "gender_answer", "race_pred
                      "attainment_reason")
 
 
-def make_attainment_fn(spec: Any, cache_path: str, params: Any):
+def make_attainment_fn(spec: Any, cache_path: str, params: ValidateEdits):
     """The batch function of the target check (built where it runs, with its own backend and cache
     connection; a module-level factory, so a functools.partial pickles). An answer lost to the API makes
     the item `failed` (asked again); a refusal or an unparseable answer is a measured None with its reason."""
@@ -328,7 +332,7 @@ def make_attainment_fn(spec: Any, cache_path: str, params: Any):
     return fn
 
 
-def run_target_check(cfg: Any, checks: Any, params: Any = None, progress: bool = True,
+def run_target_check(cfg: Params, checks: Any, params: ValidateEdits | None = None, progress: bool = True,
                      work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> Any:
     """Ask `validate_edits.classifier` the race and gender of every measured edit, on the engine
     (resumable, answers cached by request content). Returns `checks` with the ATTAINMENT_FIELDS and the
@@ -457,7 +461,7 @@ def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tup
             ("face unchanged", rgb.copy(), "no_face_change")]
 
 
-def first_source_with_face(manifest: Any, params: Any) -> SourceInfo | None:
+def first_source_with_face(manifest: Any, params: ValidateEdits) -> SourceInfo | None:
     """The first source photo of the FOCUS manifest (by path) whose face is found: what the controls edit."""
     from biasaudit.pipeline.images import load_rgb
 
@@ -470,7 +474,7 @@ def first_source_with_face(manifest: Any, params: Any) -> SourceInfo | None:
     return None
 
 
-def run_controls(source: SourceInfo, params: Any) -> list[dict[str, Any]]:
+def run_controls(source: SourceInfo, params: ValidateEdits) -> list[dict[str, Any]]:
     rows = []
     for name, img, expect in control_edits(source, params.border_px):
         rec = judge(validate_edit(source, img, params.model_copy(update={"check_identity": False}),
@@ -514,7 +518,7 @@ def validation_content(item: dict[str, Any]) -> dict[str, Any]:
     return {"status": item["status"], "edit": item["edit_sha"], "source": item["source_sha"]}
 
 
-def make_validate_fn(params: Any):
+def make_validate_fn(params: ValidateEdits):
     """The batch function (built where it runs: each worker its own detector and source cache)."""
     from biasaudit.faces.detect import make_detector
     from biasaudit.pipeline.images import load_rgb
@@ -553,7 +557,7 @@ def make_validate_fn(params: Any):
 PRELOAD = ("biasaudit.vlm.validate", "biasaudit.faces.segment", "biasaudit.faces.preload_dlib")
 
 
-def run_validation(cfg: Any, manifest: Any, params: Any = None, progress: bool = True,
+def run_validation(cfg: Params, manifest: Any, params: ValidateEdits | None = None, progress: bool = True,
                    work_dir: str | Path = C.VLM / ".work" / "validate_edits") -> dict[str, Any]:
     """Measure every edit against its source (resumable on the engine; `execution:` local, local pool
     or Ray). Returns the per-edit records (item order; judge and target attainment come after) and the run."""

@@ -5,7 +5,7 @@ the feathered mask is the source's own, bit for bit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -13,6 +13,9 @@ from PIL import Image
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 from biasaudit.pipeline.images import load_rgb
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.vlm import Counterfactuals
 
 
 def _device(name: str) -> str:
@@ -34,7 +37,7 @@ class DiffusersInpaintEditor(ImageEditor):
     uses_mask = True
     prompt_field = "inpaint_prompt"  # an inpainting prompt, not an edit instruction
 
-    def __init__(self, spec: Any, stand_in: bool = False, pipeline: Any = None):
+    def __init__(self, spec: Counterfactuals, stand_in: bool = False, pipeline: Any = None):
         import torch
         from diffusers import AutoPipelineForInpainting
 

@@ -3,9 +3,12 @@ is (vlm/focus.py); this entry only describes what that import needs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.vlm import Counterfactuals
 
 
 @register("editor", "folder")
@@ -16,5 +19,5 @@ class FolderImport:
     inputs = ("folder_dir",)  # fingerprinted by the check stage
     needs = (("input", "folder_dir", "put the FOCUS-layout images there"),)
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Counterfactuals):
         raise ValueError("backend 'folder' imports an existing FOCUS dataset; it has no editor (see vlm/focus.py)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor
 from biasaudit.backends.generators.base import decode_image
@@ -28,6 +28,9 @@ from biasaudit.backends.transport import (
 from biasaudit.backends.vlm.base import encode_image
 from biasaudit.registry import register
 
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.vlm import Counterfactuals
+
 GEMINI_BLOCK_REASONS = {"SAFETY", "PROHIBITED_CONTENT", "IMAGE_SAFETY", "BLOCKLIST", "SPII", "RECITATION",
                         "IMAGE_PROHIBITED_CONTENT", "OTHER"}
 
@@ -37,7 +40,7 @@ def source_png(path: str, max_side: int) -> tuple[bytes | None, str]:
     return data, (f"source: {reason}" if data is None else "")
 
 
-def _api_key(spec: Any) -> str:
+def _api_key(spec: Counterfactuals) -> str:
     if not spec.api_key_env:
         raise RuntimeError("counterfactuals.api_key_env: name the environment variable holding the API key")
     key = os.environ.get(spec.api_key_env)
@@ -47,7 +50,7 @@ def _api_key(spec: Any) -> str:
 
 
 class _Hosted(ImageEditor):
-    def __init__(self, spec: Any, sleep=None):
+    def __init__(self, spec: Counterfactuals, sleep=None):
         self.spec = spec
         self.model_id, self.revision = spec.model_id, spec.revision or spec.model_id
         self.bucket = TokenBucket(spec.requests_per_minute)
@@ -81,7 +84,7 @@ class GeminiEditor(_Hosted):
     name = "gemini"
     needs = (("hosted",),)  # an API key, or the local server at base_url
 
-    def __init__(self, spec: Any, sleep=None):
+    def __init__(self, spec: Counterfactuals, sleep=None):
         from google import genai
         from google.genai import types
 
@@ -147,7 +150,7 @@ class OpenAIEditor(_Hosted):
     name = "openai"
     needs = (("hosted",),)  # an API key, or the local server at base_url
 
-    def __init__(self, spec: Any, sleep=None):
+    def __init__(self, spec: Counterfactuals, sleep=None):
         import openai
 
         super().__init__(spec, sleep)

@@ -9,12 +9,15 @@ The prompt of a request is not used (recorded for provenance only): CLIP reads n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 
 @register("vlm", "clip")
@@ -23,7 +26,7 @@ class ClipZeroShot(VLMBackend):
     needs = (("clip", "model_id", "clip_pretrained"),)
     reads = ("clip_templates", "clip_class_names")
 
-    def __init__(self, spec: Any, model_name: str | None = None, pretrained: str | None = None,
+    def __init__(self, spec: VLMSpec, model_name: str | None = None, pretrained: str | None = None,
                  stand_in: bool = False):
         super().__init__()
         import open_clip

@@ -8,13 +8,16 @@ response with a reason; the label still goes through the same strict parser as a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.pipeline.provenance import sha256_file
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 
 @register("vlm", "file")
@@ -23,7 +26,7 @@ class FileLabels(VLMBackend):
     needs = (("input", "model_id", "write the label CSV there"),)
     inputs = ("model_id",)  # fingerprinted by the check stage
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: VLMSpec):
         super().__init__()
         self.spec = spec
         path = Path(spec.model_id)

@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from biasaudit.backends.transport import (
     GEMINI_BLOCKED,
@@ -48,6 +48,9 @@ from biasaudit.backends.vlm.base import (
     retried,
 )
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 DONE_STATES = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED",
                "JOB_STATE_PARTIALLY_SUCCEEDED"}
@@ -105,7 +108,7 @@ class GeminiVLM(VLMBackend):
     needs = (("hosted",),)  # an API key, or the local server at base_url
     requires_any = ("api_key_env", "base_url")
 
-    def __init__(self, spec: Any, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, spec: VLMSpec, sleep=time.sleep, clock=time.monotonic):
         super().__init__()
         from google import genai
         from google.genai import types

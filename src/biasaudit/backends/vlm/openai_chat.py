@@ -27,7 +27,7 @@ import base64
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from biasaudit.backends.transport import (
     RetryableError,
@@ -50,6 +50,9 @@ from biasaudit.backends.vlm.base import (
     retried,
 )
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 # Output tokens reserved for reasoning per effort (reasoning tokens count against max_completion_tokens).
 REASONING_RESERVE = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768}
@@ -97,7 +100,7 @@ class OpenAIChatVLM(VLMBackend):
     needs = (("hosted",),)  # an API key, or the local server at base_url
     requires_any = ("api_key_env", "base_url")
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: VLMSpec):
         super().__init__()
         import openai
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VL
 from biasaudit.pipeline.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
 from biasaudit.vlm import planted as P
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 SIMULATED = "SIMULATED"
 
@@ -57,7 +60,7 @@ class PlantedVLM(VLMBackend):
     planted = True  # answers from declared effects whose consequences are computed exactly
     answers_by_identity = True  # the cache keys its answers by image path and task (CachedVLM.key)
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: VLMSpec):
         super().__init__()
         self.spec = spec
         self.planted = spec.planted

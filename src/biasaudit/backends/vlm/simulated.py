@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
+from biasaudit.known_truth import confusion_array
 from biasaudit.pipeline.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
-from biasaudit.stats.correction import confusion_array
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 SIMULATED = "SIMULATED"
 
@@ -54,7 +57,7 @@ class SimulatedClassifier(VLMBackend):
     reads = ("sim_confusion",)
     answers_from_confusion = True  # its answers follow sim_confusion: the raw TVD has an exact estimand
 
-    def __init__(self, spec: Any, groups: tuple[str, ...] = ()):
+    def __init__(self, spec: VLMSpec, groups: tuple[str, ...] = ()):
         super().__init__()
         if not groups:
             raise ValueError("the simulated classifier needs the active group set's labels (groups=cfg.groups)")

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from biasaudit.backends.vlm.base import VLMBackend
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")
 TINY_DIR_ENV = "BIASAUDIT_TINY_DIR"  # where tiny weights are built (default: models/tiny)
@@ -24,7 +27,7 @@ def tiny_dir() -> Path:
 class TinyClip(ClipZeroShot):
     name = "tiny"
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: VLMSpec):
         from biasaudit.tiny.clip import build_tiny_open_clip
 
         model_name, ckpt = build_tiny_open_clip(tiny_dir())
@@ -33,7 +36,7 @@ class TinyClip(ClipZeroShot):
         self.revision = "random-seed0"
 
 
-def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
+def make_tiny_qwen2_vl(spec: VLMSpec, digits_only: bool = False):
     """The real transformers backend over the tiny random Qwen2-VL; revision = its weights hash.
     `digits_only`: the variant whose free text is digits only (numeric answers parse)."""
     from biasaudit.backends.vlm.transformers_local import TransformersVLM
@@ -46,7 +49,7 @@ def make_tiny_qwen2_vl(spec: Any, digits_only: bool = False):
 
 
 @register("vlm", "tiny", reads=("clip_templates", "clip_class_names"), stand_in=True)
-def make_tiny(spec: Any) -> VLMBackend:
+def make_tiny(spec: VLMSpec) -> VLMBackend:
     if spec.model_id == "tiny-open-clip":
         return TinyClip(spec)
     if spec.model_id in ("tiny-qwen2-vl", "tiny-qwen2-vl-digits"):

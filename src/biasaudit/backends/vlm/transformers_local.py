@@ -26,10 +26,13 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed, load_pil
 from biasaudit.registry import register
+
+if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
+    from biasaudit.params.classify import VLMSpec
 
 
 def hub_offline() -> bool:
@@ -92,7 +95,7 @@ class TransformersVLM(VLMBackend):
     name = "transformers"
     needs = (("weight", "model_id", "config.json"),)
 
-    def __init__(self, spec: Any, stand_in: bool = False, path: str | os.PathLike | None = None,
+    def __init__(self, spec: VLMSpec, stand_in: bool = False, path: str | os.PathLike | None = None,
                  revision: str | None = None):
         """`path`/`revision` override where the weights are and what revision is recorded (the tiny
         stand-in passes its built folder and weights hash); otherwise both come from the spec."""
@@ -120,7 +123,7 @@ class TransformersVLM(VLMBackend):
         self._attach()
 
     @classmethod
-    def from_objects(cls, spec: Any, model: Any, processor: Any, revision: str, stand_in: bool = True) -> "TransformersVLM":
+    def from_objects(cls, spec: VLMSpec, model: Any, processor: Any, revision: str, stand_in: bool = True) -> "TransformersVLM":
         """The backend around a model and processor built in memory (benchmarks: random weights of a
         real architecture at full size); placed on `spec.device` in `spec.dtype`."""
         import torch

@@ -12,6 +12,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from biasaudit import contracts as C
+from biasaudit.pipeline.io import stable_table
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.homogeneity import (
@@ -172,5 +173,5 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     if tables["L_bin"]:
         t = adjust(pd.concat(tables["L_bin"], ignore_index=True))
         res.tables["homogeneity_by_L_bin"] = t[["model", "space", *[c for c in t.columns if c not in ("model", "space")]]]
-        res.figures["similarity_by_L_bin"] = plot_similarity_by_bin(t)
+        res.figures["similarity_by_L_bin"] = plot_similarity_by_bin(stable_table(t))  # drawn from the written values
     return res

@@ -9,6 +9,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import UNKNOWN, l_bin
+from biasaudit.pipeline.io import stable_table
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.regression import ols_cluster
@@ -131,7 +132,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     res.plots = {"skin_L_C": skin[PLOTS["skin_L_C"]]}
     colours = inputs.colours
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
-                   "skin_L_vs_earnings": plot_earnings(skin, fits, colours)}
+                   "skin_L_vs_earnings": plot_earnings(skin, stable_table(fits), colours)}
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary

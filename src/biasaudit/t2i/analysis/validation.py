@@ -25,9 +25,10 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit import registry
+from biasaudit.pipeline.io import stable_float
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.stats.correction import confusion_array, debiased_tvd
+from biasaudit.stats.correction import debiased_tvd
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import expected_tvd, tvd
 from biasaudit.t2i.analysis import corrected, skin
@@ -140,14 +141,16 @@ def corrected_rows(inputs: Inputs, cfg: Any, pp: pd.DataFrame, confusion: np.nda
         if (r.model, r.category) not in truth:
             continue
         p, p_pooled, dev, sub = truth[(r.model, r.category)]
-        closer = abs(r.tvd_debiased - p) < abs(r.mean_tvd_raw - p)
+        # compared at the writer's precision: a tie in exact arithmetic (the point *is* the raw TVD) stays a tie
+        # on every CPU, whatever the last bits of the two sums
+        closer = stable_float(abs(r.tvd_debiased - p)) < stable_float(abs(r.mean_tvd_raw - p))
         rows.append(_row(r.model, "debiased_mean_tvd", r.category, p, r.tvd_debiased, r.tvd_debiased_low,
                          r.tvd_debiased_high,
                          f"raw {r.mean_tvd_raw:.3f} → corrected {r.tvd_debiased:.3f}: "
                          f"{'closer to' if closer else 'NOT closer to'} planted; classifier error (M from "
                          f"{r.n_annotated_images} annotated images) and finite n corrected; honest interval: "
                          f"plug-in {r.tvd_linear_plug_in:.3f}, bias bound {r.bias_bound:.3f}"))
-        point_closer = abs(r.tvd_point - p) < abs(r.mean_tvd_raw - p)
+        point_closer = stable_float(abs(r.tvd_point - p)) < stable_float(abs(r.mean_tvd_raw - p))
         rows.append(_row(r.model, "tvd_point", r.category, p, r.tvd_point, r.tvd_lower_bound, 1.0,
                          f"the point the report reads ({r.tvd_point_source}): "
                          f"{'closer to' if point_closer else 'NOT closer to'} planted than raw; interval: the "
@@ -235,7 +238,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     SIMULATED classifier its declared confusion matrix gives the raw TVD's exact estimand."""
     boot, groups = Boot.of(cfg), inputs.groups
     spec = cfg.classify.vlm
-    confusion = (confusion_array(spec.sim_confusion, groups)
+    confusion = (K.confusion_array(spec.sim_confusion, groups)
                  if registry.trait("vlm", spec.backend, "answers_from_confusion", False) else None)
     res = Result("validation", "Does the audit recover what was planted?")
     truth = planted_images(inputs.manifests, groups)

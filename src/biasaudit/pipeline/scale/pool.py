@@ -124,7 +124,7 @@ def context(preload: tuple[str, ...] = ()) -> mp.context.BaseContext:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     name_driver()  # read by server_lifeline, first in the list: a server importing torch dies with us
-    ctx.set_forkserver_preload(["biasaudit.scale.server_lifeline", "biasaudit.pipeline.engine", *preload])  # only counts before the server starts
+    ctx.set_forkserver_preload(["biasaudit.pipeline.scale.server_lifeline", "biasaudit.pipeline.engine", *preload])  # only counts before the server starts
     return ctx
 
 

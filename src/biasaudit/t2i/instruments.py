@@ -211,7 +211,7 @@ def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: in
     status = methods_status(hog_upsample, cnn_upsample, mediapipe_dir)[0]
     done: list[dict] = []
     if workers > 1 and len(items) > 1:
-        from biasaudit.scale.pool import run_pool
+        from biasaudit.pipeline.scale.pool import run_pool
 
         run_pool([[it] for it in items], partial(make_levels_fn, settings), done.extend, workers,
                  preload=("biasaudit.faces.instruments", "biasaudit.faces.preload_dlib"))

@@ -80,6 +80,8 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
     section that does not apply to this input) shows and writes nothing."""
     from IPython.display import Markdown, display
 
+    from biasaudit.pipeline.io import stable_table
+
     if result is None:
         return
 
@@ -88,7 +90,7 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
         print("note:", note)
     for name, table in result.tables.items():
         print(name)
-        display(table.head(rows).round(3))
+        display(stable_table(table.head(rows)).round(3))  # the notebook's text: the writer's precision first
     for fig in result.figures.values():
         display(fig.fig)
     writer.add(result)
