@@ -185,7 +185,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("faces", "stats"),
     ("backends",),
     ("t2i", "vlm"),
-    ("report", "check"),
+    ("report", "check", "referee"),
     ("cli", "__main__", "biasaudit"),
 )
 MAX_ARROWS_UP = 3
