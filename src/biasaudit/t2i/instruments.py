@@ -214,7 +214,7 @@ def run_sweep(levels: list[float], recolourings: int, modes: list[str], size: in
         from biasaudit.pipeline.scale.pool import run_pool
 
         run_pool([[it] for it in items], partial(make_levels_fn, settings), done.extend, workers,
-                 preload=("biasaudit.faces.instruments", "biasaudit.faces.preload_dlib"))
+                 preload=("biasaudit.t2i.instruments", "biasaudit.faces.preload_dlib"))
     else:
         fn = make_levels_fn(settings)
         for it in items:
