@@ -64,6 +64,7 @@ REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 GROUPSETS_DIR = REFERENCE_DIR / "groupsets"          # <set>/groupset.yaml + its instance tables (biasaudit.groupsets)
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
+SKIN_SCALES_DIR = REFERENCE_DIR / "skin_scales"      # ITA categories and Monk tones (biasaudit.faces.skin_scales)
 NOTEBOOKS_OUT = REPORTS / "notebooks"
 # when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
 # tracked output (an executed notebook hashes the same in every run of the same code)
@@ -211,6 +212,11 @@ TVD_CORRECTED_SUMMARY = Table("tvd_corrected_summary", (
      "tvd_classifier_corrected_low", "tvd_classifier_corrected_high", "n_prompts"))
 SKIN_SUMMARY_BY_LABEL = Table("skin_summary_by_label", ("model", "label", "n", "L_mean", "L_mean_lo", "L_mean_hi"),
                               ("diversity_de2000", "diversity_pairs"))
+# skin-tone scales beside L* (faces/skin_scales.py): ITA category and Monk tone, per model × label × prompt category
+SKIN_SCALES = Table("skin_scales", ("model", "label", "category", "scale", "tone", "n", "share"))
+SKIN_SCALES_BY_LABEL = Table("skin_scales_by_label", ("model", "label", "n", "L_mean", "ita_mean", "ita_category_mode",
+                                                      "monk_tone_median", "monk_de2000_median", "monk_de2000_p90"),
+                             ("monk_de2000_max",))
 SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
                                             "share_low", "share_high"))
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
@@ -264,6 +270,7 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
+    SKIN_SCALES, SKIN_SCALES_BY_LABEL,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
     RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)

@@ -179,6 +179,39 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, colours: dict[str, str
                   "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.")
 
 
+def plot_skin_scales(distribution: pd.DataFrame, scales) -> Figure:
+    """Per model, the share of each label's faces (all prompts) in each ITA category (left) and Monk tone
+    (right, bars in the tone's published colour), lightest first: the two scales beside the L* figure."""
+    import matplotlib.pyplot as plt
+
+    d = distribution[distribution["category"] == "all"]
+    models = sorted(d["model"].unique())
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 1.2 + 0.45 * max(1, d["label"].nunique()) * len(models)),
+                             squeeze=False)
+    ita_colours = dict(zip(scales.ita_categories, plt.get_cmap("copper_r")(np.linspace(0.05, 0.95,
+                                                                                        len(scales.ita_categories)))))
+    monk_colours = {t: "#" + h for t, h in zip(scales.monk_tones, scales.monk_hex)}
+    for i, model in enumerate(models):
+        for j, (scale, tones, colours, title) in enumerate((
+                ("ita", scales.ita_categories, ita_colours, "ITA category"),
+                ("monk", scales.monk_tones, monk_colours, "Monk tone"))):
+            ax = axes[i, j]
+            sub = d[(d["model"] == model) & (d["scale"] == scale)]
+            wide = sub.pivot(index="label", columns="tone", values="share").reindex(columns=list(tones)).fillna(0)
+            left = np.zeros(len(wide))
+            for t in tones:
+                ax.barh(wide.index, wide[t], left=left, color=colours[t], edgecolor="0.5", lw=0.3, label=str(t))
+                left += wide[t].to_numpy()
+            ax.set(xlim=(0, 1), title=f"{model}: {title}", xlabel="share of faces")
+            if i == 0:
+                ax.legend(fontsize=6, ncol=min(len(tones), 5), loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    fig.tight_layout()
+    return Figure(fig, "Skin-tone scales by label: ITA category and Monk tone",
+                  "Share of each classified label's measured faces per ITA° category (Chardon et al. 1991, lightest "
+                  "first) and per nearest Monk Skin Tone (ΔE2000 to the published swatches; bars in the swatch "
+                  "colour); the same faces as the L* figure.")
+
+
 def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """Mean pairwise ΔE2000 per label and model, with its bootstrap CI where there is one."""
     import matplotlib.pyplot as plt
