@@ -37,6 +37,7 @@ from biasaudit.t2i.analysis import (
     calibration,
     corrected,
     face_loss,
+    gender,
     homogeneity,
     inputs,
     instruments,
@@ -79,6 +80,15 @@ show(representation.compute(data, cfg), writer)
 
 # %%
 show(skin.compute(data, cfg), writer)
+
+# %% [markdown]
+# ## Apparent gender (beyond the paper)
+# The classifier's apparent gender per image against BLS Table 11's share of women on the occupational prompts
+# (parity elsewhere, said on every row): TVD and deviation per prompt, the TVD corrected for classifier error with
+# its honest interval, and race × gender against parity (no joint benchmark exists).
+
+# %%
+show(gender.compute(data, cfg), writer)
 
 # %% [markdown]
 # ## Homogeneity, reliability, corrected TVD, calibration

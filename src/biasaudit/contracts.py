@@ -217,6 +217,17 @@ SKIN_SCALES = Table("skin_scales", ("model", "label", "category", "scale", "tone
 SKIN_SCALES_BY_LABEL = Table("skin_scales_by_label", ("model", "label", "n", "L_mean", "ita_mean", "ita_category_mode",
                                                       "monk_tone_median", "monk_de2000_median", "monk_de2000_p90"),
                              ("monk_de2000_max",))
+# apparent gender (t2i/analysis/gender.py): against BLS Table 11's share of women, parity where none
+GENDER_SUMMARY = Table("gender_summary", ("model", "category", "benchmark", "n_prompts", "mean_tvd", "mean_tvd_low",
+                                          "mean_tvd_high", "deviation_group", "mean_deviation", "tvd_corrected",
+                                          "tvd_corrected_low", "tvd_corrected_high"),
+                       ("mean_deviation_low", "mean_deviation_high", "mean_deviation_corrected",
+                        "mean_deviation_corrected_low", "mean_deviation_corrected_high", "M_source", "reason",
+                        "n_images", "n_unknown"))
+GENDER_PER_PROMPT = Table("gender_per_prompt", ("model", "category", "prompt_id", "benchmark", "n", "tvd"),
+                          ("instance", "n_unknown"), prefixes=("n_", "share_", "bench_", "deviation_"))
+GENDER_BY_RACE = Table("gender_by_race", ("model", "category", "reference", "n_images", "tvd_from_parity", *_CI),
+                       prefixes=("share_",))
 SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
                                             "share_low", "share_high"))
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
@@ -270,7 +281,7 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
-    SKIN_SCALES, SKIN_SCALES_BY_LABEL,
+    SKIN_SCALES, SKIN_SCALES_BY_LABEL, GENDER_SUMMARY, GENDER_PER_PROMPT, GENDER_BY_RACE,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
     RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)

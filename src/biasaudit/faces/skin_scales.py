@@ -42,8 +42,11 @@ def hex_to_rgb(code: str) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def load(folder: str | Path = SKIN_SCALES_DIR) -> Scales:
-    """The two scales from `folder` (relative to the repository root, where every stage runs)."""
+    """The two scales from `folder` (relative to the repository root, where every stage runs; failing that, the
+    project's own, as groupsets.active does, so that a run elsewhere still finds the shipped scales)."""
     folder = Path(folder)
+    if not (folder / "ita.csv").exists() and not folder.is_absolute():
+        folder = Path(__file__).resolve().parents[3] / folder
     ita = pd.read_csv(folder / "ita.csv")
     above = ita["ita_above"].astype(float).to_numpy()
     if not (np.all(np.diff(above) < 0) and np.isneginf(above[-1])):

@@ -6,7 +6,10 @@ the reason. The `analyze` notebook runs them in this order:
 
     provenance      counts per stage and model, model ids and revisions
     representation  TVD per prompt, mean and pooled, null floor, bias-corrected, paired; deviations; thresholds
-    skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity
+    skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity;
+                    ITA categories and Monk tones beside L*
+    gender          apparent gender against BLS Table 11's share of women (parity elsewhere), corrected TVD,
+                    race × gender against parity
     homogeneity     the homogeneity gap by race and L* bin, CLIP and face embeddings; the localising test
                     (pairwise within-prompt gaps g vs h, table homogeneity_pairs; a group is flagged only if
                     more self-similar than every other: intersection-union rule, columns flagged/p_localise),
@@ -20,5 +23,5 @@ the reason. The `analyze` notebook runs them in this order:
 """
 
 # the order above; benchmarks/bench_analyze.py times these and a test holds the notebook to the same list
-SECTIONS = ("provenance", "representation", "skin", "homogeneity", "reliability", "corrected", "calibration",
+SECTIONS = ("provenance", "representation", "skin", "gender", "homogeneity", "reliability", "corrected", "calibration",
             "validation", "face_loss", "instruments")
