@@ -35,6 +35,7 @@ from biasaudit.pipeline.outputs import OutputWriter
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (
     calibration,
+    clusters,
     corrected,
     face_loss,
     gender,
@@ -95,6 +96,15 @@ show(gender.compute(data, cfg), writer)
 
 # %%
 show(homogeneity.compute(data, cfg), writer)
+
+# %% [markdown]
+# ## Label-free identity clusters (beyond the paper)
+# The face embeddings of every model pooled and clustered (k-means, k by silhouette): each model's distribution over
+# the clusters against the others', the cluster it over-produces, and how well the clusters agree with the
+# classifier's labels (AMI); each cluster's nearest images.
+
+# %%
+show(clusters.compute(data, cfg), writer)
 
 # %%
 show(reliability.compute(data, cfg), writer)

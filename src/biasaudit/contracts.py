@@ -228,6 +228,17 @@ GENDER_PER_PROMPT = Table("gender_per_prompt", ("model", "category", "prompt_id"
                           ("instance", "n_unknown"), prefixes=("n_", "share_", "bench_", "deviation_"))
 GENDER_BY_RACE = Table("gender_by_race", ("model", "category", "reference", "n_images", "tvd_from_parity", *_CI),
                        prefixes=("share_",))
+# label-free identity clusters (t2i/analysis/clusters.py)
+CLUSTER_K = Table("cluster_k", ("k", "silhouette"), ("inertia", "chosen", "sample"))
+CLUSTER_TVD = Table("cluster_tvd", ("model", "n_prompts", "k", "tvd_vs_others", "tvd_vs_others_low",
+                                    "tvd_vs_others_high", "tvd_vs_pooled", "tvd_vs_pooled_low", "tvd_vs_pooled_high"),
+                    ("n_faces", "reason"))
+CLUSTER_EXCESS = Table("cluster_excess", ("model", "cluster", "share", "share_others", "excess", *_CI,
+                                          "over_produced"))
+CLUSTER_SHARES = Table("cluster_shares", ("model", "prompt_id", "cluster", "n", "share"))
+CLUSTER_AMI = Table("cluster_ami", ("model", "n_faces", "ami"), ("reason",))
+CLUSTER_EXEMPLARS = Table("cluster_exemplars", ("cluster", "rank", "image_id", "model", "prompt_id"),
+                          ("size", "label", "cosine_distance", "path"))
 SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
                                             "share_low", "share_high"))
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
@@ -282,6 +293,7 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
     SKIN_SCALES, SKIN_SCALES_BY_LABEL, GENDER_SUMMARY, GENDER_PER_PROMPT, GENDER_BY_RACE,
+    CLUSTER_K, CLUSTER_TVD, CLUSTER_EXCESS, CLUSTER_SHARES, CLUSTER_AMI, CLUSTER_EXEMPLARS,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
     RACE_WINRATE, DELTA_G, OLS, SIGN_FLIP, RETENTION, VLM_VALIDATION)

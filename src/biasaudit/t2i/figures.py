@@ -212,6 +212,38 @@ def plot_skin_scales(distribution: pd.DataFrame, scales) -> Figure:
                   "colour); the same faces as the L* figure.")
 
 
+def plot_cluster_exemplars(exemplars: pd.DataFrame, root) -> Figure:
+    """Each identity cluster's nearest images to its centre, one row per cluster (the images themselves, from the
+    generate stage's files; a grey tile where a file is missing)."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    clusters = sorted(exemplars["cluster"].unique()) if len(exemplars) else []
+    cols = int(exemplars["rank"].max()) if len(exemplars) else 1
+    fig, axes = plt.subplots(max(1, len(clusters)), cols, figsize=(1.3 * cols + 1, 1.4 * max(1, len(clusters))),
+                             squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for i, c in enumerate(clusters):
+        sub = exemplars[exemplars["cluster"] == c].sort_values("rank")
+        for j, r in enumerate(sub.itertuples()):
+            ax = axes[i, j]
+            path = root / str(r.path)
+            if str(r.path) and path.is_file():
+                with Image.open(path) as im:
+                    im.thumbnail((96, 96))
+                    ax.imshow(np.asarray(im.convert("RGB")))
+            else:
+                ax.imshow(np.full((8, 8, 3), 0.8))
+            ax.set_title(f"{r.model}\n{r.label}", fontsize=6)
+        axes[i, 0].text(-0.1, 0.5, f"cluster {c}\n({int(sub['size'].iloc[0])} faces)", transform=axes[i, 0].transAxes,
+                        ha="right", va="center", fontsize=7)
+    fig.tight_layout()
+    return Figure(fig, "Identity clusters: the nearest images to each cluster's centre",
+                  "Each row is one k-means cluster of the pooled face embeddings; the images are its faces nearest the "
+                  "centre (cosine), titled with their model and classified label.")
+
+
 def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """Mean pairwise ΔE2000 per label and model, with its bootstrap CI where there is one."""
     import matplotlib.pyplot as plt

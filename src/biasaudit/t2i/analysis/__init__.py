@@ -14,6 +14,8 @@ the reason. The `analyze` notebook runs them in this order:
                     (pairwise within-prompt gaps g vs h, table homogeneity_pairs; a group is flagged only if
                     more self-similar than every other: intersection-union rule, columns flagged/p_localise),
                     and the same without near-duplicate pairs (wp_gap_dedup, dedup_flagged)
+    clusters        label-free identity clusters of the pooled face embeddings (k-means, k by silhouette):
+                    each model's cluster TVD from the others, over-produced clusters, AMI with the labels
     reliability     classifier vs raters (κ tables of the reliability stage)
     corrected       TVD and deviations corrected for classifier error (stats.correction)
     calibration     the committed calibration table (benchmarks/calibration.py)
@@ -23,5 +25,5 @@ the reason. The `analyze` notebook runs them in this order:
 """
 
 # the order above; benchmarks/bench_analyze.py times these and a test holds the notebook to the same list
-SECTIONS = ("provenance", "representation", "skin", "gender", "homogeneity", "reliability", "corrected", "calibration",
+SECTIONS = ("provenance", "representation", "skin", "gender", "homogeneity", "clusters", "reliability", "corrected", "calibration",
             "validation", "face_loss", "instruments")
