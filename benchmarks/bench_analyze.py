@@ -58,7 +58,8 @@ def write_paper_tree(root: Path, seed: int = 2026) -> Path:
     from biasaudit.faces.stage import _empty_colour
 
     stamp = root / "SYNTHETIC-paper-scale.json"
-    if stamp.exists() and json.loads(stamp.read_text()).get("seed") == seed:
+    if stamp.exists() and json.loads(stamp.read_text()).get("seed") == seed and \
+            json.loads(stamp.read_text()).get("gender"):
         return root
     rng = np.random.default_rng(seed)
     rows = []
@@ -70,6 +71,10 @@ def write_paper_tree(root: Path, seed: int = 2026) -> Path:
                          "prompt": f"A person ({cat} {k}), synthetic", **dict(zip(GROUPS, shares)), "size": 100.0,
                          "median_weekly_earnings_usd": float(rng.uniform(600, 2200)) if cat == "occupation" else np.nan,
                          "template_version": "v1"})
+    # apparent gender (the gender section): a BLS-like share of women per occupation, drawn after the rest
+    women = rng.uniform(0.05, 0.95, len(rows))
+    for row, w in zip(rows, women):
+        row["pct_women"] = float(w) if row["category"] == "occupation" else np.nan
     prompts = pd.DataFrame(rows)
     (root / C.T2I).mkdir(parents=True, exist_ok=True)
     prompts.to_csv(root / C.PROMPTS_CSV, index=False)
@@ -100,7 +105,10 @@ def write_paper_tree(root: Path, seed: int = 2026) -> Path:
                       "status": np.where(unknown, "failed", "ok"), "reason": np.where(unknown, "unparseable", ""),
                       "raw_answer": label, "backend": "synthetic", "classifier_model_id": "synthetic/clf",
                       "classifier_revision": "0", "instruction_version": "v1", "from_cache": False,
-                      "stand_in": True}).to_parquet(root / C.labels_path(model), index=False)
+                      "stand_in": True,
+                      "gender": np.where(rng.random(n) < np.repeat(np.nan_to_num(prompts["pct_women"].to_numpy(), nan=0.5),
+                                                                      m) ** (0.8 + 0.3 * mi), "woman", "man"),
+                      }).to_parquet(root / C.labels_path(model), index=False)
         has_face = rng.random(n) >= NO_FACE
         pick = rng.integers(0, 60, size=n)
         colour = [pool[GROUPS[t]][k] if f else _empty_colour() for t, k, f in zip(true, pick, has_face)]
@@ -133,7 +141,7 @@ def write_paper_tree(root: Path, seed: int = 2026) -> Path:
     pd.DataFrame({"pair": ["r1-r2", "r1-clf"], "kappa": [0.8, 0.7]}).to_csv(rel / "kappa.csv", index=False)
     cm = pd.DataFrame(np.eye(5, dtype=int) * 50 + 2, index=GROUPS, columns=GROUPS).rename_axis("human").reset_index()
     cm.to_csv(rel / "confusion_matrix.csv", index=False)
-    stamp.write_text(json.dumps({"seed": seed, "models": MODELS, "images": len(MODELS) * P * m}))
+    stamp.write_text(json.dumps({"seed": seed, "models": MODELS, "images": len(MODELS) * P * m, "gender": True}))
     return root
 
 

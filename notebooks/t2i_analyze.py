@@ -35,8 +35,10 @@ from biasaudit.pipeline.outputs import OutputWriter
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (
     calibration,
+    clusters,
     corrected,
     face_loss,
+    gender,
     homogeneity,
     inputs,
     instruments,
@@ -81,10 +83,28 @@ show(representation.compute(data, cfg), writer)
 show(skin.compute(data, cfg), writer)
 
 # %% [markdown]
+# ## Apparent gender (beyond the paper)
+# The classifier's apparent gender per image against BLS Table 11's share of women on the occupational prompts
+# (parity elsewhere, said on every row): TVD and deviation per prompt, the TVD corrected for classifier error with
+# its honest interval, and race × gender against parity (no joint benchmark exists).
+
+# %%
+show(gender.compute(data, cfg), writer)
+
+# %% [markdown]
 # ## Homogeneity, reliability, corrected TVD, calibration
 
 # %%
 show(homogeneity.compute(data, cfg), writer)
+
+# %% [markdown]
+# ## Label-free identity clusters (beyond the paper)
+# The face embeddings of every model pooled and clustered (k-means, k by silhouette): each model's distribution over
+# the clusters against the others', the cluster it over-produces, and how well the clusters agree with the
+# classifier's labels (AMI); each cluster's nearest images.
+
+# %%
+show(clusters.compute(data, cfg), writer)
 
 # %%
 show(reliability.compute(data, cfg), writer)

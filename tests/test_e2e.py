@@ -84,6 +84,25 @@ def test_every_artifact_exists_and_is_non_empty(fresh_repo, first_run):
     assert validation["planted"] is True and validation["rows"] > 0
 
 
+def test_the_demo_recovers_each_planted_gender_distortion_and_shows_the_gender_tvd(fresh_repo, first_run):
+    """Each planted generator's gender distortion (params.yaml: planted-a women × 0.5, planted-b men × 0.6) inside
+    its interval in the demo's validation table; the gender TVD on the front page and on the Method A card."""
+    import pandas as pd
+
+    table = pd.read_csv(fresh_repo / "reports/t2i/tables/validation.csv")
+    rows = table[table["quantity"] == "gender_mean_deviation_woman"]
+    for model in ("planted-a", "planted-b"):
+        r = rows[(rows["model"] == model) & (rows["category_or_group"] == "gender/occupation")]
+        assert len(r) == 1, (model, rows)
+        r = r.iloc[0]
+        assert r["low"] <= r["planted"] <= r["high"] and bool(r["covered"]), r.to_dict()
+        assert (r["planted"] < 0) == (model == "planted-a")  # women under-produced by planted-a, over by planted-b
+    front = (fresh_repo / "reports/index.html").read_text()
+    assert "apparent-gender TVD from BLS" in front
+    card = (fresh_repo / "reports/audit/planted-a.html").read_text()
+    assert "apparent-gender TVD (occupations vs BLS share of women)" in card
+
+
 def test_method_b_recovers_its_planted_effects_and_no_zero_se_row_is_significant(fresh_repo, first_run):
     import json
 

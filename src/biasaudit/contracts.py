@@ -64,6 +64,7 @@ REFERENCE_DIR = DATA / "reference"
 OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 GROUPSETS_DIR = REFERENCE_DIR / "groupsets"          # <set>/groupset.yaml + its instance tables (biasaudit.groupsets)
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
+SKIN_SCALES_DIR = REFERENCE_DIR / "skin_scales"      # ITA categories and Monk tones (biasaudit.faces.skin_scales)
 NOTEBOOKS_OUT = REPORTS / "notebooks"
 # when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
 # tracked output (an executed notebook hashes the same in every run of the same code)
@@ -211,6 +212,33 @@ TVD_CORRECTED_SUMMARY = Table("tvd_corrected_summary", (
      "tvd_classifier_corrected_low", "tvd_classifier_corrected_high", "n_prompts"))
 SKIN_SUMMARY_BY_LABEL = Table("skin_summary_by_label", ("model", "label", "n", "L_mean", "L_mean_lo", "L_mean_hi"),
                               ("diversity_de2000", "diversity_pairs"))
+# skin-tone scales beside L* (faces/skin_scales.py): ITA category and Monk tone, per model × label × prompt category
+SKIN_SCALES = Table("skin_scales", ("model", "label", "category", "scale", "tone", "n", "share"))
+SKIN_SCALES_BY_LABEL = Table("skin_scales_by_label", ("model", "label", "n", "L_mean", "ita_mean", "ita_category_mode",
+                                                      "monk_tone_median", "monk_de2000_median", "monk_de2000_p90"),
+                             ("monk_de2000_max",))
+# apparent gender (t2i/analysis/gender.py): against BLS Table 11's share of women, parity where none
+GENDER_SUMMARY = Table("gender_summary", ("model", "category", "benchmark", "n_prompts", "mean_tvd", "mean_tvd_low",
+                                          "mean_tvd_high", "deviation_group", "mean_deviation", "tvd_corrected",
+                                          "tvd_corrected_low", "tvd_corrected_high"),
+                       ("mean_deviation_low", "mean_deviation_high", "mean_deviation_corrected",
+                        "mean_deviation_corrected_low", "mean_deviation_corrected_high", "M_source", "reason",
+                        "n_images", "n_unknown"))
+GENDER_PER_PROMPT = Table("gender_per_prompt", ("model", "category", "prompt_id", "benchmark", "n", "tvd"),
+                          ("instance", "n_unknown"), prefixes=("n_", "share_", "bench_", "deviation_"))
+GENDER_BY_RACE = Table("gender_by_race", ("model", "category", "reference", "n_images", "tvd_from_parity", *_CI),
+                       prefixes=("share_",))
+# label-free identity clusters (t2i/analysis/clusters.py)
+CLUSTER_K = Table("cluster_k", ("k", "silhouette"), ("inertia", "chosen", "sample"))
+CLUSTER_TVD = Table("cluster_tvd", ("model", "n_prompts", "k", "tvd_vs_others", "tvd_vs_others_low",
+                                    "tvd_vs_others_high", "tvd_vs_pooled", "tvd_vs_pooled_low", "tvd_vs_pooled_high"),
+                    ("n_faces", "reason"))
+CLUSTER_EXCESS = Table("cluster_excess", ("model", "cluster", "share", "share_others", "excess", *_CI,
+                                          "over_produced"))
+CLUSTER_SHARES = Table("cluster_shares", ("model", "prompt_id", "cluster", "n", "share"))
+CLUSTER_AMI = Table("cluster_ami", ("model", "n_faces", "ami"), ("reason",))
+CLUSTER_EXEMPLARS = Table("cluster_exemplars", ("cluster", "rank", "image_id", "model", "prompt_id"),
+                          ("size", "label", "cosine_distance", "path"))
 SKIN_DARK_SHARE = Table("skin_dark_share", ("model", "L_threshold", "group", "n_measured", "n_dark", "share",
                                             "share_low", "share_high"))
 HOMOGENEITY_BY_RACE = Table("homogeneity_by_race", ("model", "space", "group", "wp_gap", "wp_gap_lo", "wp_gap_hi",
@@ -292,6 +320,8 @@ VLM_VALIDATION = Table("{vlm}_validation", ("vlm", "task", "group", "quantity", 
 
 ANALYSIS_TABLES: tuple[Table, ...] = (
     TVD_SUMMARY, TVD_PER_PROMPT, TVD_PAIRED, TVD_CORRECTED_SUMMARY, SKIN_SUMMARY_BY_LABEL, SKIN_DARK_SHARE, HOMOGENEITY_BY_RACE,
+    SKIN_SCALES, SKIN_SCALES_BY_LABEL, GENDER_SUMMARY, GENDER_PER_PROMPT, GENDER_BY_RACE,
+    CLUSTER_K, CLUSTER_TVD, CLUSTER_EXCESS, CLUSTER_SHARES, CLUSTER_AMI, CLUSTER_EXEMPLARS,
     HOMOGENEITY_VS_BASELINE, VALIDATION, FACE_LOSS, CROSS_DETECTOR, CALIBRATION, INSTRUMENTS_SUMMARY, MEAN_KAPPA,
     FLEISS_KAPPA, PAIRWISE_KAPPA, DEVIATION_BY_RACE, THRESHOLD_SUMMARY, SKIN_EARNINGS_OLS, HOMOGENEITY_BY_L_BIN,
     SKIN_WOMEN_SHARE_OLS, SKIN_SUMMARY_BY_MODEL, HOMOGENEITY_BY_PROMPT, HOMOGENEITY_OVERALL, RACE_WINRATE, DELTA_G, OLS,

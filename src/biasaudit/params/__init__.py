@@ -48,6 +48,14 @@ class Params(Section):
 
         return groupsets.labels(self.benchmarks.group_set)
 
+    @property
+    def genders(self) -> tuple[str, ...]:
+        """The apparent-gender labels of `benchmarks.gender_set` (a group set of its own), or () when gender is
+        not asked."""
+        from biasaudit import groupsets
+
+        return groupsets.labels(self.benchmarks.gender_set) if self.benchmarks.gender_set else ()
+
     # the keys stand_ins() reads: a stage that shows the banner lists them among its dvc params
     STAND_IN_KEYS: ClassVar[tuple[str, ...]] = ("models", "classify.vlm.backend", "vlms", "counterfactuals.backend", "reliability.simulate",
                      "sources.source", "baseline.source", "faces.clip_pretrained", "faces.detector",
@@ -94,10 +102,17 @@ class Params(Section):
             groups = self.groups
         except (OSError, ValueError) as e:
             raise ValueError(f"benchmarks.group_set: {e}") from None
+        try:
+            genders = self.genders
+        except (OSError, ValueError) as e:
+            raise ValueError(f"benchmarks.gender_set: {e}") from None
+        spec = self.classify.vlm
+        if genders and registry_reads(spec.backend) and set(spec.sim_gender_confusion) != set(genders):
+            raise ValueError(f"classify.vlm.sim_gender_confusion: rows must be the gender labels {list(genders)}")
         for name, spec in self.models.items():
             if spec.planted is not None:
                 try:
-                    spec.planted.check_groups(groups)
+                    spec.planted.check_groups(groups, genders)
                 except ValueError as e:
                     raise ValueError(f"models.{name}.{e}") from None
         self.classify.check_groups(groups)
@@ -109,3 +124,10 @@ class Params(Section):
 
 
 __all__ = ["Params", "Section", "VLMSpec"]
+
+
+def registry_reads(backend: str) -> bool:
+    """Whether a classifier backend reads its declared confusion (the simulated one)."""
+    from biasaudit.registry import backend_reads
+
+    return backend_reads("vlm", backend, "sim_confusion")

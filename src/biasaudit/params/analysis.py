@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from biasaudit.params.base import Section
 
@@ -40,6 +40,16 @@ class Analyze(Section):
     # Instrument bias: a label or L* bin whose no-face (or cross-detector loss) rate exceeds this is flagged
     # (its skin and face-embedding results lean toward the lighter faces that were found).
     face_loss_threshold: float = Field(0.10, ge=0.0, le=1.0)
+    # Label-free identity clusters (t2i/analysis/clusters.py): k-means on the pooled face embeddings of every model,
+    # k the best mean silhouette over this range [k_min, k_max] (seeded)
+    cluster_k_range: list[int] = Field(default_factory=lambda: [2, 10], min_length=2, max_length=2)
+
+    @field_validator("cluster_k_range")
+    @classmethod
+    def _k_range(cls, v: list[int]) -> list[int]:
+        if not 2 <= v[0] <= v[1] <= 50:
+            raise ValueError("cluster_k_range: need 2 ≤ k_min ≤ k_max ≤ 50")
+        return v
 
     def check_groups(self, groups: tuple[str, ...]) -> None:
         """Every Group key names a label of the active group set (called by params.Params)."""

@@ -98,6 +98,9 @@ class VLMSpec(Section):
     sim_confusion: dict[str, dict[str, float]] = Field(default_factory=lambda: {
         t: dict(row) for t, row in DEFAULT_SIM_CONFUSION.items()})
     sim_seed: int = 0
+    # the same for apparent gender (benchmarks.gender_set; rows and columns its labels): P(answer | planted gender)
+    sim_gender_confusion: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+        "woman": {"woman": 0.96, "man": 0.04}, "man": {"woman": 0.03, "man": 0.97}})
     # 'planted' backend (Method B, SIMULATED answers from declared effects; biasaudit.vlm.planted)
     planted: PlantedReflect = Field(default_factory=PlantedReflect)
     # REFLECT and validate_edits' target check: ask about the first N source photos only (0 = all), e.g. a

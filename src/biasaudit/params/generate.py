@@ -45,6 +45,10 @@ class PlantedSpec(Section):
     hue_sd: dict[str, float] = Field(default_factory=lambda: {
         "white": 3.0, "black": 3.0, "asian": 3.0, "hispanic": 3.0, "other": 3.0})
     max_crop_factor: float = Field(2.0, ge=1.3, le=6.0)  # crop side at most this × the face box side
+    # apparent gender (benchmarks.gender_set): planted share = benchmark (BLS share of women; parity where none)
+    # × factor, the removed mass to gender_receiver; {} = no distortion
+    gender_scale: dict[str, float] = Field(default_factory=dict)
+    gender_receiver: str = "man"
 
     @model_validator(mode="after")
     def _check(self) -> "PlantedSpec":
@@ -60,15 +64,24 @@ class PlantedSpec(Section):
             raise ValueError("planted.scale: factors must lie in [0, 1] (the removed mass goes to the receiver)")
         if any(v < 0 for v in [*self.L_sd.values(), *self.hue_sd.values()]):
             raise ValueError("planted.L_sd/hue_sd: standard deviations must be ≥ 0")
+        if any(not 0.0 <= v <= 1.0 for v in self.gender_scale.values()):
+            raise ValueError("planted.gender_scale: factors must lie in [0, 1]")
+        if self.gender_receiver in self.gender_scale:
+            raise ValueError(f"planted.gender_receiver: '{self.gender_receiver}' cannot also be scaled")
         if len(self.L_range) != 2 or not 0.0 <= self.L_range[0] < self.L_range[1] <= 100.0:
             raise ValueError("planted.L_range: need 0 ≤ low < high ≤ 100")
         return self
 
-    def check_groups(self, groups: tuple[str, ...]) -> None:
-        """The per-label keys name exactly the active set's labels (called by params.Params)."""
+    def check_groups(self, groups: tuple[str, ...], genders: tuple[str, ...] = ()) -> None:
+        """The per-label keys name exactly the active set's labels, the gender keys the gender set's (called by
+        params.Params)."""
         if set(self.L_mean) != set(groups):
             raise ValueError(f"planted.L_mean/L_sd/hue_mean/hue_sd: need exactly the groups {list(groups)} of the "
                              f"active group set (got {sorted(self.L_mean)})")
+        unknown = (set(self.gender_scale) | {self.gender_receiver}) - set(genders)
+        if genders and unknown:
+            raise ValueError(f"planted.gender_scale/gender_receiver: {sorted(unknown)} are not labels of the gender "
+                             f"set {list(genders)}")
 
 
 class GeneratorSpec(Section):

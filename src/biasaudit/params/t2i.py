@@ -16,6 +16,9 @@ class Benchmarks(Section):
     # The active group set: data/reference/groupsets/<name>/groupset.yaml (docs/groupsets.md). The U.S. set's
     # tables are built from the Census and BLS files below; another set's tables are read from its folder.
     group_set: str = Field("us", pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    # Apparent gender as a second dimension (a group set of its own, e.g. us-gender; "" = not asked): the
+    # classifier is asked it too, and the gender section compares it with BLS Table 11's share of women
+    gender_set: str = Field("", pattern=r"^([a-z0-9][a-z0-9_-]*)?$")
     surname_year: Literal[2010, 2020] = 2020
     # How BLS Hispanic workers (who may be of any race) are split across the race-alone shares:
     # 'white' = all counted inside White; 'proportional' = spread over W/B/A/rest by their shares;

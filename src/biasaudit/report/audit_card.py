@@ -198,6 +198,28 @@ def tvd_rows(t2i: Outputs, model: str) -> list[dict[str, Any]]:
     return rows
 
 
+def gender_rows(t2i: Outputs, model: str) -> list[dict[str, Any]]:
+    """Apparent gender (beyond the paper) of one model on the occupational prompts against BLS Table 11's share of
+    women (t2i/analysis/gender.py): the raw mean TVD with its cluster-bootstrap CI and the TVD corrected for
+    classifier error with its honest interval, copied from gender_summary."""
+    t = t2i.table(C.GENDER_SUMMARY)
+    if not t.ok:
+        return []
+    sub = t.df[(t.df["model"].astype(str) == model) & (t.df["category"] == "occupation")]
+    if sub.empty:
+        return []
+    r = sub.iloc[0]
+    base = {"method": "A", "dimension": "apparent gender, occupational prompts", "category": "",
+            "reference": str(r["benchmark"]), "n": int(num(r["n_prompts"])),
+            "credit": "biasaudit.t2i.analysis.gender.compute (t2i_analyze)"}
+    return [{**base, "measure": "apparent-gender TVD (occupations vs BLS share of women)", "rate": num(r["mean_tvd"]),
+             "rate_low": num(r["mean_tvd_low"]), "rate_high": num(r["mean_tvd_high"]),
+             "interval": "cluster bootstrap over prompts", "reason": ""},
+            {**base, "measure": "apparent-gender TVD corrected for classifier error", "rate": num(r["tvd_corrected"]),
+             "rate_low": num(r["tvd_corrected_low"]), "rate_high": num(r["tvd_corrected_high"]),
+             "interval": "honest (bias-aware) interval", "reason": str(r.get("reason", "") or "")}]
+
+
 # ----------------------------------------------------------------------------------------- Method B
 
 def race_gender_of(codes: pd.Series) -> tuple[pd.Series, pd.Series]:
@@ -788,7 +810,8 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
         for model, sub in per_prompt.df.groupby("model", sort=True):
             model = str(model)
             rep = representation_ratios(sub, boot_a, references, model)
-            cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model))], ignore_index=True).assign(valid=True)
+            cards[model] = pd.concat([rep, pd.DataFrame(tvd_rows(t2i, model) + gender_rows(t2i, model))],
+                                     ignore_index=True).assign(valid=True)
             manifest = C.manifest_path(images_dir, model) if images_dir is not None else None
             made = pd.read_parquet(manifest) if manifest is not None and manifest.exists() else pd.DataFrame()
             traces[model] = model_trace(run, made, stand_in, n_prompts=len(sub),

@@ -852,11 +852,46 @@ def _round(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: round(v, 4) if isinstance(v, float) else v)
 
 
+def gender_block(t2i: Outputs, reports: Path, level: str) -> Block:
+    """Apparent gender (beyond the paper): per model, the gender TVD on the occupational prompts against BLS Table
+    11's share of women and on all prompts (parity where no benchmark), raw with its CI and corrected for
+    classifier error with its honest interval."""
+    b = Block("gender", "Apparent gender against BLS Table 11's share of women (TVD; beyond the paper)")
+    t = t2i.table(C.GENDER_SUMMARY)
+    _with_trail(b, reports, "t2i_analyze", "biasaudit.t2i.analysis.gender.compute", t)
+    if not t.ok:
+        return _missing(b, t)
+    d = t.df
+    show = pd.DataFrame({
+        "model": d["model"], "prompts": d["category"], "benchmark": d["benchmark"],
+        f"gender TVD [{level} CI]": [ci(r["mean_tvd"], r["mean_tvd_low"], r["mean_tvd_high"]) for _, r in d.iterrows()],
+        f"corrected gender TVD [{level} honest interval]": [
+            ci(r["tvd_corrected"], r["tvd_corrected_low"], r["tvd_corrected_high"])
+            if not math.isnan(num(r["tvd_corrected"])) else "— (" + str(r.get("reason", "") or "not corrected") + ")"
+            for _, r in d.iterrows()],
+        "women: model − benchmark (mean)": [fmt(num(r["mean_deviation"])) if r["deviation_group"] == "woman" else "—"
+                                            for _, r in d.iterrows()]})
+    b.html = _table(show) + ("<p class='note'>Occupational prompts are compared with BLS CPS 2025 Table 11's share "
+                             "of women; geography and surname prompts have no sex benchmark, so parity is their only "
+                             "reference. Race × gender has no benchmark at all: its table on the section page is "
+                             "against parity only.</p>")
+    occ = d[d["category"] == "occupation"].dropna(subset=["mean_tvd"])
+    for _, r in occ.iterrows():
+        corr = "" if math.isnan(num(r["tvd_corrected"])) else \
+            f"; corrected for classifier error {ci(r['tvd_corrected'], r['tvd_corrected_low'], r['tvd_corrected_high'])}"
+        b.findings.append(f"{r['model']}: apparent-gender TVD from BLS's share of women on the occupational prompts "
+                          f"{ci(r['mean_tvd'], r['mean_tvd_low'], r['mean_tvd_high'])}{corr}; women "
+                          f"{'under' if num(r['mean_deviation']) < 0 else 'over'}-represented by "
+                          f"{abs(num(r['mean_deviation'])):.2f} on average.")
+    return b
+
+
 def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str, list[Block]]:
     """Every block of the front page; `labels` are the active group set's (Params.groups), in table order."""
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),
+                     gender_block(t2i, reports, level),
                      homogeneity_block(t2i, reports, level, labels), kappa_block(t2i, reports, level)],
         "method_b": [primary_block(vlm, reports, level), winrate_block(vlm, reports, level),
                      delta_g_block(vlm, reports, level), significance_block(vlm, reports, level)],

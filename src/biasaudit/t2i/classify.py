@@ -129,15 +129,56 @@ def summary(labels: pd.DataFrame) -> pd.DataFrame:
 # --- the stage: local or Ray, whole or one shard -------------------------------------------------
 
 def make_classify_fn(spec: VLMSpec, cache_path: str, price: dict[str, float] | None, instruction: str,
-                     instruction_version: str, labels: tuple[str, ...], max_tokens: int, groups: tuple[str, ...]):
+                     instruction_version: str, labels: tuple[str, ...], max_tokens: int, groups: tuple[str, ...],
+                     dimension: str = "race"):
     """The batch function built where it runs (a Ray actor): its own backend and its own connection
     to the answer cache. A module-level factory over plain values, so a functools.partial pickles."""
     from biasaudit.backends.vlm import Price, make_vlm_backend
 
-    vlm = CachedVLM(make_vlm_backend(spec, groups), cache_path, Price(**price) if price else None)
+    vlm = CachedVLM(make_vlm_backend(spec, groups, dimension), cache_path, Price(**price) if price else None)
     fn = make_batch_fn(vlm, instruction, instruction_version, labels, max_tokens)
     fn.vlm = vlm  # type: ignore[attr-defined]
     return fn
+
+
+GENDER_COLUMNS = ("gender", "gender_status", "gender_reason", "gender_raw_answer", "gender_instruction_version")
+
+
+def classify_gender(model: str, cfg: Params, items: list[dict[str, Any]], price: dict[str, float] | None,
+                    progress: bool) -> dict[str, Any]:
+    """The second question of classify@<model>: the apparent gender of every image, asked with the gender set's
+    own instruction and labels (`benchmarks.gender_set`, groupsets), through the same backend and answer cache
+    (a SIMULATED classifier reads the planted gender through `sim_gender_confusion`). Its own record log;
+    returns the GENDER_COLUMNS per image_id and the runner summary."""
+    from functools import partial
+
+    from biasaudit import groupsets
+    from biasaudit.backends.vlm import Price, make_vlm_backend
+    from biasaudit.pipeline.engine import Stage, run_stage
+
+    params, ex = cfg.classify, cfg.execution
+    gs = groupsets.active(cfg.benchmarks.gender_set)
+    genders, instruction, version = gs.labels, gs.classifier.instruction, gs.classifier.version
+    backend = make_vlm_backend(params.vlm, genders, "gender")
+    vlm = CachedVLM(backend, params.cache_path, Price(**price) if price else None)
+    if ex.runner == "ray":
+        make_fn = partial(make_classify_fn, params.vlm, params.cache_path, price, instruction, version, genders,
+                          params.vlm.max_tokens, genders, "gender")
+    else:
+        fn = make_batch_fn(vlm, instruction, version, genders, params.vlm.max_tokens)
+        make_fn = lambda: fn  # noqa: E731 - the local runner calls it in this process
+    stage = Stage(f"classify {model} (apparent gender)", items, "image_id",
+                  settings_hash(vlm, instruction, genders, params.vlm.max_tokens), make_fn,
+                  C.CLASSIFY_LOGS / f"{model}.gender.jsonl", item_content, batch_size=params.batch_size,
+                  limit=params.limit, retry_failed=params.retry_failed, counts_tokens=True, price=price,
+                  code=(registry.module_of("vlm", params.vlm.backend),),
+                  probe=backend.probe if registry.is_hosted("vlm", params.vlm.backend) else None)
+    run = run_stage(stage, ex, progress)
+    rows = labels_table(run.current, items)
+    columns = pd.DataFrame({"image_id": rows["image_id"], "gender": rows["label"], "gender_status": rows["status"],
+                            "gender_reason": rows["reason"], "gender_raw_answer": rows["raw_answer"],
+                            "gender_instruction_version": rows["instruction_version"]})
+    return {"columns": columns, "summary": run.summary, "run": run}
 
 
 def run_classify(model: str, cfg: Params, progress: bool = True) -> dict[str, Any]:
@@ -184,6 +225,10 @@ def run_classify(model: str, cfg: Params, progress: bool = True) -> dict[str, An
     accounting = summary.accounting | ({"backend_stats": backend.stats} if ex.runner == "local" else {})
     table = labels_table(run.current, items)
     description = backend.describe()
+    gender = classify_gender(model, cfg, items, price_d, progress) if cfg.genders else None
+    if gender is not None:
+        table = table.merge(gender["columns"], on="image_id", how="left")
+        accounting = {**accounting, "gender": gender["summary"].accounting}
     if not run.sharded:
         atomic_write_table(table, out_path)
         from biasaudit.lifecycle import status_record

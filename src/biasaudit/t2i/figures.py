@@ -179,6 +179,71 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, colours: dict[str, str
                   "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.")
 
 
+def plot_skin_scales(distribution: pd.DataFrame, scales) -> Figure:
+    """Per model, the share of each label's faces (all prompts) in each ITA category (left) and Monk tone
+    (right, bars in the tone's published colour), lightest first: the two scales beside the L* figure."""
+    import matplotlib.pyplot as plt
+
+    d = distribution[distribution["category"] == "all"]
+    models = sorted(d["model"].unique())
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 1.2 + 0.45 * max(1, d["label"].nunique()) * len(models)),
+                             squeeze=False)
+    ita_colours = dict(zip(scales.ita_categories, plt.get_cmap("copper_r")(np.linspace(0.05, 0.95,
+                                                                                        len(scales.ita_categories)))))
+    monk_colours = {t: "#" + h for t, h in zip(scales.monk_tones, scales.monk_hex)}
+    for i, model in enumerate(models):
+        for j, (scale, tones, colours, title) in enumerate((
+                ("ita", scales.ita_categories, ita_colours, "ITA category"),
+                ("monk", scales.monk_tones, monk_colours, "Monk tone"))):
+            ax = axes[i, j]
+            sub = d[(d["model"] == model) & (d["scale"] == scale)]
+            wide = sub.pivot(index="label", columns="tone", values="share").reindex(columns=list(tones)).fillna(0)
+            left = np.zeros(len(wide))
+            for t in tones:
+                ax.barh(wide.index, wide[t], left=left, color=colours[t], edgecolor="0.5", lw=0.3, label=str(t))
+                left += wide[t].to_numpy()
+            ax.set(xlim=(0, 1), title=f"{model}: {title}", xlabel="share of faces")
+            if i == 0:
+                ax.legend(fontsize=6, ncol=min(len(tones), 5), loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    fig.tight_layout()
+    return Figure(fig, "Skin-tone scales by label: ITA category and Monk tone",
+                  "Share of each classified label's measured faces per ITA° category (Chardon et al. 1991, lightest "
+                  "first) and per nearest Monk Skin Tone (ΔE2000 to the published swatches; bars in the swatch "
+                  "colour); the same faces as the L* figure.")
+
+
+def plot_cluster_exemplars(exemplars: pd.DataFrame, root) -> Figure:
+    """Each identity cluster's nearest images to its centre, one row per cluster (the images themselves, from the
+    generate stage's files; a grey tile where a file is missing)."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    clusters = sorted(exemplars["cluster"].unique()) if len(exemplars) else []
+    cols = int(exemplars["rank"].max()) if len(exemplars) else 1
+    fig, axes = plt.subplots(max(1, len(clusters)), cols, figsize=(1.3 * cols + 1, 1.4 * max(1, len(clusters))),
+                             squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for i, c in enumerate(clusters):
+        sub = exemplars[exemplars["cluster"] == c].sort_values("rank")
+        for j, r in enumerate(sub.itertuples()):
+            ax = axes[i, j]
+            path = root / str(r.path)
+            if str(r.path) and path.is_file():
+                with Image.open(path) as im:
+                    im.thumbnail((96, 96))
+                    ax.imshow(np.asarray(im.convert("RGB")))
+            else:
+                ax.imshow(np.full((8, 8, 3), 0.8))
+            ax.set_title(f"{r.model}\n{r.label}", fontsize=6)
+        axes[i, 0].text(-0.1, 0.5, f"cluster {c}\n({int(sub['size'].iloc[0])} faces)", transform=axes[i, 0].transAxes,
+                        ha="right", va="center", fontsize=7)
+    fig.tight_layout()
+    return Figure(fig, "Identity clusters: the nearest images to each cluster's centre",
+                  "Each row is one k-means cluster of the pooled face embeddings; the images are its faces nearest the "
+                  "centre (cosine), titled with their model and classified label.")
+
+
 def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
     """Mean pairwise ΔE2000 per label and model, with its bootstrap CI where there is one."""
     import matplotlib.pyplot as plt

@@ -55,8 +55,9 @@ MANIFEST_COLUMNS = [
     "seed_used", "index", "width", "height", "sha256", "path", "status", "reason", "retries", "created_at",
     "libraries", "settings", "extra", "config_hash", "stand_in", "model_version",
     "planted_label", "planted_L", "planted_hue",  # PLANTED truth (planted backend only; empty otherwise)
+    "planted_gender",  # PLANTED apparent gender (benchmarks.gender_set; empty when gender is not asked)
 ]
-PLANTED_COLUMNS = ("planted_label", "planted_L", "planted_hue")
+PLANTED_COLUMNS = ("planted_label", "planted_L", "planted_hue", "planted_gender")
 
 
 def image_id(model: str, prompt_id: str, index: int) -> str:
@@ -188,7 +189,7 @@ def make_batch_fn(ctx: BatchContext):
                         text["biasaudit:note"] = "STAND-IN: not an image of any real generator"
                     if "planted_label" in res.extra:
                         text["biasaudit:note"] = "PLANTED: recoloured packaged photo with a declared label and L*"
-                        text.update({f"biasaudit:{k}": str(res.extra[k]) for k in PLANTED_COLUMNS})
+                        text.update({f"biasaudit:{k}": str(res.extra[k]) for k in PLANTED_COLUMNS if k in res.extra})
                     data = encode_png(res.rgb, text)
                     with atomic_path(path) as tmp:
                         tmp.write_bytes(data)
@@ -215,14 +216,14 @@ def make_batch_fn(ctx: BatchContext):
 
 
 def make_generate_fn(model: str, spec: GeneratorSpec, out_dir: str, revision: str, black_threshold: int,
-                     prompt_ids: tuple[str, ...], groups: tuple[str, ...]):
+                     prompt_ids: tuple[str, ...], groups: tuple[str, ...], genders: tuple[str, ...] = ()):
     """The batch function of one model, built where it runs (the driver, or each Ray actor): a
     module-level factory over plain values, so `functools.partial(make_generate_fn, ...)` pickles.
     The generator loads on the first batch; images are written by whoever runs the batch, atomically."""
     def make() -> Generator:
         from biasaudit.backends.generators import make_generator
 
-        return make_generator(model, spec, set(prompt_ids), groups=groups)
+        return make_generator(model, spec, set(prompt_ids), groups=groups, genders=genders)
 
     ctx = BatchContext(model, spec, Path(out_dir), revision, black_threshold, make)
     fn = make_batch_fn(ctx)
@@ -287,7 +288,7 @@ def run_generate(model: str, cfg: Params, progress: bool = True, generator: Gene
         make_fn = lambda: fn  # noqa: E731
     else:
         make_fn = partial(make_generate_fn, model, spec, out_dir.as_posix(), revision, gp.black_threshold,
-                          tuple(prompts["prompt_id"].astype(str)), cfg.groups)
+                          tuple(prompts["prompt_id"].astype(str)), cfg.groups, cfg.genders)
     stage = Stage(f"generate {model}", items, "image_id", chash, make_fn, out_dir / "log.jsonl", item_content,
                   batch_size=batch_size, limit=gp.limit, retry_failed=gp.retry_failed, still_valid=file_unchanged,
                   cpu_bound=bool(registry.trait("generator", spec.backend, "cpu_bound", False)),

@@ -17,15 +17,16 @@ from biasaudit.params.generate import GeneratorSpec
 
 
 def make_generator(name: str, spec: GeneratorSpec, known_prompt_ids: set[str] | None = None,
-                   tiny_root: str | None = None, groups: tuple[str, ...] = ()) -> Generator:
+                   tiny_root: str | None = None, groups: tuple[str, ...] = (),
+                   genders: tuple[str, ...] = ()) -> Generator:
     """Instantiate the backend of `spec` (loads weights / opens clients): the factory registered under its
     name, given the optional arguments its signature takes (`known_prompt_ids`: folder; `tiny_root`: tiny;
-    `groups`, the active group set's labels: planted)."""
+    `groups`, the active group set's labels, and `genders`, the gender set's: planted)."""
     if spec.backend not in registry.names("generator"):
         raise ValueError(f"backend: unknown generator backend '{spec.backend}'; available: "
                          f"{', '.join(registry.names('generator'))}")
     return registry.build("generator", spec.backend, name, spec, known_prompt_ids=known_prompt_ids,
-                          tiny_root=tiny_root, groups=groups)
+                          tiny_root=tiny_root, groups=groups, genders=genders)
 
 
 def probe(model: str, spec: GeneratorSpec) -> str:

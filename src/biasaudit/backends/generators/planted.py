@@ -60,6 +60,32 @@ def read_benchmarks(path: str | Path, groups: tuple[str, ...]) -> dict[str, np.n
     return {pid: row for pid, row in zip(table["prompt_id"], shares) if np.isfinite(row).all() and row.sum() > 0}
 
 
+def gender_benchmarks(path: str | Path, genders: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """prompt_id → benchmark shares of the gender labels: BLS Table 11's share of women (`pct_women`, a
+    fraction) for an occupation, parity where the prompts table has none (t2i/analysis/gender.py reads the same)."""
+    import pandas as pd
+
+    table = pd.read_csv(path, dtype={"prompt_id": str})
+    women = table["pct_women"].astype(float) if "pct_women" in table else pd.Series(np.nan, index=table.index)
+    out = {}
+    for pid, w in zip(table["prompt_id"], women):
+        shares = np.full(len(genders), 1.0 / len(genders))
+        if np.isfinite(w) and "woman" in genders and len(genders) == 2:
+            shares[genders.index("woman")] = w
+            shares[1 - genders.index("woman")] = 1.0 - w
+        out[pid] = shares
+    return out
+
+
+def draw_gender(seed: int, bench: np.ndarray, spec: PlantedSpec, genders: tuple[str, ...]) -> tuple[str, np.ndarray]:
+    """(planted gender, planted gender shares) of one image: the benchmark distorted by `gender_scale` (the
+    removed mass to `gender_receiver`), drawn from its own stream of the image's seed, so the race label, L* and
+    pixels stay what they are without gender."""
+    p = planted_distribution(bench, dict(spec.gender_scale), spec.gender_receiver, genders)
+    rng = np.random.default_rng([seed, 2])
+    return genders[int(rng.choice(len(genders), p=p / p.sum()))], p
+
+
 def draw_truth(rng: np.random.Generator, p: np.ndarray, spec: PlantedSpec,
                groups: tuple[str, ...]) -> tuple[str, float, float]:
     """(label, L*, hue) of one image: label ~ p, then L* ~ N(L_mean, L_sd) clipped to L_range and
@@ -216,7 +242,7 @@ class PlantedGenerator(Generator):
         if not Path(path).is_file():
             return "", [f"{key}.planted.prompts_file: '{path}' does not exist (run the prompts stage)"]
         return f"{VERSION}; benchmarks sha256:{sha256_file(path)[:16]}", []
-    def __init__(self, name: str, spec: GeneratorSpec, groups: tuple[str, ...] = ()):
+    def __init__(self, name: str, spec: GeneratorSpec, groups: tuple[str, ...] = (), genders: tuple[str, ...] = ()):
         import matplotlib
         import skimage
 
@@ -225,6 +251,8 @@ class PlantedGenerator(Generator):
             raise ValueError("the planted generator needs the active group set's labels (groups=cfg.groups)")
         self.spec, self.planted, self.groups = spec, spec.planted, tuple(groups)
         self.bench = read_benchmarks(self.planted.prompts_file, self.groups)
+        self.genders = tuple(genders)
+        self.gender_bench = gender_benchmarks(self.planted.prompts_file, self.genders) if self.genders else {}
         super().__init__(name, f"{PLANTED}: declared distortion of the benchmarks, rendered from two packaged "
                                "public-domain photos (not a model)",
                          f"{VERSION}; scikit-image {skimage.__version__}; matplotlib {matplotlib.__version__}")
@@ -240,9 +268,13 @@ class PlantedGenerator(Generator):
         p = planted_distribution(bench, dict(self.planted.scale), self.planted.receiver, self.groups)
         label, L, hue = draw_truth(np.random.default_rng([req.seed, 0]), p, self.planted, self.groups)
         rgb, info = render(req.seed, req.width, req.height, L, hue, self.planted.max_crop_factor)
+        gender = {}
+        if self.genders:
+            g, pg = draw_gender(req.seed, self.gender_bench[req.prompt_id], self.planted, self.genders)
+            gender = {"planted_gender": g, "planted_gender_shares": [round(float(x), 6) for x in pg]}
         return GenResult(rgb, extra={"planted": PLANTED, "planted_label": label, "planted_L": round(L, 4),
                                      "planted_hue": round(hue, 4), "planted_C": info["source_mask_C"],
-                                     "planted_shares": [round(float(x), 6) for x in p], **info})
+                                     "planted_shares": [round(float(x), 6) for x in p], **gender, **info})
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         out = []

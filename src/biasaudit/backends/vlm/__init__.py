@@ -21,12 +21,13 @@ def backend_names() -> tuple[str, ...]:
     return registry.names("vlm")
 
 
-def make_vlm_backend(spec: Any, groups: tuple[str, ...] = ()) -> VLMBackend:
+def make_vlm_backend(spec: Any, groups: tuple[str, ...] = (), dimension: str = "race") -> VLMBackend:
     """Build the backend a `VLMSpec` names (imports only what that backend needs); `groups`, the active group
-    set's labels, goes to a backend whose constructor takes it (simulated)."""
+    set's labels (or the gender set's, with dimension "gender"), goes to a backend whose constructor takes it
+    (simulated: `dimension` says which planted truth it reads)."""
     if spec.backend not in registry.names("vlm"):
         raise ValueError(f"vlm.backend: unknown backend '{spec.backend}'; available: {', '.join(backend_names())}")
-    return registry.build("vlm", spec.backend, spec, groups=groups)
+    return registry.build("vlm", spec.backend, spec, groups=groups, dimension=dimension)
 
 
 def probe(spec: Any) -> str:

@@ -29,24 +29,25 @@ SIMULATED = "SIMULATED"
 
 
 @lru_cache(maxsize=64)
-def _planted_labels(manifest: str, mtime: float) -> dict[str, str]:
+def _planted_labels(manifest: str, mtime: float, column: str = "planted_label") -> dict[str, str]:
     import pandas as pd
 
     table = pd.read_parquet(manifest)
-    if "planted_label" not in table:
+    if column not in table:
         return {}
-    table = table[table["planted_label"].notna()]
-    return dict(zip(table["image_id"].astype(str), table["planted_label"].astype(str)))
+    table = table[table[column].notna()]
+    return dict(zip(table["image_id"].astype(str), table[column].astype(str)))
 
 
-def planted_label(path: str) -> tuple[str | None, str]:
-    """(planted label, reason) of an image file from the manifest beside it."""
+def planted_label(path: str, column: str = "planted_label") -> tuple[str | None, str]:
+    """(planted label, reason) of an image file from the manifest beside it (`column`: planted_label, or
+    planted_gender for the apparent-gender question)."""
     manifest = Path(path).parent / "manifest.parquet"
     if not manifest.is_file():
         return None, f"no manifest beside {path} (the simulated classifier needs PLANTED images)"
-    label = _planted_labels(str(manifest), manifest.stat().st_mtime).get(Path(path).stem)
+    label = _planted_labels(str(manifest), manifest.stat().st_mtime, column).get(Path(path).stem)
     if label is None:
-        return None, f"{Path(path).stem} has no planted label in {manifest} (not a PLANTED image)"
+        return None, f"{Path(path).stem} has no planted label ({column}) in {manifest} (not a PLANTED image)"
     return label, ""
 
 
@@ -57,33 +58,38 @@ class SimulatedClassifier(VLMBackend):
     reads = ("sim_confusion",)
     answers_from_confusion = True  # its answers follow sim_confusion: the raw TVD has an exact estimand
 
-    def __init__(self, spec: VLMSpec, groups: tuple[str, ...] = ()):
+    def __init__(self, spec: VLMSpec, groups: tuple[str, ...] = (), dimension: str = "race"):
         super().__init__()
         if not groups:
             raise ValueError("the simulated classifier needs the active group set's labels (groups=cfg.groups)")
         self.spec, self.groups = spec, tuple(groups)
-        self.M = confusion_array(spec.sim_confusion, self.groups)
+        # race: the planted label through sim_confusion; gender: the planted gender through sim_gender_confusion
+        self.column = "planted_gender" if dimension == "gender" else "planted_label"
+        self.M = confusion_array(spec.sim_gender_confusion if dimension == "gender" else spec.sim_confusion, self.groups)
         self.seed = int(spec.sim_seed)
         self.model_id = f"{SIMULATED} classifier: planted label through a declared confusion matrix (not a model)"
         self.revision = "simulated v1; confusion " + stable_hash(self.M.round(6).tolist(), 12)
 
     def decoding_params(self) -> dict[str, Any]:
-        return {"confusion": self.M.round(6).tolist(), "seed": self.seed, "groups": list(self.groups)}
+        out = {"confusion": self.M.round(6).tolist(), "seed": self.seed, "groups": list(self.groups)}
+        return out if self.column == "planted_label" else {**out, "truth": self.column}
 
     def answer(self, image_id: str, truth: str) -> str:
-        rng = np.random.default_rng(derive_seed(self.seed, "simulated-classifier", image_id))
+        key = ("simulated-classifier", image_id) if self.column == "planted_label" else \
+            ("simulated-classifier", self.column, image_id)  # race answers stay what they were
+        rng = np.random.default_rng(derive_seed(self.seed, *key))
         return self.groups[int(rng.choice(len(self.groups), p=self.M[self.groups.index(truth)]))]
 
     def _one(self, req: VLMRequest) -> VLMResponse:
         if len(req.images) != 1:
             return failed("the simulated classifier takes exactly one image per request")
-        truth, reason = planted_label(req.images[0])
+        truth, reason = planted_label(req.images[0], self.column)
         if truth is None:
             return failed(reason)
         if truth not in self.groups:
             return failed(f"planted label '{truth}' is not one of {self.groups}")
         return VLMResponse(text=self.answer(Path(req.images[0]).stem, truth), status=OK,
-                           meta={"simulated": True, "planted_label": truth})
+                           meta={"simulated": True, self.column: truth})
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
         return self._each(requests, self._one, on_result)

@@ -6,11 +6,16 @@ the reason. The `analyze` notebook runs them in this order:
 
     provenance      counts per stage and model, model ids and revisions
     representation  TVD per prompt, mean and pooled, null floor, bias-corrected, paired; deviations; thresholds
-    skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity
+    skin            skin tone by label: very-dark share, L* bins, L* vs earnings, mean L* and ΔE2000 diversity;
+                    ITA categories and Monk tones beside L*
+    gender          apparent gender against BLS Table 11's share of women (parity elsewhere), corrected TVD,
+                    race × gender against parity
     homogeneity     the homogeneity gap by race and L* bin, CLIP and face embeddings; the localising test
                     (pairwise within-prompt gaps g vs h, table homogeneity_pairs; a group is flagged only if
                     more self-similar than every other: intersection-union rule, columns flagged/p_localise),
                     and the same without near-duplicate pairs (wp_gap_dedup, dedup_flagged)
+    clusters        label-free identity clusters of the pooled face embeddings (k-means, k by silhouette):
+                    each model's cluster TVD from the others, over-produced clusters, AMI with the labels
     reliability     classifier vs raters (κ tables of the reliability stage)
     corrected       TVD and deviations corrected for classifier error (stats.correction)
     calibration     the committed calibration table (benchmarks/calibration.py)
@@ -20,5 +25,5 @@ the reason. The `analyze` notebook runs them in this order:
 """
 
 # the order above; benchmarks/bench_analyze.py times these and a test holds the notebook to the same list
-SECTIONS = ("provenance", "representation", "skin", "homogeneity", "reliability", "corrected", "calibration",
+SECTIONS = ("provenance", "representation", "skin", "gender", "homogeneity", "clusters", "reliability", "corrected", "calibration",
             "validation", "face_loss", "instruments")

@@ -1,7 +1,8 @@
 """Section `face_loss`: instrument bias on the audited images. The no-face rate of the main detector and
-the cross-detector disagreement (faces.cross_detector) by classified label and by L* bin. A lost face has no
-measured L*, so its bin comes from the second detector's face when it found one, else from the planted L*
-(planted images), else it is 'unknown'. Rows above `analyze.face_loss_threshold` are flagged: there the skin
+the cross-detector disagreement (faces.cross_detector) by classified label, by L* bin and by ITA category and Monk
+tone. A lost face has no measured L*, so its bin comes from the second detector's face when it found one, else
+from the planted L* (planted images), else it is 'unknown'; its ITA category and Monk tone need a* and b* as well,
+so they come from the planted colour (the cross detector records L* only), else 'unknown'. Rows above `analyze.face_loss_threshold` are flagged: there the skin
 and face-embedding results lean toward the lighter faces that were found."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit import known_truth as K
+from biasaudit.faces import skin_scales
 from biasaudit.faces.colour import l_bin
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.t2i.analysis.inputs import Boot, Inputs
@@ -24,6 +26,8 @@ COLUMNS = ["model", "category_or_group"] + K.COLUMNS
 # An interval as wide as the quantity's plausible range is uninformative (counted apart, never covered).
 PLANTED_NOTE = "PLANTED truth: declared distributions, not a generator; the check tests the audit, not a model"
 PLAUSIBLE_RANGE = {"mean_L": 100.0, "diversity_de2000": 100.0}  # L* 0–100, ΔE2000 0–100; shares and TVDs: 1
+# the face-loss rows: by classified label, by L* bin, and by the two skin-tone scales (faces/skin_scales.py)
+BY = ("label", "L_bin", "ita_category", "monk_tone")
 
 
 # ---------------------------------------------------------------- instrument bias on the audited images
@@ -48,7 +52,7 @@ def face_frame(inputs: Inputs) -> pd.DataFrame:
         lambda s: s.isin(inputs.groups), "unknown")
     truth = planted_images(inputs.manifests, inputs.groups)
     if not truth.empty:
-        f = f.merge(truth[["image_id", "planted_L"]], on="image_id", how="left")
+        f = f.merge(truth[["image_id", "planted_L", "planted_C", "planted_hue"]], on="image_id", how="left")
     L = f["L"].astype(float) if "L" in f else pd.Series(np.nan, index=f.index)
     cross_L = f["cross_L"].astype(float) if "cross_L" in f else pd.Series(np.nan, index=f.index)
     planted_L = f["planted_L"].astype(float) if "planted_L" in f else pd.Series(np.nan, index=f.index)
@@ -56,18 +60,33 @@ def face_frame(inputs: Inputs) -> pd.DataFrame:
                              "unknown")
     f["L_for_bin"] = L.fillna(cross_L).fillna(planted_L)
     f["L_bin"] = np.where(f["L_for_bin"].notna(), l_bin(f["L_for_bin"].to_numpy(float)), "unknown")
+    # the skin-tone scales need a* and b* too: the measured colour, else the planted one (the cross detector
+    # records L* only), else no tone
+    lab = np.full((len(f), 3), np.nan)
+    if {"L", "a", "b"} <= set(f.columns):
+        lab = f[["L", "a", "b"]].to_numpy(float)
+    measured = ~np.isnan(lab).any(axis=1)
+    if "planted_hue" in f:
+        h = np.radians(f["planted_hue"].to_numpy(float))
+        C_ = f["planted_C"].to_numpy(float)
+        planted = np.column_stack([planted_L.to_numpy(float), C_ * np.cos(h), C_ * np.sin(h)])
+        lab = np.where(np.isnan(lab).any(axis=1)[:, None], planted, lab)
+    f["scale_basis"] = np.select([measured, ~np.isnan(lab).any(axis=1)], ["measured", "planted"], "unknown")
+    toned = skin_scales.annotate(pd.DataFrame(lab, columns=["L", "a", "b"]))
+    f["ita_category"] = toned["ita_category"].replace(skin_scales.NO_TONE, "unknown").to_numpy()
+    f["monk_tone"] = toned["monk_tone"].replace(skin_scales.NO_TONE, "unknown").to_numpy()
     return f
 
 
 def _loss_rows(f: pd.DataFrame, boot: Boot, threshold: float) -> tuple[list[dict], list[dict]]:
     loss, cross = [], []
     for model, m in f.groupby("model", sort=True):
-        for by in ("label", "L_bin"):
+        for by in BY:
             for group, g in m.groupby(by, sort=True):
                 per = g.groupby("prompt_id").agg(lost=("found", lambda s: float((~s).sum())),
                                                  n=("found", "size")).to_numpy(float)
                 iv = boot.run(per, lambda s: s[..., 0] / s[..., 1], "face-loss", model, by, group)[0]
-                basis = g["L_basis"].value_counts().to_dict() if by == "L_bin" else {}
+                basis = {} if by == "label" else g["L_basis" if by == "L_bin" else "scale_basis"].value_counts().to_dict()
                 loss.append({"model": model, "by": by, "group": group, "n_images": len(g),
                              "n_no_face": int((~g["found"]).sum()), "no_face_rate": iv.estimate,
                              "low": iv.low, "high": iv.high, "threshold": threshold,

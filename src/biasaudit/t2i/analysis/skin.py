@@ -9,13 +9,14 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import UNKNOWN, l_bin
+from biasaudit.faces import skin_scales
 from biasaudit.pipeline.io import stable_table
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.regression import ols_cluster
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs
-from biasaudit.t2i.figures import plot_diversity, plot_earnings, plot_L_by_label, plot_L_vs_C
+from biasaudit.t2i.figures import plot_diversity, plot_earnings, plot_L_by_label, plot_L_vs_C, plot_skin_scales
 
 
 def skin_table(faces: pd.DataFrame, labels: pd.DataFrame, prompts: pd.DataFrame,
@@ -111,6 +112,46 @@ def women_share_regression(skin: pd.DataFrame, group: str, level: float) -> pd.D
     return pd.DataFrame(rows)
 
 
+def scale_distribution(skin: pd.DataFrame, scales: skin_scales.Scales) -> pd.DataFrame:
+    """Per model × label × prompt category (and 'all') × scale (ita | monk): the count and share of faces in
+    each ITA category and Monk tone (every category and tone, lightest first, zeros included). `skin` carries
+    skin_scales.annotate's columns."""
+    parts = []
+    cats = skin.get("category", pd.Series("", index=skin.index)).fillna("").astype(str)
+    frame = pd.concat([skin.assign(category=cats), skin.assign(category="all")], ignore_index=True)
+    for scale, column, tones in (("ita", "ita_category", scales.ita_categories), ("monk", "monk_tone", scales.monk_tones)):
+        have = frame[frame[column] != skin_scales.NO_TONE]
+        counts = pd.crosstab([have["model"], have["label"], have["category"]], have[column]).reindex(
+            columns=list(tones), fill_value=0)
+        shares = counts.div(counts.sum(axis=1), axis=0)
+        long = counts.stack().rename("n").to_frame().join(shares.stack().rename("share"))
+        long.index.names = ["model", "label", "category", "tone"]
+        parts.append(long.reset_index().assign(scale=scale))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return out[["model", "label", "category", "scale", "tone", "n", "share"]]
+
+
+def scales_by_label(skin: pd.DataFrame, scales: skin_scales.Scales) -> pd.DataFrame:
+    """Per model × label, the two scales beside L*: mean L*, mean ITA° and its modal category, the median Monk
+    tone, and the ΔE2000 from each face to its nearest Monk tone (median, 90th percentile, max: a large value is
+    a face whose colour lies far from every swatch)."""
+    rank = {t: i for i, t in enumerate(scales.monk_tones)}
+    rows = []
+    for (model, label), g in skin.groupby(["model", "label"], sort=True):
+        tones = g["monk_tone"][g["monk_tone"] != skin_scales.NO_TONE]
+        cats = g["ita_category"][g["ita_category"] != skin_scales.NO_TONE]
+        de = g["monk_de2000"].dropna()
+        ranks = np.sort(tones.map(rank).to_numpy(int))
+        rows.append({"model": model, "label": label, "n": len(g), "L_mean": float(g["L"].mean()),
+                     "ita_mean": float(g["ita"].mean()),
+                     "ita_category_mode": cats.value_counts().idxmax() if len(cats) else "",
+                     "monk_tone_median": scales.monk_tones[ranks[(len(ranks) - 1) // 2]] if len(ranks) else "",
+                     "monk_de2000_median": float(de.median()) if len(de) else np.nan,
+                     "monk_de2000_p90": float(de.quantile(0.9)) if len(de) else np.nan,
+                     "monk_de2000_max": float(de.max()) if len(de) else np.nan})
+    return pd.DataFrame(rows)
+
+
 def compute(inputs: Inputs, cfg: Any) -> Result:
     """Skin tone by classified label: the very-dark share, labels by L* bin, L* against earnings and against
     the occupation's share of women, mean L* and ΔE2000 diversity per label."""
@@ -133,6 +174,16 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     colours = inputs.colours
     res.figures = {"skin_L_by_label": plot_L_by_label(skin, dark, colours), "skin_L_vs_C": plot_L_vs_C(skin, colours),
                    "skin_L_vs_earnings": plot_earnings(skin, stable_table(fits), colours)}
+    scales = skin_scales.load()
+    toned = skin_scales.annotate(skin, scales)
+    by_label = scales_by_label(toned, scales)
+    distribution = scale_distribution(toned, scales)
+    res.tables[C.SKIN_SCALES_BY_LABEL.name] = by_label
+    res.tables[C.SKIN_SCALES.name] = distribution
+    res.figures["skin_scales"] = plot_skin_scales(distribution, scales)
+    res.notes.append("ITA° = atan2(L* − 50, b*)·180/π in Chardon et al.'s (1991) six categories; Monk tone: the "
+                     "nearest of the 10 published MST swatches by ΔE2000 in CIELAB "
+                     "(data/reference/skin_scales/README.md); monk_de2000 says how far that nearest swatch is")
     summary = skin_summary(skin, by=["model", "label"], cluster="prompt_id", n_boot=boot.n_boot, ci=boot.level,
                            seed=derive_seed(boot.seed, "skin_summary") % 2**32, method=boot.method)
     res.tables[C.SKIN_SUMMARY_BY_LABEL.name] = summary
@@ -148,6 +199,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                    "women_share_slope": {f"{r.model}/{r.subset}": {"slope": r.slope, "low": r.ci_low,
                                                                    "high": r.ci_high, "p": r.p_value}
                                          for r in women.itertuples()}}
+    res.metrics["skin_scales"] = {f"{r.model}/{r.label}": {
+        "L_mean": r.L_mean, "ita_mean": r.ita_mean, "ita_category": r.ita_category_mode,
+        "monk_tone": r.monk_tone_median, "monk_de2000_median": r.monk_de2000_median} for r in by_label.itertuples()}
     if summary is not None and len(summary):
         res.metrics["by_label"] = {f"{r['model']}/{r['label']}": {
             k: r.get(k) for k in ("n", "L_mean", "L_mean_lo", "L_mean_hi", "diversity_de2000",

@@ -31,7 +31,7 @@ from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.correction import debiased_tvd
 from biasaudit.stats.skin_summary import skin_summary
 from biasaudit.stats.tvd import expected_tvd, tvd
-from biasaudit.t2i.analysis import corrected, skin
+from biasaudit.t2i.analysis import corrected, gender, skin
 from biasaudit.t2i.analysis.inputs import Boot, Inputs
 from biasaudit.t2i.analysis.representation import _by_category, per_prompt_table, tvd_summary
 from biasaudit.t2i.figures import plot_validation
@@ -242,11 +242,13 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
                  if registry.trait("vlm", spec.backend, "answers_from_confusion", False) else None)
     res = Result("validation", "Does the audit recover what was planted?")
     truth = planted_images(inputs.manifests, groups)
-    if truth.empty:
+    gender_rows = gender.validation_rows(inputs, cfg, cfg.genders) if cfg.genders and not inputs.labels.empty else []
+    if truth.empty and not gender_rows:
         res.status, res.reason = NO_DATA, "no PLANTED images (the planted generator is not among the models)"
         return res
     rows: list[dict] = []
-    pp = per_prompt_table(inputs.labels, inputs.prompts, groups) if not inputs.labels.empty else pd.DataFrame()
+    pp = per_prompt_table(inputs.labels, inputs.prompts, groups) if not (inputs.labels.empty or truth.empty) \
+        else pd.DataFrame()
     if not pp.empty:
         pp = planted_per_prompt(truth, pp, groups)
     if pp.empty:
@@ -256,7 +258,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
         more, notes = corrected_rows(inputs, cfg, pp, confusion)
         rows += more
         res.notes += notes
-    measured = skin.skin_table(inputs.faces, inputs.labels, inputs.prompts, groups)
+    rows += gender_rows
+    measured = skin.skin_table(inputs.faces, inputs.labels, inputs.prompts, groups) if not truth.empty \
+        else pd.DataFrame()
     if measured.empty:
         res.notes.append("no measured faces: skin tone not checked")
     else:
