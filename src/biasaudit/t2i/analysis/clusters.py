@@ -82,7 +82,8 @@ def choose_k(X: np.ndarray, k_range: tuple[int, int], seed: int) -> tuple[int, n
     table["chosen"] = table["k"] == best[1]
     if S is X:
         return best[1], best[2].labels_.astype(int), table
-    km = KMeans(n_clusters=best[1], n_init=N_INIT, random_state=seed % 2**31).fit(X)
+    # every row, started from the sample's centres: one Lloyd run, not N_INIT fresh ones (4× less at paper scale)
+    km = KMeans(n_clusters=best[1], init=best[2].cluster_centers_, n_init=1, random_state=seed % 2**31).fit(X)
     return best[1], km.labels_.astype(int), table
 
 
