@@ -129,6 +129,7 @@ def baseline(tmp_path_factory, cfg, published):
     return (prompts, *run_world(tmp_path_factory.mktemp("referee"), cfg, published, published, prompts))
 
 
+@pytest.mark.slow
 def test_every_planted_row_is_recovered(baseline):
     prompts, world, rep, table = baseline
     rows = planted_rows(world)
