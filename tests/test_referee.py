@@ -39,7 +39,7 @@ N_IMAGES = 100
 # since a higher one can be out of reach of the rows that bound the same prompts (SD's surnames: 0.523 and three
 # surnames below 0.1)
 MOVES = {"mean_tvd": -0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
-         "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0}
+         "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0, "share_reaching": 1.0}
 REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin"}
 
