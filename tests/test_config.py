@@ -178,13 +178,17 @@ def test_params_file_loads():
 @pytest.mark.parametrize("profile", sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")))
 def test_a_run_is_real_only_when_nothing_in_it_is_a_stand_in(profile_sandbox, profile):
     """One banner rule under every profile: the offline profiles (planted generators, simulated classifier and
-    raters, the tiny VLM and editor, packaged photos) are stand-in runs whatever their name; paper and current
-    are real. The oracle is each profile's own backends, listed by hand."""
+    raters, the tiny VLM and editor, packaged photos) and the referee profile (every model planted) are stand-in runs
+    whatever their name; paper and current are real. The oracle is each profile's own backends, listed by hand."""
     cfg = apply_profile(profile, profile_sandbox / "params.yaml", profile_sandbox / "profiles")
     fakes = cfg.stand_ins()
     if profile.startswith("offline"):
         for part in ("models.planted-a: planted", "classify.vlm: simulated", "vlms.planted: planted", "vlms.tiny: tiny",
                      "counterfactuals: tiny", "reliability.simulate: SIMULATED raters"):
+            assert part in fakes, (profile, part)
+    elif profile == "referee":  # every model PLANTED at the published values (docs/referee.md)
+        for part in ("models.imagen-4-fast: planted", "models.sd35-large-turbo: planted", "models.flux-schnell: planted",
+                     "classify.vlm: simulated", "vlms.gpt-5: planted", "reliability.simulate: SIMULATED raters"):
             assert part in fakes, (profile, part)
     else:
         assert fakes == [], (profile, fakes)

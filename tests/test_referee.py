@@ -35,9 +35,11 @@ from biasaudit.report.replication import (
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("white", "black", "asian", "hispanic", "other")
 N_IMAGES = 100
-# the margin each planted target is moved by (a claim is moved to the other side of its bound)
-MOVES = {"mean_tvd": 0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
-         "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0}
+# the margin each planted target is moved by (a claim is moved to the other side of its bound); a TVD down,
+# since a higher one can be out of reach of the rows that bound the same prompts (SD's surnames: 0.523 and three
+# surnames below 0.1)
+MOVES = {"mean_tvd": -0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
+         "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0, "share_reaching": 1.0}
 REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin"}
 
@@ -110,7 +112,7 @@ def moved(published: pd.DataFrame, rid: str) -> pd.DataFrame:
         out.at[i, "relation"] = {"<": ">", ">": "<"}[rel]
     else:
         step = MOVES[out.at[i, "statistic"]]
-        out.at[i, "value"] = str(value + step if value + step < (1.0 if step < 1 else math.inf) else value - step)
+        out.at[i, "value"] = str(value + step if 0 <= value + step < (1.0 if abs(step) < 1 else math.inf) else value - step)
     return out
 
 
@@ -127,6 +129,7 @@ def baseline(tmp_path_factory, cfg, published):
     return (prompts, *run_world(tmp_path_factory.mktemp("referee"), cfg, published, published, prompts))
 
 
+@pytest.mark.slow
 def test_every_planted_row_is_recovered(baseline):
     prompts, world, rep, table = baseline
     rows = planted_rows(world)
