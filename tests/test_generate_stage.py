@@ -133,6 +133,11 @@ def test_stage_manifest_resume_and_invalidation(tmp_path, monkeypatch):
 
 
 def test_stage_with_api_backend_counts_retries_refusals_and_black(tmp_path, monkeypatch):
+    from datetime import date
+
+    from biasaudit import lifecycle
+
+    monkeypatch.setattr(lifecycle, "today", lambda: date(2026, 8, 1))  # before Imagen 4 Fast's shutdown date
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TEST_IMAGEN_KEY", "secret-in-env-only")
     write_prompts(tmp_path, n=4)

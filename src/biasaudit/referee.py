@@ -179,7 +179,7 @@ PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "focus_races": design_setting("the five races"), "focus_genders": design_setting("the two genders"),
     "n_vlms": design_setting("vlms: (profiles/referee.yaml)"), "n_task_kinds": design_setting("reflect.tasks"),
     "two_afc_scenarios": design_setting("reflect.two_afc_tasks"),
-    "mcq_options": design_setting("reflect_analysis.salary_brackets / education_levels"),
+    "mcq_options": design_setting("the salary brackets and education levels of the reflect_analysis section"),
     "share_negative_delta_g": lambda world, row: (
         "the planted VLMs' declared MCQ salary shifts (params/vlm.py PlantedMCQ.shift): every non-White race's "
         "below White's"),

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from biasaudit.backends.vlm.base import OK, OnResult, VLMBackend, VLMRequest, VLMResponse, failed
 from biasaudit.known_truth import confusion_array
+from biasaudit.params.classify import VLMSpec  # at run time: typing.get_type_hints resolves the factories' hints
 from biasaudit.pipeline.provenance import derive_seed, stable_hash
 from biasaudit.registry import register
-
-if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
-    from biasaudit.params.classify import VLMSpec
 
 SIMULATED = "SIMULATED"
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from biasaudit.backends.vlm.base import VLMBackend
 from biasaudit.backends.vlm.clip_zeroshot import ClipZeroShot
+from biasaudit.params.classify import VLMSpec  # at run time: typing.get_type_hints resolves the factory's hints
 from biasaudit.registry import register
-
-if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
-    from biasaudit.params.classify import VLMSpec
 
 TINY_MODELS = ("tiny-open-clip", "tiny-qwen2-vl", "tiny-qwen2-vl-digits")
 TINY_DIR_ENV = "BIASAUDIT_TINY_DIR"  # where tiny weights are built (default: models/tiny)
