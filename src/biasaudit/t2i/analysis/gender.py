@@ -27,9 +27,10 @@ from biasaudit import contracts as C
 from biasaudit import known_truth as K
 from biasaudit import registry
 from biasaudit.contracts import UNKNOWN
+from biasaudit.known_truth import confusion_array
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.stats.correction import confusion_array, corrected_deviation, debiased_tvd
+from biasaudit.stats.correction import corrected_deviation, debiased_tvd
 from biasaudit.stats.tvd import tvd
 from biasaudit.t2i.analysis.inputs import Boot, Inputs
 from biasaudit.t2i.analysis.representation import _by_category
