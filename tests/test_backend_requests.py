@@ -323,6 +323,7 @@ def test_classify_stage_in_batch_mode_submits_the_whole_run_at_once(tmp_path, mo
     with VLMServer(batch_state="poll", polls_to_finish=2) as server:
         raw = read_yaml(root / "params.yaml")
         raw["models"] = {"m": {"backend": "packaged-photos", "width": 512, "height": 512}}
+        raw["benchmarks"]["gender_set"] = ""  # the race question alone (gender is a second question of its own)
         raw["classify"] |= {"batch_size": 8, "cache_path": str(tmp_path / "cache.sqlite"),
                             "vlm": {"backend": "gemini", "model_id": "gemini-2.5-flash", "base_url": server.gemini_url,
                                     "api_key_env": "NOPE", "batch_mode": True, "batch_max_requests": 16,

@@ -99,7 +99,7 @@ def women_share_regression(skin: pd.DataFrame, group: str, level: float) -> pd.D
     rows = []
     for model, sub in skin.groupby("model", sort=True):
         s = sub[sub.get("category") == "occupation"]
-        s = s[s["pct_women"].notna()] if "pct_women" in s else s.iloc[:0]
+        s = s[s["pct_women"].notna()] if "pct_women" in s else s.iloc[:0].assign(pct_women=np.nan)
         x = s["pct_women"] / WOMEN_UNIT
         seed = s["label"] == group
         pooled = s["label"] != UNKNOWN
