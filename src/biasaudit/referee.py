@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
+from biasaudit.report.replication import subset_of
 
 PLANTED = "PLANTED"
 BACKEND = "referee-planted"
@@ -47,15 +48,6 @@ def _num(x: Any) -> float:
         return float(x)
     except (TypeError, ValueError):
         return math.nan
-
-
-def subset_of(text: str) -> dict[str, str]:
-    out = {}
-    for part in str(text or "").split(";"):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 # ------------------------------------------------------------------------------ the world
