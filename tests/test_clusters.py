@@ -112,3 +112,17 @@ def test_k_chosen_on_a_sample_still_clusters_every_face(tmp_path, monkeypatch):
     k, found, table = clusters.choose_k(X, (2, 6), 7)
     assert k == K_TRUE and len(found) == len(X) and (table["sample"] == 200).all()
     assert adjusted_rand_score(meta["image_id"].map(truth).to_numpy(), found) >= 0.9
+
+
+def test_the_linear_cosine_silhouette_is_sklearns():
+    """choose_k's silhouette (cluster sums, O(n·k·d)) against sklearn's silhouette_score over the n × n cosine
+    distances, with rows not of unit length, a singleton cluster and unbalanced sizes."""
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 12)) * rng.uniform(0.5, 3.0, size=(300, 1)) + np.repeat(rng.normal(size=(5, 12)), 60, 0)
+    labels = np.repeat(np.arange(5), 60)
+    labels[7] = 9  # a cluster of one face: silhouette 0 by definition
+    labels[100:150] = 3
+    for lab in (labels, rng.integers(0, 3, 300)):
+        assert clusters.cosine_silhouette(X, lab) == pytest.approx(silhouette_score(X, lab, metric="cosine"), abs=1e-12)

@@ -30,7 +30,7 @@ from biasaudit import contracts as C
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.tvd import tvd
-from biasaudit.t2i.analysis.inputs import Boot, Inputs, _embedding_meta, load_embeddings
+from biasaudit.t2i.analysis.inputs import Boot, Inputs, _embedding_meta, cores, load_embeddings
 from biasaudit.t2i.figures import plot_cluster_exemplars
 
 SPACE = "face"  # identity: the face-recognition embedding (dlib 128-d or ArcFace), not CLIP
@@ -56,25 +56,60 @@ def pooled_embeddings(inputs: Inputs) -> tuple[pd.DataFrame, np.ndarray]:
     return pd.concat(metas, ignore_index=True), X
 
 
+def cosine_silhouette(X: np.ndarray, labels: np.ndarray) -> float:
+    """Mean silhouette (Rousseeuw 1987) under cosine distance, exact, in O(n·k·d): on unit rows a face's summed
+    cosine distance to a cluster is |C| − x·ΣC, so one product with the k cluster sums replaces the n × n distance
+    matrix (what sklearn's silhouette_score(metric="cosine") builds; tests/test_clusters.py checks both agree).
+    A face alone in its cluster scores 0, as there."""
+    U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    ks, lab = np.unique(labels, return_inverse=True)
+    size = np.bincount(lab, minlength=len(ks)).astype(float)
+    sums = np.zeros((len(ks), U.shape[1]))
+    np.add.at(sums, lab, U)
+    G = U @ sums.T  # n × k: each face's summed cosine similarity to each cluster (itself included in its own)
+    rows = np.arange(len(U))
+    own = size[lab]
+    self_sim = np.einsum("ij,ij->i", U, U)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = ((own - 1) - (G[rows, lab] - self_sim)) / (own - 1)
+        mean_to = (size[None, :] - G) / size[None, :]
+    mean_to[rows, lab] = np.inf
+    b = mean_to.min(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.nan_to_num((b - a) / np.maximum(a, b))
+    s[own == 1] = 0.0
+    return float(s.mean())
+
+
 def choose_k(X: np.ndarray, k_range: tuple[int, int], seed: int) -> tuple[int, np.ndarray, pd.DataFrame]:
     """(k, cluster of each row, table k → mean silhouette): k-means for each k of the range on a seeded sample of at
-    most SAMPLE rows, the k of the best silhouette there, then that k fitted to every row."""
+    most SAMPLE rows, the k of the best silhouette there, then that k fitted to every row.
+
+    The fits of the range run on every core, each k-means at 1 thread: sklearn's Lloyd loop at 4,000 rows spends
+    most of its CPU in OpenMP waits when the threads share busy cores (2.5× the CPU at 2 threads on 2 busy cores,
+    benchmarks/results/analyze.txt); each fit has its own seed, so the table does not depend on the workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
+    from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(seed)
     S = X if len(X) <= SAMPLE else X[np.sort(rng.choice(len(X), SAMPLE, replace=False))]
     lo, hi = k_range
-    hi = min(hi, len(S) - 1)
+    ks = list(range(lo, min(hi, len(S) - 1) + 1))
+
+    S32 = S.astype(np.float32)  # fits in float32, the embeddings' stored precision (the full fit: ⅓ the CPU)
+
+    def fit(k: int) -> tuple[Any, float]:
+        km = KMeans(n_clusters=k, n_init=N_INIT, random_state=seed % 2**31).fit(S32)
+        return km, (cosine_silhouette(S, km.labels_) if len(np.unique(km.labels_)) > 1 else np.nan)
+
+    with threadpool_limits(1), ThreadPoolExecutor(max(1, min(len(ks), cores()))) as pool:
+        fits = list(pool.map(fit, ks))
     rows, best = [], None
-    for k in range(lo, hi + 1):
-        km = KMeans(n_clusters=k, n_init=N_INIT, random_state=seed % 2**31).fit(S)
-        if len(np.unique(km.labels_)) < 2:
-            rows.append({"k": k, "silhouette": np.nan, "inertia": float(km.inertia_), "sample": len(S)})
-            continue
-        s = float(silhouette_score(S, km.labels_, metric="cosine"))
+    for k, (km, s) in zip(ks, fits):
         rows.append({"k": k, "silhouette": s, "inertia": float(km.inertia_), "sample": len(S)})
-        if best is None or s > best[0]:
+        if np.isfinite(s) and (best is None or s > best[0]):
             best = (s, k, km)
     table = pd.DataFrame(rows)
     if best is None:
@@ -83,7 +118,9 @@ def choose_k(X: np.ndarray, k_range: tuple[int, int], seed: int) -> tuple[int, n
     if S is X:
         return best[1], best[2].labels_.astype(int), table
     # every row, started from the sample's centres: one Lloyd run, not N_INIT fresh ones (4× less at paper scale)
-    km = KMeans(n_clusters=best[1], init=best[2].cluster_centers_, n_init=1, random_state=seed % 2**31).fit(X)
+    with threadpool_limits(1):
+        km = KMeans(n_clusters=best[1], init=best[2].cluster_centers_, n_init=1,
+                    random_state=seed % 2**31).fit(X.astype(np.float32))
     return best[1], km.labels_.astype(int), table
 
 

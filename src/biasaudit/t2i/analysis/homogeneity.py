@@ -3,7 +3,6 @@ by race and by L* bin, per model and embedding space (biasaudit.stats.homogeneit
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,7 +21,7 @@ from biasaudit.stats.homogeneity import (
     prompt_blocks,
     within_prompt_table,
 )
-from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, load_embeddings
+from biasaudit.t2i.analysis.inputs import SPACES, Boot, Inputs, _embedding_meta, cores, load_embeddings
 from biasaudit.t2i.figures import plot_gap_heatmap, plot_similarity_by_bin
 
 BYS = ("race", "L_bin")
@@ -94,8 +93,7 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     boot = Boot.of(cfg)
     res = Result("homogeneity", "Homogeneity gap (CLIP and face embeddings)")
     units = [(model, space) for model in inputs.models for space in SPACES]
-    workers = max(1, min(len(units), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                         else os.cpu_count() or 1))
+    workers = max(1, min(len(units), cores()))
     with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(lambda u: _model_space(inputs, cfg, boot, *u), units))
     tables: dict[str, list[pd.DataFrame]] = {by: [p[by] for p in parts if by in p] for by in BYS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,11 @@ class Inputs:
     def models(self) -> list[str]:
         seen = [*self.manifests.get("model", []), *self.labels.get("model", []), *self.faces.get("model", [])]
         return list(dict.fromkeys(map(str, seen)))
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _read_parquets(paths: list[Path], what: str, notes: dict[str, str]) -> pd.DataFrame:
