@@ -145,15 +145,16 @@ def write_paper_tree(root: Path, seed: int = 2026) -> Path:
     return root
 
 
-def paper_config():
-    """params.yaml with the paper profile's analyze values (the keys profiles/paper.yaml sets)."""
+def paper_config(sections: tuple[str, ...] = ("analyze.",)):
+    """params.yaml with the paper profile's values of these sections (the keys profiles/paper.yaml sets)."""
     from biasaudit.config import read_yaml, validate
 
     raw = read_yaml(Path("params.yaml"))
     profile = read_yaml(Path("profiles/paper.yaml"))
     for key, value in profile.items():
-        if key.startswith("analyze."):
-            raw["analyze"][key.split(".", 1)[1]] = value
+        if key.startswith(sections):
+            section, name = key.split(".", 1)
+            raw[section][name] = value
     return validate(raw)
 
 

@@ -2,10 +2,11 @@
 paper; the classifier-free view of Stable Bias).
 
 Method (declared): the face embeddings of all models are pooled, L2-normalised, and clustered by scikit-learn's
-k-means (k-means++, N_INIT initialisations, seeded). k is the value in `analyze.cluster_k_range` with the best mean
-cosine silhouette of a k-means fit to a seeded sample of at most SAMPLE faces (its silhouette on that sample);
-the chosen k is then fitted to every face. (At paper scale, 45,000 faces, fitting every k to every face would
-cost minutes; the sample decides k, every face is clustered.) Then:
+k-means (k-means++, N_INIT initialisations, seeded; fitted in float32, the embeddings' stored precision). k is the
+value in `analyze.cluster_k_range` with the best mean cosine silhouette of a k-means fit to a seeded sample of at
+most SAMPLE faces (its exact silhouette on that sample, from the cluster sums: cosine_silhouette); the chosen k is
+then fitted to every face. (At paper scale, 45,000 faces, fitting every k to every face would cost minutes; the
+sample decides k, every face is clustered.) Then:
 
 * per model × prompt, the distribution of its faces over the clusters (table `cluster_shares`);
 * per model, the TVD of its cluster distribution from the other models' (pooled) and from all models' (pooled),

@@ -1,0 +1,103 @@
+"""Method B's analysis at the paper's size: CPU seconds per VLM and per section (issue #47 item 5: ≤ 5 CPU s per
+VLM at 48 photos).
+
+Input: SIMULATED answers, not a model's: for each of 5 VLMs a whole REFLECT response table drawn by the planted
+simulator (vlm/planted.simulate_responses: every 2AFC and MCQ task, salary, the placebo tasks of params.yaml and
+the null-edit control) for 48 source photos (8 per occupation of sources.occupations, the paper profile's photos_per_occupation),
+each VLM from its own seed. The VLMs are read as real ones (no planted truth attached), so the validation section
+does not run, as for the paper's VLMs; `--planted` attaches the declared effects and times it too.
+
+Settings: params.yaml with the paper profile's reflect_analysis values (n_permutations 9999; `--offline`:
+params.yaml as it is). The sections run in
+the stage's order (notebooks/vlm_reflect_analysis.py) with the OutputWriter (figures as PNG and SVG), then the
+summary. One untimed warm-up VLM (imports), then every VLM timed; the medians over the VLMs are reported with
+the load average. CPU seconds of the process (every thread) are the figure: wall seconds on a shared machine
+say more about the other jobs than about the code.
+
+    python benchmarks/bench_reflect_analysis.py [--vlms 5] [--photos 48] [--planted] [--offline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from bench_analyze import paper_config
+
+
+def responses(photos: int, seed: int, cfg) -> pd.DataFrame:
+    from biasaudit.params.vlm import PlantedReflect
+    from biasaudit.vlm import planted as P
+
+    occ = list(cfg.sources.occupations)
+    units = pd.DataFrame({"unit": [f"{occ[i % len(occ)]}/p{i:02d}" for i in range(photos)],
+                          "occupation": [occ[i % len(occ)] for i in range(photos)]})
+    r = cfg.reflect
+    return P.simulate_responses(PlantedReflect(), units, np.random.default_rng(seed),
+                                placebo_two_afc_tasks=tuple(r.placebo_two_afc_tasks),
+                                placebo_mcq_tasks=tuple(r.placebo_mcq_tasks), controls=True)
+
+
+def run_vlm(answers, cfg, writer) -> dict[str, float]:
+    from biasaudit.vlm.analysis import controls, gaps, interaction, refusals, significance, two_afc, validation
+
+    cpu = {}
+    for name, mod in (("validation", validation), ("two_afc", two_afc), ("gaps", gaps), ("refusals", refusals),
+                      ("significance", significance), ("interaction", interaction), ("controls", controls)):
+        c = time.process_time()
+        res = mod.compute(answers, cfg)
+        if res is not None:
+            writer.add(res)
+        cpu[name] = time.process_time() - c
+    return cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vlms", type=int, default=5)
+    ap.add_argument("--photos", type=int, default=48)
+    ap.add_argument("--planted", action="store_true", help="attach the declared effects: the validation section runs")
+    ap.add_argument("--offline", action="store_true", help="params.yaml as it is (n_permutations of the offline demo)")
+    args = ap.parse_args()
+    from biasaudit.params.vlm import PlantedReflect
+    from biasaudit.pipeline.outputs import OutputWriter
+    from biasaudit.vlm.analysis import summary
+    from biasaudit.vlm.analysis.inputs import Answers, Inputs
+
+    cfg = paper_config(() if args.offline else ("reflect_analysis.",))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; n_permutations "
+          f"{cfg.reflect_analysis.n_permutations}, n_boot {cfg.reflect_analysis.n_boot}", flush=True)
+    tables = {f"vlm{i}": responses(args.photos, 1000 + i, cfg) for i in range(args.vlms + 1)}
+    planted = PlantedReflect() if args.planted else None
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = OutputWriter(Path(tmp) / "vlm")
+        run_vlm(Answers("warm-up", tables.pop(f"vlm{args.vlms}"), planted), cfg, writer)  # imports, untimed
+        writer = OutputWriter(Path(tmp) / "vlm")
+        per, all_answers = [], []
+        for name, df in tables.items():
+            answers = Answers(name, df, planted)
+            all_answers.append(answers)
+            c = time.process_time()
+            cpu = run_vlm(answers, cfg, writer)
+            cpu["total"] = time.process_time() - c
+            per.append(cpu)
+            print(f"{name}: {len(df)} answers, {cpu['total']:.2f} CPU s, load {os.getloadavg()[0]:.1f}", flush=True)
+        c = time.process_time()
+        summary.compute(Inputs(all_answers, []), cfg)
+        writer.finish(profile="paper", stand_in=True, method="B (FOCUS/REFLECT)")
+        tail = time.process_time() - c
+    med = {k: statistics.median(p[k] for p in per) for k in per[0]}
+    print("CPU seconds per VLM (median over VLMs):", json.dumps({k: round(v, 2) for k, v in med.items()}))
+    print(f"summary + figures written once for all VLMs: {tail:.2f} CPU s; per VLM with its share of it: "
+          f"{med['total'] + tail / len(per):.2f} CPU s (goal ≤ 5)")
+
+
+if __name__ == "__main__":
+    main()
