@@ -177,6 +177,7 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
     sections = [importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS]
 
     cfg = paper_config()
+    np.random.seed(cfg.seed % 2**32)  # as the notebook's banner does (seaborn's strip jitter draws from it)
     t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
@@ -270,6 +271,8 @@ def compare_tables(new: Path, reference: Path) -> dict[str, object]:
             other += int((np.isfinite(x) != np.isfinite(y)).sum())
             worst[ref.stem] = float(np.abs(x - y)[both].max()) if both.any() else 0.0
         rest = [c for c in a.columns if c not in num]
+        if not rest:
+            continue
         both_missing = a[rest].isna().to_numpy() & b[rest].isna().to_numpy()
         other += int(((a[rest].astype(str).to_numpy() != b[rest].astype(str).to_numpy()) & ~both_missing).sum())
     top = max(worst, key=worst.get) if worst else None

@@ -126,3 +126,6 @@ def test_the_linear_cosine_silhouette_is_sklearns():
     labels[100:150] = 3
     for lab in (labels, rng.integers(0, 3, 300)):
         assert clusters.cosine_silhouette(X, lab) == pytest.approx(silhouette_score(X, lab, metric="cosine"), abs=1e-12)
+        # the table's inertia: the partition's squared distances to its cluster means, summed
+        brute = sum(((X[lab == c] - X[lab == c].mean(axis=0)) ** 2).sum() for c in np.unique(lab))
+        assert clusters.within_ss(X, lab) == pytest.approx(brute, rel=1e-12)

@@ -82,6 +82,14 @@ def cosine_silhouette(X: np.ndarray, labels: np.ndarray) -> float:
     return float(s.mean())
 
 
+def within_ss(X: np.ndarray, labels: np.ndarray) -> float:
+    """k-means' inertia of a partition in float64 (Σ‖x‖² − Σ_c ‖Σ_{x∈c} x‖² / |c|), whatever precision the fit ran in."""
+    _, lab = np.unique(labels, return_inverse=True)
+    sums = np.zeros((lab.max() + 1, X.shape[1]))
+    np.add.at(sums, lab, X)
+    return float(np.einsum("ij,ij->", X, X) - (np.einsum("ij,ij->i", sums, sums) / np.bincount(lab)).sum())
+
+
 def choose_k(X: np.ndarray, k_range: tuple[int, int], seed: int) -> tuple[int, np.ndarray, pd.DataFrame]:
     """(k, cluster of each row, table k → mean silhouette): k-means for each k of the range on a seeded sample of at
     most SAMPLE rows, the k of the best silhouette there, then that k fitted to every row.
@@ -109,7 +117,7 @@ def choose_k(X: np.ndarray, k_range: tuple[int, int], seed: int) -> tuple[int, n
         fits = list(pool.map(fit, ks))
     rows, best = [], None
     for k, (km, s) in zip(ks, fits):
-        rows.append({"k": k, "silhouette": s, "inertia": float(km.inertia_), "sample": len(S)})
+        rows.append({"k": k, "silhouette": s, "inertia": within_ss(S, km.labels_), "sample": len(S)})
         if np.isfinite(s) and (best is None or s > best[0]):
             best = (s, k, km)
     table = pd.DataFrame(rows)
