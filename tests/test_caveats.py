@@ -93,7 +93,7 @@ def test_the_card_shows_the_flag_beside_the_black_rows_and_calls_none_robust(sel
     root, *_ = selective_null
     out = root / "audit"
     ac.build_cards(root / "reports", root / "responses", ac.Resampling(300, 0.95, "percentile", 1),
-                   ac.Resampling(300, 0.95, "percentile", 1), {}, stand_in=True, out_dir=out)
+                   ac.Resampling(300, 0.95, "percentile", 1), {"salary_salary": None}, stand_in=True, out_dir=out)
     card = pd.read_csv(out / "v.csv", keep_default_na=False)
     black = card[card["measure"].str.startswith("2afc income") & card["category"].isin(["Black", "Black man"])]
     assert len(black) == 2 and (black["refusal_gap"].astype(str) == "True").all()

@@ -599,12 +599,6 @@ def primary_block(vlm: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-# the unit of a difference in each single-image measure (the values of reflect_analysis.salary_brackets and
-# education_levels; salaries in USD per year)
-MEASURE_UNITS = {"salary_salary": "USD per year", "mcq_salary": "USD per year (bracket midpoint)",
-                 "mcq_education": "years of schooling (level value)"}
-
-
 def _references(vlm: Outputs) -> dict[str, str]:
     """The reference group of each dimension, as the Δg tables name it (`reference`), else ''."""
     out: dict[str, str] = {}
@@ -614,8 +608,12 @@ def _references(vlm: Outputs) -> dict[str, str]:
     return out
 
 
-def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
-    """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests."""
+def significance_block(vlm: Outputs, reports: Path, level: str, units: dict[str, str] | None = None) -> Block:
+    """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests. `units`: what one unit
+    of each measure's difference is (params.vlm.task_units: the declared tasks' `unit`; None: the default tasks')."""
+    from biasaudit.params.vlm import Reflect, task_units
+
+    units = task_units(Reflect()) if units is None else units
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
     ols, flips = vlm.tables_of(C.OLS), vlm.tables_of(C.SIGN_FLIP)
     _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.significance.compute", *(t for _, t in ols + flips))
@@ -639,7 +637,7 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
                 refs.get(effect.split(":")[0], "")
             rows.append({"vlm": k["vlm"], "test": kind,
                          "effect (vs the reference group)": f"{effect.split(':')[-1]} vs {ref}" if ref else effect,
-                         "measure": r["measure"], "unit": MEASURE_UNITS.get(str(r["measure"]), "answer value"),
+                         "measure": r["measure"], "unit": units.get(str(r["measure"]), "answer value"),
                          f"difference [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"]),
                          "caveats (of this measure and group)": cav.get((k["vlm"], str(r["measure"]), effect), "")})
     sentence = (f"{len(rows)} of {n_tests} tested effects (cluster-robust OLS terms and sign-flip tests, adjusted as "
@@ -886,15 +884,17 @@ def gender_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str, list[Block]]:
-    """Every block of the front page; `labels` are the active group set's (Params.groups), in table order."""
+def build_blocks(reports: Path, level: str, labels: tuple[str, ...], units: dict[str, str] | None = None
+                 ) -> dict[str, list[Block]]:
+    """Every block of the front page; `labels` are the active group set's (Params.groups), in table order;
+    `units` each Method B measure's (params.vlm.task_units)."""
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),
                      gender_block(t2i, reports, level),
                      homogeneity_block(t2i, reports, level, labels), kappa_block(t2i, reports, level)],
         "method_b": [primary_block(vlm, reports, level), winrate_block(vlm, reports, level),
-                     delta_g_block(vlm, reports, level), significance_block(vlm, reports, level)],
+                     delta_g_block(vlm, reports, level), significance_block(vlm, reports, level, units)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
                    instruments_block(t2i, reports, level), calibration_block(t2i, reports, level)],
     }

@@ -22,6 +22,7 @@ import pandas as pd
 from jinja2 import Environment, select_autoescape
 
 from biasaudit import contracts as C
+from biasaudit.params.vlm import task_units
 from biasaudit.pipeline.io import atomic_write_text
 from biasaudit.pipeline.provenance import git_commit, stable_hash, utc_now
 from biasaudit.report.front import Block, build_blocks, headline_findings
@@ -304,7 +305,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     stand_in = bool(params.stand_ins()) or bool(t2i.metrics.get("stand_in"))
     lvl = f"{level:.0%}"
-    blocks = build_blocks(reports, lvl, params.groups)
+    blocks = build_blocks(reports, lvl, params.groups, task_units(params.reflect))
     findings = headline_findings(blocks)
     t2i_secs = manifest_sections(t2i, reports, max_table_rows)
     rel = _folder_section(reports / "t2i/reliability", reports, max_table_rows, "reliability_files",

@@ -74,15 +74,17 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.params.vlm import GENDERS, RACES, Reflect, answer_values
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
     from biasaudit.params.vlm import PlantedReflect
 
-TWO_AFC_TASKS = ("income", "education", "safety")
-MCQ_TASKS = ("salary", "education")
+_DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec), the simulations' default design
+TWO_AFC_TASKS = tuple(_DECLARED.of_kind("2afc"))
+MCQ_TASKS = tuple(_DECLARED.of_kind("mcq"))
+SINGLE_MEASURES = tuple(label for label, spec in _DECLARED.task_specs.items() if spec.kind != "2afc" and not spec.placebo)
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()  # E f(Z) = Σ w f(x) for Z ~ N(0, 1)
@@ -160,6 +162,17 @@ def would_answer(planted: PlantedReflect) -> Any:
 def selective(planted: PlantedReflect) -> bool:
     sel = planted.selective_refusal
     return bool(sel.groups) and (sel.two_afc > 0 or sel.low_answer > 0)
+
+
+def with_letters(planted: PlantedReflect, values: dict[str, dict[str, float] | None]) -> PlantedReflect:
+    """`planted` with an answer distribution for every declared MCQ task (`values`: measure → letter values)
+    that declares none in mcq.base: every letter equally likely (and no group effect unless mcq.shift has one)."""
+    missing = {m.split("_", 1)[1]: len(v) for m, v in values.items() if m.startswith("mcq_") and v
+               and m.split("_", 1)[1] not in planted.mcq.base}
+    if not missing:
+        return planted
+    base = dict(planted.mcq.base) | {t: [1 / n] * n for t, n in missing.items()}
+    return planted.model_copy(update={"mcq": planted.mcq.model_copy(update={"base": base})})
 
 
 def cut_points(base: list[float]) -> np.ndarray:
@@ -466,7 +479,7 @@ def value_means(planted: PlantedReflect, measure: str, values: dict[str, float] 
     """E[answer value | group] (10,), marginal over photo effects; salary averaged over the photos'
     occupations (each photo once)."""
     codes = np.array(GROUP_CODES)
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         s = planted.salary
         scale = float(salary_base(planted, occupations).mean()) * np.exp((s.photo_sd ** 2 + s.noise_sd ** 2) / 2)
         return scale * np.exp(salary_effect(planted, codes))
@@ -523,23 +536,25 @@ def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_ref
     return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
 
 
-def letter_values(analysis: Any) -> dict[str, dict[str, float] | None]:
+def letter_values(values: dict[str, dict[str, float] | None] | None = None) -> dict[str, dict[str, float] | None]:
     """The numeric value of each letter per measure (`<kind>_<task>`), as the analysis reads them
-    (vlm.analysis.inputs.answer_scales); the salary recommendation is its own value (None)."""
-    return {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,
-            "salary_salary": None, **{f"mcq_{t}": v for t, v in getattr(analysis, "placebo_levels", {}).items()}}
+    (vlm.analysis.inputs.answer_scales; None: the declared tasks' of params.vlm); a salary task is its own value (None)."""
+    return answer_values(_DECLARED) if values is None else values
 
 
 def estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
-              measures=("mcq_salary", "mcq_education", "salary_salary"), both_orders: bool = True) -> dict[str, Any]:
+              measures=SINGLE_MEASURES, both_orders: bool = True,
+              values: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
     """Every planted value the validation compares with (see the module docstring). `units` lists the
     design's source photos (unit, occupation); `analysis` is the reflect_analysis section; `both_orders`
-    whether each 2AFC pair was asked in both orders (reflect.both_orders)."""
+    whether each 2AFC pair was asked in both orders (reflect.both_orders); `values` each measure's letter
+    values (None: the declared tasks')."""
+    values = letter_values(values)
+    planted = with_letters(planted, values)
     out: dict[str, Any] = {"two_afc": {t: two_afc_estimands(planted, t, analysis.bt_reference, both_orders)
                                        for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
     pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
-    values = letter_values(analysis)
     for measure in measures:
         m = value_means(planted, measure, values[measure], units["occupation"].to_numpy(str))
         out["single"][measure] = {
@@ -569,9 +584,10 @@ def control_share_edit(planted: PlantedReflect, task: str, both_orders: bool = T
 def control_delta_pct(planted: PlantedReflect, measure: str, values: dict[str, float] | None) -> float:
     """Within-photo Δ (%) of the null edit vs the original: 100 · (E[value | null edit] / E[value | original] − 1),
     both images sharing the photo effect (salary: the occupation and photo factors cancel: 100 · (e^a − 1))."""
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         return float(100 * np.expm1(salary_effect(planted, NULL_EDIT) - salary_effect(planted, ORIGINAL)))
     task = measure.split("_", 1)[1]
+    planted = with_letters(planted, {measure: values})
     v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
     m = [float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
          for e in mcq_shift(planted, task, [NULL_EDIT, ORIGINAL])]
@@ -678,7 +694,7 @@ def single_moments(planted: PlantedReflect, measure: str, values: dict[str, floa
     sel = planted.selective_refusal
     extra = sel.low_answer * np.isin(codes, sel.groups)
     kept_edit, base = 1 - loss(planted, codes), refusal(planted, codes)
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         s = planted.salary
         z, w = nodes_and_weights(s.photo_sd)
         mu = salary_effect(planted, codes)[None, :] + z[:, None]
@@ -751,15 +767,17 @@ def ols_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_referenc
 
 
 def complete_case_estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
-                            measures=("mcq_salary", "mcq_education", "salary_salary"),
-                            both_orders: bool = True) -> dict[str, Any]:
+                            measures=SINGLE_MEASURES, both_orders: bool = True,
+                            values: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
     """What the complete-case estimators converge to under any planted refusal, answer-dependent
     (`selective_refusal`) or not: `estimands`' tables (plus `winrate_symmetric`: the order-symmetric
-    estimator's win rates), equal to them when refusal does not depend on the answer."""
+    estimator's win rates), equal to them when refusal does not depend on the answer. `values`: as `estimands`."""
+    values = letter_values(values)
+    planted = with_letters(planted, values)
     out: dict[str, Any] = {"two_afc": {t: two_afc_complete_case(planted, t, analysis.bt_reference, both_orders)
                                        for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
-    values, lows = letter_values(analysis), []
+    lows = []
     sel = planted.selective_refusal
     for measure in measures:
         w, q, a, low = single_moments(planted, measure, values[measure], units["occupation"].to_numpy(str))

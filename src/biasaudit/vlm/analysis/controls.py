@@ -160,7 +160,7 @@ def planted_placebo(tests: pd.DataFrame, answers: Answers, cfg: Any) -> pd.DataF
     two = df[df["kind"] == "2afc"]
     measures = tuple(f"mcq_{t}" for t in df.loc[df["kind"] == "mcq", "task"].unique())
     truth = P.estimands(answers.planted, design(df), cfg.reflect_analysis, two_afc_tasks=tuple(two["task"].unique()),
-                        measures=measures, both_orders=bool((two["order"] == 1).any()))
+                        measures=measures, both_orders=bool((two["order"] == 1).any()), values=answer_scales(cfg))
     values = []
     for r in tests.itertuples():
         if r.test == "bradley_terry":
