@@ -46,7 +46,6 @@ from IPython.display import Markdown, display
 from biasaudit import contracts as C
 from biasaudit import groupsets
 from biasaudit.notebook import banner, stage_params
-from biasaudit.params.vlm import answer_values
 from biasaudit.pipeline.provenance import git_commit_date, run_info
 from biasaudit.report import build_index, power
 from biasaudit.report.assumptions import ASSUMPTIONS_CSV, build_assumptions
@@ -56,6 +55,7 @@ from biasaudit.report.headline import count, write_headline
 from biasaudit.report.html import replication_summary
 from biasaudit.report.replication import Run, alternative_readings, build_replication
 from biasaudit.report.trail import export_all
+from biasaudit.vlm.declared import answer_values
 
 cfg, params = stage_params("report")
 banner(cfg)
@@ -80,7 +80,7 @@ display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; t
 
 # %%
 ra = cfg.reflect_analysis
-scales = answer_values(cfg.reflect, placebo=False)  # the declared real tasks' answer values (params.vlm.TaskSpec)
+scales = answer_values(cfg.reflect, placebo=False)  # the declared real tasks' answer values (vlm.declared)
 gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown beside the benchmark and parity
 info = run_info(cfg.model_dump())  # what every card and CSV row carries to name its run
 cards = build_cards(reports, C.RESPONSES_DIR,

@@ -7,11 +7,12 @@ from importlib import import_module
 import numpy as np
 import pandas as pd
 
-from biasaudit.params.vlm import PlantedReflect, Reflect, TaskSpec, answer_values
+from biasaudit.params.vlm import PlantedReflect, Reflect, TaskSpec
 from biasaudit.report import audit_card as ac
 from biasaudit.vlm import planted as P
 from biasaudit.vlm import tasks
 from biasaudit.vlm.analysis import SECTIONS
+from biasaudit.vlm.declared import answer_values
 from biasaudit.vlm.groups import group_rows
 
 from .fixtures_vlm import answers, config

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.params.vlm import answer_values
 from biasaudit.report.replication import subset_of
 
 PLANTED = "PLANTED"
@@ -596,6 +595,7 @@ def write_tables(tables: Mapping[str, Mapping[str, pd.DataFrame]], root: Path, i
 def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Representation,
                                                                    dict[str, dict[str, pd.DataFrame]]]:
     prompts = pd.read_csv(Path(root) / cfg.generate.prompts_file, dtype={"prompt_id": str})
+
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     rep = solve_representation(world, prompts, published)
     return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
@@ -631,15 +631,16 @@ def planted_responses(cfg: Any, vlm: str) -> pd.DataFrame:
     """One planted VLM's REFLECT answers for the referee design, drawn by vlm.planted.simulate_responses (the
     same draws as the planted backend) from the VLM's declared effects (vlms.<vlm>.planted)."""
     from biasaudit.pipeline.provenance import derive_seed
+    from biasaudit.vlm.declared import of_kind
     from biasaudit.vlm.planted import simulate_responses
 
     spec, r = cfg.vlms[vlm], cfg.reflect
     rng = np.random.default_rng(derive_seed(cfg.seed, "referee", vlm))
     units = focus_units(cfg)
-    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(r.of_kind("2afc")),
-                            mcq_tasks=tuple(r.of_kind("mcq")), salary=bool(r.of_kind("salary")),
-                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(r.of_kind("2afc", placebo=True)),
-                            placebo_mcq_tasks=tuple(r.of_kind("mcq", placebo=True)), controls=cfg.counterfactuals.null_edit)
+    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(of_kind(r, "2afc")),
+                            mcq_tasks=tuple(of_kind(r, "mcq")), salary=bool(of_kind(r, "salary")),
+                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(of_kind(r, "2afc", placebo=True)),
+                            placebo_mcq_tasks=tuple(of_kind(r, "mcq", placebo=True)), controls=cfg.counterfactuals.null_edit)
     base = df["unit"].str.split("/").str[1]
     return df.assign(base_id=base, vlm=vlm, backend=spec.backend, model_id=spec.model_id, revision="referee v1",
                      stand_in=True, reason="", prompt_version=r.prompt_version,
@@ -665,6 +666,7 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     """Build the replication table of the referee run (reports/replication.csv and its page) and print every
     row that is not recovered; 0 when each row is covered or a named chance miss."""
     from biasaudit.report.replication import CHANCE_MISS, build_replication
+    from biasaudit.vlm.declared import answer_values
 
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     table = build_replication(

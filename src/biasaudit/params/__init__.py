@@ -13,7 +13,7 @@ from biasaudit.params.execution import Execution
 from biasaudit.params.faces import Baseline, Faces, Instruments
 from biasaudit.params.generate import Generate, Models
 from biasaudit.params.t2i import Benchmarks, Prompts
-from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits, check_endpoints
+from biasaudit.params.vlm import Counterfactuals, Reflect, ReflectAnalysis, Sources, ValidateEdits
 
 
 class Params(Section):
@@ -116,6 +116,8 @@ class Params(Section):
                 except ValueError as e:
                     raise ValueError(f"models.{name}.{e}") from None
         self.classify.check_groups(groups)
+        from biasaudit.vlm.declared import check_endpoints
+
         check_endpoints(self.reflect_analysis.primary_endpoints, self.reflect)
         self.analyze.check_groups(groups)
         unknown = set(self.reliability.sim_group_accuracy) - set(groups)

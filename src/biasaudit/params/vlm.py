@@ -395,33 +395,11 @@ class Reflect(Section):
             raise ValueError(f"tasks: {unknown} are neither kinds {list(KINDS)} nor labels of task_specs")
         return self
 
-    def asked(self) -> dict[str, TaskSpec]:
-        """The declared tasks asked (their kind or their label listed in `tasks`), in declared order."""
-        return {label: spec for label, spec in self.task_specs.items() if spec.kind in self.tasks or label in self.tasks}
-
-    def of_kind(self, kind: str, placebo: bool | None = False) -> list[str]:
-        """The names of the asked tasks of one kind: the real ones, the placebo ones, or (None) both."""
-        return [task_name(label) for label, spec in self.asked().items()
-                if spec.kind == kind and (placebo is None or spec.placebo == placebo)]
-
-
-def answer_values(reflect: Reflect, placebo: bool | None = None) -> dict[str, dict[str, float] | None]:
-    """The numeric value of each answer per single-image task `<kind>_<task>`, in declared order: each MCQ
-    task's letter values; None for a salary task (its value is the salary). `placebo` False: the real
-    tasks only (True: the placebo ones; None: both)."""
-    return {label: (dict(spec.values) if spec.kind == "mcq" else None) for label, spec in reflect.task_specs.items()
-            if spec.kind != "2afc" and (placebo is None or spec.placebo == placebo)}
-
-
-def task_units(reflect: Reflect) -> dict[str, str]:
-    """What one unit of a difference in each declared task's value is (`<kind>_<task>` → its `unit`)."""
-    return {label: spec.unit for label, spec in reflect.task_specs.items() if spec.unit}
-
 
 def parse_endpoint(spec: str) -> dict[str, str]:
     """A primary endpoint: `delta_g:<measure>:<race|gender>:<level>` or `race_winrate:<task>:<gender>:<race>`
     (e.g. delta_g:salary_salary:race:Black, race_winrate:income:man:Black). The measure (`<mcq|salary>_<task>`)
-    or 2AFC task must be a declared primary task (check_endpoints: Params checks them against reflect)."""
+    or 2AFC task must be a declared primary task (vlm.declared.check_endpoints: Params checks them)."""
     parts = spec.split(":")
     if len(parts) == 4 and parts[0] == "delta_g" and parts[1].split("_", 1)[0] in ("mcq", "salary") \
             and parts[1].count("_") >= 1 and ((parts[2] == "race" and parts[3] in RACES)
@@ -432,17 +410,6 @@ def parse_endpoint(spec: str) -> dict[str, str]:
         return {"estimate": "race_winrate", "task": parts[1], "gender": parts[2], "race": parts[3]}
     raise ValueError(f"reflect_analysis.primary_endpoints: {spec!r} is not delta_g:<mcq|salary>_<task>:"
                      f"<race|gender>:<level> nor race_winrate:<task>:<{'|'.join(GENDERS)}>:<{'|'.join(RACES)}>")
-
-
-def check_endpoints(endpoints: list[str], reflect: Reflect) -> None:
-    """Every primary endpoint names a declared task marked primary (reflect.task_specs)."""
-    for text in endpoints:
-        e = parse_endpoint(text)
-        label = e["measure"] if e["estimate"] == "delta_g" else f"2afc_{e['task']}"
-        spec = reflect.task_specs.get(label)
-        if spec is None or not spec.primary:
-            raise ValueError(f"reflect_analysis.primary_endpoints: {text!r} names {label}, not a declared "
-                             "primary task (reflect.task_specs: primary true)")
 
 
 class ReflectAnalysis(Section):

@@ -421,7 +421,7 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, scales: dict[str, d
                   vlm: str = "") -> pd.DataFrame:
     """Every Method B row of one VLM's card. `scales`: the single-image tasks on the card, by label
     `<kind>_<task>`, with the numeric value of each MCQ letter (None: a salary task, valued by its salary):
-    params.vlm.answer_values of the declared real tasks; salary tasks first."""
+    vlm.declared.answer_values of the declared real tasks; salary tasks first."""
     ok = responses[responses["status"] == OK]
     frames = []
     two = ok[ok["kind"] == "2afc"]

@@ -610,8 +610,9 @@ def _references(vlm: Outputs) -> dict[str, str]:
 
 def significance_block(vlm: Outputs, reports: Path, level: str, units: dict[str, str] | None = None) -> Block:
     """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests. `units`: what one unit
-    of each measure's difference is (params.vlm.task_units: the declared tasks' `unit`; None: the default tasks')."""
-    from biasaudit.params.vlm import Reflect, task_units
+    of each measure's difference is (vlm.declared.task_units: the declared tasks' `unit`; None: the default tasks')."""
+    from biasaudit.params.vlm import Reflect
+    from biasaudit.vlm.declared import task_units
 
     units = task_units(Reflect()) if units is None else units
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
@@ -887,7 +888,7 @@ def gender_block(t2i: Outputs, reports: Path, level: str) -> Block:
 def build_blocks(reports: Path, level: str, labels: tuple[str, ...], units: dict[str, str] | None = None
                  ) -> dict[str, list[Block]]:
     """Every block of the front page; `labels` are the active group set's (Params.groups), in table order;
-    `units` each Method B measure's (params.vlm.task_units)."""
+    `units` each Method B measure's (vlm.declared.task_units)."""
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),

@@ -22,12 +22,12 @@ import pandas as pd
 from jinja2 import Environment, select_autoescape
 
 from biasaudit import contracts as C
-from biasaudit.params.vlm import task_units
 from biasaudit.pipeline.io import atomic_write_text
 from biasaudit.pipeline.provenance import git_commit, stable_hash, utc_now
 from biasaudit.report.front import Block, build_blocks, headline_findings
 from biasaudit.report.load import Outputs, read_csv, read_json
 from biasaudit.report.trail import StageInfo, short_path, stages
+from biasaudit.vlm.declared import task_units
 
 KEY_FIGURES = ("figure2_shares", "skin_L_by_label", "homogeneity_gap_heatmap")
 

@@ -74,16 +74,17 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from biasaudit.params.vlm import GENDERS, RACES, Reflect, answer_values
+from biasaudit.params.vlm import GENDERS, RACES, Reflect
 from biasaudit.pipeline.provenance import derive_seed
+from biasaudit.vlm.declared import answer_values, of_kind
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
     from biasaudit.params.vlm import PlantedReflect
 
 _DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec), the simulations' default design
-TWO_AFC_TASKS = tuple(_DECLARED.of_kind("2afc"))
-MCQ_TASKS = tuple(_DECLARED.of_kind("mcq"))
+TWO_AFC_TASKS = tuple(of_kind(_DECLARED, "2afc"))
+MCQ_TASKS = tuple(of_kind(_DECLARED, "mcq"))
 SINGLE_MEASURES = tuple(label for label, spec in _DECLARED.task_specs.items() if spec.kind != "2afc" and not spec.placebo)
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2

@@ -38,6 +38,7 @@ from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResp
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
 from biasaudit.params.vlm import task_name
 from biasaudit.pipeline.provenance import library_versions_json, stable_hash, utc_now
+from biasaudit.vlm.declared import asked, of_kind
 from biasaudit.vlm.groups import CONTROL_ARMS, COUNTERFACTUAL, NULL_EDIT, arm_of, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
@@ -105,13 +106,13 @@ def control_pair_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str
 def single_items(images: pd.DataFrame, params: Reflect, placebo: bool = False) -> list[dict]:
     """The asked MCQ and salary-recommendation tasks (the real ones, or the placebo ones), one question per
     image and task, in declared order."""
-    asked = [(label, spec) for label, spec in params.asked().items() if spec.kind != "2afc" and spec.placebo == placebo]
+    singles = [(label, spec) for label, spec in asked(params).items() if spec.kind != "2afc" and spec.placebo == placebo]
     items = []
-    for v in _variants(images).to_dict("records") if asked else []:
+    for v in _variants(images).to_dict("records") if singles else []:
         common = {"occupation": v["occupation"], "base_id": v["base_id"], "unit": v["unit"], "group": v["group"],
                   "race": v["race"], "gender": v["gender"], "image": v["path"], "arm": v["arm"]}
         stem = f"{v['occupation']}-{v['base_id']}-{v['group']}"
-        for label, spec in asked:
+        for label, spec in singles:
             task, prompt = task_name(label), spec.prompt
             if spec.kind == "salary":
                 occupation = v["occupation"].replace("_", " ")
@@ -132,10 +133,10 @@ def build_items(images: pd.DataFrame, params: Reflect) -> list[dict]:
     control's images."""
     arm = arm_of(images)
     edits, controls = images[arm == COUNTERFACTUAL], images[arm.isin(CONTROL_ARMS)]
-    prompts, real = two_afc_prompts(params), params.of_kind("2afc")
+    prompts, real = two_afc_prompts(params), of_kind(params, "2afc")
     items = two_afc_items(edits, real, prompts, params.both_orders)
     items += single_items(edits, params)
-    placebo = two_afc_items(edits, params.of_kind("2afc", placebo=True), prompts, params.both_orders)
+    placebo = two_afc_items(edits, of_kind(params, "2afc", placebo=True), prompts, params.both_orders)
     items += [item | {"placebo": True} for item in placebo + single_items(edits, params, placebo=True)]
     items += control_pair_items(controls, real, prompts, params.both_orders)
     items += single_items(controls, params)

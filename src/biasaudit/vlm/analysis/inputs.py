@@ -148,8 +148,8 @@ def two_afc_tasks(answers: Answers) -> dict[str, pd.DataFrame]:
 
 def answer_scales(cfg: Any) -> dict[str, dict[str, float] | None]:
     """The numeric value of each answer per single-image measure (`<kind>_<task>`), in declared order:
-    each MCQ task's letter values, None for a salary task (reflect.task_specs, params.vlm.answer_values)."""
-    from biasaudit.params.vlm import answer_values
+    each MCQ task's letter values, None for a salary task (reflect.task_specs, vlm.declared.answer_values)."""
+    from biasaudit.vlm.declared import answer_values
 
     return answer_values(cfg.reflect)
 
