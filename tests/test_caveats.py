@@ -84,7 +84,9 @@ def test_the_front_page_shows_the_flag_beside_the_black_endpoint(selective_null)
     after = finding[finding.index(BLACK_MEN):]
     assert "REFUSAL GAP" in after.split(";")[0] + after and "robust to refusals: yes" not in finding
     row = next(r for r in b.html.split("<tr>") if BLACK_MEN in r)
-    assert "REFUSAL GAP" in row and ">no<" in row and ">yes</td>\n      <td>REFUSAL" not in row
+    # the flag and "robust to refusals: no" beside it, rejected or not (under this selective null the
+    # complete-case estimate is biased, so whether it is rejected depends on the draw)
+    assert "REFUSAL GAP" in row and ">no<" in row
     blocks = {"method_b": [b]}
     assert front.headline_findings(blocks) == [finding]
 

@@ -59,3 +59,18 @@ def test_a_declared_task_reaches_every_section_and_the_card(tmp_path):
                             answer_values(reflect, placebo=False), "v")
     assert card["measure"].str.startswith("mcq trust: scoring rate").any()
     assert (card["caveat_key"] == "mcq_trust").any()
+
+
+def test_the_planted_simulator_draws_each_task_on_its_own():
+    """Adding a task (and a placebo and the controls) leaves every other task's simulated answers as they were."""
+    units = pd.DataFrame({"unit": [f"cook/p{i}" for i in range(3)], "occupation": "cook"})
+    pl = P.with_letters(PlantedReflect(), answer_values(declared()))
+
+    def draw(**design):
+        df = P.simulate_responses(pl, units, np.random.default_rng(7), two_afc_tasks=("income",), **design)
+        return df[(df["arm"] == "counterfactual") & ~df["placebo"] & (df["task"] != "trust")].reset_index(drop=True)
+
+    alone = draw(mcq_tasks=("salary",))
+    more = draw(mcq_tasks=("trust", "salary"), placebo_mcq_tasks=("placebo_background",), controls=True)
+    pd.testing.assert_frame_equal(alone, more, check_dtype=False)  # the controls bring object columns
+    assert set(alone["task"]) == {"income", "salary"} and len(alone) == 3 * 90 + 3 * 10 * 2

@@ -85,6 +85,7 @@ if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py typ
 _DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec), the simulations' default design
 TWO_AFC_TASKS = tuple(of_kind(_DECLARED, "2afc"))
 MCQ_TASKS = tuple(of_kind(_DECLARED, "mcq"))
+SALARY_TASKS = tuple(of_kind(_DECLARED, "salary"))
 SINGLE_MEASURES = tuple(label for label, spec in _DECLARED.task_specs.items() if spec.kind != "2afc" and not spec.placebo)
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2
@@ -259,18 +260,25 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
     """A whole REFLECT response table (the analysis' columns) for `units` (unit, occupation), drawn from
     `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py).
     Placebo tasks are drawn like the real ones (rows placebo True); `controls` adds the null-edit control
-    (arm null_edit | original) for the real tasks. With neither, the random stream is that of earlier versions."""
+    (arm null_edit | original) for the real tasks. Each task draws from its own stream (seeded by one draw
+    of `rng` and the task), so adding or dropping a task leaves the other tasks' answers as they were."""
     U = len(units)
     unit_ids = units["unit"].to_numpy(str)
     occ = units["occupation"].to_numpy(str)
     G = len(GROUP_CODES)
     codes = np.array(GROUP_CODES)
     lost = rng.random((U, G)) < loss(planted, codes)[None, :]
+    stream = int(rng.integers(2 ** 63))
+
+    def task_rng(*parts: Any) -> np.random.Generator:
+        return np.random.default_rng(derive_seed(stream, *parts))
+
     frames = []
     pairs = [(i, j) for i in range(G) for j in range(G) if i != j and (both_orders or shown_first(codes[i], codes[j]))]
     ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
-    def two_afc_frame(task: str) -> pd.DataFrame:
+    def two_afc_frame(task: str, placebo: bool = False) -> pd.DataFrame:
+        rng = task_rng("2afc", task, placebo)
         z = rng.standard_normal((U, G))
         uu = np.repeat(np.arange(U), len(pairs))
         a, b = np.tile(ia, U), np.tile(ib, U)
@@ -291,7 +299,8 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
     single = {"unit": unit_ids[uu], "occupation": occ[uu], "group": codes[gg], "race": race, "gender": gender}
     photo_z: dict[tuple[str, str], np.ndarray] = {}
 
-    def single_frame(kind: str, task: str) -> pd.DataFrame:
+    def single_frame(kind: str, task: str, placebo: bool = False) -> pd.DataFrame:
+        rng = task_rng(kind, task, placebo)
         photo_z[kind, task] = zu = rng.standard_normal(U)
         z = zu[uu]
         u_refuse = rng.random(len(uu))
@@ -308,27 +317,30 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
             frame = {"choice": None, "value_usd": np.where(status == "ok", answer, np.nan)}
         return pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status})
 
-    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])
+    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", t) for t in SALARY_TASKS] if salary else [])
     frames += [single_frame(kind, task) for kind, task in asks]
     out = pd.concat(frames, ignore_index=True).assign(arm=COUNTERFACTUAL, placebo=False) if frames else None
-    extra = [two_afc_frame(t) for t in placebo_two_afc_tasks] + [single_frame("mcq", t) for t in placebo_mcq_tasks]
+    extra = [two_afc_frame(t, True) for t in placebo_two_afc_tasks] + [single_frame("mcq", t, True)
+                                                                      for t in placebo_mcq_tasks]
     extra = [f.assign(arm=COUNTERFACTUAL, placebo=True) for f in extra]
     if controls:
-        extra += simulate_controls(planted, units, rng, two_afc_tasks, asks, photo_z, both_orders)
+        extra += simulate_controls(planted, units, task_rng, two_afc_tasks, asks, photo_z, both_orders)
     return pd.concat(([out] if out is not None else []) + extra, ignore_index=True)
 
 
-def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, rng: np.random.Generator, two_afc_tasks: tuple[str, ...],
+def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, task_rng: Any, two_afc_tasks: tuple[str, ...],
                       asks: list[tuple[str, str]], photo_z: dict[tuple[str, str], np.ndarray],
                       both_orders: bool = True) -> list[pd.DataFrame]:
     """The null-edit control's rows: per task 2AFC null edit vs original (order 0: null edit first), and
     each single-image question about both images, sharing the photo effect of the group edits' answers
-    (`photo_z`, per kind and task), as the backend does. Nothing is refused or lost (no group)."""
+    (`photo_z`, per kind and task), as the backend does. Nothing is refused or lost (no group). Each task
+    draws from its own stream (`task_rng`(kind, task, "control"))."""
     U = len(units)
     unit_ids, occ = units["unit"].to_numpy(str), units["occupation"].to_numpy(str)
     frames = []
     orders = [(NULL_EDIT, ORIGINAL), (ORIGINAL, NULL_EDIT)][:2 if both_orders else 1]
     for task in two_afc_tasks:
+        rng = task_rng("2afc", task, "control")
         z = dict(zip((NULL_EDIT, ORIGINAL), rng.standard_normal((2, U))))
         for order, (a, b) in enumerate(orders):
             choice = draw_2afc(planted, task, np.full(U, a), np.full(U, b), z[a], z[b], rng.random(U))
@@ -336,7 +348,7 @@ def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, rng: np.rand
                                         "group_a": a, "group_b": b, "order": order, "choice": choice,
                                         "status": "ok", "arm": NULL_EDIT, "placebo": False}))
     for kind, task in asks:
-        z = photo_z[kind, task]
+        rng, z = task_rng(kind, task, "control"), photo_z[kind, task]
         for arm in (NULL_EDIT, ORIGINAL):
             group = np.full(U, arm)
             if kind == "mcq":
