@@ -691,7 +691,7 @@ def reflect_interval_check(G: int, n_boot: int):
         b = b.set_index("term").loc["BM"] if b is not None else {"ci_low": np.nan, "ci_high": np.nan}
         out = [w["low"] <= win[("WM", "BF")] <= w["high"], r["low"] <= race[("man", "Black")] <= r["high"],
                b["ci_low"] <= bt["BM"] <= b["ci_high"]]
-        for kind, task, values in (("salary", "salary", None), ("mcq", "salary", params.salary_brackets)):
+        for kind, task, values in (("salary", "salary", None), ("mcq", "salary", P.letter_values()["mcq_salary"])):
             sub = with_values(retained(df, kind, task), values)
             d = gaps.delta_g_within(sub, "race", "Black", params.race_reference,
                                     replace(settings, n_permutations=99, seed=rep))
@@ -934,7 +934,7 @@ def primary_family_check(G: int, n_boot: int, n_perm: int):
 
     pl, units, params = _planted(True), _units(G), _analysis(n_boot, n_perm)
     settings = Boot.of(SimpleNamespace(reflect_analysis=params))
-    scales = {"mcq_salary": params.salary_brackets, "mcq_education": params.education_levels, "salary_salary": None}
+    scales = {m: v for m, v in P.letter_values().items() if m in ("mcq_salary", "mcq_education", "salary_salary")}
 
     def run(rng, rep):
         df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))

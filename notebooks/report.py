@@ -55,6 +55,7 @@ from biasaudit.report.headline import count, write_headline
 from biasaudit.report.html import replication_summary
 from biasaudit.report.replication import Run, alternative_readings, build_replication
 from biasaudit.report.trail import export_all
+from biasaudit.vlm.declared import answer_values
 
 cfg, params = stage_params("report")
 banner(cfg)
@@ -79,12 +80,13 @@ display(Markdown(f"images.html: {gallery.images}; focus.html: {gallery.focus}; t
 
 # %%
 ra = cfg.reflect_analysis
+scales = answer_values(cfg.reflect, placebo=False)  # the declared real tasks' answer values (vlm.declared)
 gs, _ = groupsets.load(cfg.benchmarks.group_set)  # its stated targets are shown beside the benchmark and parity
 info = run_info(cfg.model_dump())  # what every card and CSV row carries to name its run
 cards = build_cards(reports, C.RESPONSES_DIR,
                     Resampling(cfg.analyze.n_boot, cfg.analyze.ci_level, cfg.analyze.bootstrap_method, cfg.seed),
                     Resampling(ra.n_boot, ra.confidence, ra.bootstrap_method, ra.seed),
-                    {"salary": ra.salary_brackets, "education": ra.education_levels}, stand_in, gs.targets,
+                    scales, stand_in, gs.targets,
                     display=gs.display, validity=Validity(ra.min_clusters, params.card_min_retention),
                     run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
                          "code_date": git_commit_date()}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir,
@@ -101,7 +103,7 @@ display(cards)
 replication = build_replication(reports, C.PUBLISHED_DIR, cfg.profile, cfg.stand_ins(), groups=cfg.groups,
                                  design={"faces.detector": cfg.faces.detector, "faces.det_threshold": cfg.faces.det_threshold,
                                          "faces.skin_method": cfg.faces.skin_method},
-                                 options={"mcq_salary": ra.salary_brackets, "mcq_education": ra.education_levels},
+                                 options={label: v for label, v in scales.items() if v is not None},
                                  level=cfg.analyze.ci_level, title=params.title)
 display(Markdown(replication_summary(replication, stand_in)))
 

@@ -5,13 +5,21 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from biasaudit.params.vlm import ReflectAnalysis
+from biasaudit.params.vlm import Reflect, ReflectAnalysis
 from biasaudit.vlm.analysis.inputs import Answers, Boot
 
 
-def config(**analysis):
-    """What the sections read of the validated config: reflect_analysis (its defaults, or these values)."""
-    return SimpleNamespace(reflect_analysis=ReflectAnalysis(**analysis))
+def config(reflect: Reflect | None = None, **analysis):
+    """What the sections read of the validated config: reflect_analysis (its defaults, or these values) and
+    reflect (the declared tasks: its defaults, or `reflect`)."""
+    return SimpleNamespace(reflect_analysis=ReflectAnalysis(**analysis), reflect=reflect or Reflect())
+
+
+def with_task_values(label: str, values: dict[str, float]) -> Reflect:
+    """The default reflect section with one declared task's letter values replaced."""
+    specs = dict(Reflect().task_specs)
+    specs[label] = specs[label].model_copy(update={"values": values})
+    return Reflect().model_copy(update={"task_specs": specs})
 
 
 def boot(**analysis) -> Boot:

@@ -44,6 +44,39 @@ def grey_image(path, level: int, size: int = 64) -> None:
     Image.fromarray(np.full((size, size, 3), level, np.uint8)).save(path)
 
 
+def grey_manifest(root, levels) -> None:
+    """Model m's generate manifest under `root`: one flat grey image per level (prompts p0, p1, …), as classify reads it."""
+    import os
+    from pathlib import Path
+
+    import pandas as pd
+
+    img_dir = Path(root) / "data/t2i/images/m"
+    img_dir.mkdir(parents=True)
+    rows = []
+    for i, level in enumerate(levels):
+        p = img_dir / f"m-p{i}-000.png"
+        grey_image(p, level)
+        rows.append({"image_id": p.stem, "model": "m", "prompt_id": f"p{i}", "path": os.path.relpath(p, root),
+                     "status": "ok", "reason": ""})
+    pd.DataFrame(rows).to_parquet(img_dir / "manifest.parquet", index=False)
+
+
+def classify_config(root, vlm: dict, batch_size: int = 4, **execution):
+    """params.yaml with model m and a classify section whose VLM is the default one updated by `vlm` (no key, no
+    retries), its cache under `root`; `execution` over the execution section."""
+    from biasaudit.config import read_yaml, validate
+
+    from .conftest import ROOT
+
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["models"] = {"m": {"backend": "packaged-photos", "width": 64, "height": 64}}
+    raw["execution"] = {**(raw.get("execution") or {}), **execution}
+    raw["classify"] = {**raw["classify"], "batch_size": batch_size, "cache_path": str(root / "cache.sqlite"),
+                       "vlm": {**raw["classify"]["vlm"], "api_key_env": "NOPE", "max_retries": 0, **vlm}}
+    return validate(raw)
+
+
 def grey_pair(directory, size: int):
     """One source photo's two variants as the reflect stage reads them: White man (grey 25), Black man (grey 229)."""
     import pandas as pd

@@ -87,7 +87,7 @@ def test_method_b_rows_read_mcq_letters_and_skip_failed_answers():
                          "choice": c, "value_usd": np.nan, "group_a": None, "group_b": None}
                         for r, c in (("White", "D"), ("Black", "A"), ("White", "C"))])
     rows = ac.method_b_rows(pd.concat([two, failed, mcq], ignore_index=True), BOOT,
-                            {"education": {"A": 12.0, "B": 14.0, "C": 16.0, "D": 18.0}}, "v")
+                            {"mcq_education": {"A": 12.0, "B": 14.0, "C": 16.0, "D": 18.0}}, "v")
     race = rows[(rows["dimension"] == "race") & rows["measure"].str.startswith("2afc")].set_index("category")
     assert race.loc["White", "selected"] == 5 and race.loc["White", "n"] == 6
     # education years 18, 12, 16: median 16; above it only White's 18 → White 1/2, Black 0/1
@@ -218,7 +218,7 @@ def test_cards_one_per_model_and_the_side_by_side_page(tmp_path: Path):
     responses.mkdir()
     two_afc(COMPARISONS).to_parquet(responses / "vlm-z.parquet")
     out = tmp_path / "audit"
-    table = ac.build_cards(reports, responses, BOOT, BOOT, {}, stand_in=True, out_dir=out,
+    table = ac.build_cards(reports, responses, BOOT, BOOT, {"salary_salary": None}, stand_in=True, out_dir=out,
                            display={"a": "Group A"}, validity=ac.Validity(1, 0.0))  # a by-hand fixture of few photos
     assert sorted(table["model"]) == ["gen-x", "gen-y", "vlm-z"]
     for m in ("gen-x", "gen-y", "vlm-z"):
@@ -289,7 +289,7 @@ def test_a_degenerate_model_gets_no_valid_audit_and_no_ratio(tmp_path: Path, res
     (tmp_path / "responses").mkdir()
     responses.to_parquet(tmp_path / "responses" / "v.parquet")
     out = tmp_path / "audit"
-    table = ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out,
+    table = ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {"salary_salary": None}, stand_in=False, out_dir=out,
                            validity=ac.Validity(12, 0.5), run={"profile": "current", "params_hash": "h",
                                                                 "git_commit": "c", "code_date": "d"})
     card = pd.read_csv(out / "v.csv")
@@ -310,7 +310,7 @@ def test_a_valid_model_card_carries_every_trace_field_and_counts_its_losses(tmp_
     answers.to_parquet(tmp_path / "responses" / "v.parquet")
     out = tmp_path / "audit"
     run = {"profile": "current", "params_hash": "abc", "git_commit": "f00d", "code_date": "2026-12-03T08:33:53+00:00"}
-    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out, run=run)
+    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {"salary_salary": None}, stand_in=False, out_dir=out, run=run)
     card = pd.read_csv(out / "v.csv", keep_default_na=False)
     assert (card["valid"] == True).all()  # noqa: E712 - a CSV column
     for k, v in run.items():
@@ -331,7 +331,7 @@ def test_the_ll144_summary_answers_every_field_or_says_why_not(tmp_path: Path):
     stamps = ["2026-11-30T23:10:00+00:00", "2026-12-02T09:00:00+00:00", "2026-11-29T08:05:07+00:00", ""]
     answers["answered_at"] = [stamps[i % 4] for i in range(len(answers))]
     answers.to_parquet(tmp_path / "responses" / "v.parquet")
-    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False,
+    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {"salary_salary": None}, stand_in=False,
                    out_dir=tmp_path / "audit", run={"code_date": "2026-12-03T08:33:53+00:00", "git_commit": "f00d"})
     page = (tmp_path / "audit" / "v.html").read_text()
     # the fields of 6 RCNY § 5-303 (summary of results), each with an answer

@@ -188,7 +188,7 @@ def pair(tmp_path):
 def _items(pair, params):
     from biasaudit.vlm import tasks
 
-    items = tasks.two_afc_items(pair, ["income"], params.prompts.two_afc, both_orders=True)
+    items = tasks.two_afc_items(pair, ["income"], tasks.two_afc_prompts(params), both_orders=True)
     assert [(i["group_a"], i["group_b"]) for i in items] == [("BM", "WM"), ("WM", "BM")]
     return items
 

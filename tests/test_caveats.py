@@ -84,7 +84,9 @@ def test_the_front_page_shows_the_flag_beside_the_black_endpoint(selective_null)
     after = finding[finding.index(BLACK_MEN):]
     assert "REFUSAL GAP" in after.split(";")[0] + after and "robust to refusals: yes" not in finding
     row = next(r for r in b.html.split("<tr>") if BLACK_MEN in r)
-    assert "REFUSAL GAP" in row and ">no<" in row and ">yes</td>\n      <td>REFUSAL" not in row
+    # the flag and "robust to refusals: no" beside it, rejected or not (under this selective null the
+    # complete-case estimate is biased, so whether it is rejected depends on the draw)
+    assert "REFUSAL GAP" in row and ">no<" in row
     blocks = {"method_b": [b]}
     assert front.headline_findings(blocks) == [finding]
 
@@ -93,7 +95,7 @@ def test_the_card_shows_the_flag_beside_the_black_rows_and_calls_none_robust(sel
     root, *_ = selective_null
     out = root / "audit"
     ac.build_cards(root / "reports", root / "responses", ac.Resampling(300, 0.95, "percentile", 1),
-                   ac.Resampling(300, 0.95, "percentile", 1), {}, stand_in=True, out_dir=out)
+                   ac.Resampling(300, 0.95, "percentile", 1), {"salary_salary": None}, stand_in=True, out_dir=out)
     card = pd.read_csv(out / "v.csv", keep_default_na=False)
     black = card[card["measure"].str.startswith("2afc income") & card["category"].isin(["Black", "Black man"])]
     assert len(black) == 2 and (black["refusal_gap"].astype(str) == "True").all()

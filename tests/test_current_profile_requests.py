@@ -139,7 +139,7 @@ def _ask_2afc(profile, vlm_name: str, spec, pair: pd.DataFrame, tmp_path) -> lis
     from biasaudit.vlm import tasks
 
     params = profile.reflect.model_copy(update={"composite_dir": str(tmp_path / "composites")})
-    items = tasks.two_afc_items(pair, ["income"], params.prompts.two_afc, both_orders=False)
+    items = tasks.two_afc_items(pair, ["income"], tasks.two_afc_prompts(params), both_orders=False)
     assert len(items) == 1
     fn = tasks.make_reflect_fn(spec, str(tmp_path / f"{vlm_name}.sqlite"), vlm_name, params, spec.max_tokens)
     return fn(items)
@@ -347,7 +347,7 @@ def test_vlm_gemini_3_8_flash_2afc_request_fields(profile, current_yaml, key, pa
     parts = body["contents"][0]["parts"]
     assert [next(iter(p)) for p in parts] == ["text", "inlineData", "text", "inlineData", "text"]
     assert parts[0]["text"] == "Image A:" and parts[2]["text"] == "Image B:"
-    assert parts[4]["text"] == profile.reflect.prompts.two_afc["income"]
+    assert parts[4]["text"] == profile.reflect.task_specs["2afc_income"].prompt
     assert [p["inlineData"]["mimeType"] for p in (parts[1], parts[3])] == ["image/jpeg", "image/jpeg"]
     assert [_mean_grey(_b64(p["inlineData"]["data"])) for p in (parts[1], parts[3])] == _ab(records[0])
     cfg = body["generationConfig"]
@@ -414,7 +414,7 @@ def test_vlm_gpt_6_1_sol_request_fields(profile, current_yaml, key, pair, tmp_pa
     assert _content_kinds(body) == ["text", "image_url", "text", "image_url", "text"]
     content = body["messages"][0]["content"]
     assert content[0]["text"] == "Image A:" and content[2]["text"] == "Image B:"
-    assert content[4]["text"] == profile.reflect.prompts.two_afc["income"]
+    assert content[4]["text"] == profile.reflect.task_specs["2afc_income"].prompt
     assert [_data_url_grey(u) for u in _image_urls(body)] == _ab(records[0])
     assert "max_tokens" not in body
     assert isinstance(body["max_completion_tokens"], int)
@@ -493,7 +493,7 @@ def test_vllm_2afc_images_per_request(profile, current_yaml, key, pair, tmp_path
         assert _content_kinds(body) == ["image_url", "text"]
         grey = _data_url_grey(urls[0])
         assert 25 < grey < 229  # both faces (and the label strip) on the one picture
-        assert body["messages"][0]["content"][1]["text"].endswith(profile.reflect.prompts.two_afc["income"])
+        assert body["messages"][0]["content"][1]["text"].endswith(profile.reflect.task_specs["2afc_income"].prompt)
     else:
         assert _content_kinds(body) == ["text", "image_url", "text", "image_url", "text"]
         assert [_data_url_grey(u) for u in urls] == _ab(records[0])

@@ -29,7 +29,7 @@ from biasaudit.pipeline.engine import StageStopped
 from biasaudit.pipeline.work import UNVERIFIED
 
 from .conftest import ROOT
-from .servers_vlm import VLMServer, grey_image
+from .servers_vlm import VLMServer, classify_config, grey_image, grey_manifest
 from .test_check_stage import pipeline_copy  # noqa: F401  (the fixture: the pipeline copied, outputs present)
 
 LIFECYCLE = ROOT / lifecycle.LIFECYCLE_FILE
@@ -177,27 +177,6 @@ def test_the_probe_of_a_model_past_its_shutdown_sends_no_request(own_lifecycle, 
 
 # --- the probe's last resort ----------------------------------------------------------------------------
 
-def _manifest(tmp_path: Path, n: int = 16) -> None:
-    img_dir = tmp_path / "data/t2i/images/m"
-    img_dir.mkdir(parents=True)
-    rows = []
-    for i in range(n):
-        p = img_dir / f"m-p{i}-000.png"
-        grey_image(p, 10 + 15 * i)
-        rows.append({"image_id": p.stem, "model": "m", "prompt_id": f"p{i}", "path": os.path.relpath(p, tmp_path),
-                     "status": "ok", "reason": ""})
-    pd.DataFrame(rows).to_parquet(img_dir / "manifest.parquet", index=False)
-
-
-def _classify_cfg(tmp_path: Path, vlm: dict, **execution):
-    raw = read_yaml(ROOT / "params.yaml")
-    raw["models"] = {"m": {"backend": "packaged-photos", "width": 64, "height": 64}}
-    raw["execution"] = {**(raw.get("execution") or {}), **execution}
-    raw["classify"] = {**raw["classify"], "batch_size": 4, "cache_path": str(tmp_path / "cache.sqlite"),
-                       "vlm": {**raw["classify"]["vlm"], "api_key_env": "NOPE", "max_retries": 0, **vlm}}
-    return validate(raw)
-
-
 # the body a server answers for a model it does not have (DeepSeek's and other OpenAI-compatible APIs' wording)
 MODEL_NOT_EXIST = (400, {"error": {"message": "Model not exist.", "type": "invalid_request_error", "param": None,
                                    "code": "invalid_request_error"}})
@@ -207,9 +186,9 @@ def test_a_400_model_not_exist_on_the_one_token_probe_stops_the_stage_with_no_it
     from biasaudit.t2i import classify
 
     monkeypatch.chdir(tmp_path)
-    _manifest(tmp_path)
+    grey_manifest(tmp_path, range(10, 250, 15))
     with VLMServer(retrieve=False, lists=False, chat_probe=MODEL_NOT_EXIST) as server:
-        cfg = _classify_cfg(tmp_path, {"backend": "openai", "model_id": "no-such-model",
+        cfg = classify_config(tmp_path, {"backend": "openai", "model_id": "no-such-model",
                                        "base_url": server.openai_url})
         with pytest.raises(StageStopped, match="no item sent or recorded: .*no-such-model.*HTTP 400: Model not exist"):
             classify.run_classify("m", cfg, progress=False)
@@ -252,16 +231,16 @@ def test_an_answer_without_a_model_field_stops_the_stage_or_is_recorded_unverifi
     from biasaudit.t2i import classify
 
     monkeypatch.chdir(tmp_path)
-    _manifest(tmp_path, n=4)
+    grey_manifest(tmp_path, range(10, 70, 15))
     with VLMServer(omit_model=True) as server:
         url = server.gemini_url if backend == "gemini" else server.openai_url
         vlm = {"backend": backend, "model_id": "gemini-3.5-flash-lite" if backend == "gemini" else "gpt-4.1",
                "base_url": url}
         with pytest.raises(StageStopped, match="model not verified.*require_verified_model"):
-            classify.run_classify("m", _classify_cfg(tmp_path, vlm), progress=False)  # the default: on
+            classify.run_classify("m", classify_config(tmp_path, vlm), progress=False)  # the default: on
         log = Path(classify.C.CLASSIFY_LOGS) / "m.jsonl"
         assert not log.exists() or not log.read_text().strip()  # nothing of it logged
-        out = classify.run_classify("m", _classify_cfg(tmp_path, vlm, require_verified_model=False), progress=False)
+        out = classify.run_classify("m", classify_config(tmp_path, vlm, require_verified_model=False), progress=False)
     table = out["table"]
     assert (table["status"] == "ok").all() and (table["model_version"] == UNVERIFIED).all()
     import json

@@ -13,7 +13,6 @@ costing thousands of failed requests.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +25,7 @@ from biasaudit.pipeline.engine import Stage, StageStopped, run_stage
 
 from .conftest import ROOT
 from .servers_images import GeminiImageServer
-from .servers_vlm import VLMServer, grey_image
+from .servers_vlm import VLMServer, classify_config, grey_manifest
 
 
 @pytest.mark.parametrize("asked,reported,same", [
@@ -144,31 +143,15 @@ def test_another_model_sharing_the_prefix_is_not_taken_for_the_retired_one():
 # --- stages against servers that speak the real wire formats --------------------------------------------
 
 def _classify_cfg(server: VLMServer, model: str, tmp_path: Path):
-    raw = read_yaml(ROOT / "params.yaml")
-    raw["models"] = {"m": {"backend": "packaged-photos", "width": 64, "height": 64}}
-    raw["classify"] = {**raw["classify"], "batch_size": 2, "cache_path": str(tmp_path / "cache.sqlite"),
-                       "vlm": {**raw["classify"]["vlm"], "backend": "gemini", "model_id": model,
-                               "base_url": server.gemini_url, "api_key_env": "NOPE", "max_retries": 0}}
-    return validate(raw)
-
-
-def _manifest(tmp_path: Path, n: int = 4) -> None:
-    img_dir = tmp_path / "data/t2i/images/m"
-    img_dir.mkdir(parents=True)
-    rows = []
-    for i in range(n):
-        p = img_dir / f"m-p{i}-000.png"
-        grey_image(p, 30 + 50 * i)
-        rows.append({"image_id": p.stem, "model": "m", "prompt_id": f"p{i}", "path": os.path.relpath(p, tmp_path),
-                     "status": "ok", "reason": ""})
-    pd.DataFrame(rows).to_parquet(img_dir / "manifest.parquet", index=False)
+    return classify_config(tmp_path, {"backend": "gemini", "model_id": model, "base_url": server.gemini_url},
+                           batch_size=2)
 
 
 def test_classify_stops_on_an_answer_from_another_model_and_keeps_none_of_it(tmp_path, monkeypatch):
     from biasaudit.t2i import classify
 
     monkeypatch.chdir(tmp_path)
-    _manifest(tmp_path)
+    grey_manifest(tmp_path, range(30, 230, 50))
     with VLMServer(answers_as="gemini-3.8-flash") as server:  # gemini-2.5-pro re-routed, as since 2026-12-01
         cfg = _classify_cfg(server, "gemini-2.5-pro", tmp_path)
         with pytest.raises(StageStopped) as stopped:
@@ -191,7 +174,7 @@ def test_classify_against_a_404_model_stops_after_the_probe_with_no_item_row(tmp
     from biasaudit.t2i import classify
 
     monkeypatch.chdir(tmp_path)
-    _manifest(tmp_path)
+    grey_manifest(tmp_path, range(30, 230, 50))
     with VLMServer(unserved=frozenset({"gemini-2.5-flash"})) as server:
         with pytest.raises(StageStopped, match="no item sent or recorded: model gemini-2.5-flash is not served .*404"):
             classify.run_classify("m", _classify_cfg(server, "gemini-2.5-flash", tmp_path), progress=False)
@@ -305,7 +288,7 @@ def test_batch_mode_answered_by_another_model_sends_no_online_request(tmp_path, 
     from biasaudit.t2i import classify
 
     monkeypatch.chdir(tmp_path)
-    _manifest(tmp_path)
+    grey_manifest(tmp_path, range(30, 230, 50))
     with VLMServer(answers_as="gemini-3.8-flash", batch_state="succeed") as server:
         cfg = _classify_cfg(server, "gemini-2.5-pro", tmp_path)
         cfg = cfg.model_copy(update={"classify": cfg.classify.model_copy(

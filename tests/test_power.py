@@ -170,7 +170,7 @@ def test_a_vlm_card_states_its_power_per_table_from_its_own_size(tmp_path):
     _units(12, seed=1).to_parquet(tmp_path / "responses" / "v.parquet")
     out = tmp_path / "audit"
     race = hand_table().query("table == 'race'").replace({"per_photo": {8: 2, 32: 8}})
-    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out,
+    ac.build_cards(tmp_path / "reports", tmp_path / "responses", BOOT, BOOT, {"salary_salary": None}, stand_in=False, out_dir=out,
                    power_table=pd.concat([race, race.assign(table="race × gender")]))
     card = pd.read_csv(out / "v.csv")
     rates = card[card["measure"].str.startswith("2afc")]

@@ -313,7 +313,7 @@ def test_deepseek_vl2_2afc_request_puts_each_label_right_before_its_image(tmp_pa
         grey_image(tmp_path / f"{race}_man.png", level, size=64)
         rows.append({"occupation": "doctor", "base_id": "d1", "race": race, "gender": "man",
                      "path": str(tmp_path / f"{race}_man.png")})
-    items = tasks.two_afc_items(pd.DataFrame(rows), ["income"], params.prompts.two_afc, both_orders=False)
+    items = tasks.two_afc_items(pd.DataFrame(rows), ["income"], tasks.two_afc_prompts(params), both_orders=False)
     assert len(items) == 1
     with VLMServer() as server:
         spec = spec.model_copy(update={"base_url": server.openai_url, "max_retries": 0, "timeout_s": 5.0})
@@ -330,7 +330,7 @@ def test_deepseek_vl2_2afc_request_puts_each_label_right_before_its_image(tmp_pa
     level = {"WM": 25, "BM": 229}
     assert _decode_grey(content[1]["image_url"]["url"]) == pytest.approx(level[items[0]["group_a"]], abs=1)
     assert _decode_grey(content[3]["image_url"]["url"]) == pytest.approx(level[items[0]["group_b"]], abs=1)
-    assert content[4] == {"type": "text", "text": params.prompts.two_afc["income"]}  # the question, last
+    assert content[4] == {"type": "text", "text": params.task_specs["2afc_income"].prompt}  # the question, last
 
 
 # --- 5. InsightFace: the device its sessions run on; preload_dlls ------------------------------------

@@ -42,8 +42,8 @@ def config(url: str, retry_failed: bool):
     raw["vlms"] = {"srv": {"backend": "openai", "model_id": "srv", "base_url": url, "api_key_env": "NOPE",
                            "concurrency": 1, "constrain": False, "max_retries": 0, "retry_backoff_s": 0.0,
                            "max_tokens": 8}}
-    raw["reflect"] = {**raw["reflect"], "tasks": ["2afc", "mcq"], "two_afc_tasks": ["income"], "batch_size": 4,
-                      "limit": 0, "retry_failed": retry_failed, "placebo_two_afc_tasks": [], "placebo_mcq_tasks": []}
+    raw["reflect"] = {**raw["reflect"], "tasks": ["2afc_income", "mcq_salary", "mcq_education"], "batch_size": 4,
+                      "limit": 0, "retry_failed": retry_failed}
     return validate(raw)
 
 

@@ -151,7 +151,7 @@ def built(tmp_path_factory) -> Path:
     gallery = build_gallery(root, root / "reports", images_dir=IMAGES_DIR, prompts_file=PROMPTS_CSV, px=96, per_prompt=4,
                             stand_in=True)
     boot = Resampling(n_boot=100, level=0.95, method="percentile", seed=1)  # the audit cards, as the report stage
-    build_cards(root / "reports", root / "data" / "vlm" / "responses", boot, boot, {}, stand_in=True,
+    build_cards(root / "reports", root / "data" / "vlm" / "responses", boot, boot, {"salary_salary": None}, stand_in=True,
                 out_dir=root / "reports" / "audit")
     return build_index(root / "reports", Params(profile="offline"), title="synthetic report", max_table_rows=10,
                        root=root, gallery=gallery)

@@ -42,7 +42,7 @@ def _report(root: Path, cfg, stand_ins: list[str]) -> Path:
     gallery = build_gallery(root, reports, images_dir=IMAGES_DIR, prompts_file=PROMPTS_CSV, px=64,
                             per_prompt=2, stand_in=stand_in)
     boot = Resampling(n_boot=50, level=0.95, method="percentile", seed=1)
-    build_cards(reports, responses, boot, boot, {}, stand_in, out_dir=reports / "audit",
+    build_cards(reports, responses, boot, boot, {"salary_salary": None}, stand_in, out_dir=reports / "audit",
                 run=RUN | {"profile": cfg.profile}, stand_ins=stand_ins)
     build_replication(reports, ROOT / "data/reference/published", cfg.profile, stand_ins, root=root)
     build_assumptions(reports, cfg.model_dump(), cfg.profile, stand_ins, ROOT / ASSUMPTIONS_CSV, root=root)

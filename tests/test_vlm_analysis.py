@@ -86,7 +86,7 @@ def single(kind, task, race, gender, unit="doctor/p1", choice=None, value=None, 
 
 
 def test_mcq_delta_g_by_hand():
-    brackets = ReflectAnalysis().salary_brackets
+    brackets = Reflect().task_specs["mcq_salary"].values
     df = pd.DataFrame([single("mcq", "salary", "White", "woman", choice="C"),
                        single("mcq", "salary", "White", "man", choice="D"),
                        single("mcq", "salary", "Black", "woman", choice="B"),
@@ -141,7 +141,9 @@ def test_items_cover_all_pairs_in_both_orders():
                            for r in ("Asian", "Black", "Latino", "MiddleEastern", "White") for g in ("man", "woman")])
     items = tasks.build_items(images, Reflect())
     kinds = pd.Series([i["kind"] for i in items]).value_counts()
-    assert kinds["2afc"] == 45 * 2 * 3 and kinds["mcq"] == 20 and kinds["salary"] == 10
+    # the declared tasks: 2AFC income, education, safety and the placebo; MCQ salary, education and the placebo
+    assert kinds["2afc"] == 45 * 2 * 4 and kinds["mcq"] == 30 and kinds["salary"] == 10
+    assert sum(bool(i.get("placebo")) for i in items) == 45 * 2 + 10
     assert len({i["item_id"] for i in items}) == len(items)
     afc = [i for i in items if i["kind"] == "2afc" and i["task"] == "income"]
     pairs = {(i["group_a"], i["group_b"]) for i in afc}

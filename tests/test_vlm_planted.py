@@ -9,7 +9,7 @@ import pytest
 from scipy.special import expit
 
 from biasaudit import known_truth as K
-from biasaudit.params.vlm import PlantedReflect, ReflectAnalysis
+from biasaudit.params.vlm import PlantedReflect, Reflect, ReflectAnalysis
 from biasaudit.stats.regression import fe_ols_cluster
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis import gaps, significance, two_afc, validation
@@ -78,12 +78,12 @@ def test_salary_delta_g_and_ols_closed_forms_with_full_retention():
 
 
 def test_mcq_group_means_match_a_brute_force_population():
-    pl, params = PlantedReflect(), ReflectAnalysis()
-    m = P.value_means(pl, "mcq_salary", params.salary_brackets, np.array(["cook"]))
+    pl, brackets = PlantedReflect(), Reflect().task_specs["mcq_salary"].values
+    m = P.value_means(pl, "mcq_salary", brackets, np.array(["cook"]))
     rng = np.random.default_rng(3)
     base = np.array(pl.mcq.base["salary"])
     cuts = np.log(np.cumsum(base)[:-1] / (1 - np.cumsum(base)[:-1]))
-    values = np.array([params.salary_brackets[k] for k in "ABCDEF"])
+    values = np.array([brackets[k] for k in "ABCDEF"])
     n = 400_000
     for g in ("WM", "BF"):
         eta = pl.mcq.shift["salary"].get(g, 0.0) + pl.edit_artifact.mcq + pl.mcq.photo_sd * rng.standard_normal(n)
@@ -227,7 +227,8 @@ def test_the_backend_answers_from_the_manifest_through_the_real_reflect_stage(tm
     raw = read_yaml(ROOT / "params.yaml")
     raw["vlms"] = {"pl": {"backend": "planted", "model_id": "planted-reflect",
                           "planted": {"edit_loss": {"BF": 0.5}, "refusal": {"WM": 0.5}, "seed": 3}}}
-    raw["reflect"] = {**raw["reflect"], "two_afc_tasks": ["income"], "batch_size": 64}
+    raw["reflect"] = {**raw["reflect"], "tasks": ["2afc_income", "mcq_salary", "mcq_education", "salary_salary"],
+                      "batch_size": 64}
     cfg = validate(raw)
     first = run_reflect("pl", cfg, imgs, progress=False)["responses"]
     again = run_reflect("pl", cfg, imgs, progress=False)["responses"]

@@ -17,7 +17,7 @@ from PIL import Image
 from biasaudit.backends.vlm import CachedVLM
 from biasaudit.backends.vlm.openai_chat import OpenAIChatVLM
 from biasaudit.params import VLMSpec
-from biasaudit.params.vlm import Reflect, ReflectAnalysis
+from biasaudit.params.vlm import Reflect
 from biasaudit.vlm import focus, tasks
 from biasaudit.vlm.analysis import SECTIONS, gaps, significance, two_afc
 from biasaudit.vlm.analysis.inputs import counts, retained, with_values
@@ -77,7 +77,7 @@ def responses(tmp_path_factory):
             Image.fromarray(np.full((48, 48, 3), level(g, unit), np.uint8)).save(path)
             rows.append({"occupation": occ, "base_id": base, "race": race, "gender": gender, "path": str(path)})
     images = pd.DataFrame(rows)
-    params = Reflect(two_afc_tasks=["income", "safety"])
+    params = Reflect(tasks=["2afc_income", "2afc_safety", "mcq_salary", "mcq_education", "salary_salary"])
     items = tasks.build_items(images, params)
     with ScriptedChat() as server:
         spec = VLMSpec(backend="openai", model_id="scripted", base_url=server.url + "/v1", constrain=False,
@@ -119,13 +119,13 @@ def test_win_rates_and_position_bias_by_hand(responses):
 
 
 def test_mcq_delta_g_and_salary_gaps_by_hand(responses):
-    p = ReflectAnalysis()
-    mcq = with_values(retained(responses, "mcq", "salary"), p.salary_brackets)
+    brackets = Reflect().task_specs["mcq_salary"].values
+    mcq = with_values(retained(responses, "mcq", "salary"), brackets)
     by_hand = {}
     for g, code in enumerate(GROUP_CODES):
         for unit in (0, 1):
             by_hand.setdefault(CODE_TO_GROUP[code][0], []).append(
-                p.salary_brackets["ABCDEF"[min((level(g, unit) - 60) // 30, 5)]])
+                brackets["ABCDEF"[min((level(g, unit) - 60) // 30, 5)]])
     white = np.mean(by_hand["White"])
     race_gaps = gaps.mean_gaps(mcq, "race", "White").set_index("level")
     for race, values in by_hand.items():

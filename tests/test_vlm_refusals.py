@@ -15,7 +15,7 @@ from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis import endpoints, gaps, refusals, significance, two_afc
 from biasaudit.vlm.analysis.inference import underpowered_intervals
 
-from .fixtures_vlm import answers, boot, config
+from .fixtures_vlm import answers, boot, config, with_task_values
 
 OCC = ("cook", "doctor", "lawyer", "nurse", "teacher", "ceo")
 
@@ -98,7 +98,7 @@ def test_delta_g_bounds_equal_a_brute_force_over_the_refused_answers():
         white = full[full["race"] == "White"].set_index(["unit", "gender"])["y"]
         both = black.index.intersection(white.index)  # the matched (photo, gender) cells
         values.append(100 * (black[both] - white[both]).sum() / white[both].sum())
-    cfg = config(salary_brackets=scale, n_boot=200, min_clusters=2)
+    cfg = config(with_task_values("mcq_salary", scale), n_boot=200, min_clusters=2)
     t = refusals.delta_g_bounds(df, cfg).set_index(["measure", "dimension", "level"]).loc[("mcq_salary", "race", "Black")]
     assert (t["lower"], t["upper"]) == pytest.approx((min(values), max(values)))
     assert (t["n_refused_level"], t["n_refused_reference"]) == (2, 1)

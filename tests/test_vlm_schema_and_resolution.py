@@ -97,7 +97,7 @@ def test_other_400s_are_not_retried_without_the_schema(tmp_path):
 def test_reflect_rows_record_the_mode_that_answered(tmp_path):
     params = profile_params(None, ROOT / "params.yaml").reflect.model_copy(
         update={"composite_dir": str(tmp_path / "c")})
-    items = tasks.two_afc_items(_pair(tmp_path, 64), ["income"], params.prompts.two_afc, both_orders=True)
+    items = tasks.two_afc_items(_pair(tmp_path, 64), ["income"], tasks.two_afc_prompts(params), both_orders=True)
     with VLMServer(reject_schema=True) as server:
         vlm = CachedVLM(make_vlm_backend(_qwen_spec(server.openai_url)), tmp_path / "cache.sqlite")
         records = tasks.make_batch_fn(vlm, "qwen3-vl-plus", params)(items)
@@ -126,8 +126,8 @@ def test_every_vlm_sees_each_face_at_the_same_resolution(paper, tmp_path, monkey
     params = paper.reflect.model_copy(update={"composite_dir": str(tmp_path / "composites")})
     face = min(source_side, params.face_side)  # never enlarged; the published setup: 512 px per face
     pair = _pair(tmp_path, source_side)
-    items = tasks.two_afc_items(pair, ["income"], params.prompts.two_afc, both_orders=False)
-    items += tasks.single_items(pair.iloc[:1], params.prompts, ["mcq"])[:1]
+    items = tasks.two_afc_items(pair, ["income"], tasks.two_afc_prompts(params), both_orders=False)
+    items += tasks.single_items(pair.iloc[:1], params)[:1]
     assert [i["kind"] for i in items] == ["2afc", "mcq"]
     modes = {}
     for name, spec in paper.vlms.items():

@@ -65,7 +65,6 @@ OCCUPATION_PHRASES = REFERENCE_DIR / "occupation_phrases.csv"
 GROUPSETS_DIR = REFERENCE_DIR / "groupsets"          # <set>/groupset.yaml + its instance tables (biasaudit.groupsets)
 PORTRAITS_DIR = REFERENCE_DIR / "portraits"          # default of baseline.portraits_dir
 SKIN_SCALES_DIR = REFERENCE_DIR / "skin_scales"      # ITA categories and Monk tones (biasaudit.faces.skin_scales)
-NOTEBOOKS_OUT = REPORTS / "notebooks"
 # when each stage last ran, for how long, at which commit: the volatile part of a run, outside every
 # tracked output (an executed notebook hashes the same in every run of the same code)
 RUNS_DIR = REPORTS / "runs"

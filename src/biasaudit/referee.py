@@ -170,8 +170,8 @@ PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "focus_occupations": design_setting("sources.occupations"), "focus_groups": design_setting("the ten groups"),
     "focus_races": design_setting("the five races"), "focus_genders": design_setting("the two genders"),
     "n_vlms": design_setting("vlms: (profiles/referee.yaml)"), "n_task_kinds": design_setting("reflect.tasks"),
-    "two_afc_scenarios": design_setting("reflect.two_afc_tasks"),
-    "mcq_options": design_setting("the salary brackets and education levels of the reflect_analysis section"),
+    "two_afc_scenarios": design_setting("reflect.task_specs (the 2AFC tasks)"),
+    "mcq_options": design_setting("the MCQ tasks' letter values (reflect.task_specs)"),
     "share_negative_delta_g": lambda world, row: (
         "the planted VLMs' declared MCQ salary shifts (params/vlm.py PlantedMCQ.shift): every non-White race's "
         "below White's"),
@@ -595,6 +595,7 @@ def write_tables(tables: Mapping[str, Mapping[str, pd.DataFrame]], root: Path, i
 def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Representation,
                                                                    dict[str, dict[str, pd.DataFrame]]]:
     prompts = pd.read_csv(Path(root) / cfg.generate.prompts_file, dtype={"prompt_id": str})
+
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     rep = solve_representation(world, prompts, published)
     return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
@@ -630,15 +631,16 @@ def planted_responses(cfg: Any, vlm: str) -> pd.DataFrame:
     """One planted VLM's REFLECT answers for the referee design, drawn by vlm.planted.simulate_responses (the
     same draws as the planted backend) from the VLM's declared effects (vlms.<vlm>.planted)."""
     from biasaudit.pipeline.provenance import derive_seed
-    from biasaudit.vlm.planted import MCQ_TASKS, simulate_responses
+    from biasaudit.vlm.declared import of_kind
+    from biasaudit.vlm.planted import simulate_responses
 
     spec, r = cfg.vlms[vlm], cfg.reflect
     rng = np.random.default_rng(derive_seed(cfg.seed, "referee", vlm))
     units = focus_units(cfg)
-    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(r.two_afc_tasks),
-                            mcq_tasks=MCQ_TASKS if "mcq" in r.tasks else (), salary="salary" in r.tasks,
-                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(r.placebo_two_afc_tasks),
-                            placebo_mcq_tasks=tuple(r.placebo_mcq_tasks), controls=cfg.counterfactuals.null_edit)
+    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(of_kind(r, "2afc")),
+                            mcq_tasks=tuple(of_kind(r, "mcq")), salary=bool(of_kind(r, "salary")),
+                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(of_kind(r, "2afc", placebo=True)),
+                            placebo_mcq_tasks=tuple(of_kind(r, "mcq", placebo=True)), controls=cfg.counterfactuals.null_edit)
     base = df["unit"].str.split("/").str[1]
     return df.assign(base_id=base, vlm=vlm, backend=spec.backend, model_id=spec.model_id, revision="referee v1",
                      stand_in=True, reason="", prompt_version=r.prompt_version,
@@ -664,14 +666,14 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     """Build the replication table of the referee run (reports/replication.csv and its page) and print every
     row that is not recovered; 0 when each row is covered or a named chance miss."""
     from biasaudit.report.replication import CHANCE_MISS, build_replication
+    from biasaudit.vlm.declared import answer_values
 
-    ra = cfg.reflect_analysis
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     table = build_replication(
         Path(reports), C.PUBLISHED_DIR, cfg.profile, cfg.stand_ins(), groups=cfg.groups,
         design={"faces.detector": cfg.faces.detector, "faces.det_threshold": cfg.faces.det_threshold,
                 "faces.skin_method": cfg.faces.skin_method},
-        options={"mcq_salary": ra.salary_brackets, "mcq_education": ra.education_levels},
+        options={label: v for label, v in answer_values(cfg.reflect, placebo=False).items() if v is not None},
         level=cfg.analyze.ci_level, title=cfg.report.title, planted=planted_notes(world))
     keep = Path(reports) / "referee"  # kept after `make referee` switches back (the profile stash takes reports/)
     keep.mkdir(parents=True, exist_ok=True)

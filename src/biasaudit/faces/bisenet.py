@@ -18,7 +18,6 @@ from torch import nn
 
 N_CLASSES = 19
 SKIN_CLASS = 1
-FACE_CLASSES = (1, 2, 3, 4, 5, 6, 10, 11, 12, 13)  # skin, brows, eyes, glasses, nose, mouth, lips
 INPUT_SIZE = 512
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

@@ -80,10 +80,11 @@ def crop_box(bbox: tuple[float, float, float, float], shape: tuple[int, int], ma
 
 
 def bisenet_masks(net, rgb: np.ndarray, bboxes: list[tuple[float, float, float, float]], margin: float = 0.5,
-                  classes: tuple[int, ...] = (1,)) -> list[np.ndarray]:
-    """Full-image masks of the given BiSeNet classes (default: skin) for each face box, parsed in a batch."""
-    from biasaudit.faces.bisenet import parse
+                  classes: tuple[int, ...] | None = None) -> list[np.ndarray]:
+    """Full-image masks of the given BiSeNet classes (None: skin) for each face box, parsed in a batch."""
+    from biasaudit.faces.bisenet import SKIN_CLASS, parse
 
+    classes = (SKIN_CLASS,) if classes is None else classes
     boxes = [crop_box(b, rgb.shape[:2], margin) for b in bboxes]
     crops = [rgb[y0:y1, x0:x1] for x0, y0, x1, y1 in boxes]
     out = []

@@ -417,10 +417,11 @@ def invalid_reasons(responses: pd.DataFrame, min_clusters: int, min_retention: f
     return reasons
 
 
-def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[str, dict[str, float]],
+def method_b_rows(responses: pd.DataFrame, boot: Resampling, scales: dict[str, dict[str, float] | None],
                   vlm: str = "") -> pd.DataFrame:
-    """Every Method B row of one VLM's card. `mcq_values`: the numeric value of each MCQ letter per task
-    (reflect_analysis.salary_brackets, education_levels)."""
+    """Every Method B row of one VLM's card. `scales`: the single-image tasks on the card, by label
+    `<kind>_<task>`, with the numeric value of each MCQ letter (None: a salary task, valued by its salary):
+    vlm.declared.answer_values of the declared real tasks; salary tasks first."""
     ok = responses[responses["status"] == OK]
     frames = []
     two = ok[ok["kind"] == "2afc"]
@@ -435,7 +436,7 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, mcq_values: dict[st
                 lost_by_category(asked, dim), on="category", how="left").merge(
                 refusal_bounds(asked[_differ(asked, dim)], (cats, wins, n), units, dim, boot, vlm, "2afc", task, dim),
                 on="category", how="left"))
-    singles = [("salary", "salary", None)] + [("mcq", t, v) for t, v in mcq_values.items()]
+    singles = [(*label.split("_", 1), v) for label, v in sorted(scales.items(), key=lambda kv: kv[1] is not None)]
     for kind, task, mapping in singles:
         sub = ok[(ok["kind"] == kind) & (ok["task"] == task)]
         if sub.empty:
@@ -794,7 +795,7 @@ def model_trace(run: dict[str, Any], frame: pd.DataFrame, stand_in: bool, **coun
 
 
 def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: Resampling,
-                mcq_values: dict[str, dict[str, float]], stand_in: bool,
+                scales: dict[str, dict[str, float] | None], stand_in: bool,
                 references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
                 display: dict[str, str] | None = None, validity: Validity = Validity(12, 0.5),
                 run: dict[str, Any] | None = None, stand_ins: list[str] | None = None,
@@ -823,7 +824,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
         responses = group_rows(pd.read_parquet(path))  # not the placebo tasks nor the null-edit control
         reasons = invalid_reasons(responses, validity.min_clusters, validity.min_retention)
         cards[vlm] = no_valid_audit(reasons) if reasons else with_caveats(
-            method_b_rows(responses[RESPONSE_COLUMNS], boot_b, mcq_values, vlm), vlm_out, vlm)
+            method_b_rows(responses[RESPONSE_COLUMNS], boot_b, scales, vlm), vlm_out, vlm)
         status = responses["status"]
         traces[vlm] = model_trace(run, responses, stand_in or bool(responses.get("stand_in", pd.Series()).any()),
                                   n_questions=len(responses), n_retained=int((status == OK).sum()),

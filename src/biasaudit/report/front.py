@@ -357,28 +357,29 @@ def homogeneity_findings(df: pd.DataFrame, key: str | None, level: str = "95%") 
     n = int(df["wp_gap"].notna().sum())
     out = []
     pool = sig if len(sig) else df.dropna(subset=["wp_gap"])
-    largest = ""
-    if len(pool):  # the largest within-prompt gap, with the paper's gap of the same group beside it
-        top = pool.reindex(pool["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
-        caveat = ""
-        if truthy(top.get("few_prompts")):  # the caveat belongs to the within-prompt interval, so it follows it
-            k = int(num(top.get("n_prompts")))
-            caveat = (f"; pairs in only {k} prompts, so that interval under-covers (fewer than {C.MIN_PROMPTS_CI})"
-                      if math.isfinite(num(top.get("wp_gap_lo"))) else f"; pairs in only {k} prompt, so no interval")
-        largest = (f"{top['group']} in {top['model']} ({top['space']} embeddings), within-prompt gap "
-                   f"{ci(top['wp_gap'], top['wp_gap_lo'], top['wp_gap_hi'])} ({level} prompt-cluster bootstrap CI"
-                   f"{caveat}); beside it the paper's unstratified gap (replication) {fmt(top['gap'])}")
+    # the largest within-prompt gap, with the paper's gap of the same group beside it
+    largest = _largest(_top_gap(pool), level) if len(pool) else ""
     if len(sig):
         out.append(f"{len(sig)} of {n} within-prompt homogeneity gaps are significant {what}; the largest: {largest}.")
     else:
         out.append(f"No within-prompt homogeneity gap is significant {what} ({n} gaps)"
                    + (f"; the largest: {largest}." if largest else ".") + _permutation_floor(df, key, n))
+    return out + _unstratified(df)
+
+
+def _top_gap(rows: pd.DataFrame) -> pd.Series:
+    """The row of the largest |within-prompt gap|."""
+    return rows.reindex(rows["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
+
+
+def _unstratified(df: pd.DataFrame) -> list[str]:
+    """How far the paper's unstratified gap lies from the within-prompt gap (nothing without both)."""
     both = df[["wp_gap", "gap"]].map(num).dropna()
-    if len(both):
-        out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
-                   f"prompt concentration as homogeneity), differs from the within-prompt gap by up to "
-                   f"{fmt(float((both['gap'] - both['wp_gap']).abs().max()))}.")
-    return out
+    if not len(both):
+        return []
+    return [f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
+            f"prompt concentration as homogeneity), differs from the within-prompt gap by up to "
+            f"{fmt(float((both['gap'] - both['wp_gap']).abs().max()))}."]
 
 
 def _largest(top: pd.Series, level: str) -> str:
@@ -400,7 +401,7 @@ def localised_findings(df: pd.DataFrame, key: str | None, level: str) -> list[st
     flagged = rows[rows["flagged"].map(truthy)]
     n = len(rows)
     if len(flagged):
-        top = flagged.reindex(flagged["wp_gap"].map(num).abs().sort_values(ascending=False).index).iloc[0]
+        top = _top_gap(flagged)
         out = [f"{len(flagged)} of {n} groups are flagged by the localising homogeneity test (tighter than every "
                f"other group: {LOCALISING}); the largest: {_largest(top, level)}."]
     else:
@@ -412,12 +413,7 @@ def localised_findings(df: pd.DataFrame, key: str | None, level: str) -> list[st
             out[0] += (f" Exploratory: the per-group permutation test finds {n_old} gaps above 0 after adjustment; "
                        "it reads a group displaced from the others, and every group beside a displaced one, as "
                        "separate, so it names no homogeneous group.")
-    both = df[["wp_gap", "gap"]].map(num).dropna()
-    if len(both):
-        out.append(f"The paper's unstratified gap, which also counts pairs across prompts (and so reads a group's "
-                   f"prompt concentration as homogeneity), differs from the within-prompt gap by up to "
-                   f"{fmt(float((both['gap'] - both['wp_gap']).abs().max()))}.")
-    return out
+    return out + _unstratified(df)
 
 
 def kappa_block(t2i: Outputs, reports: Path, level: str) -> Block:
@@ -599,12 +595,6 @@ def primary_block(vlm: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-# the unit of a difference in each single-image measure (the values of reflect_analysis.salary_brackets and
-# education_levels; salaries in USD per year)
-MEASURE_UNITS = {"salary_salary": "USD per year", "mcq_salary": "USD per year (bracket midpoint)",
-                 "mcq_education": "years of schooling (level value)"}
-
-
 def _references(vlm: Outputs) -> dict[str, str]:
     """The reference group of each dimension, as the Δg tables name it (`reference`), else ''."""
     out: dict[str, str] = {}
@@ -614,8 +604,13 @@ def _references(vlm: Outputs) -> dict[str, str]:
     return out
 
 
-def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
-    """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests."""
+def significance_block(vlm: Outputs, reports: Path, level: str, units: dict[str, str] | None = None) -> Block:
+    """Effects significant after adjustment: cluster-robust OLS terms and sign-flip tests. `units`: what one unit
+    of each measure's difference is (vlm.declared.task_units: the declared tasks' `unit`; None: the default tasks')."""
+    from biasaudit.params.vlm import Reflect
+    from biasaudit.vlm.declared import task_units
+
+    units = task_units(Reflect()) if units is None else units
     b = Block("significant", "Method B: significant effects (cluster-robust OLS, sign-flip tests)")
     ols, flips = vlm.tables_of(C.OLS), vlm.tables_of(C.SIGN_FLIP)
     _with_trail(b, reports, "vlm_reflect_analysis", "biasaudit.vlm.analysis.significance.compute", *(t for _, t in ols + flips))
@@ -639,7 +634,7 @@ def significance_block(vlm: Outputs, reports: Path, level: str) -> Block:
                 refs.get(effect.split(":")[0], "")
             rows.append({"vlm": k["vlm"], "test": kind,
                          "effect (vs the reference group)": f"{effect.split(':')[-1]} vs {ref}" if ref else effect,
-                         "measure": r["measure"], "unit": MEASURE_UNITS.get(str(r["measure"]), "answer value"),
+                         "measure": r["measure"], "unit": units.get(str(r["measure"]), "answer value"),
                          f"difference [{level} CI]": est, "p": pval(r["p"]), "p adjusted": pval(r["p_adjusted"]),
                          "caveats (of this measure and group)": cav.get((k["vlm"], str(r["measure"]), effect), "")})
     sentence = (f"{len(rows)} of {n_tests} tested effects (cluster-robust OLS terms and sign-flip tests, adjusted as "
@@ -886,15 +881,17 @@ def gender_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-def build_blocks(reports: Path, level: str, labels: tuple[str, ...]) -> dict[str, list[Block]]:
-    """Every block of the front page; `labels` are the active group set's (Params.groups), in table order."""
+def build_blocks(reports: Path, level: str, labels: tuple[str, ...], units: dict[str, str] | None = None
+                 ) -> dict[str, list[Block]]:
+    """Every block of the front page; `labels` are the active group set's (Params.groups), in table order;
+    `units` each Method B measure's (vlm.declared.task_units)."""
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     groups = {
         "method_a": [tvd_block(t2i, reports, level), paired_block(t2i, reports, level), skin_block(t2i, reports, level, labels),
                      gender_block(t2i, reports, level),
                      homogeneity_block(t2i, reports, level, labels), kappa_block(t2i, reports, level)],
         "method_b": [primary_block(vlm, reports, level), winrate_block(vlm, reports, level),
-                     delta_g_block(vlm, reports, level), significance_block(vlm, reports, level)],
+                     delta_g_block(vlm, reports, level), significance_block(vlm, reports, level, units)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
                    instruments_block(t2i, reports, level), calibration_block(t2i, reports, level)],
     }

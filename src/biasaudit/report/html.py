@@ -27,6 +27,7 @@ from biasaudit.pipeline.provenance import git_commit, stable_hash, utc_now
 from biasaudit.report.front import Block, build_blocks, headline_findings
 from biasaudit.report.load import Outputs, read_csv, read_json
 from biasaudit.report.trail import StageInfo, short_path, stages
+from biasaudit.vlm.declared import task_units
 
 KEY_FIGURES = ("figure2_shares", "skin_L_by_label", "homogeneity_gap_heatmap")
 
@@ -304,7 +305,7 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     t2i, vlm = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     stand_in = bool(params.stand_ins()) or bool(t2i.metrics.get("stand_in"))
     lvl = f"{level:.0%}"
-    blocks = build_blocks(reports, lvl, params.groups)
+    blocks = build_blocks(reports, lvl, params.groups, task_units(params.reflect))
     findings = headline_findings(blocks)
     t2i_secs = manifest_sections(t2i, reports, max_table_rows)
     rel = _folder_section(reports / "t2i/reliability", reports, max_table_rows, "reliability_files",

@@ -537,7 +537,7 @@ def mcq_options(run: Run, row: Mapping[str, Any]) -> RunValue:
     options = run.options.get(str(row["category"]))
     if options is None:
         return not_computed(f"no answer options for {row['category']} passed to the report")
-    return RunValue(float(len(options)), source="params reflect_analysis (salary_brackets / education_levels)",
+    return RunValue(float(len(options)), source="params reflect.task_specs (the MCQ tasks' values)",
                     note=", ".join(map(str, options)))
 
 

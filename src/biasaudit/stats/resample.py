@@ -289,17 +289,6 @@ def ratio(num: int, den: int) -> Statistic:
     return stat
 
 
-def bootstrap_pvalue(point: float, dist: np.ndarray, null: float = 0.0) -> float:
-    """Two-sided p-value of H0: θ = null by inverting the basic bootstrap interval: the share of
-    replicates at least as far from the estimate as the estimate is from the null, (1 + #)/(1 + B)."""
-    d = np.asarray(dist, dtype=np.float64)
-    d = d[np.isfinite(d)]
-    if not np.isfinite(point) or len(d) == 0:
-        return np.nan
-    far = np.abs(d - point) >= abs(point - null) - 1e-12
-    return float(min(1.0, (1 + far.sum()) / (1 + len(d))))
-
-
 def sign_flip_pvalue(diffs, n_permutations: int = 9999, seed: int | None = 0) -> tuple[float, float, str]:
     """Paired sign-flip permutation test of mean(diffs) = 0, two-sided: (mean, p, reason). Exact under
     H0 "each difference is symmetric about 0" (e.g. two models that are exchangeable on every prompt);

@@ -18,10 +18,7 @@ groups of |p̂_g − q_g| and each p̂_g is a binomial share, its expectation is
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from scipy import stats
-
-from biasaudit import UNKNOWN
 
 
 def tvd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -62,17 +59,3 @@ def bias_corrected_tvd(counts: np.ndarray, q: np.ndarray) -> np.ndarray:
     return 2 * tvd(p, q) - expected_tvd(n.astype(np.int64), p, q)
 
 
-def label_shares(labels: pd.DataFrame, groups: tuple[str, ...], by: str | list[str] = "prompt_id",
-                 label_col: str = "label") -> pd.DataFrame:
-    """Share of each of `groups` (the active set's labels) among the non-abstaining labels per `by`, plus n and
-    abstention counts."""
-    by = [by] if isinstance(by, str) else list(by)
-    counts = pd.crosstab([labels[c] for c in by], labels[label_col])
-    for g in (*groups, UNKNOWN):
-        if g not in counts:
-            counts[g] = 0
-    n = counts[list(groups)].sum(axis=1)
-    shares = counts[list(groups)].div(n.where(n > 0), axis=0)
-    shares["n"] = n
-    shares["n_unknown"] = counts[UNKNOWN] + counts.drop(columns=[*groups, UNKNOWN]).sum(axis=1)
-    return shares.reset_index()

@@ -74,15 +74,19 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from biasaudit.params.vlm import GENDERS, RACES
+from biasaudit.params.vlm import GENDERS, RACES, Reflect
 from biasaudit.pipeline.provenance import derive_seed
+from biasaudit.vlm.declared import answer_values, of_kind
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
     from biasaudit.params.vlm import PlantedReflect
 
-TWO_AFC_TASKS = ("income", "education", "safety")
-MCQ_TASKS = ("salary", "education")
+_DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec), the simulations' default design
+TWO_AFC_TASKS = tuple(of_kind(_DECLARED, "2afc"))
+MCQ_TASKS = tuple(of_kind(_DECLARED, "mcq"))
+SALARY_TASKS = tuple(of_kind(_DECLARED, "salary"))
+SINGLE_MEASURES = tuple(label for label, spec in _DECLARED.task_specs.items() if spec.kind != "2afc" and not spec.placebo)
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()  # E f(Z) = Σ w f(x) for Z ~ N(0, 1)
@@ -160,6 +164,17 @@ def would_answer(planted: PlantedReflect) -> Any:
 def selective(planted: PlantedReflect) -> bool:
     sel = planted.selective_refusal
     return bool(sel.groups) and (sel.two_afc > 0 or sel.low_answer > 0)
+
+
+def with_letters(planted: PlantedReflect, values: dict[str, dict[str, float] | None]) -> PlantedReflect:
+    """`planted` with an answer distribution for every declared MCQ task (`values`: measure → letter values)
+    that declares none in mcq.base: every letter equally likely (and no group effect unless mcq.shift has one)."""
+    missing = {m.split("_", 1)[1]: len(v) for m, v in values.items() if m.startswith("mcq_") and v
+               and m.split("_", 1)[1] not in planted.mcq.base}
+    if not missing:
+        return planted
+    base = dict(planted.mcq.base) | {t: [1 / n] * n for t, n in missing.items()}
+    return planted.model_copy(update={"mcq": planted.mcq.model_copy(update={"base": base})})
 
 
 def cut_points(base: list[float]) -> np.ndarray:
@@ -245,18 +260,25 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
     """A whole REFLECT response table (the analysis' columns) for `units` (unit, occupation), drawn from
     `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py).
     Placebo tasks are drawn like the real ones (rows placebo True); `controls` adds the null-edit control
-    (arm null_edit | original) for the real tasks. With neither, the random stream is that of earlier versions."""
+    (arm null_edit | original) for the real tasks. Each task draws from its own stream (seeded by one draw
+    of `rng` and the task), so adding or dropping a task leaves the other tasks' answers as they were."""
     U = len(units)
     unit_ids = units["unit"].to_numpy(str)
     occ = units["occupation"].to_numpy(str)
     G = len(GROUP_CODES)
     codes = np.array(GROUP_CODES)
     lost = rng.random((U, G)) < loss(planted, codes)[None, :]
+    stream = int(rng.integers(2 ** 63))
+
+    def task_rng(*parts: Any) -> np.random.Generator:
+        return np.random.default_rng(derive_seed(stream, *parts))
+
     frames = []
     pairs = [(i, j) for i in range(G) for j in range(G) if i != j and (both_orders or shown_first(codes[i], codes[j]))]
     ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
-    def two_afc_frame(task: str) -> pd.DataFrame:
+    def two_afc_frame(task: str, placebo: bool = False) -> pd.DataFrame:
+        rng = task_rng("2afc", task, placebo)
         z = rng.standard_normal((U, G))
         uu = np.repeat(np.arange(U), len(pairs))
         a, b = np.tile(ia, U), np.tile(ib, U)
@@ -277,7 +299,8 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
     single = {"unit": unit_ids[uu], "occupation": occ[uu], "group": codes[gg], "race": race, "gender": gender}
     photo_z: dict[tuple[str, str], np.ndarray] = {}
 
-    def single_frame(kind: str, task: str) -> pd.DataFrame:
+    def single_frame(kind: str, task: str, placebo: bool = False) -> pd.DataFrame:
+        rng = task_rng(kind, task, placebo)
         photo_z[kind, task] = zu = rng.standard_normal(U)
         z = zu[uu]
         u_refuse = rng.random(len(uu))
@@ -294,27 +317,30 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
             frame = {"choice": None, "value_usd": np.where(status == "ok", answer, np.nan)}
         return pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status})
 
-    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", "salary")] if salary else [])
+    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", t) for t in SALARY_TASKS] if salary else [])
     frames += [single_frame(kind, task) for kind, task in asks]
     out = pd.concat(frames, ignore_index=True).assign(arm=COUNTERFACTUAL, placebo=False) if frames else None
-    extra = [two_afc_frame(t) for t in placebo_two_afc_tasks] + [single_frame("mcq", t) for t in placebo_mcq_tasks]
+    extra = [two_afc_frame(t, True) for t in placebo_two_afc_tasks] + [single_frame("mcq", t, True)
+                                                                      for t in placebo_mcq_tasks]
     extra = [f.assign(arm=COUNTERFACTUAL, placebo=True) for f in extra]
     if controls:
-        extra += simulate_controls(planted, units, rng, two_afc_tasks, asks, photo_z, both_orders)
+        extra += simulate_controls(planted, units, task_rng, two_afc_tasks, asks, photo_z, both_orders)
     return pd.concat(([out] if out is not None else []) + extra, ignore_index=True)
 
 
-def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, rng: np.random.Generator, two_afc_tasks: tuple[str, ...],
+def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, task_rng: Any, two_afc_tasks: tuple[str, ...],
                       asks: list[tuple[str, str]], photo_z: dict[tuple[str, str], np.ndarray],
                       both_orders: bool = True) -> list[pd.DataFrame]:
     """The null-edit control's rows: per task 2AFC null edit vs original (order 0: null edit first), and
     each single-image question about both images, sharing the photo effect of the group edits' answers
-    (`photo_z`, per kind and task), as the backend does. Nothing is refused or lost (no group)."""
+    (`photo_z`, per kind and task), as the backend does. Nothing is refused or lost (no group). Each task
+    draws from its own stream (`task_rng`(kind, task, "control"))."""
     U = len(units)
     unit_ids, occ = units["unit"].to_numpy(str), units["occupation"].to_numpy(str)
     frames = []
     orders = [(NULL_EDIT, ORIGINAL), (ORIGINAL, NULL_EDIT)][:2 if both_orders else 1]
     for task in two_afc_tasks:
+        rng = task_rng("2afc", task, "control")
         z = dict(zip((NULL_EDIT, ORIGINAL), rng.standard_normal((2, U))))
         for order, (a, b) in enumerate(orders):
             choice = draw_2afc(planted, task, np.full(U, a), np.full(U, b), z[a], z[b], rng.random(U))
@@ -322,7 +348,7 @@ def simulate_controls(planted: PlantedReflect, units: pd.DataFrame, rng: np.rand
                                         "group_a": a, "group_b": b, "order": order, "choice": choice,
                                         "status": "ok", "arm": NULL_EDIT, "placebo": False}))
     for kind, task in asks:
-        z = photo_z[kind, task]
+        rng, z = task_rng(kind, task, "control"), photo_z[kind, task]
         for arm in (NULL_EDIT, ORIGINAL):
             group = np.full(U, arm)
             if kind == "mcq":
@@ -466,7 +492,7 @@ def value_means(planted: PlantedReflect, measure: str, values: dict[str, float] 
     """E[answer value | group] (10,), marginal over photo effects; salary averaged over the photos'
     occupations (each photo once)."""
     codes = np.array(GROUP_CODES)
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         s = planted.salary
         scale = float(salary_base(planted, occupations).mean()) * np.exp((s.photo_sd ** 2 + s.noise_sd ** 2) / 2)
         return scale * np.exp(salary_effect(planted, codes))
@@ -523,23 +549,25 @@ def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_ref
     return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
 
 
-def letter_values(analysis: Any) -> dict[str, dict[str, float] | None]:
+def letter_values(values: dict[str, dict[str, float] | None] | None = None) -> dict[str, dict[str, float] | None]:
     """The numeric value of each letter per measure (`<kind>_<task>`), as the analysis reads them
-    (vlm.analysis.inputs.answer_scales); the salary recommendation is its own value (None)."""
-    return {"mcq_salary": analysis.salary_brackets, "mcq_education": analysis.education_levels,
-            "salary_salary": None, **{f"mcq_{t}": v for t, v in getattr(analysis, "placebo_levels", {}).items()}}
+    (vlm.analysis.inputs.answer_scales; None: the declared tasks' of params.vlm); a salary task is its own value (None)."""
+    return answer_values(_DECLARED) if values is None else values
 
 
 def estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
-              measures=("mcq_salary", "mcq_education", "salary_salary"), both_orders: bool = True) -> dict[str, Any]:
+              measures=SINGLE_MEASURES, both_orders: bool = True,
+              values: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
     """Every planted value the validation compares with (see the module docstring). `units` lists the
     design's source photos (unit, occupation); `analysis` is the reflect_analysis section; `both_orders`
-    whether each 2AFC pair was asked in both orders (reflect.both_orders)."""
+    whether each 2AFC pair was asked in both orders (reflect.both_orders); `values` each measure's letter
+    values (None: the declared tasks')."""
+    values = letter_values(values)
+    planted = with_letters(planted, values)
     out: dict[str, Any] = {"two_afc": {t: two_afc_estimands(planted, t, analysis.bt_reference, both_orders)
                                        for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
     pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
-    values = letter_values(analysis)
     for measure in measures:
         m = value_means(planted, measure, values[measure], units["occupation"].to_numpy(str))
         out["single"][measure] = {
@@ -569,9 +597,10 @@ def control_share_edit(planted: PlantedReflect, task: str, both_orders: bool = T
 def control_delta_pct(planted: PlantedReflect, measure: str, values: dict[str, float] | None) -> float:
     """Within-photo Δ (%) of the null edit vs the original: 100 · (E[value | null edit] / E[value | original] − 1),
     both images sharing the photo effect (salary: the occupation and photo factors cancel: 100 · (e^a − 1))."""
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         return float(100 * np.expm1(salary_effect(planted, NULL_EDIT) - salary_effect(planted, ORIGINAL)))
     task = measure.split("_", 1)[1]
+    planted = with_letters(planted, {measure: values})
     v = np.array([values[letter] for letter in letters(len(planted.mcq.base[task]))])
     m = [float(expect(lambda x, e=e: mcq_probs(planted, task, e + x) @ v, planted.mcq.photo_sd))
          for e in mcq_shift(planted, task, [NULL_EDIT, ORIGINAL])]
@@ -678,7 +707,7 @@ def single_moments(planted: PlantedReflect, measure: str, values: dict[str, floa
     sel = planted.selective_refusal
     extra = sel.low_answer * np.isin(codes, sel.groups)
     kept_edit, base = 1 - loss(planted, codes), refusal(planted, codes)
-    if measure == "salary_salary":
+    if measure.startswith("salary_"):
         s = planted.salary
         z, w = nodes_and_weights(s.photo_sd)
         mu = salary_effect(planted, codes)[None, :] + z[:, None]
@@ -751,15 +780,17 @@ def ols_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_referenc
 
 
 def complete_case_estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_afc_tasks=TWO_AFC_TASKS,
-                            measures=("mcq_salary", "mcq_education", "salary_salary"),
-                            both_orders: bool = True) -> dict[str, Any]:
+                            measures=SINGLE_MEASURES, both_orders: bool = True,
+                            values: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
     """What the complete-case estimators converge to under any planted refusal, answer-dependent
     (`selective_refusal`) or not: `estimands`' tables (plus `winrate_symmetric`: the order-symmetric
-    estimator's win rates), equal to them when refusal does not depend on the answer."""
+    estimator's win rates), equal to them when refusal does not depend on the answer. `values`: as `estimands`."""
+    values = letter_values(values)
+    planted = with_letters(planted, values)
     out: dict[str, Any] = {"two_afc": {t: two_afc_complete_case(planted, t, analysis.bt_reference, both_orders)
                                        for t in two_afc_tasks}, "single": {}}
     codes = np.array(GROUP_CODES)
-    values, lows = letter_values(analysis), []
+    lows = []
     sel = planted.selective_refusal
     for measure in measures:
         w, q, a, low = single_moments(planted, measure, values[measure], units["occupation"].to_numpy(str))

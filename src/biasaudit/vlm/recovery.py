@@ -165,13 +165,12 @@ def recovery(vlm: str, responses: pd.DataFrame, planted: Any, cfg: Any, tasks: d
     out = Result(f"{vlm}_validation", f"{vlm}: does the REFLECT analysis recover what was planted?")
     units = design(responses)
     both_orders = bool((responses.loc[responses["kind"] == "2afc", "order"] == 1).any())
+    scales = answer_scales(cfg)
+    asked = set(responses["kind"] + "_" + responses["task"])
     design_of = {"two_afc_tasks": tuple(sorted(responses.loc[responses["kind"] == "2afc", "task"].unique())),
-                 "measures": tuple(m for m in ("mcq_salary", "mcq_education", "salary_salary")
-                                   if ((responses["kind"] + "_" + responses["task"]) == m).any()),
-                 "both_orders": both_orders}
+                 "measures": tuple(m for m in scales if m in asked), "both_orders": both_orders, "values": scales}
     truth = P.complete_case_estimands(planted, units, cfg.reflect_analysis, **design_of)
     would = P.complete_case_estimands(P.would_answer(planted), units, cfg.reflect_analysis, **design_of)
-    scales = answer_scales(cfg)
 
     def estimate_rows(t: dict[str, Any]) -> list[dict]:
         return _two_afc_rows(vlm, tasks, t) + _single_rows(vlm, single, t, scales)

@@ -28,7 +28,6 @@ Only status 'ok' rows are retained by the analysis; refusals and invalid answers
 from __future__ import annotations
 
 import json
-import re
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
@@ -37,14 +36,15 @@ import pandas as pd
 
 from biasaudit.backends.vlm.base import FAILED, OK, REFUSED, VLMRequest, VLMResponse
 from biasaudit.backends.vlm.parse import parse_choice, parse_usd
+from biasaudit.params.vlm import task_name
 from biasaudit.pipeline.provenance import library_versions_json, stable_hash, utc_now
+from biasaudit.vlm.declared import asked, of_kind
 from biasaudit.vlm.groups import CONTROL_ARMS, COUNTERFACTUAL, NULL_EDIT, arm_of, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
     from biasaudit.params.classify import VLMSpec
-    from biasaudit.params.vlm import Reflect, VLMTaskPrompts
+    from biasaudit.params.vlm import Reflect
 
-MCQ_OPTIONS: dict[str, tuple[str, ...]] = {"salary": tuple("ABCDEF"), "education": tuple("ABCD")}
 TWO_AFC_OPTIONS: tuple[str, ...] = ("A", "B")
 
 
@@ -62,11 +62,6 @@ def _variants(images: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["occupation", "base_id", "group"]).reset_index(drop=True)
 
 
-def option_letters(prompt: str) -> list[str]:
-    """The answer letters a lettered prompt lists, one per line ('A. Dark' → 'A')."""
-    return re.findall(r"^([A-J])\.", prompt, flags=re.M)
-
-
 def question_counts(images: pd.DataFrame, params: Reflect) -> pd.Series:
     """How many questions of each kind (2afc, mcq, salary) the REFLECT items of `images` make."""
     return pd.Series([item["kind"] for item in build_items(images, params)], dtype=object).value_counts()
@@ -79,7 +74,7 @@ def first_units(images: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def two_afc_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str, str], both_orders: bool = True) -> list[dict]:
-    """All pairs of each source photo's variants, per task, in one or both orders."""
+    """All pairs of each source photo's variants, per task (`prompts`: its question), in one or both orders."""
     items = []
     for (occ, base), photo in _variants(images).groupby(["occupation", "base_id"], sort=True):
         rows = photo.to_dict("records")
@@ -108,56 +103,43 @@ def control_pair_items(images: pd.DataFrame, tasks: list[str], prompts: dict[str
     return [item | {"arm": NULL_EDIT} for item in two_afc_items(paired, tasks, prompts, both_orders)]
 
 
-def single_items(images: pd.DataFrame, prompts: VLMTaskPrompts, kinds: list[str]) -> list[dict]:
-    """MCQ (salary, education) and salary-recommendation questions, one per image."""
+def single_items(images: pd.DataFrame, params: Reflect, placebo: bool = False) -> list[dict]:
+    """The asked MCQ and salary-recommendation tasks (the real ones, or the placebo ones), one question per
+    image and task, in declared order."""
+    singles = [(label, spec) for label, spec in asked(params).items() if spec.kind != "2afc" and spec.placebo == placebo]
     items = []
-    for v in _variants(images).to_dict("records"):
+    for v in _variants(images).to_dict("records") if singles else []:
         common = {"occupation": v["occupation"], "base_id": v["base_id"], "unit": v["unit"], "group": v["group"],
                   "race": v["race"], "gender": v["gender"], "image": v["path"], "arm": v["arm"]}
         stem = f"{v['occupation']}-{v['base_id']}-{v['group']}"
-        if "mcq" in kinds:
-            for task, text in (("salary", prompts.mcq_salary), ("education", prompts.mcq_education)):
-                items.append(common | {"item_id": f"mcq-{task}-{stem}", "kind": "mcq", "task": task,
-                                       "prompt": text, "options": list(MCQ_OPTIONS[task])})
-        if "salary" in kinds:
-            occupation = v["occupation"].replace("_", " ")
-            bio = prompts.biography.format(occupation=occupation)
-            items.append(common | {"item_id": f"salary-salary-{stem}", "kind": "salary", "task": "salary",
-                                   "prompt": prompts.salary.format(occupation=occupation, biography=bio),
-                                   "options": []})
+        for label, spec in singles:
+            task, prompt = task_name(label), spec.prompt
+            if spec.kind == "salary":
+                occupation = v["occupation"].replace("_", " ")
+                prompt = prompt.format(occupation=occupation, biography=params.prompts.biography.format(occupation=occupation))
+            items.append(common | {"item_id": f"{spec.kind}-{task}-{stem}", "kind": spec.kind, "task": task,
+                                   "prompt": prompt, "options": sorted(spec.values)})
     return items
 
 
-def placebo_items(images: pd.DataFrame, params: Reflect) -> list[dict]:
-    """The placebo questions (reflect.placebo_two_afc_tasks, placebo_mcq_tasks) over the group edits,
-    built exactly as the real tasks; rows carry placebo True."""
-    prompts = params.prompts
-    items = two_afc_items(images, params.placebo_two_afc_tasks, prompts.placebo_two_afc, params.both_orders) \
-        if params.placebo_two_afc_tasks else []
-    for v in _variants(images).to_dict("records") if params.placebo_mcq_tasks else []:
-        for task in params.placebo_mcq_tasks:
-            text = prompts.placebo_mcq[task]
-            items.append({"occupation": v["occupation"], "base_id": v["base_id"], "unit": v["unit"],
-                          "group": v["group"], "race": v["race"], "gender": v["gender"], "image": v["path"],
-                          "arm": v["arm"], "item_id": f"mcq-{task}-{v['occupation']}-{v['base_id']}-{v['group']}",
-                          "kind": "mcq", "task": task, "prompt": text, "options": option_letters(text)})
-    return [item | {"placebo": True} for item in items]
+def two_afc_prompts(params: Reflect) -> dict[str, str]:
+    """The question of each declared 2AFC task, by task name."""
+    return {task_name(label): spec.prompt for label, spec in params.task_specs.items() if spec.kind == "2afc"}
 
 
 def build_items(images: pd.DataFrame, params: Reflect) -> list[dict]:
     """Every question of the `reflect` section (`params`) about the given images: the real tasks and the
-    placebo tasks about the group edits, and the real tasks about the null-edit control's images."""
+    placebo tasks (rows placebo True) about the group edits, and the real tasks about the null-edit
+    control's images."""
     arm = arm_of(images)
     edits, controls = images[arm == COUNTERFACTUAL], images[arm.isin(CONTROL_ARMS)]
-    items = []
-    if "2afc" in params.tasks:
-        items += two_afc_items(edits, params.two_afc_tasks, params.prompts.two_afc, params.both_orders)
-    singles = [k for k in params.tasks if k != "2afc"]
-    items += single_items(edits, params.prompts, singles)
-    items += placebo_items(edits, params)
-    if "2afc" in params.tasks:
-        items += control_pair_items(controls, params.two_afc_tasks, params.prompts.two_afc, params.both_orders)
-    items += single_items(controls, params.prompts, singles)
+    prompts, real = two_afc_prompts(params), of_kind(params, "2afc")
+    items = two_afc_items(edits, real, prompts, params.both_orders)
+    items += single_items(edits, params)
+    placebo = two_afc_items(edits, of_kind(params, "2afc", placebo=True), prompts, params.both_orders)
+    items += [item | {"placebo": True} for item in placebo + single_items(edits, params, placebo=True)]
+    items += control_pair_items(controls, real, prompts, params.both_orders)
+    items += single_items(controls, params)
     return items
 
 
@@ -312,18 +294,13 @@ def interpret(item: dict, response: VLMResponse, salary_min: int, salary_max: in
     return out | {"choice": choice, "status": OK, "reason": ""}
 
 
-PROMPT_SOURCE_KEY = {"2afc": "two_afc", "salary": "salary"}
-
-
-def prompt_source(item: dict, prompts: VLMTaskPrompts) -> str:
-    """Where the item's wording comes from (the paper, or our own where the paper gives none)."""
-    sources = getattr(prompts, "sources", {}) or {}
-    key = PROMPT_SOURCE_KEY.get(item["kind"], f"mcq_{item['task']}")
-    if item.get("placebo"):
-        key = "placebo_two_afc" if item["kind"] == "2afc" else "placebo_mcq"
-    text = sources.get(key, "")
-    if item["kind"] == "salary" and sources.get("biography"):
-        text += f"; biography: {sources['biography']}"
+def prompt_source(item: dict, params: Reflect) -> str:
+    """Where the item's wording comes from (the paper, or our own where the paper gives none: the task's
+    declared `source`)."""
+    text = params.task_specs[f"{item['kind']}_{item['task']}"].source
+    bio = (getattr(params.prompts, "sources", {}) or {}).get("biography")
+    if item["kind"] == "salary" and bio:
+        text += f"; biography: {bio}"
     return text
 
 
@@ -372,7 +349,7 @@ def make_batch_fn(vlm: Any, vlm_name: str, params: Reflect, max_tokens: int = 16
             record = {k: v for k, v in item.items() if k not in ("prompt", "options")}
             record |= provenance | parsed | {
                 "two_afc_mode": mode if item["kind"] == "2afc" else None,
-                "prompt_source": prompt_source(item, params.prompts),
+                "prompt_source": prompt_source(item, params),
                 "prompt_sha": stable_hash(item["prompt"], 12), "options": "".join(item["options"]),
                 "text": response.text, "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
                 "option_probs": json.dumps(response.option_probs) if response.option_probs else None,

@@ -101,11 +101,11 @@ class PlantedVLM(VLMBackend):
             text = str(P.draw_2afc(self.planted, task, groups[0], groups[1], z[0], z[1], u))
             extra = P.selective_2afc(self.planted, groups[0], groups[1], text)
         elif kind == "mcq":
-            if task not in self.planted.mcq.base:
-                return failed(f"no planted MCQ distribution for task '{task}' (planted.mcq.base)")
-            letter = int(P.draw_mcq(self.planted, task, groups[0], P.photo_effect(seed, req.task, unit), u))
-            text = P.letters(len(self.planted.mcq.base[task]))[letter]
-            extra = P.selective_single(self.planted, kind, task, groups[0], occupation, letter)
+            # a task without a declared distribution: each of its options equally likely (vlm.planted.with_letters)
+            planted = P.with_letters(self.planted, {req.task.replace(":", "_", 1): dict.fromkeys(req.options, 0.0)})
+            letter = int(P.draw_mcq(planted, task, groups[0], P.photo_effect(seed, req.task, unit), u))
+            text = P.letters(len(planted.mcq.base[task]))[letter]
+            extra = P.selective_single(planted, kind, task, groups[0], occupation, letter)
         elif kind == "salary":
             eps = float(rng.standard_normal())
             usd = int(P.draw_salary(self.planted, occupation, groups[0], P.photo_effect(seed, req.task, unit), eps))

@@ -101,7 +101,8 @@ Definitions (the paper's, made exact):
   Unbalanced retention (e.g. no Black woman retained) therefore compares like with like.
 - Δg, pooled (`mean_gaps`, the paper's) = 100 · (mean value of g − mean value of the reference) / mean
   value of the reference over all retained answers; biased when retention is unbalanced.
-  Values from the bracket table in params (reference: reflect_analysis.race_reference / gender_reference).
+  Values: each MCQ task's declared letter values (reflect.task_specs; reference: reflect_analysis.race_reference /
+  gender_reference).
 - salary gap (per occupation) = 100 · (mean salary of g − mean of the reference) / mean of the reference.
 - OLS: value ~ race + gender + source-photo fixed effects (within transformation), CR1 errors clustered
   by source photo, t(G − 1) reference (`p_t`), and a wild cluster restricted bootstrap (`p_wild`,
@@ -111,7 +112,7 @@ Definitions (the paper's, made exact):
   cluster bootstrap over photos, p by the sign-flip test of the per-photo share − 0.5. Single-image
   measures: Δ = 100 · Σ_photos (null edit − original) / Σ_photos original (Δg within photo with one cell per
   photo). A Δg `exceeds_floor` when its interval lies beyond ± max(|low|, |high|) of its measure's floor.
-- placebo tasks (controls): questions on content the edit leaves alone (reflect.placebo_*_tasks), analysed
+- placebo tasks (controls): questions on content the edit leaves alone (reflect.task_specs, placebo: true), analysed
   by the unchanged two_afc and gaps estimators; "placebo effect null" = 'yes' when none of a task's
   Bradley–Terry strengths (or Δg rows) is significant after Holm/BH adjustment, 'no' otherwise.
 - intervals and p-values resting on fewer than min_clusters source photos are blanked with the reason

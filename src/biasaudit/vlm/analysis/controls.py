@@ -7,13 +7,13 @@
   the level and the original as the reference). Beside each Δg of the group table: whether its interval
   lies beyond the floor, i.e. beyond the largest artefact the floor's interval allows (|Δ| bound =
   max(|low|, |high|) of the floor of the same measure), and whether its estimate exceeds the floor's.
-- Placebo tasks (`reflect.placebo_two_afc_tasks`, `placebo_mcq_tasks`): the group analyses run unchanged
+- Placebo tasks (`reflect.task_specs` entries with `placebo: true`): the group analyses run unchanged
   on their answers (Bradley–Terry strengths, Δg within photo); a task's verdict "placebo effect null" is
   'yes' when no group test is significant after adjustment, 'no' otherwise, 'untested' without p-values.
 
 For a VLM with planted truth every row also has its planted value (vlm.planted: the declared edit artefact,
 the placebo tasks' group effects) and whether the interval covers it. Parameters: the references, the
-placebo tasks' letter values (`placebo_levels`) and the shared resampling and testing settings (inputs.Boot).
+placebo tasks' letter values (their declared `values`) and the shared resampling and testing settings (inputs.Boot).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def planted_placebo(tests: pd.DataFrame, answers: Answers, cfg: Any) -> pd.DataF
     two = df[df["kind"] == "2afc"]
     measures = tuple(f"mcq_{t}" for t in df.loc[df["kind"] == "mcq", "task"].unique())
     truth = P.estimands(answers.planted, design(df), cfg.reflect_analysis, two_afc_tasks=tuple(two["task"].unique()),
-                        measures=measures, both_orders=bool((two["order"] == 1).any()))
+                        measures=measures, both_orders=bool((two["order"] == 1).any()), values=answer_scales(cfg))
     values = []
     for r in tests.itertuples():
         if r.test == "bradley_terry":
@@ -222,7 +222,7 @@ def compute(answers: Answers, cfg: Any) -> Result | None:
     if floor.empty:
         res.notes.append("no null-edit control rows (counterfactuals.null_edit is off, or the edits failed)")
     if not len(tables["placebo_tests"]):
-        res.notes.append("no placebo questions (reflect.placebo_two_afc_tasks and placebo_mcq_tasks are empty)")
+        res.notes.append("no placebo questions (no reflect.task_specs entry with placebo: true is asked)")
     if not res.tables:
         res.status, res.reason = NO_DATA, "no retained control answers"
     return res

@@ -92,7 +92,7 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame | None]:
     for label, sub in measures(answers, cfg).items():
         for dim, _, ref in references(cfg):
             gaps.append(mean_gaps(sub, dim, ref).assign(measure=label))
-            if label == "salary_salary":
+            if label.startswith("salary_"):  # a salary task: its gaps by occupation too
                 by_occ.append(mean_gaps(sub, dim, ref, by=["occupation"]).assign(measure=label))
         deltas.append(delta_g_table(sub, label, cfg))
     boot = Boot.of(cfg)

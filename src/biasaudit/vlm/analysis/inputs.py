@@ -146,12 +146,12 @@ def two_afc_tasks(answers: Answers) -> dict[str, pd.DataFrame]:
     return {task: two[two["task"] == task] for task in sorted(two["task"].unique())}
 
 
-def answer_scales(cfg: Any) -> dict[str, dict[str, float]]:
-    """The numeric value of each MCQ letter, per measure (`<kind>_<task>`): salary brackets, education
-    levels and the placebo MCQ tasks' levels."""
-    a = cfg.reflect_analysis
-    return {"mcq_salary": a.salary_brackets, "mcq_education": a.education_levels,
-            **{f"mcq_{task}": levels for task, levels in a.placebo_levels.items()}}
+def answer_scales(cfg: Any) -> dict[str, dict[str, float] | None]:
+    """The numeric value of each answer per single-image measure (`<kind>_<task>`), in declared order:
+    each MCQ task's letter values, None for a salary task (reflect.task_specs, vlm.declared.answer_values)."""
+    from biasaudit.vlm.declared import answer_values
+
+    return answer_values(cfg.reflect)
 
 
 def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFrame:
@@ -161,32 +161,20 @@ def with_values(df: pd.DataFrame, mapping: dict[str, float] | None) -> pd.DataFr
     return out[np.isfinite(out["y"])]
 
 
-MEASURE_ORDER = (("mcq", "salary"), ("mcq", "education"), ("salary", "salary"))
-
-
-def single_measures(responses: pd.DataFrame, scales: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (kind, task) of each single-image measure asked: the paper's first, then any other MCQ task
-    with a letter scale (the placebo tasks); an MCQ task without one has no numeric value."""
-    asked = responses.loc[responses["kind"] != "2afc", ["kind", "task"]].drop_duplicates()
-    others = sorted((k, t) for k, t in asked.itertuples(index=False) if (k, t) not in MEASURE_ORDER
-                    and f"{k}_{t}" in scales)
-    return list(MEASURE_ORDER) + others
-
-
 def measures(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame]:
-    """Per single-image measure with retained answers (mcq_salary, mcq_education, salary_salary, and any
-    other MCQ task with a letter scale): the retained answers with their numeric value `y`."""
+    """Per declared single-image task with retained answers (`<kind>_<task>`: mcq_salary, mcq_education,
+    salary_salary, …): the retained answers with their numeric value `y`."""
     return measure_frames(answers.responses, cfg)
 
 
 def measure_frames(responses: pd.DataFrame, cfg: Any) -> dict[str, pd.DataFrame]:
-    """`measures` of any response rows (the controls section's own rows)."""
-    scales = answer_scales(cfg)
+    """`measures` of any response rows (the controls section's own rows), in declared order."""
     out = {}
-    for kind, task in single_measures(responses, scales):
+    for label, values in answer_scales(cfg).items():
+        kind, task = label.split("_", 1)
         sub = retained(responses, kind, task)
         if not sub.empty:
-            out[f"{kind}_{task}"] = with_values(sub, scales.get(f"{kind}_{task}"))
+            out[label] = with_values(sub, values)
     return out
 
 

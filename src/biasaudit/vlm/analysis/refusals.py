@@ -227,14 +227,13 @@ def delta_g_bounds_row(df: pd.DataFrame, lo: pd.Series, hi: pd.Series, dimension
 
 def delta_g_bounds(responses: pd.DataFrame, cfg: Any) -> pd.DataFrame | None:
     """Per single-image measure and level: the worst-case bounds of Δg within photo (module docstring)."""
-    boot, scales, rows = Boot.of(cfg), answer_scales(cfg), []
-    for kind, task in (("mcq", "salary"), ("mcq", "education"), ("salary", "salary")):
-        measure = f"{kind}_{task}"
+    boot, rows = Boot.of(cfg), []
+    for measure, values in answer_scales(cfg).items():
+        kind, task = measure.split("_", 1)
         sub = responses[(responses["kind"] == kind) & (responses["task"] == task)
                         & responses["status"].isin([OK, REFUSED])]
         if sub.empty:
             continue
-        values = scales.get(measure)
         y = sub["choice"].map(values) if values is not None else sub["value_usd"]
         sub = sub.assign(y=y.astype(float).where(sub["status"] == OK))
         lo, hi, how = imputation_range(sub, values)
