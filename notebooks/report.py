@@ -90,6 +90,7 @@ cards = build_cards(reports, C.RESPONSES_DIR,
                     display=gs.display, validity=Validity(ra.min_clusters, params.card_min_retention),
                     run={"profile": cfg.profile, "params_hash": info["params_hash"], "git_commit": info["git_commit"],
                          "code_date": git_commit_date()}, stand_ins=cfg.stand_ins(), images_dir=cfg.generate.images_dir,
+                    labels_dir=C.LABELS_DIR,
                     power_table=power.load())  # each VLM card's power line (benchmarks/power.py's simulation)
 display(cards)
 

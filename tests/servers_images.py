@@ -27,6 +27,7 @@ import io
 import json
 import re
 import threading
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,11 +99,11 @@ class LocalAPIServer:
         publisher-model get (`vertex`), OpenAI's models.retrieve (`openai`)."""
         pattern = {"gemini": r"/v1(?:beta)?/models/(?P<model>[\w.-]+)",
                    "vertex": r"/v1(?:beta1)?/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/(?P<model>[\w.-]+)",
-                   "openai": r"/v1/models/(?P<model>[\w./-]+)"}[flavour]
+                   "openai": r"/v1/models/(?P<model>[\w.%/-]+)"}[flavour]  # the SDK quotes a Hub id's '/'
         self.route("GET", pattern, lambda req: self._model_info(req, flavour), scripted=False)
 
     def _model_info(self, req: Request, flavour: str) -> Reply:
-        model = req.match.group("model") if req.match else ""
+        model = urllib.parse.unquote(req.match.group("model")) if req.match else ""
         self.probes.append(model)
         if model in self.unserved:
             return self.not_found(model, flavour)

@@ -344,3 +344,34 @@ def test_the_ll144_summary_answers_every_field_or_says_why_not(tmp_path: Path):
     assert set(card["collected_first"]) == {"2026-11-29T08:05:07Z"} and set(card["collected_last"]) == {"2026-12-02T09:00:00Z"}
     assert set(card["code_date"]) == {"2026-12-03T08:33:53+00:00"}  # the code's date, a field of its own
     assert "not applicable" in page
+
+
+def test_a_generator_card_dates_its_images_and_their_labels(tmp_path: Path):
+    """Method A's collection window: the first and last record time of the generator's images (its manifest) and of
+    their classification (its labels), in no order, blanks ignored; the code's date stays a field of its own."""
+    reports = tmp_path / "reports"
+    (reports / "t2i" / "tables").mkdir(parents=True)
+    pd.concat([per_prompt().assign(model="gen"), per_prompt().assign(model="imported")], ignore_index=True
+              ).to_csv(reports / "t2i" / "tables" / "tvd_per_prompt.csv", index=False)
+    images, labels = tmp_path / "images", tmp_path / "labels"
+    for model, made in (("gen", ["2026-11-20T10:00:00+00:00", "2026-11-18T07:30:00+00:00", ""]),
+                        ("imported", ["", "", ""])):  # a folder's images: made elsewhere, no time of ours
+        (images / model).mkdir(parents=True)
+        pd.DataFrame({"image_id": ["i0", "i1", "i2"], "model_id": model, "answered_at": made}
+                     ).to_parquet(images / model / "manifest.parquet")
+    labels.mkdir()
+    asked = ["2026-11-21T09:15:00+00:00", "2026-11-25T16:45:10+00:00", "2026-11-19T00:00:00+00:00"]
+    for model in ("gen", "imported"):
+        pd.DataFrame({"image_id": ["i0", "i1", "i2"], "answered_at": asked}).to_parquet(labels / f"{model}.parquet")
+    out = tmp_path / "audit"
+    ac.build_cards(reports, tmp_path / "responses", BOOT, BOOT, {}, stand_in=False, out_dir=out,
+                   run={"code_date": "2026-12-03T08:33:53+00:00"}, images_dir=images, labels_dir=labels)
+    gen = pd.read_csv(out / "gen.csv", keep_default_na=False)
+    assert set(gen["collected_first"]) == {"2026-11-18T07:30:00Z"}  # an image, before any label
+    assert set(gen["collected_last"]) == {"2026-11-25T16:45:10Z"}  # a label, after every image
+    assert set(gen["code_date"]) == {"2026-12-03T08:33:53+00:00"}
+    imported = pd.read_csv(out / "imported.csv", keep_default_na=False)
+    assert (set(imported["collected_first"]), set(imported["collected_last"])) == (
+        {"2026-11-19T00:00:00Z"}, {"2026-11-25T16:45:10Z"})  # its labels alone
+    page = (out / "gen.html").read_text()
+    assert "<th>first answer</th><td>2026-11-18T07:30:00Z</td>" in page

@@ -43,6 +43,12 @@ def block(md: Path, title: str, lang: str, k: int = 0) -> str:
     return [b for lg, b in quick_starts(md)[title] if lg == lang][k]
 
 
+def lead(md: Path, title: str) -> str:
+    """The text of a quick start from its bold lead to its first code block."""
+    text = md.read_text()
+    return text.split(f"**{title}**", 1)[1].split("```", 1)[0]
+
+
 # every quick start with code, and the test that runs it (a new one without a test fails the first test)
 RUN_BY = {
     ("README.md", "The published setup, and today's models."): "test_published_setup_quick_start",
@@ -50,13 +56,6 @@ RUN_BY = {
     ("README.md", "Audit your own VLM behind an OpenAI-compatible server (Method B)."): "test_own_vlm_quick_start",
     ("your-data.md", "Another country's groups."): "test_another_country_quick_start",
 }
-
-
-# The two own-data runs execute a whole method in a fresh copy (over half an hour each on 2 cores) and are not
-# yet green: the own-images run stopped at faces@mine (the test's images hold no face). Opt in with
-# BIASAUDIT_QUICKSTART_RUNS=1 until they pass.
-FULL_RUNS = pytest.mark.skipif(os.environ.get("BIASAUDIT_QUICKSTART_RUNS") != "1",
-                               reason="opt-in (BIASAUDIT_QUICKSTART_RUNS=1): a whole method in a fresh copy, not yet green")
 
 
 def test_every_quick_start_with_code_has_its_test():
@@ -70,6 +69,18 @@ def merge(into: dict, extra: dict) -> dict:
     for k, v in extra.items():
         into[k] = merge(dict(into.get(k) or {}), v) if isinstance(v, dict) and isinstance(into.get(k), dict) else v
     return into
+
+
+REPLACE = re.compile(r"replace\s+`params\.yaml`'s\s+`(\w+):`\s+table", re.I)
+
+
+def apply_quick(params: Path, quick: dict, text: str) -> None:
+    """The quick start's YAML block written into `params`, as its text tells: a table it says to replace
+    ("replace `params.yaml`'s `models:` table") replaced whole, every other key merged."""
+    replaced = set(REPLACE.findall(text))
+    assert replaced <= set(quick), (replaced, set(quick))
+    doc = merge(yaml.safe_load(params.read_text()), {k: v for k, v in quick.items() if k not in replaced})
+    params.write_text(yaml.safe_dump(doc | {k: quick[k] for k in replaced}, sort_keys=False))
 
 
 def fresh_copy(dest: Path) -> tuple[Path, dict[str, str]]:
@@ -162,29 +173,56 @@ def test_another_country_quick_start(tmp_path):
     assert yaml.safe_load((repo / "params.yaml").read_text())["profile"] == "offline-ca-vm"
 
 
-def own_images(repo: Path, mapping_csv: Path, folder: Path) -> dict[str, str]:
-    """Grey test images, generate.images_per_prompt for every prompt of the copy's prompts table (as the quick
-    start asks); file → the label the local server answers for it (servers_vlm.label_for_pixels)."""
-    from .servers_vlm import LABELS
+# per label of the local server (servers_vlm.LABELS: mean grey 0–50, 51–101, …, 204–255), the skin L* targets
+# whose packaged-photo variants land inside its bin, tried in turn
+L_TRIES = {0: (15.0, 20.0), 1: (50.0, 55.0, 60.0), 2: (70.0, 75.0), 3: (82.0, 85.0, 88.0), 4: (92.0, 94.0, 96.0, 98.0)}
+MARGIN = 5.0  # grey levels from a bin's edge: JPEG re-encoding before sending moves a mean far less
+
+
+def face_photo(label: int, start: int) -> np.ndarray:
+    """A real face whose mean grey lies `MARGIN` inside the server's bin of `label`: the packaged-photos producer's
+    seeded variant (packaged_photos.make_variant: a crop of a public-domain portrait keeping the whole face, its
+    lightness shifted to a target skin L*), the first seed from `start` and target L* that lands there."""
+    from biasaudit.backends.generators.packaged_photos import make_variant
+
+    lo, hi = 51.0 * label, 51.0 * label + 50.0 if label < 4 else 255.0
+    for seed in range(start, start + 50):
+        for target in L_TRIES[label]:
+            rgb, _ = make_variant(seed, 160, 160, (target, target))
+            grey = float(np.asarray(Image.fromarray(rgb).convert("L"), dtype=float).mean())
+            if lo + MARGIN <= grey <= hi - MARGIN:
+                return rgb
+    raise AssertionError(f"no packaged-photo variant lands in grey bin {label}")
+
+
+def own_images(repo: Path, mapping_csv: Path, folder: Path) -> dict[tuple[str, int], str]:
+    """Face photos, generate.images_per_prompt for every prompt of the copy's prompts table (as the quick start
+    asks): eight distinct faces per server label (four variants and their mirror images), the labels taking turns
+    over prompts and indices. (prompt_id, index) → the label the local server answers for that image
+    (servers_vlm.label_for_pixels of the file)."""
+    from .servers_vlm import label_for_pixels
 
     per_prompt = int(yaml.safe_load((repo / "params.yaml").read_text())["generate"]["images_per_prompt"])
     ids = pd.read_csv(repo / "data" / "t2i" / "prompts.csv")["prompt_id"].astype(str).tolist()
+    variants = {j: [face_photo(j, 100 * (4 * j + v)) for v in range(4)] for j in range(5)}
+    variants = {j: faces + [f[:, ::-1] for f in faces] for j, faces in variants.items()}
     folder.mkdir(parents=True, exist_ok=True)
     rows, truth = [], {}
     for i, pid in enumerate(ids):
         for k in range(per_prompt):
-            level = 25 + 51 * ((i + k) % 5)
+            j = (i + k) % 5
             name = f"{pid}_{k}.png"
-            Image.fromarray(np.full((64, 64, 3), level, np.uint8)).save(folder / name)
+            img = Image.fromarray(np.ascontiguousarray(variants[j][(i * per_prompt + k) // 5 % 8]))
+            img.save(folder / name)
             rows.append({"file": name, "prompt_id": pid, "index": k})
-            truth[Path(name).stem] = LABELS[level // 51]
+            truth[(pid, k)] = label_for_pixels(img)
     pd.DataFrame(rows).to_csv(mapping_csv, index=False)
+    assert len(set(truth.values())) == 5  # every answer the server can give, on real faces
     return truth
 
 
-@FULL_RUNS
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # the whole of Method A, planted generators included, as the quick start runs it
+@pytest.mark.timeout(2400)  # Method A's stages for the user's generator alone (the quick start replaces the table)
 def test_own_images_quick_start(tmp_path):
     from .servers_vlm import VLMServer
 
@@ -197,21 +235,24 @@ def test_own_images_quick_start(tmp_path):
     spec = quick["models"]["mine"]
     truth = own_images(repo, repo / spec["mapping_csv"], repo / spec["folder"])
     params = repo / "params.yaml"
-    params.write_text(yaml.safe_dump(merge(yaml.safe_load(params.read_text()), quick), sort_keys=False))
+    apply_quick(params, quick, lead(ROOT / "README.md", title))
+    assert list(yaml.safe_load(params.read_text())["models"]) == ["mine"]  # the text replaces the planted ones
     with VLMServer(port=8000):
         check, repro = run_bash(block(ROOT / "README.md", title, "bash"), repo, env)
         assert ok(check) and ok(repro)
     labels = pd.read_parquet(repo / "data" / "t2i" / "labels" / "mine.parquet")
     got = labels.drop_duplicates("image_id").set_index("image_id")
     assert (got["status"] == "ok").all(), got["status"].value_counts()
-    assert {k: got.loc[k, "label"] for k in truth} == truth
+    made = pd.read_parquet(repo / "data" / "t2i" / "images" / "mine" / "manifest.parquet")  # image_id per mapped file
+    assert {(r.prompt_id, r.index): got.loc[r.image_id, "label"] for r in made.itertuples()} == truth
+    faces = pd.read_parquet(repo / "data" / "t2i" / "faces" / "mine.parquet")
+    assert (faces["status"] == "ok").all(), faces["status"].value_counts()  # real faces: every one found
     per_prompt = pd.read_csv(repo / "reports" / "t2i" / "tables" / "tvd_per_prompt.csv")
     assert "mine" in set(per_prompt["model"])
 
 
-@FULL_RUNS
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # Method B's stages, as the quick start runs them
+@pytest.mark.timeout(2400)  # Method B's stages for the user's VLM alone (the quick start replaces the table)
 def test_own_vlm_quick_start(tmp_path):
     from .test_vlm_reflect import ScriptedChat
 
@@ -221,13 +262,14 @@ def test_own_vlm_quick_start(tmp_path):
     title = "Audit your own VLM behind an OpenAI-compatible server (Method B)."
     quick = yaml.safe_load(block(ROOT / "README.md", title, "yaml"))
     params = repo / "params.yaml"
-    params.write_text(yaml.safe_dump(merge(yaml.safe_load(params.read_text()), quick), sort_keys=False))
+    apply_quick(params, quick, lead(ROOT / "README.md", title))
     server = ScriptedChat()
     server.port = 8000
     server.model_routes("openai")
     with server:
         check, repro = run_bash(block(ROOT / "README.md", title, "bash"), repo, {**env, "MY_KEY": "local-test-key"})
         assert ok(check) and ok(repro)
+    assert list(yaml.safe_load(params.read_text())["vlms"]) == ["my-vlm"]  # the text replaces the stand-ins
     answers = pd.read_parquet(repo / "data" / "vlm" / "responses" / "my-vlm.parquet")
     assert len(answers) and (answers["status"] == "ok").mean() > 0.5, answers["status"].value_counts()
     assert "local-test-key" not in params.read_text()

@@ -87,8 +87,9 @@ CARD_COLUMNS = ["model", "method", "measure", "dimension", "category", "referenc
                 "refusal_gap", "bounds_low", "bounds_high", "robust_to_refusals", "placebo_effect_null"]
 # what every row of a card's CSV carries, so that a row copied out of it still names its run
 # collected_first / collected_last: the data-collection window, the first and last answer the model's records
-# hold (answered_at of data/vlm/responses/<vlm>.parquet, kept in the answer cache); git_commit and code_date: the
-# code that ran, a separate fact
+# hold (answered_at of data/vlm/responses/<vlm>.parquet, kept in the answer cache; for a generator, of its image
+# manifest and of its images' labels in data/t2i/labels/<model>.parquet); git_commit and code_date: the code that
+# ran, a separate fact
 TRACE_COLUMNS = ["model_id", "model_version", "stand_in", "profile", "params_hash", "git_commit", "code_date",
                  "collected_first", "collected_last"]
 NO_VALID_AUDIT = "no valid audit"
@@ -786,10 +787,11 @@ def collection_window(stamps: pd.Series | None) -> tuple[str, str]:
     return tuple(t.isoformat(timespec="seconds").replace("+00:00", "Z") for t in (when.min(), when.max()))
 
 
-def model_trace(run: dict[str, Any], frame: pd.DataFrame, stand_in: bool, **counts: Any) -> dict[str, Any]:
+def model_trace(run: dict[str, Any], frame: pd.DataFrame, stand_in: bool, stamps: pd.Series | None = None,
+                **counts: Any) -> dict[str, Any]:
     """The trace fields of one card: the run's, the model id(s) asked, the version(s) that answered and the
-    data-collection window of its records."""
-    first, last = collection_window(frame.get("answered_at"))
+    data-collection window of its records (`stamps`, else the frame's answered_at)."""
+    first, last = collection_window(frame.get("answered_at") if stamps is None else stamps)
     return run | {"model_id": _versions(frame.get("model_id")), "model_version": _versions(frame.get("model_version")),
                   "stand_in": stand_in, "collected_first": first, "collected_last": last} | counts
 
@@ -799,9 +801,12 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                 references: dict[str, dict[str, float]] | None = None, out_dir: Path = C.AUDIT_DIR,
                 display: dict[str, str] | None = None, validity: Validity = Validity(12, 0.5),
                 run: dict[str, Any] | None = None, stand_ins: list[str] | None = None,
-                images_dir: Path | None = None, power_table: pd.DataFrame | None = None) -> pd.DataFrame:
+                images_dir: Path | None = None, power_table: pd.DataFrame | None = None,
+                labels_dir: Path | None = None) -> pd.DataFrame:
     """Write every card, the index and all_models.csv; return the side-by-side table. `run`: the trace fields
-    of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row."""
+    of this run (profile, params_hash, git_commit, run_date), copied onto every card and CSV row. A generator's
+    collection window spans its images' making (`images_dir`'s manifests) and their classification
+    (`labels_dir`)."""
     run = {k: (run or {}).get(k, "") for k in ("profile", "params_hash", "git_commit", "code_date")}
     t2i, vlm_out = Outputs.load(reports / "t2i"), Outputs.load(reports / "vlm")
     cards: dict[str, pd.DataFrame] = {}
@@ -815,7 +820,10 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                                      ignore_index=True).assign(valid=True)
             manifest = C.manifest_path(images_dir, model) if images_dir is not None else None
             made = pd.read_parquet(manifest) if manifest is not None and manifest.exists() else pd.DataFrame()
-            traces[model] = model_trace(run, made, stand_in, n_prompts=len(sub),
+            labels = Path(labels_dir) / f"{model}.parquet" if labels_dir is not None else None
+            asked = pd.read_parquet(labels) if labels is not None and labels.exists() else pd.DataFrame()
+            stamps = pd.concat([f["answered_at"] for f in (made, asked) if "answered_at" in f] or [pd.Series(dtype=object)])
+            traces[model] = model_trace(run, made, stand_in, stamps=stamps, n_prompts=len(sub),
                                         n_unknown=int(sub["n_unknown"].sum()) if "n_unknown" in sub else "")
     for path in sorted(Path(responses_dir).glob("*.parquet")):
         vlm = path.stem

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py typ
 
 LABEL_COLUMNS = ["image_id", "model", "prompt_id", "label", "status", "reason", "raw_answer", "backend",
                  "classifier_model_id", "classifier_revision", "instruction_version", "from_cache", "stand_in",
-                 "option_probs", "tokens_in", "tokens_out", "model_version"]
+                 "option_probs", "tokens_in", "tokens_out", "model_version",
+                 "answered_at"]  # when the classifier answered (kept in the answer cache: provenance.answer_time)
 
 
 def label_from_response(response: VLMResponse, labels: tuple[str, ...]) -> tuple[str, str, str]:
@@ -102,7 +103,8 @@ def make_batch_fn(vlm: CachedVLM, instruction: str, instruction_version: str, la
                        "from_cache": response.from_cache,
                        "option_probs": json.dumps(response.option_probs) if response.option_probs else None,
                        "tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
-                       "via": response.meta.get("via", ""), "model_version": response.meta.get("model_version", "")}
+                       "via": response.meta.get("via", ""), "model_version": response.meta.get("model_version", ""),
+                       "answered_at": response.meta.get("answered_at", "")}
             if response.meta.get("model_mismatch"):
                 rows[i]["stop_reason"] = response.reason
         return rows  # type: ignore[return-value]

@@ -41,6 +41,7 @@ from biasaudit.params.generate import Generate, GeneratorSpec
 from biasaudit.pipeline.engine import SETTINGS_FIELD, RunSummary, Stage, StageRun, file_digest, run_stage
 from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, remove_stale_temporaries
 from biasaudit.pipeline.provenance import (
+    answer_time,
     derive_seed,
     library_versions_json,
     run_info,
@@ -54,6 +55,7 @@ MANIFEST_COLUMNS = [
     "image_id", "model", "backend", "model_id", "model_revision", "prompt_id", "prompt", "template_version", "seed",
     "seed_used", "index", "width", "height", "sha256", "path", "status", "reason", "retries", "created_at",
     "libraries", "settings", "extra", "config_hash", "stand_in", "model_version",
+    "answered_at",  # when the generator made the image (provenance.answer_time); '' for imported images
     "planted_label", "planted_L", "planted_hue",  # PLANTED truth (planted backend only; empty otherwise)
     "planted_gender",  # PLANTED apparent gender (benchmarks.gender_set; empty when gender is not asked)
 ]
@@ -206,6 +208,7 @@ def make_batch_fn(ctx: BatchContext):
                 "libraries": libraries, "settings": settings,
                 "extra": json.dumps(res.extra, sort_keys=True, default=str), "stand_in": bool(gen.stand_in),
                 "model_version": str(res.extra.get("model_version") or ""),
+                "answered_at": "" if getattr(gen, "imports", False) else answer_time(bool(gen.stand_in)),
                 **{k: res.extra.get(k) for k in PLANTED_COLUMNS},
             })
             if res.extra.get("model_mismatch"):
