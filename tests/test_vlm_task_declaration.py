@@ -74,3 +74,16 @@ def test_the_planted_simulator_draws_each_task_on_its_own():
     more = draw(mcq_tasks=("trust", "salary"), placebo_mcq_tasks=("placebo_background",), controls=True)
     pd.testing.assert_frame_equal(alone, more, check_dtype=False)  # the controls bring object columns
     assert set(alone["task"]) == {"income", "salary"} and len(alone) == 3 * 90 + 3 * 10 * 2
+
+
+def test_only_a_task_declared_primary_may_be_a_primary_endpoint():
+    import pytest
+
+    from biasaudit.vlm.declared import check_endpoints
+
+    with pytest.raises(ValueError, match="mcq_trust, not a declared primary task"):
+        check_endpoints(["delta_g:mcq_trust:race:Black"], declared())
+    with pytest.raises(ValueError, match="2afc_safety"):  # declared, exploratory
+        check_endpoints(["race_winrate:safety:man:Black"], declared())
+    primary = Reflect(task_specs=declared().task_specs | {"mcq_trust": NEW.model_copy(update={"primary": True})})
+    check_endpoints(["delta_g:mcq_trust:race:Black", "race_winrate:income:man:Black"], primary)

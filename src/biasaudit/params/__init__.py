@@ -116,9 +116,6 @@ class Params(Section):
                 except ValueError as e:
                     raise ValueError(f"models.{name}.{e}") from None
         self.classify.check_groups(groups)
-        from biasaudit.vlm.declared import check_endpoints
-
-        check_endpoints(self.reflect_analysis.primary_endpoints, self.reflect)
         self.analyze.check_groups(groups)
         unknown = set(self.reliability.sim_group_accuracy) - set(groups)
         if unknown:

@@ -399,7 +399,7 @@ class Reflect(Section):
 def parse_endpoint(spec: str) -> dict[str, str]:
     """A primary endpoint: `delta_g:<measure>:<race|gender>:<level>` or `race_winrate:<task>:<gender>:<race>`
     (e.g. delta_g:salary_salary:race:Black, race_winrate:income:man:Black). The measure (`<mcq|salary>_<task>`)
-    or 2AFC task must be a declared primary task (vlm.declared.check_endpoints: Params checks them)."""
+    or 2AFC task must be a declared primary task (vlm.declared.check_endpoints, read by the endpoints section)."""
     parts = spec.split(":")
     if len(parts) == 4 and parts[0] == "delta_g" and parts[1].split("_", 1)[0] in ("mcq", "salary") \
             and parts[1].count("_") >= 1 and ((parts[2] == "race" and parts[3] in RACES)

@@ -319,10 +319,6 @@ class RecordLog:
                           stacklevel=2)
         return out
 
-    def done_keys(self, where: dict[str, Any] | None = None) -> set[tuple]:
-        where = where or {}
-        return {k for k, r in self.records().items() if all(r.get(f) == v for f, v in where.items())}
-
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 

@@ -21,7 +21,6 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 
-from biasaudit import UNKNOWN
 from biasaudit import contracts as C
 from biasaudit.backends.vlm.parse import parse_choice
 
@@ -209,17 +208,6 @@ def agreement(ratings: pd.DataFrame, humans: list[str], groups: tuple[str, ...],
                              "raters": ", ".join(raters)}])
     return {"pairwise_kappa": pairs, "mean_kappa": means, "fleiss_kappa": fleiss_table,
             "confusion": confusion, "disagreements": breakdown, "summary": summary}
-
-
-def human_classifier_pairs(ratings: pd.DataFrame, humans: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(human label, classifier label) pairs pooled over humans — the input of stats.correction."""
-    true, pred = [], []
-    for h in humans:
-        sub = ratings[[h, CLASSIFIER]].dropna()
-        sub = sub[sub[CLASSIFIER] != UNKNOWN]
-        true.append(sub[h].to_numpy(str))
-        pred.append(sub[CLASSIFIER].to_numpy(str))
-    return (np.concatenate(true) if true else np.array([], str)), (np.concatenate(pred) if pred else np.array([], str))
 
 
 # --- stage helpers ------------------------------------------------------------------------------------

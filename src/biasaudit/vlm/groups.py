@@ -13,11 +13,6 @@ def group_code(race: str, gender: str) -> str:
     return RACE_CODES[race] + GENDER_CODES[gender]
 
 
-def group_name(race: str, gender: str) -> str:
-    """('Black', 'man') → 'Black_man' (the FOCUS file stem)."""
-    return f"{race}_{gender}"
-
-
 def parse_group_name(stem: str) -> tuple[str, str] | None:
     """'Black_man' → ('Black', 'man'); None for anything that is not one of the ten groups."""
     race, _, gender = stem.rpartition("_")

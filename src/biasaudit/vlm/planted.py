@@ -377,10 +377,6 @@ def pair_retention(planted: PlantedReflect, a: str, b: str) -> float:
     return float((1 - la) * (1 - lb) * (1 - (refusal(planted, a) + refusal(planted, b)) / 2))
 
 
-def image_retention(planted: PlantedReflect, group: str) -> float:
-    return float((1 - loss(planted, group)) * (1 - refusal(planted, group)))
-
-
 def shown_first(a: str, b: str) -> bool:
     """With one order asked, whether a is image A against b: vlm.tasks pairs a photo's variants in the
     order of their group codes (AF, AM, BF, …), so the earlier code is shown first."""

@@ -135,25 +135,26 @@ def with_would_answer(rows: list[dict], would_rows: list[dict], planted: Any) ->
 SELECTIVE = "complete-case estimand under the planted selective refusal"
 
 
+# each bounds table of the refusals section: the truth it is set against (part, key column, estimand table, join
+# columns), the quantity, the identified set's format, the no-effect value and the row's group
+BOUNDS = (("race_winrate_bounds", "two_afc", "task", "race_winrate", ["gender", "race"], "race_win_rate", ".3f", 0.5,
+           lambda r: f"{r.race} {r.gender}"),
+          ("delta_g_bounds", "single", "measure", "delta_g", ["dimension", "level"], "delta_g", "+.2f", 0.0,
+           lambda r: f"{r.dimension}:{r.level}"))
+
+
 def _bounds_rows(vlm: str, bounds: dict[str, Any], truth: dict[str, Any]) -> list[dict]:
     """The refusal bounds' CI against the would-have-answered value (vlm.planted.would_answer)."""
     rows = []
-    rw = bounds.get("race_winrate_bounds")
-    for task, t in truth["two_afc"].items():
-        if rw is None:
-            break
-        for r in rw[rw["task"] == task].merge(t["race_winrate"], on=["gender", "race"]).itertuples():
-            rows.append(K.row("race_win_rate_bounds", r.planted, r.complete_case, r.low, r.high, RANGE["race_win_rate"],
-                              f"identified set [{r.lower:.3f}, {r.upper:.3f}]", null=0.5, vlm=vlm, task=task,
-                              group=f"{r.race} {r.gender}"))
-    dg = bounds.get("delta_g_bounds")
-    for measure, t in truth["single"].items():
-        if dg is None:
-            break
-        for r in dg[dg["measure"] == measure].merge(t["delta_g"], on=["dimension", "level"]).itertuples():
-            rows.append(K.row("delta_g_bounds", r.planted, r.complete_case, r.low, r.high, RANGE["delta_g"],
-                              f"identified set [{r.lower:+.2f}, {r.upper:+.2f}]", null=0.0, vlm=vlm, task=measure,
-                              group=f"{r.dimension}:{r.level}"))
+    for name, part, key, estimand, on, quantity, spec, null, group in BOUNDS:
+        table = bounds.get(name)
+        if table is None:
+            continue
+        for task, t in truth[part].items():
+            for r in table[table[key] == task].merge(t[estimand], on=on).itertuples():
+                rows.append(K.row(f"{quantity}_bounds", r.planted, r.complete_case, r.low, r.high, RANGE[quantity],
+                                  f"identified set [{r.lower:{spec}}, {r.upper:{spec}}]", null=null, vlm=vlm,
+                                  task=task, group=group(r)))
     return rows
 
 

@@ -13,6 +13,7 @@ from biasaudit.params.vlm import parse_endpoint
 from biasaudit.vlm.analysis import caveats, gaps, two_afc
 from biasaudit.vlm.analysis.inference import sign_flip
 from biasaudit.vlm.analysis.inputs import Answers, Boot, two_afc_tasks
+from biasaudit.vlm.declared import check_endpoints
 from biasaudit.vlm.groups import GROUP_CODES, group_code
 
 PRIMARY, EXPLORATORY = "primary", "exploratory"
@@ -67,7 +68,9 @@ def _race_winrate(e: dict[str, str], answers: Answers, cfg: Any) -> dict[str, An
 
 
 def primary_endpoints(answers: Answers, cfg: Any) -> pd.DataFrame:
-    """One row per declared endpoint: estimate, its interval, p, Holm-adjusted p over the endpoints, reject."""
+    """One row per declared endpoint: estimate, its interval, p, Holm-adjusted p over the endpoints, reject.
+    Each endpoint must name a task declared primary (reflect.task_specs)."""
+    check_endpoints(cfg.reflect_analysis.primary_endpoints, cfg.reflect)
     delta_g = gaps.estimates(answers, cfg)["delta_g"]
     rows = []
     for spec in cfg.reflect_analysis.primary_endpoints:
