@@ -157,6 +157,9 @@ def rows_to_move(world: R.World, published: pd.DataFrame) -> list[str]:
     return sorted(first.values())
 
 
+@pytest.mark.skipif(not os.environ.get("BIASAUDIT_REFEREE_MOVES"),
+                    reason="opt-in (BIASAUDIT_REFEREE_MOVES=1 or all): the default moves take about 8 minutes on 2 "
+                           "loaded cores, beyond the CI budget")
 @pytest.mark.slow
 def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, published):
     prompts, world, rep, base = baseline

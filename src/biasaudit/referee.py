@@ -71,6 +71,7 @@ class World:
     agreement: dict[tuple[str, ...], float] = field(default_factory=dict)
     L_rows: set[tuple[str, str]] = field(default_factory=set)  # (model, label) whose L* mean a row sets
     common: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, space) → weight shared by every face
+    bin_rows: set[tuple[str, str, str]] = field(default_factory=set)  # (model, space, L bin) a mean_similarity row sets
     planted: dict[str, str] = field(default_factory=dict)    # row id → what was planted
     unplanted: dict[str, str] = field(default_factory=dict)  # row id → why not
 
@@ -127,17 +128,28 @@ def plant_bin_similarity(world: World, row: Mapping[str, Any]) -> str:
     space = subset_of(row["subset"]).get("space", "")
     for m in _models_of(row, world):
         world.similarity[(m, space, "L_bin", str(row["group"]))] = ("intra", _num(row["value"]))
+        world.bin_rows.add((m, space, str(row["group"])))
     return f"{space} embeddings: a shared direction per L* bin, weights solved for this mean similarity"
 
 
 def plant_bin_difference(world: World, row: Mapping[str, Any]) -> str:
-    """The difference of two bins' similarities: the first bin planted at the second's plus the difference
-    (planted after the bins' own rows, with which it agrees when the published numbers do)."""
+    """The difference of two bins' similarities (planted after the bins' own rows): implied where both bins have
+    a row (the published numbers agree: 0.405 − 0.183 = 0.222), else the bin without a row planted from the other
+    (the first at the second's plus the difference, or the second at the first's minus it)."""
     a, _, b = str(row["group"]).partition(" minus ")
     space = subset_of(row["subset"]).get("space", "")
+    d = _num(row["value"])
     for m in _models_of(row, world):
-        base = world.similarity.get((m, space, "L_bin", b), ("intra", 0.2))[1]
-        world.similarity[(m, space, "L_bin", a)] = ("intra", base + _num(row["value"]))
+        own = {x for x in (a, b) if (m, space, x) in world.bin_rows}
+        if own == {a, b}:
+            continue
+        if a in own:
+            world.similarity[(m, space, "L_bin", b)] = ("intra", world.similarity[(m, space, "L_bin", a)][1] - d)
+        else:
+            base = world.similarity.get((m, space, "L_bin", b), ("intra", 0.2))[1]
+            world.similarity[(m, space, "L_bin", a)] = ("intra", base + d)
+    if all((m, space, x) in world.bin_rows for m in _models_of(row, world) for x in (a, b)):
+        return IMPLIED + f"the {space} similarities planted for bins {a} and {b} (their own rows)"
     return f"{space} embeddings: bin {a} planted {row['value']} above bin {b}"
 
 
