@@ -793,7 +793,6 @@ class _Agreement:
 
 # within each row's published rounding (A36's mean κ, no interval: ± 0.0005; A40–A41's shares: ± 0.005); a claimed
 # majority of one side of a split: within 0.05 of SPLIT_TARGET
-PAIRED = 60  # where no single move improves, pairs of the this many best single moves are tried
 RATER_TOLERANCE = {"kappa": 4.5e-4, "fleiss": 4.5e-4, "disagree": 4.5e-3, "split": 0.05}
 
 
@@ -839,6 +838,7 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
     def descend(moves: np.ndarray, keys: np.ndarray, steps: int) -> None:
         """Steepest descent of the loss of the targets `keys` over the single and paired `moves`."""
         nonlocal counts
+        pair = np.array([(i, j) for n, i in enumerate(moves) for j in moves[n:]])
 
         def part(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             vals = np.stack([state.values(F)[key] for key in targets], axis=-1)
@@ -856,9 +856,7 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
             trial, _ = part(F + single[moves])
             trial[~feasible(moves[:, None])] = np.inf
             chosen = [int(moves[np.argmin(trial)])]
-            if trial.min() >= current:  # no single move improves: the best pair of the PAIRED best single moves
-                top = moves[np.argsort(trial, kind="stable")[:PAIRED]]
-                pair = np.array([(i, j) for n, i in enumerate(top) for j in top[n:]])
+            if trial.min() >= current:  # no single move improves: the best pair of moves
                 trial, _ = part(F + single[pair[:, 0]] + single[pair[:, 1]])
                 trial[~feasible(pair)] = np.inf
                 ok = moves[feasible(moves[:, None])]
