@@ -34,7 +34,7 @@ from IPython.display import display
 
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, stage_params
-from biasaudit.pipeline.io import atomic_write_json, atomic_write_table
+from biasaudit.pipeline.io import atomic_write_table
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i import reliability as rel
 
@@ -79,11 +79,6 @@ print({k: v for k, v in correction.items() if k != "misclassification_matrix"})
 
 # %%
 tag = "SIMULATED raters (no humans): tests the pipeline only" if params.simulate else "human raters"
-for name, df in tables.items():
-    df = df.copy()
-    df["raters_source"] = tag
-    atomic_write_table(df.reset_index() if name in ("confusion", "disagreements") else df, out_dir / f"{name}.csv")
-rel.ratings_table(ratings).assign(raters_source=tag).pipe(atomic_write_table, out_dir / "ratings.csv")
+rel.write_outputs(out_dir, tables, ratings, correction, provenance, labels, tag, run_info(params))
 summary = rel.summary_json(tables, correction, provenance, labels)
-atomic_write_json(out_dir / "summary.json", summary | {"run": run_info(params)})
 display(pd.Series({k: v for k, v in summary.items() if not isinstance(v, (dict, list))}))

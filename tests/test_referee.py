@@ -42,7 +42,7 @@ N_IMAGES = 100
 MOVES = {"mean_tvd": -0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
          "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0, "share_reaching": 1.0}
 REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
-SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin"}
+SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin", "group_extreme"}
 
 
 def compact_prompts() -> pd.DataFrame:
@@ -103,9 +103,11 @@ def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFram
     return world, rep, table
 
 
-def moved(published: pd.DataFrame, rid: str) -> pd.DataFrame:
-    """The published rows with row `rid`'s target moved: a number by its MOVES margin (up, or down where up
-    leaves the range), a claim to the other side of its bound."""
+def moved(published: pd.DataFrame, rid: str, width: float = 0.0) -> pd.DataFrame:
+    """The published rows with row `rid`'s target moved: a number by its MOVES margin, or by the width of its
+    interval in the unmoved world where that is wider (a move inside the interval cannot break the row: A29's bin
+    similarity, whose interval on the compact world is wider than 0.1), up, or down where up leaves the range; a
+    claim to the other side of its bound."""
     out = published.copy()
     i = out.index[out["id"] == rid][0]
     rel, value = out.at[i, "relation"], float(out.at[i, "value"])
@@ -113,14 +115,16 @@ def moved(published: pd.DataFrame, rid: str) -> pd.DataFrame:
         out.at[i, "relation"] = {"<": ">", ">": "<"}[rel]
     else:
         step = MOVES[out.at[i, "statistic"]]
+        step = math.copysign(max(abs(step), width), step) if math.isfinite(width) else step
         out.at[i, "value"] = str(value + step if 0 <= value + step < (1.0 if abs(step) < 1 else math.inf) else value - step)
     return out
 
 
 def planted_rows(world: R.World) -> list[str]:
-    """Method A's rows whose planter sets the planted world (design settings aside: they read params; Method B's
-    planted answers are not part of this compact world)."""
-    design = {k for k, v in world.planted.items() if v.startswith("design")}
+    """Method A's rows whose planter sets the planted world (design settings aside: they read params; claims
+    implied by other rows aside; the raters' rows: test_planted_raters_recover_the_published_agreement; Method
+    B's planted answers are not part of this compact world)."""
+    design = {k for k, v in world.planted.items() if v.startswith(("design", R.IMPLIED, "planted raters"))}
     return sorted(k for k in set(world.planted) - design if k.startswith("A"))
 
 
@@ -154,20 +158,23 @@ def rows_to_move(world: R.World, published: pd.DataFrame) -> list[str]:
 
 
 @pytest.mark.skipif(not os.environ.get("BIASAUDIT_REFEREE_MOVES"),
-                    reason="opt-in (BIASAUDIT_REFEREE_MOVES=1 or all): not yet green, A29's moved similarity "
-                           "(+0.1) stays inside the compact world's interval")
+                    reason="opt-in (BIASAUDIT_REFEREE_MOVES=1 or all): the default moves take about 8 minutes on 2 "
+                           "loaded cores, beyond the CI budget")
 @pytest.mark.slow
 def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, published):
     prompts, world, rep, base = baseline
     base_cov = base.set_index("id")["covered"].astype(str)
     stat = published.set_index("id")["statistic"]
+    subset = published.set_index("id")["subset"].astype(str)
+    widths = (base.set_index("id")["high"].map(float) - base.set_index("id")["low"].map(float))
     for rid in rows_to_move(world, published):
         folder = tmp_path / rid
         folder.mkdir()
         kind = stat[rid]
-        section = "representation" if kind in REPRESENTATION else "homogeneity" if kind in SIMILARITY else "skin"
-        _, _, table = run_world(folder, cfg, published, moved(published, rid), prompts, (section,),
-                                start=rep, reuse=None if kind in REPRESENTATION else rep)
+        section = ("representation" if kind in REPRESENTATION else "homogeneity" if kind in SIMILARITY
+                   or "face_similarity" in subset[rid] else "skin")
+        _, _, table = run_world(folder, cfg, published, moved(published, rid, float(widths.get(rid, math.nan))),
+                                prompts, (section,), start=rep, reuse=None if kind in REPRESENTATION else rep)
         cov = table.set_index("id")["covered"].astype(str)
         assert cov[rid] == "False", f"{rid}: moved target still reads covered ({table.set_index('id').loc[rid, 'this_run']})"
         if section == "representation":
@@ -241,17 +248,53 @@ def test_exact_total_and_largest_remainder():
 
 
 def test_focus_design_counts_read_the_group_edits(tmp_path, cfg, published):
-    """The planted FOCUS manifest of the referee design holds 6 occupations × 8 photos × 10 groups of group edits
-    and the null-edit control's two images per photo; B01 reads 480 and B03 10 (the control arms are no image
-    of FOCUS)."""
+    """The planted FOCUS manifest of the referee design holds 6 occupations × 8 photos × 10 groups of group edits;
+    with the null-edit control on (two images per photo), B01 still reads 480 and B03 10 (the control arms are
+    no image of FOCUS) and B13/B14 count 48 each; the referee profile has no control arm (the paper's design):
+    B13/B14 read 0."""
     from biasaudit.report.load import Outputs
 
-    focus = R.planted_focus(cfg)
+    def read(focus, ids, folder):
+        folder.mkdir()
+        path = folder / "manifest.parquet"
+        focus.to_parquet(path)
+        run = Run(Outputs.load(folder / "t2i"), Outputs.load(folder / "vlm"), focus_manifest=path)
+        rows = published[published["id"].isin(ids)]
+        return replication_table(rows, run, ["models: planted"], referee=True).set_index("id")["this_run"].to_dict()
+
+    on = cfg.model_copy(update={"counterfactuals": cfg.counterfactuals.model_copy(update={"null_edit": True})})
+    focus = R.planted_focus(on)
     assert (focus["arm"] == "counterfactual").sum() == 6 * 8 * 10
-    assert len(focus) == 6 * 8 * 10 + 2 * 6 * 8  # the control arms are on in the referee profile
-    path = tmp_path / "manifest.parquet"
-    focus.to_parquet(path)
-    run = Run(Outputs.load(tmp_path / "t2i"), Outputs.load(tmp_path / "vlm"), focus_manifest=path)
-    rows = published[published["id"].isin(["B01", "B02", "B03", "B06", "B07"])]
-    got = replication_table(rows, run, ["models: planted"], referee=True).set_index("id")["this_run"]
-    assert got.to_dict() == {"B01": 480.0, "B02": 6.0, "B03": 10.0, "B06": 5.0, "B07": 2.0}
+    assert len(focus) == 6 * 8 * 10 + 2 * 6 * 8
+    got = read(focus, ["B01", "B02", "B03", "B06", "B07", "B13", "B14"], tmp_path / "on")
+    assert got == {"B01": 480.0, "B02": 6.0, "B03": 10.0, "B06": 5.0, "B07": 2.0, "B13": 48.0, "B14": 48.0}
+    assert not cfg.counterfactuals.null_edit
+    assert read(R.planted_focus(cfg), ["B01", "B13", "B14"], tmp_path / "off") == {"B01": 480.0, "B13": 0.0,
+                                                                                      "B14": 0.0}
+
+
+def test_planted_raters_recover_the_published_agreement(tmp_path, published):
+    """The planted raters (referee.planted_ratings) of a fixed classifier sample, through the reliability stage's
+    own statistics and writer (t2i.reliability.agreement, write_outputs), give the raters' rows their published
+    values: A35–A41 within the published rounding (points: no bootstrap here), A73 on its claimed side."""
+    from biasaudit.report.load import Outputs
+    from biasaudit.t2i import reliability as rel
+
+    world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
+    rng = np.random.default_rng(3)
+    clf = pd.Series(rng.choice(np.array(GROUPS), 300, p=[0.5, 0.15, 0.12, 0.15, 0.08]),
+                    index=[f"img-{i:03d}" for i in range(300)], name=rel.CLASSIFIER)
+    raters, _ = R.planted_ratings(world, clf.to_numpy(str), GROUPS, seed=0)
+    assert (raters.index == range(300)).all() and raters.isin(GROUPS).all().all()
+    ratings = pd.DataFrame({"rater1": raters["r1"].to_numpy(), "rater2": raters["r2"].to_numpy()},
+                           index=clf.index).join(clf)
+    tables = rel.agreement(ratings, ["rater1", "rater2"], GROUPS, n_boot=0)
+    labels = pd.DataFrame({"stand_in": [True]})
+    rel.write_outputs(tmp_path / C.RELIABILITY_DIR, tables, ratings, {}, {"source": "planted", "note": "PLANTED"},
+                      labels, "PLANTED raters (test)", {})
+    run = Run(Outputs.load(tmp_path / C.T2I_REPORTS), Outputs.load(tmp_path / "vlm"), groups=GROUPS)
+    rows = published[published["id"].isin([f"A{i}" for i in range(35, 42)] + ["A73"])]
+    table = replication_table(rows, run, ["models: planted"], referee=True).set_index("id")
+    assert len(table) == 8
+    assert (table["covered"].astype(str) == "True").all(), table[["this_run", "low", "high", "note"]].to_string()
+    assert table.at["A37", "this_run"] == 300 and table.at["A38", "this_run"] == 2

@@ -66,6 +66,12 @@ class World:
     # embeddings: (model, space, 'race'|'L_bin', group) → target mean intra-group cosine ('intra') or gap ('gap')
     similarity: dict[tuple[str, str, str, str], tuple[str, float]] = field(default_factory=dict)
     bin_counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, L bin) → faces planted in it
+    # the raters' agreement (reliability stage): ('kappa', kind) / ('fleiss', group, raters) /
+    # ('disagree', group, against) / ('split', group, against) → target (see planted_ratings)
+    agreement: dict[tuple[str, ...], float] = field(default_factory=dict)
+    L_rows: set[tuple[str, str]] = field(default_factory=set)  # (model, label) whose L* mean a row sets
+    common: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, space) → weight shared by every face
+    bin_rows: set[tuple[str, str, str]] = field(default_factory=set)  # (model, space, L bin) a mean_similarity row sets
     planted: dict[str, str] = field(default_factory=dict)    # row id → what was planted
     unplanted: dict[str, str] = field(default_factory=dict)  # row id → why not
 
@@ -87,6 +93,7 @@ def plant_L_mean(world: World, row: Mapping[str, Any]) -> str:
     for m in _models_of(row, world):
         sd = world.L.get((m, row["group"]), DEFAULT_L.get(str(row["group"]), (50.0, 5.0)))[1]
         world.L[(m, str(row["group"]))] = (_num(row["value"]), sd)
+        world.L_rows.add((m, str(row["group"])))
     return f"L* of {row['group']} faces: exact normal quantiles, mean {row['value']}"
 
 
@@ -121,17 +128,28 @@ def plant_bin_similarity(world: World, row: Mapping[str, Any]) -> str:
     space = subset_of(row["subset"]).get("space", "")
     for m in _models_of(row, world):
         world.similarity[(m, space, "L_bin", str(row["group"]))] = ("intra", _num(row["value"]))
+        world.bin_rows.add((m, space, str(row["group"])))
     return f"{space} embeddings: a shared direction per L* bin, weights solved for this mean similarity"
 
 
 def plant_bin_difference(world: World, row: Mapping[str, Any]) -> str:
-    """The difference of two bins' similarities: the first bin planted at the second's plus the difference
-    (planted after the bins' own rows, with which it agrees when the published numbers do)."""
+    """The difference of two bins' similarities (planted after the bins' own rows): implied where both bins have
+    a row (the published numbers agree: 0.405 − 0.183 = 0.222), else the bin without a row planted from the other
+    (the first at the second's plus the difference, or the second at the first's minus it)."""
     a, _, b = str(row["group"]).partition(" minus ")
     space = subset_of(row["subset"]).get("space", "")
+    d = _num(row["value"])
     for m in _models_of(row, world):
-        base = world.similarity.get((m, space, "L_bin", b), ("intra", 0.2))[1]
-        world.similarity[(m, space, "L_bin", a)] = ("intra", base + _num(row["value"]))
+        own = {x for x in (a, b) if (m, space, x) in world.bin_rows}
+        if own == {a, b}:
+            continue
+        if a in own:
+            world.similarity[(m, space, "L_bin", b)] = ("intra", world.similarity[(m, space, "L_bin", a)][1] - d)
+        else:
+            base = world.similarity.get((m, space, "L_bin", b), ("intra", 0.2))[1]
+            world.similarity[(m, space, "L_bin", a)] = ("intra", base + d)
+    if all((m, space, x) in world.bin_rows for m in _models_of(row, world) for x in (a, b)):
+        return IMPLIED + f"the {space} similarities planted for bins {a} and {b} (their own rows)"
     return f"{space} embeddings: bin {a} planted {row['value']} above bin {b}"
 
 
@@ -152,6 +170,95 @@ def plant_earnings(world: World, row: Mapping[str, Any]) -> str:
     return "L* independent of earnings (no slope planted)" if slope == 0 else f"a slope of {slope:g} L* per unit"
 
 
+SPLIT_TARGET = 0.8  # a claimed majority of one side of a human–classifier split (> 0.5) is planted at this share
+
+
+def plant_kappa(world: World, row: Mapping[str, Any]) -> str:
+    kind = subset_of(row["subset"]).get("kind", "")
+    world.agreement[("kappa", kind)] = _num(row["value"])
+    return f"planted raters: mean Cohen's κ {kind} {row['value']} (biasaudit.referee.planted_ratings)"
+
+
+def plant_fleiss(world: World, row: Mapping[str, Any]) -> str:
+    raters = subset_of(row["subset"]).get("raters", "all")
+    world.agreement[("fleiss", str(row["group"]), raters)] = _num(row["value"])
+    return f"planted raters: Fleiss' κ of {row['group']} vs the rest ({raters}) {row['value']}"
+
+
+def plant_disagreement(world: World, row: Mapping[str, Any]) -> str:
+    against = subset_of(row["subset"]).get("against", "")
+    world.agreement[("disagree", str(row["group"]), against)] = _num(row["value"])
+    return f"planted raters: {row['value']} of the disagreements on {row['group']} against {against}"
+
+
+def plant_split(world: World, row: Mapping[str, Any]) -> str:
+    """Of the human–classifier splits between `group` and `against`, the share where the human says `group`:
+    planted at SPLIT_TARGET (or 1 − it for the opposite claim)."""
+    against = subset_of(row["subset"]).get("against", "")
+    share = SPLIT_TARGET if row["relation"] == ">" else 1.0 - SPLIT_TARGET
+    world.agreement[("split", str(row["group"]), against)] = share
+    return f"planted raters: {share:g} of the human {row['group']} / classifier {against} splits the human's {row['group']}"
+
+
+GAP_EXTREME_MARGIN = 0.03  # a label claimed the most self-similar: its gap this far above every other label's
+COMMON_SIMILARITY = 0.02   # a model claimed the most diverse: every other model's faces share a direction this heavy
+L_EXTREME_SHIFT = 3.0      # a model claimed the lightest: the L* of its labels no L_mean row sets, raised by this
+
+
+def plant_group_extreme(world: World, row: Mapping[str, Any]) -> str:
+    """The row's label has the largest homogeneity gap of its model: planted GAP_EXTREME_MARGIN above every
+    other label's planted gap (the default where no row names it), or kept where its own row already is."""
+    sub = subset_of(row["subset"])
+    space, g = sub.get("space", "face"), str(row["group"])
+    for m in _models_of(row, world):
+        others = [t for (mm, sp, by, grp), (_, t) in world.similarity.items()
+                  if mm == m and sp == space and by == "race" and grp != g]
+        own = world.similarity.get((m, space, "race", g))
+        if row["relation"] == ">":
+            target = max([DEFAULT_SIMILARITY, *others]) + GAP_EXTREME_MARGIN
+            if own is None or own[1] < target:
+                world.similarity[(m, space, "race", g)] = ("gap", target)
+        else:  # the opposite claim (a moved target): below some other label's
+            world.similarity[(m, space, "race", g)] = ("gap", max(0.0, max([DEFAULT_SIMILARITY, *others])
+                                                                  - GAP_EXTREME_MARGIN))
+    return (f"{space} embeddings: the {g} gap {GAP_EXTREME_MARGIN:g} "
+            f"{'above every' if row['relation'] == '>' else 'below the largest'} other label's")
+
+
+def plant_model_extreme(world: World, row: Mapping[str, Any]) -> str:
+    """The row's model is the extreme of the models on a measure. face_similarity (the smallest): every other
+    model's faces share one more direction of weight COMMON_SIMILARITY (its gaps unchanged, its bins' similarities
+    re-solved); L_mean (the largest): the model's labels that no L_mean row sets lightened by L_EXTREME_SHIFT.
+    The skin-tone diversity claims follow from the planted L* (SD's Black L* sd and mean far from its other labels;
+    Imagen's labels the closest) and are read, not planted; the representation measures are not planted yet."""
+    sub = subset_of(row["subset"])
+    measure, m, claim = sub.get("measure", ""), str(row["run_model"]), row["relation"] == ">"
+    if measure == "face_similarity" and sub.get("extreme") == "min":
+        space = sub.get("space", "face")
+        for other in world.models:  # the opposite claim (a moved target): the model's own faces share it
+            if (other != m) == claim:
+                world.common[(other, space)] = COMMON_SIMILARITY
+        return (f"{space} embeddings: {'every other' if claim else 'this'} model's faces share a direction of "
+                f"weight {COMMON_SIMILARITY:g}")
+    if measure == "L_mean" and sub.get("extreme") == "max":
+        shift = L_EXTREME_SHIFT if claim else -L_EXTREME_SHIFT
+        for g in world.groups:
+            if (m, g) not in world.L_rows:
+                mean, sd = world.L.get((m, g), DEFAULT_L.get(g, (55.0, 5.0)))
+                world.L[(m, g)] = (mean + shift, sd)
+        return f"L* of the labels no L_mean row sets moved by {shift:+g}"
+    if measure == "diversity_de2000":
+        return IMPLIED + "the planted L* (biasaudit.referee.DEFAULT_L and the L_mean rows)"
+    raise NotPlanted(f"model_extreme of {measure} (a representation measure across models) has no planter yet")
+
+
+IMPLIED = "implied by "
+
+
+class NotPlanted(Exception):
+    """A planter's row it cannot plant (the reason is its message)."""
+
+
 PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "mean_tvd": _constraint("mean_tvd"), "mean_deviation": _constraint("mean_deviation"),
     "n_classified": _constraint("n_classified"), "prompt_tvd_max": _constraint("prompt_tvd_max"),
@@ -167,11 +274,26 @@ PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "threshold_share": design_setting("analyze.threshold_share"),
     "n_labels": design_setting("the group set's labels"), "det_threshold": design_setting("faces.det_threshold"),
     "focus_images": design_setting("the planted FOCUS manifest: sources.photos_per_occupation × occupations × 10 groups"),
+    "focus_null_edits": design_setting("counterfactuals.null_edit off (profiles/referee.yaml): the paper has no control arm"),
+    "focus_originals": design_setting("counterfactuals.null_edit off (profiles/referee.yaml): the paper has no control arm"),
     "focus_occupations": design_setting("sources.occupations"), "focus_groups": design_setting("the ten groups"),
     "focus_races": design_setting("the five races"), "focus_genders": design_setting("the two genders"),
     "n_vlms": design_setting("vlms: (profiles/referee.yaml)"), "n_task_kinds": design_setting("reflect.tasks"),
     "two_afc_scenarios": design_setting("reflect.task_specs (the 2AFC tasks)"),
     "mcq_options": design_setting("the MCQ tasks' letter values (reflect.task_specs)"),
+    "cohen_kappa": plant_kappa, "fleiss_kappa": plant_fleiss, "disagreement_share": plant_disagreement,
+    "classifier_hispanic_for_white": plant_split,
+    "group_extreme": plant_group_extreme, "model_extreme": plant_model_extreme,
+    "vlms_with_disparity": lambda world, row: IMPLIED + (
+        "the planted VLMs' declared group effects (params/vlm.py PlantedTwoAFC.strengths, PlantedMCQ.shift, "
+        "PlantedSalary.effect)"),
+    "vlms_with_task_variation": lambda world, row: IMPLIED + (
+        "the planted VLMs' declared effects, which differ by task (PlantedTwoAFC.strengths per task, "
+        "PlantedMCQ.shift per task)"),
+    "closest_not_most_diverse": lambda world, row: IMPLIED + (
+        "the planted TVDs (A07–A09: SD's the largest) and skin tones (SD's the most diverse)"),
+    "reliability_sample": design_setting("reliability.sample_size images rated by the planted raters"),
+    "n_raters": design_setting("reliability.raters (two planted raters)"),
     "share_negative_delta_g": lambda world, row: (
         "the planted VLMs' declared MCQ salary shifts (params/vlm.py PlantedMCQ.shift): every non-White race's "
         "below White's"),
@@ -193,7 +315,7 @@ def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, .
     world = World(list(models), tuple(groups), int(images_per_prompt))
     rows = published.to_dict("records")
     # a row's own value after the rows it refines: bins before their difference, dark share before the L* means
-    order = {"mean_similarity": 1, "similarity_difference": 2, "L_mean": 3}
+    order = {"mean_similarity": 1, "similarity_difference": 2, "group_extreme": 2, "L_mean": 3, "model_extreme": 4}
     rows.sort(key=lambda r: (order.get(str(r["statistic"]), 0), r["id"]))
     for row in rows:
         planter = PLANTERS.get(str(row["statistic"]))
@@ -206,7 +328,10 @@ def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, .
         if str(row["run_model"]) not in ("*", *models):
             world.unplanted[str(row["id"])] = f"the run has no model {row['run_model']}"
             continue
-        world.planted[str(row["id"])] = planter(world, row)
+        try:
+            world.planted[str(row["id"])] = planter(world, row)
+        except NotPlanted as exc:
+            world.unplanted[str(row["id"])] = str(exc)
     return world
 
 
@@ -449,6 +574,7 @@ def embedding_weights(labels: np.ndarray, bins: np.ndarray, world: World, m: str
             elif by == "L_bin" and grp in bin_names:
                 bj = bin_names.index(grp)
                 row[unknowns.index(("c", grp))] = 1.0
+                fixed += world.common.get((m, space), 0.0)
                 for gi, g in enumerate(groups):
                     if ("a", g) in unknowns:
                         row[unknowns.index(("a", g))] += Rb[gi, bj]
@@ -482,7 +608,8 @@ def planted_embeddings(labels: np.ndarray, bins: np.ndarray, world: World, m: st
     targets = {(by, grp): t for (mm, sp, by, grp), (_, t) in world.similarity.items() if mm == m and sp == space}
     offsets: dict[tuple[str, str], float] = {}
     for _ in range(rounds):
-        X = _embed(labels, bins, *embedding_weights(labels, bins, world, m, space, offsets), z)
+        X = _embed(labels, bins, *embedding_weights(labels, bins, world, m, space, offsets), z,
+                   world.common.get((m, space), 0.0))
         for (by, grp), t in targets.items():
             if ((labels if by == "race" else bins) == grp).sum() > 1:
                 offsets[(by, grp)] = offsets.get((by, grp), 0.0) + t - realised_similarity(X, labels, bins, by, grp)
@@ -490,16 +617,16 @@ def planted_embeddings(labels: np.ndarray, bins: np.ndarray, world: World, m: st
 
 
 def _embed(labels: np.ndarray, bins: np.ndarray, a: Mapping[str, float], c: Mapping[str, float],
-           noise: np.ndarray) -> np.ndarray:
+           noise: np.ndarray, common: float = 0.0) -> np.ndarray:
     names = [*a, *c]
-    basis = np.eye(EMBED_DIM)[:len(names)]
+    basis = np.eye(EMBED_DIM)[:len(names) + 1]  # the last: the direction every face shares (weight `common`)
     z = noise.copy()
-    z[:, :len(names)] = 0.0
+    z[:, :len(names) + 1] = 0.0
     z /= np.linalg.norm(z, axis=1, keepdims=True)
     wa = np.array([a.get(x, 0.0) for x in labels])
     wc = np.array([c.get(x, 0.0) for x in bins])
-    scale = np.sqrt(np.clip(1.0 - wa - wc, 0.0, 1.0))
-    out = z * scale[:, None]
+    scale = np.sqrt(np.clip(1.0 - wa - wc - common, 0.0, 1.0))
+    out = z * scale[:, None] + np.sqrt(common) * basis[len(names)]
     for i, name in enumerate(names):
         w = np.sqrt(wa) * (labels == name) if name in a else np.sqrt(wc) * (bins == name)
         out += w[:, None] * basis[i]
@@ -599,6 +726,205 @@ def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Represe
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
     rep = solve_representation(world, prompts, published)
     return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
+
+
+# ------------------------------------------------------------------------------ the raters
+
+def _kappas(m: np.ndarray) -> np.ndarray:
+    """Cohen's κ of a stack of confusion matrices (… × k × k)."""
+    n = m.sum(axis=(-2, -1))
+    po = np.trace(m, axis1=-2, axis2=-1) / n
+    pe = (m.sum(-1) * m.sum(-2)).sum(-1) / n ** 2
+    with np.errstate(all="ignore"):
+        return (po - pe) / (1 - pe)
+
+
+class _Agreement:
+    """The agreement statistics the raters' rows name, of two raters and the classifier, as functions of the
+    counts of label triples (rater 1, rater 2, classifier), by their definitions (reliability.agreement computes
+    the same from the labels: Cohen's κ per pair, Fleiss' κ one-vs-rest, the disagreement breakdown over every
+    pair, the human–classifier confusion). Every statistic is a function of features linear in the counts
+    (the three pairs' confusion matrices, each Fleiss row's histogram of hits), so a batch of moves is one
+    matrix sum."""
+
+    def __init__(self, k: int, keys: list[tuple[str, ...]], groups: tuple[str, ...]):
+        self.k, self.keys, self.groups = k, keys, groups
+        self.triples = [(a, b, c) for a in range(k) for b in range(k) for c in range(k)]
+        self.fl = [key for key in keys if key[0] == "fleiss"]
+        width = 3 * k * k + 4 * len(self.fl)
+        self.P = np.zeros((len(self.triples), width))
+        for t, (a, b, c) in enumerate(self.triples):
+            for m, (x, y) in enumerate(((a, b), (a, c), (b, c))):
+                self.P[t, m * k * k + x * k + y] = 1.0
+            for f, key in enumerate(self.fl):
+                g = groups.index(key[1])
+                hits = (a == g) + (b == g) + (0 if key[2] == "humans" else (c == g))
+                self.P[t, 3 * k * k + 4 * f + hits] = 1.0
+
+    def values(self, F: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
+        k = self.k
+        c12, c1c, c2c = (F[..., m * k * k:(m + 1) * k * k].reshape(*F.shape[:-1], k, k) for m in range(3))
+        out: dict[tuple[str, ...], np.ndarray] = {}
+        with np.errstate(all="ignore"):
+            for key in self.keys:
+                if key == ("kappa", "human-human"):
+                    out[key] = _kappas(c12)
+                elif key == ("kappa", "human-classifier"):
+                    out[key] = (_kappas(c1c) + _kappas(c2c)) / 2
+                elif key[0] == "fleiss":
+                    f = self.fl.index(key)
+                    m = 2 if key[2] == "humans" else 3
+                    hist = F[..., 3 * k * k + 4 * f:3 * k * k + 4 * f + m + 1]
+                    h = np.arange(m + 1)
+                    n = hist.sum(-1)
+                    p_bar = (hist * (h * (h - 1) + (m - h) * (m - h - 1))).sum(-1) / (n * m * (m - 1))
+                    p = (hist * h).sum(-1) / (n * m)
+                    pe = p * p + (1 - p) * (1 - p)
+                    out[key] = (p_bar - pe) / (1 - pe)
+                elif key[0] == "disagree":
+                    g, h = self.groups.index(key[1]), self.groups.index(key[2])
+                    row = sum(x[..., g, :] + x[..., :, g] for x in (c12, c1c, c2c))
+                    out[key] = row[..., h] / (row.sum(-1) - row[..., g])
+                elif key[0] == "split":
+                    g, h = self.groups.index(key[1]), self.groups.index(key[2])
+                    a, b = c1c[..., g, h] + c2c[..., g, h], c1c[..., h, g] + c2c[..., h, g]
+                    out[key] = a / (a + b)
+        return out
+
+
+# within each row's published rounding (A36's mean κ, no interval: ± 0.0005; A40–A41's shares: ± 0.005); a claimed
+# majority of one side of a split: within 0.05 of SPLIT_TARGET
+RATER_TOLERANCE = {"kappa": 4.5e-4, "fleiss": 4.5e-4, "disagree": 4.5e-3, "split": 0.05}
+
+
+def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...], seed: int,
+                    steps: int = 400) -> tuple[pd.DataFrame, dict[tuple[str, ...], float]]:
+    """Two planted raters' labels of the rated images, given the planted classifier's labels of them. The counts
+    of label triples (rater 1, rater 2, classifier) start at full agreement; each step moves one image (or two)
+    between full agreement and a triple where at most one of the three labels differs from another, choosing
+    the move that brings the agreement statistics closest to world.agreement (least squares in units of
+    RATER_TOLERANCE; three seeded random moves out of a local minimum), until each holds within RATER_TOLERANCE
+    (or the best counts after `steps`); the triples are then dealt to the images of their
+    classifier label (seeded). Returns the raters' labels and the realised values."""
+    k = len(groups)
+    c = np.array([groups.index(x) for x in classifier])
+    rng = np.random.default_rng(seed)
+    targets = dict(world.agreement)
+    state = _Agreement(k, list(targets), groups)
+    index = {t: i for i, t in enumerate(state.triples)}
+    counts = np.zeros(len(state.triples))
+    for g, n in zip(*np.unique(c, return_counts=True)):
+        counts[index[(g, g, g)]] = n
+    special = [(a, b, cc) for (a, b, cc) in state.triples if len({a, b, cc}) == 2]
+    src = np.array([index[(cc, cc, cc)] for _, _, cc in special] + [index[t] for t in special])
+    dst = np.array([index[t] for t in special] + [index[(cc, cc, cc)] for _, _, cc in special])
+    single = state.P[dst] - state.P[src]
+    tol = np.array([RATER_TOLERANCE[key[0]] for key in targets])
+    goal = np.array(list(targets.values()))
+
+    def losses(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vals = np.stack([state.values(F)[key] for key in targets], axis=-1)
+        err = np.clip(np.nan_to_num((vals - goal) / tol, nan=1e6), -1e6, 1e6)
+        return (err ** 2).sum(-1), vals
+
+    def feasible(moves: np.ndarray) -> np.ndarray:
+        """Moves (one or two per row) whose images exist: each source triple holds as many as leave it."""
+        first = src[moves[:, 0]]
+        if moves.shape[1] == 1:
+            return counts[first] >= 1
+        second = src[moves[:, 1]]
+        same = (first == second).astype(float)
+        return (counts[first] >= 1 + same) & (counts[second] >= 1 + same)
+
+    def descend(moves: np.ndarray, keys: np.ndarray, steps: int) -> None:
+        """Steepest descent of the loss of the targets `keys` over the single and paired `moves`."""
+        nonlocal counts
+        pair = np.array([(i, j) for n, i in enumerate(moves) for j in moves[n:]])
+
+        def part(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            vals = np.stack([state.values(F)[key] for key in targets], axis=-1)
+            err = np.clip(np.nan_to_num((vals - goal) / tol, nan=1e6), -1e6, 1e6)[..., keys]
+            return (err ** 2).sum(-1), vals
+
+        F = counts @ state.P
+        current, vals = part(F)
+        best_counts, best_loss = counts.copy(), current
+        for _ in range(steps):
+            if current < best_loss:
+                best_counts, best_loss = counts.copy(), current
+            if (np.abs(vals - goal) < tol)[keys].all():
+                break
+            trial, _ = part(F + single[moves])
+            trial[~feasible(moves[:, None])] = np.inf
+            chosen = [int(moves[np.argmin(trial)])]
+            if trial.min() >= current:  # no single move improves: the best pair of moves
+                trial, _ = part(F + single[pair[:, 0]] + single[pair[:, 1]])
+                trial[~feasible(pair)] = np.inf
+                ok = moves[feasible(moves[:, None])]
+                if trial.min() < current:
+                    chosen = list(pair[int(np.argmin(trial))])
+                elif len(ok):  # a local minimum: a few seeded random moves out of it
+                    chosen = list(rng.choice(ok, 3))
+                else:
+                    break
+            for m in chosen:
+                counts[src[m]] -= 1
+                counts[dst[m]] += 1
+            F = counts @ state.P
+            current, vals = part(F)
+        if current > best_loss:
+            counts = best_counts
+
+    # first the rows about named labels (Fleiss, disagreements, splits) with the triples that hold a named label,
+    # then Cohen's κ with the triples that hold none (which leave the first rows' values as they are)
+    named = {groups.index(key[i]) for key in targets if key[0] != "kappa" for i in (1, 2)
+             if i < len(key) and key[i] in groups}
+    touches = np.array([bool(named & set(state.triples[src[m]]) | named & set(state.triples[dst[m]]))
+                        for m in range(len(src))])
+    is_kappa = np.array([key[0] == "kappa" for key in targets])
+    if (~is_kappa).any():
+        descend(np.flatnonzero(touches), np.flatnonzero(~is_kappa), steps)
+    descend(np.flatnonzero(~touches), np.flatnonzero(is_kappa), steps)
+    descend(np.arange(len(src)), np.arange(len(targets)), steps)
+    _, vals = losses(counts @ state.P)
+    r = np.zeros((2, len(c)), int)
+    for cc in range(k):
+        items = rng.permutation(np.flatnonzero(c == cc))
+        labels = [state.triples[t][:2] for t in range(len(state.triples)) if state.triples[t][2] == cc
+                  for _ in range(int(counts[t]))]
+        r[:, items] = np.array(labels, dtype=int).T.reshape(2, -1)
+    names = np.asarray(groups, dtype=object)
+    return (pd.DataFrame({"r1": names[r[0]], "r2": names[r[1]]}),
+            {key: float(v) for key, v in zip(targets, vals)})
+
+
+def write_reliability(cfg: Any, world: World, root: Path) -> list[Path]:
+    """The reliability stage's tables of the planted raters: the stage's own sample of the planted classifier's
+    labels (reliability.annotation_sheet), two PLANTED raters (planted_ratings), and the stage's own agreement
+    statistics and writer (reliability.agreement, reliability.write_outputs), labelled PLANTED."""
+    from biasaudit.t2i import reliability as rel
+
+    if not world.agreement:
+        return []
+    params = cfg.reliability
+    labels, _ = rel.load_inputs(list(cfg.models), cfg.generate.images_dir, cfg.generate.prompts_file, cfg.groups,
+                                root)
+    sheet = rel.annotation_sheet(labels, params.sample_size, params.sample_seed)
+    clf = labels.set_index("image_id").loc[sheet["image_id"], "label"].rename(rel.CLASSIFIER)
+    raters, realised = planted_ratings(world, clf.to_numpy(str), tuple(cfg.groups), cfg.seed)
+    if len(params.raters) != 2:
+        raise ValueError(f"the referee world plants two raters; reliability.raters names {len(params.raters)}")
+    ratings = pd.DataFrame({params.raters[0]: raters["r1"].to_numpy(), params.raters[1]: raters["r2"].to_numpy()},
+                           index=clf.index).join(clf)
+    tables = rel.agreement(ratings, list(params.raters), cfg.groups, params.n_boot, params.ci_level, cfg.seed)
+    correction = rel.correction_diagnostics(ratings, list(params.raters), params.correction_method, cfg.groups,
+                                            reference=params.confusion_reference)
+    note = (f"{PLANTED} raters {list(params.raters)} (referee world, data/reference/published): labels searched so "
+            f"that the published agreement holds ({', '.join(f'{k}: {v:.4f}' for k, v in realised.items())}); "
+            "no human judged these images")
+    provenance = {"source": "planted", "note": note}
+    return rel.write_outputs(Path(root) / C.RELIABILITY_DIR, tables, ratings, correction, provenance, labels,
+                             f"{PLANTED} raters (referee world): no humans", {"backend": BACKEND})
 
 
 # ------------------------------------------------------------------------------ Method B
@@ -713,7 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
         return verify(cfg, published)
     if args.command == "write":
         world, rep, tables = build(Path("."), cfg, published)
-        for path in [*write_tables(tables, Path("."), Path(cfg.generate.images_dir)), *write_method_b(cfg, Path("."))]:
+        written = [*write_tables(tables, Path("."), Path(cfg.generate.images_dir)), *write_method_b(cfg, Path("."))]
+        for path in [*written, *write_reliability(cfg, world, Path("."))]:
             print(f"{PLANTED}: wrote {path}")
         print(f"planted {len(world.planted)} rows; not planted: {len(world.unplanted)} "
               f"({', '.join(sorted(world.unplanted))}); solver residual {rep.residual:.3g}")

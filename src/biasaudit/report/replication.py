@@ -704,9 +704,10 @@ def women_share_slope(run: Run, row: Mapping[str, Any]) -> RunValue:
 
 
 def closest_not_most_diverse(run: Run, row: Mapping[str, Any]) -> RunValue:
-    """1 when the model with the smallest overall TVD is not the one with the most diverse skin tones, else 0;
-    the interval is [1, 1] only when both are clear (each one's interval beyond every other model's), [0, 1]
-    when either is not, [0, 0] when both are clear and the same model."""
+    """1 when the model with the smallest overall TVD is not the one with the most diverse skin tones, else 0.
+    The interval is [1, 1] when the most diverse model is clear (its diversity interval beyond every other
+    model's) and clearly not the closest (its TVD interval above another model's: which other model is the
+    closest need not be clear); [0, 0] when both are clear and the same model; else [0, 1]."""
     tv = run.t2i.table(C.TVD_SUMMARY)
     sk = run.t2i.table(C.SKIN_SUMMARY_BY_MODEL)
     a = _frame(_all_models(tv, "mean_tvd", category="all"), "model", "mean_tvd", "mean_tvd_low", "mean_tvd_high")
@@ -716,13 +717,20 @@ def closest_not_most_diverse(run: Run, row: Mapping[str, Any]) -> RunValue:
         raise NotComputed("fewer than two models to compare", _src(tv, "mean_tvd"))
     closest, diverse = str(a["est"].idxmin()), str(b["est"].idxmax())
     ca, cb = _margin(a, closest, "min", "TVD"), _margin(b, diverse, "max", "diversity")
-    clear = ca.low > 0 and cb.low > 0
     value = float(closest != diverse)
-    low, high = (value, value) if clear else (0.0, 1.0)
+    above = a.drop(index=diverse, errors="ignore")
+    not_closest = diverse in a.index and bool(((a.at[diverse, "lo"] - above["hi"]) > 0).any())
+    if cb.low > 0 and not_closest:
+        low = high = 1.0
+    elif cb.low > 0 and ca.low > 0:
+        low, high = value, value
+    else:
+        low, high = 0.0, 1.0
     return RunValue(value, low, high, f"{_src(tv, 'mean_tvd', 'all')} beside {_src(sk, 'diversity_de2000')}",
                     f"closest to the benchmarks: {closest} (margin {fmt(ca.value)} [{fmt(ca.low)}, {fmt(ca.high)}]); "
                     f"most diverse skin tones: {diverse} (margin {fmt(cb.value)} [{fmt(cb.low)}, {fmt(cb.high)}])"
-                    + ("" if clear else "; not both clear from the intervals: [0, 1]"))
+                    + ("; its TVD interval lies above another model's: clearly not the closest" if not_closest else "")
+                    + ("" if low == high else "; not clear from the intervals: [0, 1]"))
 
 
 def classifier_hispanic_for_white(run: Run, row: Mapping[str, Any]) -> RunValue:

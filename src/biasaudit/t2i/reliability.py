@@ -318,3 +318,24 @@ def summary_json(tables: dict[str, pd.DataFrame], correction: dict, provenance: 
             "pairwise": pairs.to_dict("records"),
             "correction": correction, "correction_method": correction.get("correction_method"),
             "simulated_confusion": provenance.get("confusion")}
+
+
+def write_outputs(out_dir: Path, tables: dict[str, pd.DataFrame], ratings: pd.DataFrame, correction: dict,
+                  provenance: dict, labels: pd.DataFrame, tag: str, run: dict) -> list[Path]:
+    """The stage's files under out_dir: each agreement table and ratings.csv (every row tagged `raters_source`),
+    and summary.json (summary_json, with the run's provenance)."""
+    from biasaudit.pipeline.io import atomic_write_json, atomic_write_table
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, df in tables.items():
+        df = df.copy()
+        df["raters_source"] = tag
+        written.append(atomic_write_table(df.reset_index() if name in ("confusion", "disagreements") else df,
+                                          out_dir / f"{name}.csv"))
+    written.append(atomic_write_table(ratings_table(ratings).assign(raters_source=tag), out_dir / "ratings.csv"))
+    summary = summary_json(tables, correction, provenance, labels)
+    atomic_write_json(out_dir / "summary.json", summary | {"run": run})
+    return [*written, out_dir / "summary.json"]
+
