@@ -53,7 +53,7 @@ class Generator(ABC):
 
     backend: str = ""
     stand_in: bool = False
-    imports: bool = False  # the images were made elsewhere (a folder): their records carry no answer time
+    imports_existing: bool = False  # the images were made elsewhere (a folder): their records carry no answer time
 
     def __init__(self, name: str, model_id: str, revision: str):
         self.name, self.model_id, self.revision = name, model_id, revision

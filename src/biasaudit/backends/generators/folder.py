@@ -68,7 +68,7 @@ def read_mapping(folder: str | Path, mapping_csv: str | Path, known_prompt_ids: 
 @register("generator", "folder")
 class FolderGenerator(Generator):
     backend = "folder"
-    imports = True
+    imports_existing = True
     requires_all = ("folder", "mapping_csv")
     inputs = ("folder", "mapping_csv")  # fingerprinted by the check stage
     needs = (("input", "folder", "put the images to import in this folder"),
