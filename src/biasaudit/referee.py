@@ -337,13 +337,6 @@ def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, .
 
 # ------------------------------------------------------------------------------ representation
 
-def _softmax_shares(bench: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    z = np.log(np.clip(bench, 1e-6, None)) + theta
-    z -= z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _threshold(published: pd.DataFrame, group: str) -> float:
     rows = published[(published["statistic"] == "threshold_share") & (published["group"] == group)]
     return _num(rows["value"].iloc[0]) if len(rows) else math.nan

@@ -208,7 +208,7 @@ def make_batch_fn(ctx: BatchContext):
                 "libraries": libraries, "settings": settings,
                 "extra": json.dumps(res.extra, sort_keys=True, default=str), "stand_in": bool(gen.stand_in),
                 "model_version": str(res.extra.get("model_version") or ""),
-                "answered_at": "" if getattr(gen, "imports_existing", False) else answer_time(bool(gen.stand_in)),
+                "answered_at": "" if gen.imports_existing else answer_time(bool(gen.stand_in)),
                 **{k: res.extra.get(k) for k in PLANTED_COLUMNS},
             })
             if res.extra.get("model_mismatch"):
