@@ -414,7 +414,7 @@ class DiffusersGenerator(Generator):
 
 # random-weight pipelines run the real diffusers code: stand-in outputs, kept like a model's images
 @register("generator", "tiny", stand_in=True, recomputes_cheaply=False, batches=True, side_multiple=16,
-          requires_all=("architecture",), needs=())  # builds its own random weights: it needs nothing
+          requires_all=("architecture",), needs=(), imports_existing=False)  # builds its own random weights: it needs nothing
 def make_tiny_generator(name: str, spec: GeneratorSpec, tiny_root: str | os.PathLike | None = None) -> DiffusersGenerator:
     return make_tiny(name, spec, tiny_root)
 
