@@ -120,8 +120,9 @@ def manifest_path(images_dir: str | Path, model: str) -> Path:
     return Path(images_dir) / model / "manifest.parquet"
 
 
-def labels_path(model: str) -> Path:
-    return LABELS_DIR / f"{model}.parquet"
+def labels_path(model: str, labels_dir: str | Path = LABELS_DIR) -> Path:
+    """The labels classify@<model> writes."""
+    return Path(labels_dir) / f"{model}.parquet"
 
 
 def faces_path(model: str) -> Path:

@@ -347,9 +347,15 @@ def _default_tasks() -> dict[str, TaskSpec]:
     }
 
 
+def kind_and_task(label: str) -> tuple[str, str]:
+    """The kind and the task of a label `<kind>_<task>` ('mcq_salary' → ('mcq', 'salary'))."""
+    kind, task = label.split("_", 1)
+    return kind, task
+
+
 def task_name(label: str) -> str:
     """The task of a label `<kind>_<task>` ('mcq_salary' → 'salary')."""
-    return label.split("_", 1)[1]
+    return kind_and_task(label)[1]
 
 
 class VLMTaskPrompts(Section):

@@ -62,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
+from biasaudit.params.vlm import kind_and_task
 from biasaudit.pipeline.io import atomic_write_table, atomic_write_text
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.report import statistics as S
@@ -437,7 +438,7 @@ def method_b_rows(responses: pd.DataFrame, boot: Resampling, scales: dict[str, d
                 lost_by_category(asked, dim), on="category", how="left").merge(
                 refusal_bounds(asked[_differ(asked, dim)], (cats, wins, n), units, dim, boot, vlm, "2afc", task, dim),
                 on="category", how="left"))
-    singles = [(*label.split("_", 1), v) for label, v in sorted(scales.items(), key=lambda kv: kv[1] is not None)]
+    singles = [(*kind_and_task(label), v) for label, v in sorted(scales.items(), key=lambda kv: kv[1] is not None)]
     for kind, task, mapping in singles:
         sub = ok[(ok["kind"] == kind) & (ok["task"] == task)]
         if sub.empty:
@@ -820,7 +821,7 @@ def build_cards(reports: Path, responses_dir: Path, boot_a: Resampling, boot_b: 
                                      ignore_index=True).assign(valid=True)
             manifest = C.manifest_path(images_dir, model) if images_dir is not None else None
             made = pd.read_parquet(manifest) if manifest is not None and manifest.exists() else pd.DataFrame()
-            labels = Path(labels_dir) / f"{model}.parquet" if labels_dir is not None else None
+            labels = C.labels_path(model, labels_dir) if labels_dir is not None else None
             asked = pd.read_parquet(labels) if labels is not None and labels.exists() else pd.DataFrame()
             stamps = pd.concat([f["answered_at"] for f in (made, asked) if "answered_at" in f] or [pd.Series(dtype=object)])
             traces[model] = model_trace(run, made, stand_in, stamps=stamps, n_prompts=len(sub),
