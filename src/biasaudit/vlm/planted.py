@@ -499,52 +499,6 @@ def value_means(planted: PlantedReflect, measure: str, values: dict[str, float] 
                      for e in shift])
 
 
-def delta_g_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_reference: str) -> pd.DataFrame:
-    """Within-photo and pooled Δg (%) from group means m and retention probabilities pi (both (10,))."""
-    idx = {g: i for i, g in enumerate(GROUPS)}
-    rows = []
-    for dimension, levels, ref, others in (("race", RACES, race_reference, GENDERS),
-                                           ("gender", GENDERS, gender_reference, RACES)):
-        def at(level, other, dimension=dimension):
-            return idx[(level, other)] if dimension == "race" else idx[(other, level)]
-
-        for level in levels:
-            if level == ref:
-                continue
-            cells = [(at(level, o), at(ref, o)) for o in others]
-            w = np.array([pi[i] * pi[j] for i, j in cells])
-            within = 100 * sum(wk * (m[i] - m[j]) for wk, (i, j) in zip(w, cells)) / sum(
-                wk * m[j] for wk, (_, j) in zip(w, cells))
-            lv, rf = [i for i, _ in cells], [j for _, j in cells]
-            pooled = 100 * ((pi[lv] @ m[lv] / pi[lv].sum()) / (pi[rf] @ m[rf] / pi[rf].sum()) - 1)
-            rows.append({"dimension": dimension, "level": level, "planted": float(within),
-                         "planted_pooled": float(pooled)})
-    return pd.DataFrame(rows)
-
-
-def ols_estimands(m: np.ndarray, pi: np.ndarray, race_reference: str, gender_reference: str) -> pd.DataFrame:
-    """Probability limit of the photo fixed-effects OLS of the answer on race and gender dummies."""
-    names, X = [], np.zeros((len(GROUPS), 0))
-    for dim, ref, levels in (("race", race_reference, RACES), ("gender", gender_reference, GENDERS)):
-        for level in levels:
-            if level != ref:
-                col = np.array([float((r if dim == "race" else g) == level) for r, g in GROUPS])
-                X = np.column_stack([X, col])
-                names.append(f"{dim}:{level}")
-    A, b = np.zeros((X.shape[1], X.shape[1])), np.zeros(X.shape[1])
-    for pattern in product((0, 1), repeat=len(GROUPS)):
-        R = np.array(pattern, bool)
-        n = R.sum()
-        if n < 2:
-            continue
-        p = np.prod(np.where(R, pi, 1 - pi))
-        Xr, mr = X[R], m[R]
-        s = Xr.sum(axis=0)
-        A += p * (Xr.T @ Xr - np.outer(s, s) / n)
-        b += p * (Xr.T @ mr - s * mr.sum() / n)
-    return pd.DataFrame({"term": names, "planted": np.linalg.solve(A, b)})
-
-
 def letter_values(values: dict[str, dict[str, float] | None] | None = None) -> dict[str, dict[str, float] | None]:
     """The numeric value of each letter per measure (`<kind>_<task>`), as the analysis reads them
     (vlm.analysis.inputs.answer_scales; None: the declared tasks' of params.vlm); a salary task is its own value (None)."""
@@ -566,9 +520,11 @@ def estimands(planted: PlantedReflect, units: pd.DataFrame, analysis: Any, two_a
     pi = (1 - loss(planted, codes)) * (1 - refusal(planted, codes))
     for measure in measures:
         m = value_means(planted, measure, values[measure], units["occupation"].to_numpy(str))
+        # retention independent of the answer: one node, P(retained) = pi, E[value · retained] = pi · m
+        w, q, a = np.ones(1), pi[None, :], (pi * m)[None, :]
         out["single"][measure] = {
-            "means": m, "delta_g": delta_g_estimands(m, pi, analysis.race_reference, analysis.gender_reference),
-            "ols": ols_estimands(m, pi, analysis.race_reference, analysis.gender_reference)}
+            "means": m, "delta_g": delta_g_estimands(w, q, a, analysis.race_reference, analysis.gender_reference),
+            "ols": ols_estimands(w, q, a, analysis.race_reference, analysis.gender_reference)}
     out["refusal"] = pd.DataFrame({"group": codes, "planted": refusal(planted, codes)})
     out["retention"] = pd.DataFrame({"group": codes, "planted": pi})
     return out
@@ -724,10 +680,12 @@ def single_moments(planted: PlantedReflect, measure: str, values: dict[str, floa
     return w, q, a, low
 
 
-def delta_g_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
-                          gender_reference: str) -> pd.DataFrame:
-    """delta_g_estimands with answer-dependent retention: a cell's terms E[(y_l − y_r) R_l R_r] and
-    E[y_r R_l R_r] integrated over the photo effect both images share."""
+def delta_g_estimands(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
+                      gender_reference: str) -> pd.DataFrame:
+    """Within-photo and pooled Δg (%) from the moments of single_moments over the photo effect's nodes
+    (weights w; q = P(retained | z), a = E[value · retained | z], both (z, 10)): a cell's terms
+    E[(y_l − y_r) R_l R_r] and E[y_r R_l R_r] integrated over the photo effect both images share; pooled,
+    each group's E a / E q."""
     idx = {g: i for i, g in enumerate(GROUPS)}
     Ea, Eq = w @ a, w @ q
     rows = []
@@ -748,11 +706,12 @@ def delta_g_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_refe
     return pd.DataFrame(rows)
 
 
-def ols_complete_case(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
-                      gender_reference: str) -> pd.DataFrame:
-    """ols_estimands with answer-dependent retention: given the photo effect z the retention pattern R has
-    probability Π q^R (1 − q)^(1−R) and a retained answer's mean is a / q; both moments are summed over the
-    patterns and integrated over z."""
+def ols_estimands(w: np.ndarray, q: np.ndarray, a: np.ndarray, race_reference: str,
+                  gender_reference: str) -> pd.DataFrame:
+    """Probability limit of the photo fixed-effects OLS of the answer on race and gender dummies, from the
+    moments of delta_g_estimands: given the photo effect z the retention pattern R has probability
+    Π q^R (1 − q)^(1−R) and a retained answer's mean is a / q; both moments are summed over the patterns and
+    integrated over z."""
     names, X = [], np.zeros((len(GROUPS), 0))
     for dim, ref, levels in (("race", race_reference, RACES), ("gender", gender_reference, GENDERS)):
         for level in levels:
@@ -793,8 +752,8 @@ def complete_case_estimands(planted: PlantedReflect, units: pd.DataFrame, analys
         lows.append(w @ low)
         out["single"][measure] = {
             "means": (w @ a) / (w @ q),
-            "delta_g": delta_g_complete_case(w, q, a, analysis.race_reference, analysis.gender_reference),
-            "ols": ols_complete_case(w, q, a, analysis.race_reference, analysis.gender_reference)}
+            "delta_g": delta_g_estimands(w, q, a, analysis.race_reference, analysis.gender_reference),
+            "ols": ols_estimands(w, q, a, analysis.race_reference, analysis.gender_reference)}
     # refused share of the asked (not lost) single-image questions, each measure asked once per image
     extra = sel.low_answer * np.isin(codes, sel.groups) * (np.mean(lows, axis=0) if lows else 0.0)
     out["refusal"] = pd.DataFrame({"group": codes, "planted": refusal(planted, codes) + extra})
