@@ -49,6 +49,7 @@ def test_published_key_names_and_shapes(random_state):
     assert 13_000_000 < n_params < 13_500_000  # ResNet-18 (11.2 M) + heads: the published model's size
 
 
+@pytest.mark.slow
 def test_loader_accepts_published_layout(tmp_path, random_state):
     # as published: some files carry a DataParallel 'module.' prefix and no num_batches_tracked counters
     state = {"module." + k: v for k, v in random_state.items() if not k.endswith("num_batches_tracked")}

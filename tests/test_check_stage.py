@@ -135,6 +135,7 @@ def test_check_names_unusable_entries_and_missing_folders_of_a_folder_generator(
     assert "gone.png: broken link" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_nothing_changed_runs_no_stage_and_a_changed_photo_only_its_reader(pipeline_copy):
     """`check` is not always_changed: with nothing changed DVC finds every stage up to date, `check`
     included; a photo edited inside sources.input_dir (a folder DVC cannot list: params name it) is

@@ -273,6 +273,7 @@ def test_focus_design_counts_read_the_group_edits(tmp_path, cfg, published):
                                                                                       "B14": 0.0}
 
 
+@pytest.mark.slow
 def test_planted_raters_recover_the_published_agreement(tmp_path, published):
     """The planted raters (referee.planted_ratings) of a fixed classifier sample, through the reliability stage's
     own statistics and writer (t2i.reliability.agreement, write_outputs), give the raters' rows their published

@@ -48,6 +48,7 @@ def _recompute(threads: int, tiny_dir) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_stage_recomputed_with_one_or_two_threads_writes_the_same_bytes(tmp_path):
     assert _recompute(1, tmp_path) == _recompute(2, tmp_path)
 

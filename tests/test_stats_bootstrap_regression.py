@@ -127,6 +127,7 @@ def test_ols_cluster_drops_missing_rows():
     assert fit.n == 4
 
 
+@pytest.mark.slow
 def test_p_adjust_matches_statsmodels():
     """Our Holm/BH (statsmodels' multipletests calls gc.collect on every call) equal statsmodels'."""
     from statsmodels.stats.multitest import multipletests

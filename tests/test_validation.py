@@ -130,6 +130,7 @@ def test_sections_without_planted_images_say_so():
     assert face_loss.compute(empty, CFG).status == "no data"
 
 
+@pytest.mark.slow
 def test_expected_raw_tvd_row_is_the_brute_force_mean_through_the_declared_confusion():
     """The `mean_tvd_expected_at_n` planted value is E[TVD] when each image's label is drawn from the
     planted p and then reported through M[true, said]: checked against a two-step Monte Carlo draw."""
