@@ -39,10 +39,7 @@ def responses(photos: int, seed: int, cfg) -> pd.DataFrame:
     occ = list(cfg.sources.occupations)
     units = pd.DataFrame({"unit": [f"{occ[i % len(occ)]}/p{i:02d}" for i in range(photos)],
                           "occupation": [occ[i % len(occ)] for i in range(photos)]})
-    r = cfg.reflect
-    return P.simulate_responses(PlantedReflect(), units, np.random.default_rng(seed),
-                                placebo_two_afc_tasks=tuple(r.placebo_two_afc_tasks),
-                                placebo_mcq_tasks=tuple(r.placebo_mcq_tasks), controls=True)
+    return P.simulate_responses(PlantedReflect(), units, np.random.default_rng(seed), cfg.reflect, controls=True)
 
 
 def run_vlm(answers, cfg, writer) -> dict[str, float]:

@@ -38,10 +38,13 @@ import pandas as pd
 
 from biasaudit import GROUPS
 from biasaudit.contracts import COVERAGE_BAND, MIN_PROMPTS_CI, REJECTION_BAND
+from biasaudit.params.vlm import Reflect
 
 NOMINAL_COVERAGE, NOMINAL_LEVEL = 0.95, 0.05
 BEATS_RAW = 0.60  # a corrected estimate earns its place when closer to the truth than raw this often
 OUT = Path("reports/calibration/calibration.csv")
+# the simulated Method B design (vlm.planted.simulate_responses): the 2AFC income task and the real single-image tasks
+WITH_INCOME = Reflect(tasks=["2afc_income", "mcq_salary", "mcq_education", "salary_salary"])
 
 
 @dataclass(frozen=True)
@@ -682,7 +685,7 @@ def reflect_interval_check(G: int, n_boot: int):
     dg = {m: truth["single"][m]["delta_g"].set_index(["dimension", "level"])["planted"] for m in truth["single"]}
 
     def run(rng, rep):
-        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))
+        df = P.simulate_responses(pl, units, rng, WITH_INCOME)
         two = retained(df, "2afc", "income")
         w = two_afc.win_rate_table(two, boot | {"seed": rep}).set_index(["row", "col"]).loc[("WM", "BF")]
         r = two_afc.race_win_rates_within_gender(two, boot | {"seed": rep}).set_index(["gender", "race"]).loc[
@@ -732,7 +735,7 @@ def reflect_position_check(G: int, which: str, n_boot: int):
     boot = Boot.of(SimpleNamespace(reflect_analysis=params)).resampling
 
     def run(rng, rep):
-        two = retained(P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=(), salary=False),
+        two = retained(P.simulate_responses(pl, units, rng, Reflect(tasks=["2afc_income"])),
                        "2afc", "income")
         if which == "tests":
             out = []
@@ -817,7 +820,7 @@ def reflect_test_check(G: int, null: bool, photo_effects: bool, n_wild: int, n_p
     pl, units, params = _planted(null, photo_effects), _units(G), _analysis()
 
     def run(rng, rep):
-        df = P.simulate_responses(pl, units, rng, two_afc_tasks=(), mcq_tasks=())
+        df = P.simulate_responses(pl, units, rng, Reflect(tasks=["salary_salary"]))
         sub = with_values(retained(df, "salary", "salary"), None)
         table, _ = ols_by_group(sub, params.race_reference, params.gender_reference, params.confidence, n_wild,
                                 params.wild_weights, rep)
@@ -869,7 +872,7 @@ def selective_null_check(G: int, n_boot: int, n_perm: int):
     settings = Boot.of(SimpleNamespace(reflect_analysis=params))
 
     def run(rng, rep):
-        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=("salary",))
+        df = P.simulate_responses(pl, units, rng, Reflect(tasks=["2afc_income", "mcq_salary", "salary_salary"]))
         p_win = race_winrate_test(retained(df, "2afc", "income"), "man", "Black", replace(settings, seed=rep))[1]
         sal = with_values(retained(df, "salary", "salary"), None)
         p_flip = sign_flip(paired_differences(sal, "race", "Black", "White").to_numpy(), n_perm, rep)[1]
@@ -910,7 +913,7 @@ def selective_bounds_check(G: int, n_boot: int):
           for m in ("salary_salary", "mcq_salary")}
 
     def run(rng, rep):
-        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",), mcq_tasks=("salary",))
+        df = P.simulate_responses(pl, units, rng, Reflect(tasks=["2afc_income", "mcq_salary", "salary_salary"]))
         rw, dg_sal, dg_mcq = _bounds_of(df, settings, rep)
         return tuple(Covered(bool(r["low"] <= t <= r["high"]), r["high"] - r["low"])
                      for r, t in ((rw, win), (dg_sal, dg["salary_salary"]), (dg_mcq, dg["mcq_salary"])))
@@ -937,7 +940,7 @@ def primary_family_check(G: int, n_boot: int, n_perm: int):
     scales = {m: v for m, v in P.letter_values().items() if m in ("mcq_salary", "mcq_education", "salary_salary")}
 
     def run(rng, rep):
-        df = P.simulate_responses(pl, units, rng, two_afc_tasks=("income",))
+        df = P.simulate_responses(pl, units, rng, WITH_INCOME)
         s = replace(settings, seed=rep, n_boot=200)
         p = [gaps.delta_g_within(with_values(retained(df, *m.split("_")), v), "race", "Black", "White", s)["p_value"]
              for m, v in scales.items()]

@@ -8,6 +8,9 @@ import pandas as pd
 from biasaudit.params.vlm import Reflect, ReflectAnalysis
 from biasaudit.vlm.analysis.inputs import Answers, Boot
 
+# a simulated design (vlm.planted.simulate_responses): the 2AFC income task and the real single-image tasks
+WITH_INCOME = Reflect(tasks=["2afc_income", "mcq_salary", "mcq_education", "salary_salary"])
+
 
 def config(reflect: Reflect | None = None, **analysis):
     """What the sections read of the validated config: reflect_analysis (its defaults, or these values) and

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from biasaudit import contracts as C
+from biasaudit.params.vlm import Reflect
 from biasaudit.report import audit_card as ac
 from biasaudit.report import front
 from biasaudit.report.load import Outputs
@@ -33,8 +34,7 @@ def selective_null(tmp_path_factory):
     (calibration's SELECTIVE), 24 photos; its analysis tables written where the report reads them."""
     cal = calibration_module()
     pl = cal._selective(True)
-    df = P.simulate_responses(pl, cal._units(24), np.random.default_rng(11), two_afc_tasks=("income",),
-                              mcq_tasks=("salary",))
+    df = P.simulate_responses(pl, cal._units(24), np.random.default_rng(11), Reflect(tasks=["2afc_income", "mcq_salary", "salary_salary"]))
     cfg = config(n_boot=300, n_permutations=199, wild_bootstrap=0,
                  primary_endpoints=[BLACK_MEN, "race_winrate:income:woman:Black", "delta_g:salary_salary:race:Black"])
     data = answers(df, vlm="v")
@@ -221,8 +221,7 @@ def test_an_answer_carries_when_it_came_and_a_cached_rerun_keeps_it(tmp_path, mo
 def test_an_underpowered_endpoint_says_so_in_its_caveats():
     """Six photos, below min_clusters 12: the interval and p are blanked, and the row's caveats say why."""
     cal = calibration_module()
-    df = P.simulate_responses(cal._selective(True), cal._units(6), np.random.default_rng(2), two_afc_tasks=("income",),
-                              mcq_tasks=("salary",))
+    df = P.simulate_responses(cal._selective(True), cal._units(6), np.random.default_rng(2), Reflect(tasks=["2afc_income", "mcq_salary", "salary_salary"]))
     cfg = config(n_boot=100, n_permutations=99, wild_bootstrap=0, primary_endpoints=[BLACK_MEN])
     r = endpoints.primary_endpoints(answers(df), cfg).iloc[0]
     assert np.isnan(r["low"]) and r["caveats"].startswith("UNDERPOWERED: ") and "min_clusters 12" in r["caveats"]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit.params.vlm import PlantedReflect, ReflectAnalysis
+from biasaudit.params.vlm import PlantedReflect, Reflect, ReflectAnalysis
 from biasaudit.stats.regression import fe_ols_cluster
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis import two_afc
@@ -47,8 +47,7 @@ def population(request):
     """2,000 source photos' 2AFC answers: the default refusals and edit losses, plus a strong selective refusal."""
     pl = PlantedReflect(selective_refusal=STRONG)
     u = units(2000)
-    df = P.simulate_responses(pl, u, np.random.default_rng(request.param), two_afc_tasks=("income",), mcq_tasks=(),
-                              salary=False)
+    df = P.simulate_responses(pl, u, np.random.default_rng(request.param), Reflect(tasks=["2afc_income"]))
     return pl, u, df
 
 
@@ -58,7 +57,7 @@ def single_population(request):
     strongest selective refusal of low answers the schema allows."""
     pl = PlantedReflect(selective_refusal=STRONG | {"low_answer": 0.45})
     u = units(8000)
-    df = P.simulate_responses(pl, u, np.random.default_rng(request.param), two_afc_tasks=(), mcq_tasks=("salary",))
+    df = P.simulate_responses(pl, u, np.random.default_rng(request.param), Reflect(tasks=["mcq_salary", "salary_salary"]))
     return pl, u, df
 
 

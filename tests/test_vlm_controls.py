@@ -19,7 +19,7 @@ from biasaudit.vlm.analysis import controls, gaps, significance, two_afc
 from biasaudit.vlm.analysis.inputs import retention_table
 from biasaudit.vlm.groups import GROUP_CODES, NULL_EDIT, ORIGINAL
 
-from .fixtures_vlm import answers, config
+from .fixtures_vlm import WITH_INCOME, answers, config
 
 OCC = ("cook", "doctor", "lawyer", "nurse", "teacher", "ceo")
 
@@ -111,7 +111,7 @@ def test_reflect_items_ask_the_controls_apart_from_the_group_questions():
 def test_control_and_placebo_rows_never_enter_the_group_tables():
     pl = PlantedReflect()
     u = units(12)
-    main = P.simulate_responses(pl, u, np.random.default_rng(1), two_afc_tasks=("income",))
+    main = P.simulate_responses(pl, u, np.random.default_rng(1), WITH_INCOME)
     cfg = config(n_boot=200, n_permutations=99, wild_bootstrap=0)
     # rows that would move every group table if they were read there: a placebo task under a real task's
     # name answering 'A' always, and control answers at the extremes of each scale
@@ -166,7 +166,7 @@ def test_the_planted_edit_artifact_is_recovered_within_its_interval():
     pl = PlantedReflect().model_copy(update={"edit_artifact": PlantedReflect().edit_artifact.model_copy(
         update={"two_afc": 0.8, "mcq": 1.5, "salary": 0.10})})
     cfg = config(n_boot=400, n_permutations=199, wild_bootstrap=0)
-    df = P.simulate_responses(pl, units(120), np.random.default_rng(5), two_afc_tasks=("income",), controls=True)
+    df = P.simulate_responses(pl, units(120), np.random.default_rng(5), WITH_INCOME, controls=True)
     floor = controls.estimates(answers(df, planted=pl), cfg)["floor"].set_index("measure")
     oracle = {"income": share_edit_oracle(pl), "salary_salary": 100 * np.expm1(0.10),
               "mcq_salary": mcq_delta_oracle(pl, "salary", cfg.reflect.task_specs["mcq_salary"].values),
@@ -187,9 +187,7 @@ def test_the_planted_edit_artifact_is_recovered_within_its_interval():
 
 def placebo_run(pl, seed=3, photos=24):
     cfg = config(n_boot=400, n_permutations=199, wild_bootstrap=0, min_clusters=12)
-    df = P.simulate_responses(pl, units(photos), np.random.default_rng(seed), two_afc_tasks=(), mcq_tasks=(),
-                              salary=False, placebo_two_afc_tasks=("placebo_background",),
-                              placebo_mcq_tasks=("placebo_background",))
+    df = P.simulate_responses(pl, units(photos), np.random.default_rng(seed), Reflect(tasks=["2afc_placebo_background", "mcq_placebo_background"]))
     return controls.estimates(answers(df, planted=pl), cfg)
 
 

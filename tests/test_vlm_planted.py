@@ -163,14 +163,13 @@ def test_wild_bootstrap_p_is_never_zero():
 
 def test_too_few_photos_are_labelled_underpowered():
     pl = PlantedReflect()
-    df = P.simulate_responses(pl, units(6), np.random.default_rng(2), two_afc_tasks=(), mcq_tasks=())
+    df = P.simulate_responses(pl, units(6), np.random.default_rng(2), Reflect(tasks=["salary_salary"]))
     ols = significance.estimates(answers(df), config(n_boot=200, n_permutations=99, wild_bootstrap=99,
                                                      min_clusters=12))["ols"]
     assert ols["p"].isna().all() and ols["reason"].str.startswith("underpowered").all()
     # the interval goes too (issue #38: it under-covers at 6 photos), with the same reason
     assert ols[["ci_low", "ci_high"]].isna().all().all() and ols["reason"].str.contains("would under-cover").all()
-    flips = significance.estimates(answers(P.simulate_responses(pl, units(4), np.random.default_rng(2), two_afc_tasks=(),
-                                                                mcq_tasks=())),
+    flips = significance.estimates(answers(P.simulate_responses(pl, units(4), np.random.default_rng(2), Reflect(tasks=["salary_salary"]))),
                                    config(n_boot=200, n_permutations=99, wild_bootstrap=0))["sign_flip"]
     assert flips["p"].isna().all() and flips["reason"].str.contains("cannot reach").all()  # 2^(1−4) > 0.05
 
@@ -254,8 +253,7 @@ def test_estimands_follow_the_design_when_only_one_order_is_asked():
     win rates carry the position effect: the estimands must follow, checked on a large population."""
     pl, params = PlantedReflect(), ReflectAnalysis()
     u = units(3000)
-    df = P.simulate_responses(pl, u, np.random.default_rng(4), two_afc_tasks=("income",), mcq_tasks=(),
-                              salary=False, both_orders=False)
+    df = P.simulate_responses(pl, u, np.random.default_rng(4), Reflect(tasks=["2afc_income"], both_orders=False))
     two = retained(df, "2afc", "income")
     assert (two["order"] == 0).all() and (two["group_a"] < two["group_b"]).all()
     one = P.estimands(pl, u, params, two_afc_tasks=("income",), measures=(), both_orders=False)["two_afc"]["income"]
@@ -285,7 +283,7 @@ def test_an_exact_fit_gives_no_p_even_where_rounding_leaves_a_tiny_se():
 def test_photos_that_identify_nothing_do_not_count_as_clusters():
     """8 of 12 photos keep a single salary answer: 4 photos identify the effects, so the OLS reports
     4 clusters (t with 3 df) and is labelled underpowered."""
-    df = P.simulate_responses(PlantedReflect(), units(12), np.random.default_rng(0), two_afc_tasks=(), mcq_tasks=())
+    df = P.simulate_responses(PlantedReflect(), units(12), np.random.default_rng(0), Reflect(tasks=["salary_salary"]))
     keep = df["unit"].isin(units(12)["unit"][:4]) | (df["group"] == "WM")
     ols = significance.estimates(answers(df[keep]), config(n_boot=200, n_permutations=99, wild_bootstrap=99))["ols"]
     assert (ols["n_clusters"] == 4).all() and (ols["df"] == 3).all() and ols["p"].isna().all()

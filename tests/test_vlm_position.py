@@ -11,7 +11,7 @@ import pytest
 from scipy import optimize
 from scipy.special import expit
 
-from biasaudit.params.vlm import PlantedReflect
+from biasaudit.params.vlm import PlantedReflect, Reflect
 from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis import interaction, two_afc
 from biasaudit.vlm.analysis.inputs import Boot
@@ -106,8 +106,7 @@ def test_the_planted_pull_is_drawn_as_declared():
         assert abs(share - expit(alpha)) < 4 * np.sqrt(expit(alpha) * (1 - expit(alpha)) / n)
         assert P.p_first(pl, "income", a, b) == pytest.approx(expit(alpha), abs=1e-12)
     units = pd.DataFrame({"unit": [f"u{i}" for i in range(60)], "occupation": "cook"})
-    df = P.simulate_responses(pl, units, np.random.default_rng(1), two_afc_tasks=("income",), mcq_tasks=(),
-                              salary=False)
+    df = P.simulate_responses(pl, units, np.random.default_rng(1), Reflect(tasks=["2afc_income"]))
     by_type = two_afc.position_by_pair_type(df[df["status"] == "ok"], None).set_index("pair_type")
     for kind, alpha in (("same_gender", 1.5), ("cross_gender", -0.5)):
         r = by_type.loc[kind]

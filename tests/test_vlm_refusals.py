@@ -15,7 +15,7 @@ from biasaudit.vlm import planted as P
 from biasaudit.vlm.analysis import endpoints, gaps, refusals, significance, two_afc
 from biasaudit.vlm.analysis.inference import underpowered_intervals
 
-from .fixtures_vlm import answers, boot, config, with_task_values
+from .fixtures_vlm import WITH_INCOME, answers, boot, config, with_task_values
 
 OCC = ("cook", "doctor", "lawyer", "nurse", "teacher", "ceo")
 
@@ -106,7 +106,7 @@ def test_delta_g_bounds_equal_a_brute_force_over_the_refused_answers():
 
 def test_every_interval_is_blanked_below_min_clusters_on_a_6_photo_table():
     pl = PlantedReflect()
-    df = P.simulate_responses(pl, units(6), np.random.default_rng(3), two_afc_tasks=("income",))
+    df = P.simulate_responses(pl, units(6), np.random.default_rng(3), WITH_INCOME)
     cfg = config(n_boot=200, n_permutations=99, wild_bootstrap=0, min_clusters=12)
     data = answers(df)
     e = two_afc.estimates(data, cfg)["income"]
@@ -148,7 +148,7 @@ def test_a_bad_primary_endpoint_is_refused_naming_the_key(bad):
 
 def test_primary_endpoints_table_on_planted_answers():
     pl = PlantedReflect(refusal={}, edit_loss={})
-    df = P.simulate_responses(pl, units(12), np.random.default_rng(4), two_afc_tasks=("income",))
+    df = P.simulate_responses(pl, units(12), np.random.default_rng(4), WITH_INCOME)
     cfg = config(n_boot=200, n_permutations=199, wild_bootstrap=0)
     t = endpoints.primary_endpoints(answers(df), cfg)
     assert list(t["endpoint"]) == ReflectAnalysis().primary_endpoints and (t["family"] == "primary").all()
@@ -169,7 +169,7 @@ def test_planted_selective_refusal_is_bounded_and_biases_the_complete_case():
     values (the planted VLM without refusals) lie in the bounds' CIs, while the complete-case race win
     rate of Black men falls below its would-have-answered value."""
     pl = PlantedReflect(refusal={}, edit_loss={}, selective_refusal={"two_afc": 0.45, "low_answer": 0.45})
-    df = P.simulate_responses(pl, units(24), np.random.default_rng(5), two_afc_tasks=("income",))
+    df = P.simulate_responses(pl, units(24), np.random.default_rng(5), WITH_INCOME)
     cfg = config(n_boot=400, n_permutations=199, wild_bootstrap=0)
     e = refusals.estimates(answers(df), cfg)
     truth = P.estimands(P.would_answer(pl), units(24), cfg.reflect_analysis, two_afc_tasks=("income",))

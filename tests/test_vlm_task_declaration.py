@@ -6,6 +6,7 @@ from importlib import import_module
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from biasaudit.params.vlm import PlantedReflect, Reflect, TaskSpec
 from biasaudit.report import audit_card as ac
@@ -38,14 +39,15 @@ def test_a_declared_task_is_asked_with_its_prompt_and_options():
         "task"] == "trust"
 
 
+@pytest.mark.slow
 def test_a_declared_task_reaches_every_section_and_the_card(tmp_path):
     reflect = declared()
     cfg = config(reflect, n_boot=200, n_permutations=99, wild_bootstrap=0, min_clusters=2)
     pl = P.with_letters(PlantedReflect(), answer_values(reflect))  # what the planted backend does per request
     assert pl.mcq.base["trust"] == [1 / 3] * 3
     units = pd.DataFrame({"unit": [f"cook/p{i}" for i in range(6)], "occupation": "cook"})
-    df = P.simulate_responses(pl, units, np.random.default_rng(0), two_afc_tasks=("income",),
-                              mcq_tasks=("salary", "trust"), controls=True)
+    df = P.simulate_responses(pl, units, np.random.default_rng(0), Reflect(
+        tasks=["2afc_income", "mcq_salary", "mcq_trust", "salary_salary"], task_specs=reflect.task_specs), controls=True)
     assert set(df.loc[df["task"] == "trust", "choice"].dropna()) <= {"A", "B", "C"}
     data = answers(df, "v", planted=pl)
     found = {}
@@ -66,19 +68,18 @@ def test_the_planted_simulator_draws_each_task_on_its_own():
     units = pd.DataFrame({"unit": [f"cook/p{i}" for i in range(3)], "occupation": "cook"})
     pl = P.with_letters(PlantedReflect(), answer_values(declared()))
 
-    def draw(**design):
-        df = P.simulate_responses(pl, units, np.random.default_rng(7), two_afc_tasks=("income",), **design)
+    def draw(*labels, controls=False):
+        design = Reflect(tasks=["2afc_income", *labels], task_specs=declared().task_specs)
+        df = P.simulate_responses(pl, units, np.random.default_rng(7), design, controls=controls)
         return df[(df["arm"] == "counterfactual") & ~df["placebo"] & (df["task"] != "trust")].reset_index(drop=True)
 
-    alone = draw(mcq_tasks=("salary",))
-    more = draw(mcq_tasks=("trust", "salary"), placebo_mcq_tasks=("placebo_background",), controls=True)
+    alone = draw("mcq_salary", "salary_salary")
+    more = draw("mcq_trust", "mcq_salary", "salary_salary", "mcq_placebo_background", controls=True)
     pd.testing.assert_frame_equal(alone, more, check_dtype=False)  # the controls bring object columns
     assert set(alone["task"]) == {"income", "salary"} and len(alone) == 3 * 90 + 3 * 10 * 2
 
 
 def test_only_a_task_declared_primary_may_be_a_primary_endpoint():
-    import pytest
-
     from biasaudit.vlm.declared import check_endpoints
 
     with pytest.raises(ValueError, match="mcq_trust, not a declared primary task"):

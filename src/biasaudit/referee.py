@@ -950,16 +950,12 @@ def planted_responses(cfg: Any, vlm: str) -> pd.DataFrame:
     """One planted VLM's REFLECT answers for the referee design, drawn by vlm.planted.simulate_responses (the
     same draws as the planted backend) from the VLM's declared effects (vlms.<vlm>.planted)."""
     from biasaudit.pipeline.provenance import derive_seed
-    from biasaudit.vlm.declared import of_kind
     from biasaudit.vlm.planted import simulate_responses
 
     spec, r = cfg.vlms[vlm], cfg.reflect
     rng = np.random.default_rng(derive_seed(cfg.seed, "referee", vlm))
     units = focus_units(cfg)
-    df = simulate_responses(spec.planted, units, rng, two_afc_tasks=tuple(of_kind(r, "2afc")),
-                            mcq_tasks=tuple(of_kind(r, "mcq")), salary=bool(of_kind(r, "salary")),
-                            both_orders=r.both_orders, placebo_two_afc_tasks=tuple(of_kind(r, "2afc", placebo=True)),
-                            placebo_mcq_tasks=tuple(of_kind(r, "mcq", placebo=True)), controls=cfg.counterfactuals.null_edit)
+    df = simulate_responses(spec.planted, units, rng, r, controls=cfg.counterfactuals.null_edit)
     base = df["unit"].str.split("/").str[1]
     return df.assign(base_id=base, vlm=vlm, backend=spec.backend, model_id=spec.model_id, revision="referee v1",
                      stand_in=True, reason="", prompt_version=r.prompt_version,

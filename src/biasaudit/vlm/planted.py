@@ -74,18 +74,17 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from biasaudit.params.vlm import GENDERS, RACES, Reflect
+from biasaudit.params.vlm import GENDERS, KINDS, RACES, Reflect, task_name
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.vlm.declared import answer_values, of_kind
+from biasaudit.vlm.declared import answer_values, asked, of_kind
 from biasaudit.vlm.groups import CODE_TO_GROUP, COUNTERFACTUAL, GROUP_CODES, GROUPS, NULL_EDIT, ORIGINAL, group_code
 
 if TYPE_CHECKING:  # the sections these functions read (tests/field_reads.py types each read by them)
     from biasaudit.params.vlm import PlantedReflect
 
-_DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec), the simulations' default design
+_DECLARED = Reflect()  # the declared tasks (params.vlm.TaskSpec)
+_REAL = Reflect(tasks=[label for label, spec in _DECLARED.task_specs.items() if not spec.placebo])  # simulations' default
 TWO_AFC_TASKS = tuple(of_kind(_DECLARED, "2afc"))
-MCQ_TASKS = tuple(of_kind(_DECLARED, "mcq"))
-SALARY_TASKS = tuple(of_kind(_DECLARED, "salary"))
 SINGLE_MEASURES = tuple(label for label, spec in _DECLARED.task_specs.items() if spec.kind != "2afc" and not spec.placebo)
 REFUSAL_TEXT = "I'm sorry, but I can't make that judgement from a person's appearance."
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(200)  # error < 1e-13 for the schema's photo_sd ≤ 2
@@ -254,14 +253,18 @@ def letters(options: int) -> tuple[str, ...]:
 
 
 def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.random.Generator,
-                       two_afc_tasks: tuple[str, ...] = TWO_AFC_TASKS, mcq_tasks: tuple[str, ...] = MCQ_TASKS,
-                       salary: bool = True, both_orders: bool = True, placebo_two_afc_tasks: tuple[str, ...] = (),
-                       placebo_mcq_tasks: tuple[str, ...] = (), controls: bool = False) -> pd.DataFrame:
+                       reflect: Reflect = _REAL, controls: bool = False) -> pd.DataFrame:
     """A whole REFLECT response table (the analysis' columns) for `units` (unit, occupation), drawn from
     `rng` through the same draw_* functions as the backend: for simulations (benchmarks/calibration.py).
-    Placebo tasks are drawn like the real ones (rows placebo True); `controls` adds the null-edit control
-    (arm null_edit | original) for the real tasks. Each task draws from its own stream (seeded by one draw
-    of `rng` and the task), so adding or dropping a task leaves the other tasks' answers as they were."""
+    The tasks are those `reflect` asks (vlm.declared.asked: its declared task_specs, real and placebo; by
+    default the real ones; an MCQ task with no planted distribution answers every letter alike, as in the
+    backend), each 2AFC pair in both orders if reflect.both_orders. Placebo tasks are drawn like the real ones
+    (rows placebo True); `controls` adds the null-edit control (arm null_edit | original) for the real tasks.
+    Each task draws from its own stream (seeded by one draw of `rng` and the task), so adding or dropping a
+    task leaves the other tasks' answers as they were."""
+    planted = with_letters(planted, answer_values(reflect))
+    both_orders = reflect.both_orders
+    tasks = [(spec.kind, task_name(label), spec.placebo) for label, spec in asked(reflect).items()]
     U = len(units)
     unit_ids = units["unit"].to_numpy(str)
     occ = units["occupation"].to_numpy(str)
@@ -292,6 +295,7 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
             "choice": np.where(refused | failed, None, choice),
             "status": np.where(failed, "failed", np.where(refused, "refused", "ok"))})
 
+    two_afc_tasks = [task for kind, task, placebo in tasks if kind == "2afc" and not placebo]
     frames += [two_afc_frame(task) for task in two_afc_tasks]
     uu, gg = np.repeat(np.arange(U), G), np.tile(np.arange(G), U)
     race = np.array([GROUPS[g][0] for g in gg])
@@ -317,11 +321,11 @@ def simulate_responses(planted: PlantedReflect, units: pd.DataFrame, rng: np.ran
             frame = {"choice": None, "value_usd": np.where(status == "ok", answer, np.nan)}
         return pd.DataFrame({"kind": kind, "task": task, **single, **frame, "status": status})
 
-    asks = [("mcq", t) for t in mcq_tasks] + ([("salary", t) for t in SALARY_TASKS] if salary else [])
+    asks = [(kind, task) for k in ("mcq", "salary") for kind, task, placebo in tasks if kind == k and not placebo]
     frames += [single_frame(kind, task) for kind, task in asks]
     out = pd.concat(frames, ignore_index=True).assign(arm=COUNTERFACTUAL, placebo=False) if frames else None
-    extra = [two_afc_frame(t, True) for t in placebo_two_afc_tasks] + [single_frame("mcq", t, True)
-                                                                      for t in placebo_mcq_tasks]
+    extra = [two_afc_frame(task, True) if kind == "2afc" else single_frame(kind, task, True)
+             for k in KINDS for kind, task, placebo in tasks if kind == k and placebo]
     extra = [f.assign(arm=COUNTERFACTUAL, placebo=True) for f in extra]
     if controls:
         extra += simulate_controls(planted, units, task_rng, two_afc_tasks, asks, photo_z, both_orders)
