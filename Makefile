@@ -1,6 +1,6 @@
 # biasaudit: two commands.
 #   make demo   set up .venv, then run the whole pipeline (offline profile) → reports/index.html
-#   make test   set up .venv, then run the test suite
+#   make test   set up .venv, then run the test suite but the tests marked slow (make test-slow runs those)
 #   make lab    JupyterLab with the stage notebooks opening as notebooks
 #   make referee  the papers' design with every model PLANTED at the published values; checks the replication table
 PYTHON ?= python3
@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup setup-gpu gpu-wheels demo test test-fast lint bench lock paper offline clean-outputs lab referee
+.PHONY: setup setup-gpu gpu-wheels demo test test-slow lint bench lock paper offline clean-outputs lab referee
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,11 +56,13 @@ demo: setup
 lab: setup
 	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# the suite without the tests marked slow (the end-to-end pipeline, the quick starts, Ray, calibration, …), then those
+# alone; CI (.ci/run) runs both (docs/testing.md: what each takes)
 test: setup
-	$(BIN)/python -m pytest
-
-test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
 
 lint: setup
 	$(BIN)/ruff check .    # rules and their reasons: [tool.ruff] in pyproject.toml
