@@ -60,7 +60,7 @@ def test_invalid_params_stop_dvc_repro_before_any_output_is_removed(pipeline_cop
 def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
     """A folder generator's folder and mapping CSV, and sources.input_dir, are hashed file by file:
     changing one photo changes exactly the fingerprints of the stages that read it."""
-    from biasaudit.check import external_inputs, write_check
+    from biasaudit.check import external_inputs, refresh
     from biasaudit.config import load_params, validate
     from biasaudit.params import Params
 
@@ -82,7 +82,7 @@ def test_fingerprints_follow_the_content_of_input_folders(tmp_path):
 
     def snapshot():
         out = tmp_path / "check"
-        write_check(cfg, out)
+        refresh(cfg, out)
         return {p.name: p.read_text() for p in out.iterdir()}
 
     first = snapshot()

@@ -402,7 +402,7 @@ def test_calibration_line_counts_rows_below_the_band_and_reads_the_grid_row(tmp_
                            "over-rejects: FAILS at paper scale", "measured: beats raw", "measured: does not beat raw"],
                   "replications": [4000, 500, 500, 500, 500, 500], "mean_width": [0.019, 0.3, np.nan, np.nan, np.nan, np.nan]}
                  ).to_csv(t2i / "tables" / "calibration.csv", index=False)
-    b = calibration_block(Outputs.load(t2i), tmp_path, "95%")
+    b = calibration_block(Outputs.load(t2i), tmp_path)
     line = b.summary
     assert line.startswith("Calibration by simulation: 1 of 4 paper-scale intervals and tests are within their band")
     assert "3 rows are labelled" in line and "2 of them below the band" in line

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from biasaudit.params.execution import Execution
-from biasaudit.pipeline.engine import merge_logs, pending_items, run_local, shard_log_path
+from biasaudit.pipeline.engine import merge_records, pending_items, run_local, shard_log_path
 from biasaudit.pipeline.io import RecordLog
 
 
@@ -23,8 +23,8 @@ def test_shards_merge_to_the_whole(tmp_path):
         run_local(items, square_batch, RecordLog(shard_log_path(base, shard, 3), "id"), shard_index=shard,
                   shard_count=3, progress=False, execution=Execution())
     paths = [shard_log_path(base, s, 3) for s in range(3)]
-    merged, report = merge_logs(paths, "id", expected_keys={(i,) for i in range(50)})
-    assert sorted(merged["id"]) == list(range(50))
+    merged, report = merge_records(paths, "id", expected_keys={(i,) for i in range(50)})
+    assert sorted(r["id"] for r in merged.values()) == list(range(50))
     assert report["overlapping"] == 0 and report["missing"] == 0
 
 
@@ -39,9 +39,10 @@ def test_merge_reports_overlap_and_missing_shards(tmp_path):
               execution=Execution())
     run_local(items, square_batch, RecordLog(shard_log_path(base, 1, 3), "id"), shard_index=1, shard_count=3,
               progress=False, execution=Execution())
-    merged, report = merge_logs([shard_log_path(base, 0, 3), other, shard_log_path(base, 1, 3)], "id",
-                                expected_keys={(i,) for i in range(30)})
-    assert merged["id"].is_unique
+    merged, report = merge_records([shard_log_path(base, 0, 3), other, shard_log_path(base, 1, 3)], "id",
+                                   expected_keys={(i,) for i in range(30)})
+    ids = [r["id"] for r in merged.values()]
+    assert len(ids) == len(set(ids))
     shard2 = pending_items(items, RecordLog(tmp_path / "empty.jsonl", "id"), shard_index=2, shard_count=3)
     assert report["missing"] == len(shard2) > 0
     assert report["overlapping"] == len(pending_items(items, RecordLog(tmp_path / "e2.jsonl", "id"), 0, 3))

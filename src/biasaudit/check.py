@@ -143,11 +143,6 @@ def fingerprint(paths: list[str], cache: dict[str, Any] | None = None) -> dict[s
     return entries
 
 
-def write_check(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
-    """Write params.ok and one inputs fingerprint per stage instance; returns the check files."""
-    return _write(cfg, out_dir)[0]
-
-
 def refresh(cfg: Params, out_dir: str | Path = C.CHECK_DIR) -> list[Path]:
     """The check files again (as the check stage writes them); returns those whose content changed
     (a fingerprint of a stage instance now gone counts as changed: it was removed)."""

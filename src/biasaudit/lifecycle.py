@@ -190,14 +190,14 @@ def _evidence(raw: Any, where: str, domains: tuple[str, ...], step: bool = False
 def parse(data: dict[str, Any], where: str = "lifecycle") -> dict[str, ModelStatus]:
     """{model id: ModelStatus} from the YAML mapping; a LifecycleError naming the file, entry and key otherwise."""
     try:
-        return _parse(data, where)
+        return _parse(data)
     except LifecycleError:
         raise
     except ValueError as exc:
         raise LifecycleError(f"{where}: {exc}") from None
 
 
-def _parse(data: dict[str, Any], where: str) -> dict[str, ModelStatus]:
+def _parse(data: dict[str, Any]) -> dict[str, ModelStatus]:
     if not isinstance(data, dict):
         raise ValueError("expected a mapping with providers: and models:")
     providers = {str(k): tuple(str(d) for d in (v or ())) for k, v in (data.get("providers") or {}).items()}

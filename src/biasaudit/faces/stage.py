@@ -41,7 +41,7 @@ def _empty_colour() -> dict[str, Any]:
 class FaceMeasurer:
     """Holds the loaded models for one run; `batch_fn(parts_dir)` is the runner's batch function."""
 
-    def __init__(self, p, stand_in_models: bool = False):
+    def __init__(self, p):
         self.p = p
         kw = dict(dlib_kind=p.dlib_kind, dlib_upsample=p.dlib_upsample, dlib_threshold=p.dlib_threshold,
                   insightface_model=p.insightface_model, insightface_root=p.insightface_root,

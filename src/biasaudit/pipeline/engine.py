@@ -280,14 +280,6 @@ def merge_records(paths: Iterable[str | Path], key: str | tuple[str, ...], expec
     return best, report
 
 
-def merge_logs(paths: list[str | Path], key: str | tuple[str, ...], expected_keys: set[tuple] | None = None):
-    """merge_records as a table (one row per key)."""
-    import pandas as pd
-
-    best, report = merge_records(paths, key, expected_keys)
-    return pd.DataFrame(list(best.values())), report
-
-
 def adopt_shard_logs(log: RecordLog, rank: Callable[[Item], Any] = _status_rank) -> dict[str, Any]:
     """Merge every shard log found beside `log.path` into it (an unsharded run after `shard i of n`
     runs whose folders were copied together), then delete the shard logs. The merged log is written

@@ -799,7 +799,7 @@ def instruments_block(t2i: Outputs, reports: Path, level: str) -> Block:
     return b
 
 
-def calibration_block(t2i: Outputs, reports: Path, level: str) -> Block:
+def calibration_block(t2i: Outputs, reports: Path) -> Block:
     """Simulation check of every interval method: observed vs nominal coverage."""
     b = Block("calibration", "Calibration: do the intervals cover as often as they claim?")
     t = t2i.table(C.CALIBRATION)  # the analysis copies the committed table of benchmarks/calibration.py
@@ -893,7 +893,7 @@ def build_blocks(reports: Path, level: str, labels: tuple[str, ...], units: dict
         "method_b": [primary_block(vlm, reports, level), winrate_block(vlm, reports, level),
                      delta_g_block(vlm, reports, level), significance_block(vlm, reports, level, units)],
         "checks": [validation_block(t2i, reports, level), method_b_validation_block(vlm, reports, level),
-                   instruments_block(t2i, reports, level), calibration_block(t2i, reports, level)],
+                   instruments_block(t2i, reports, level), calibration_block(t2i, reports)],
     }
     for name, blocks in groups.items():
         for b in blocks:
