@@ -15,10 +15,6 @@ from biasaudit import registry
 from biasaudit.backends.editors.base import EditRequest, EditResult, ImageEditor, composite, feathered_alpha
 
 
-def editor_names() -> tuple[str, ...]:
-    return registry.names("editor")
-
-
 def make_editor(spec: Any) -> ImageEditor:
     """Build the editor a `Counterfactuals` section names (imports only what it needs)."""
     if spec.backend not in registry.names("editor"):
@@ -39,4 +35,4 @@ def _probe(spec: Any) -> str:
     return make_editor(spec).probe()
 
 
-__all__ = ["EditRequest", "EditResult", "ImageEditor", "composite", "editor_names", "feathered_alpha", "make_editor", "stage_probe"]
+__all__ = ["EditRequest", "EditResult", "ImageEditor", "composite", "feathered_alpha", "make_editor", "stage_probe"]
