@@ -283,7 +283,7 @@ def test_missing_rater_sheets_are_listed_but_let_reliability_write_the_annotatio
     out = capsys.readouterr().out
     assert "data/t2i/annotations/rater1.csv" in out and "data/t2i/annotations/rater2.csv" in out
     cfg = cli.profile_params("paper", repo / "params.yaml")
-    sheets = weights.rater_sheet_needs(cfg)
+    sheets = [n for n in weights.sheet_needs(cfg) if n.stage == "reliability"]
     assert [n.what for n in sheets] == ["data/t2i/annotations/rater1.csv", "data/t2i/annotations/rater2.csv"]
     assert not any(n.blocks_stage for n in sheets)
     from biasaudit.config import apply_profile
@@ -293,7 +293,7 @@ def test_missing_rater_sheets_are_listed_but_let_reliability_write_the_annotatio
     assert any("generate@flux-schnell" in n.stage for n in weights.missing(cfg)) and \
         execute.missing_needs("generate@flux-schnell")  # (a weight still stops its stage)
     offline = cli.profile_params("offline", repo / "params.yaml")
-    assert offline.reliability.simulate and weights.rater_sheet_needs(offline) == []
+    assert offline.reliability.simulate and [n for n in weights.sheet_needs(offline) if n.stage == "reliability"] == []
     (repo / "data" / "t2i" / "annotations").mkdir(parents=True)
     for rater in ("rater1", "rater2"):
         (repo / "data" / "t2i" / "annotations" / f"{rater}.csv").write_text("item,image_id,model,path,label\n")

@@ -141,14 +141,14 @@ def test_check_lists_missing_realism_sheets_only_where_needed():
     import yaml
 
     from biasaudit.params import Params
-    from biasaudit.weights import realism_sheet_needs
+    from biasaudit.weights import sheet_needs
 
     from .conftest import ROOT
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     cfg = Params.model_validate(raw)
-    assert realism_sheet_needs(cfg) == []
+    assert [n for n in sheet_needs(cfg) if n.stage == "validate_edits"] == []
     raw["validate_edits"] = raw["validate_edits"] | {"realism_needed": True, "realism_sheets_dir": "nowhere/realism"}
-    needs = realism_sheet_needs(Params.model_validate(raw))
+    needs = [n for n in sheet_needs(Params.model_validate(raw)) if n.stage == "validate_edits"]
     assert [n.what for n in needs] == ["nowhere/realism/rater1.csv", "nowhere/realism/rater2.csv"]
     assert all(n.kind == "input" and n.stage == "validate_edits" for n in needs)

@@ -70,13 +70,13 @@ def external_inputs(cfg: Params) -> dict[str, list[str]]:
         out[f"generate_{name}"] = declared_inputs("generator", spec)
     out["classify"] = declared_inputs("vlm", cfg.classify.vlm)
     rel = cfg.reliability
-    out["reliability"] = [] if rel.simulate else [(Path(rel.sheets_dir) / f"{r}.csv").as_posix() for r in rel.raters]
+    out["reliability"] = [] if rel.simulate else C.rater_sheets(rel.sheets_dir, rel.raters)
     out["sources"] = [cfg.sources.input_dir] if cfg.sources.source == "folder" else []
     out["baseline"] = [cfg.baseline.portraits_dir] if cfg.baseline.source == "folder" else []
     out["faces"] = [cfg.faces.bisenet_weights] if cfg.faces.skin_method == "bisenet" else []
     out["counterfactuals"] = declared_inputs("editor", cfg.counterfactuals)
     ve = cfg.validate_edits  # realism sheets, whether or not needed: a filled one re-runs the stage
-    out["validate_edits"] = [(Path(ve.realism_sheets_dir) / f"{r}.csv").as_posix() for r in ve.realism_raters]
+    out["validate_edits"] = C.rater_sheets(ve.realism_sheets_dir, ve.realism_raters)
     for name, spec in cfg.vlms.items():
         out[f"reflect_{name}"] = declared_inputs("vlm", spec)
     return out

@@ -125,6 +125,11 @@ def labels_path(model: str, labels_dir: str | Path = LABELS_DIR) -> Path:
     return Path(labels_dir) / f"{model}.parquet"
 
 
+def rater_sheets(sheets_dir: str | Path, raters: list[str]) -> list[str]:
+    """Each rater's filled copy of a sheet (reliability's annotation sheet, validate_edits' realism sheet)."""
+    return [(Path(sheets_dir) / f"{rater}.csv").as_posix() for rater in raters]
+
+
 def faces_path(model: str) -> Path:
     return FACES_DIR / f"{model}.parquet"
 

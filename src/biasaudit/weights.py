@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from biasaudit import contracts as C
 from biasaudit import registry
 
 MODELS_DIR = Path("models")
@@ -301,8 +302,7 @@ def needs(cfg: Any) -> list[Need]:
     if cfg.sources.source == "folder" and not registry.trait("editor", cf.backend, "imports_existing", False):
         out.append(Need("input", cfg.sources.input_dir, "sources.input_dir",
                         f"put licensed source photos under {cfg.sources.input_dir}/<occupation>/<id>.jpg", "sources"))
-    out += rater_sheet_needs(cfg)
-    out += realism_sheet_needs(cfg)
+    out += sheet_needs(cfg)
     unique: dict[tuple[str, str], Need] = {}
     for n in out:  # one line per missing thing; a thing several stages share lists every one of them
         first = unique.get((n.kind, n.what))
@@ -313,34 +313,22 @@ def needs(cfg: Any) -> list[Need]:
     return list(unique.values())
 
 
-def rater_sheet_needs(cfg: Any) -> list[Need]:
-    """With human raters (`reliability.simulate: false`), one filled sheet per rater at
-    `<reliability.sheets_dir>/<rater>.csv`: a copy of the annotation sheet the reliability stage writes
-    beside them, its `label` column filled (docs/raters.md)."""
+def sheet_needs(cfg: Any) -> list[Need]:
+    """The raters' filled sheets (docs/raters.md), one per rater at `<sheets dir>/<rater>.csv`
+    (contracts.rater_sheets): a copy of the sheet its stage writes there, one column filled. With human raters
+    (`reliability.simulate: false`) the annotation sheet's `label` column; with `validate_edits.realism_needed`
+    realism_sheet.csv's `realism` column, 1–5. Missing sheets do not stop either stage."""
     rel = cfg.reliability
-    if rel.simulate:
-        return []
-    sheet = (Path(rel.sheets_dir) / "annotation_sheet.csv").as_posix()
-    return [Need("input", (Path(rel.sheets_dir) / f"{rater}.csv").as_posix(), "reliability.raters",
-                 f"put {rater}'s filled copy of {sheet} there (the reliability stage writes that sheet, then stops "
-                 f"until every rater's copy exists: fill its label column, one copy per rater; docs/raters.md)",
-                 "reliability", blocks_stage=False)
-            for rater in rel.raters]
-
-
-def realism_sheet_needs(cfg: Any) -> list[Need]:
-    """With `validate_edits.realism_needed`, one filled realism sheet per rater at
-    `<realism_sheets_dir>/<rater>.csv`: a copy of realism_sheet.csv (the validate_edits stage writes it
-    there), its `realism` column filled 1–5 (docs/raters.md). Missing sheets do not stop the stage."""
     ve = cfg.validate_edits
-    if not ve.realism_needed:
-        return []
-    sheet = (Path(ve.realism_sheets_dir) / "realism_sheet.csv").as_posix()
-    return [Need("input", (Path(ve.realism_sheets_dir) / f"{rater}.csv").as_posix(), "validate_edits.realism_raters",
-                 f"put {rater}'s filled copy of {sheet} there (the validate_edits stage writes that sheet and the "
-                 f"blinded images beside it: rate each image's realism 1–5, one copy per rater; docs/raters.md)",
-                 "validate_edits", blocks_stage=False)
-            for rater in ve.realism_raters]
+    sheets = [("reliability", "raters", rel.sheets_dir, rel.raters, "annotation_sheet.csv",
+               ", then stops until every rater's copy exists: fill its label column")] if not rel.simulate else []
+    sheets += [("validate_edits", "realism_raters", ve.realism_sheets_dir, ve.realism_raters, "realism_sheet.csv",
+                " and the blinded images beside it: rate each image's realism 1–5")] if ve.realism_needed else []
+    return [Need("input", path, f"{stage}.{field}", f"put {rater}'s filled copy of {(Path(folder) / sheet).as_posix()} "
+                 f"there (the {stage} stage writes that sheet{how}, one copy per rater; docs/raters.md)", stage,
+                 blocks_stage=False)
+            for stage, field, folder, raters, sheet, how in sheets
+            for rater, path in zip(raters, C.rater_sheets(folder, raters))]
 
 
 def _clip_need(model: str, pretrained: str, used_by: str, stage: str) -> Need:
