@@ -201,16 +201,19 @@ def test_lsh_screen_recalls_the_near_duplicates_that_brute_force_finds(monkeypat
 
 def test_lsh_design_recall_from_its_definition():
     """lsh_recall against a direct simulation of the same design: B random-hyperplane signs, tables of r distinct
-    bits, a pair at angle θ collides in some table (Monte Carlo over 20,000 pairs, 3 standard errors)."""
+    bits, a pair at angle θ collides in some table, and (with the signature filter) differs in at most 9 signs
+    (Monte Carlo over 20,000 pairs, 3 standard errors)."""
     rng = np.random.default_rng(0)
     B, r, L, theta, n = 32, 6, 5, np.radians(40), 20_000
     diff = rng.random((n, B)) < theta / np.pi  # each sign differs with probability θ/π, independently
     bands = np.stack([rng.choice(B, r, replace=False) for _ in range(L)])
     # the formula averages over random tables, so the simulation draws many sets of them
-    hits = []
+    hits, kept = [], []
     for _ in range(40):
         bands = np.stack([rng.choice(B, r, replace=False) for _ in range(L)])
         hits.append((~diff[:, bands].any(axis=2)).any(axis=1).mean())
-    want = H.lsh_recall(theta, B, r, L)
-    assert 0.2 < want < 0.98  # a regime where the test can tell
-    assert abs(np.mean(hits) - want) < 3 * np.sqrt(want * (1 - want) / n) + 2e-3
+        kept.append(((~diff[:, bands].any(axis=2)).any(axis=1) & (diff.sum(axis=1) <= 9)).mean())
+    for sim, want in ((hits, H.lsh_recall(theta, B, r, L, max_diff=None)), (kept, H.lsh_recall(theta, B, r, L, 9))):
+        assert 0.2 < want < 0.98  # a regime where the test can tell
+        assert abs(np.mean(sim) - want) < 3 * np.sqrt(want * (1 - want) / n) + 2e-3
+    assert np.mean(kept) < np.mean(hits) - 0.02  # the signature filter costs recall at this angle, as counted

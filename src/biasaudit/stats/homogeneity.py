@@ -914,8 +914,10 @@ def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # tables (n_p · L) and the candidates (about n_p² · L · 2^−r for rows spread around μ): linear in n_p in
 # practice (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
 LSH_MIN_ROWS = 640  # smaller prompts: the Gram pass (exact, and cheaper below about this size at d = 512)
-LSH_BITS, LSH_BAND, LSH_TABLES = 256, 11, 64
+LSH_BITS, LSH_BAND, LSH_TABLES = 128, 10, 64
 LSH_CORE_SHARE = 0.02
+LSH_MAX_DIFF = 48  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
+_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint16)
 LSH_RECALL = 0.999
 LSH_SEED = 20260417  # fixed: the same hyperplanes, the same candidates, in every run
 
@@ -932,9 +934,11 @@ def _lsh_planes(d: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     return R, W
 
 
-def lsh_recall(theta: float, bits: int = LSH_BITS, band: int = LSH_BAND, tables: int = LSH_TABLES) -> float:
+def lsh_recall(theta: float, bits: int = LSH_BITS, band: int = LSH_BAND, tables: int = LSH_TABLES,
+               max_diff: int | None = LSH_MAX_DIFF) -> float:
     """Probability that a pair at angle θ (radians, between its centred rows) shares a bucket in at least one
-    of `tables` tables of `band` distinct bits drawn from `bits` random-hyperplane signs."""
+    of `tables` tables of `band` distinct bits drawn from `bits` random-hyperplane signs, and its signs differ
+    in at most `max_diff` places (None: no such filter)."""
     from scipy import stats as st
     from scipy.special import gammaln
 
@@ -943,7 +947,8 @@ def lsh_recall(theta: float, bits: int = LSH_BITS, band: int = LSH_BAND, tables:
     ok = bits - h >= band  # C(B − h, r) / C(B, r): the table's r bits all among the B − h equal ones
     log_c = np.where(ok, gammaln(np.maximum(bits - h, band) + 1) - gammaln(np.maximum(bits - h - band, 0) + 1)
                      - gammaln(bits + 1) + gammaln(bits - band + 1), -np.inf)
-    return float((pmf * (1 - (1 - np.exp(log_c)) ** tables)).sum())
+    kept = h <= (bits if max_diff is None else max_diff)
+    return float((pmf * (1 - (1 - np.exp(log_c)) ** tables) * kept).sum())
 
 
 @functools.lru_cache(maxsize=64)
@@ -963,12 +968,13 @@ def _gram_candidates(Up: np.ndarray, threshold: float):
 
 
 def _lsh_candidates(Up: np.ndarray, threshold: float):
-    """(i, j) candidate pairs (i ≠ j, each unordered pair at most a few times) of one prompt, found with the
-    design recall above (module note); None when the prompt needs the exact Gram pass instead."""
+    """(i, j) candidate pairs (i < j) of one prompt, found with the design recall above (module note); None when
+    the prompt needs the exact Gram pass instead. Bucket mates whose full signatures differ in more than
+    LSH_MAX_DIFF of the LSH_BITS signs are dropped before any cosine (a popcount per pair; lsh_recall counts it)."""
     n = len(Up)
     mu = Up.mean(axis=0, dtype=np.float64)
-    C = Up - mu.astype(Up.dtype)
-    dist = np.sqrt(np.einsum("ij,ij->i", C, C, dtype=np.float64))
+    # ‖u − μ‖² = 1 − 2 u·μ + ‖μ‖² on unit rows (one product, no centred copy of the rows)
+    dist = np.sqrt(np.clip(1.0 - 2.0 * (Up @ mu.astype(Up.dtype)) + mu @ mu, 0.0, None))
     core = dist < np.quantile(dist, LSH_CORE_SHARE)
     m = float(dist[~core].min()) if (~core).any() else 0.0
     delta2 = 2.0 * (1.0 - threshold)
@@ -978,7 +984,8 @@ def _lsh_candidates(Up: np.ndarray, threshold: float):
     if _lsh_recall_cached(int(np.ceil(theta * 1000))) < LSH_RECALL:
         return None
     R, W = _lsh_planes(Up.shape[1], Up.dtype.name)
-    codes = (((C @ R) > 0).astype(np.float32) @ W).astype(np.int64)  # n × L: each row's bucket in each table
+    signs = Up @ R > (mu.astype(Up.dtype) @ R)[None, :]  # the signs of (u − μ)·r
+    codes = (signs.astype(np.float32) @ W).astype(np.int64)  # n × L: each row's bucket in each table
     shift = int(n - 1).bit_length()
     keys = np.sort(((codes + (np.arange(LSH_TABLES) << LSH_BAND)[None, :]) << shift | np.arange(n)[:, None]).ravel())
     ks, rows = keys >> shift, keys & ((1 << shift) - 1)  # sorted (table, bucket), and the row of each
@@ -992,18 +999,19 @@ def _lsh_candidates(Up: np.ndarray, threshold: float):
         out_i.append(rows[idx])
         out_j.append(rows[idx + k])
         k += 1
+    pair = np.zeros(0, np.int64)
+    if out_i:
+        i, j = np.concatenate(out_i), np.concatenate(out_j)
+        pair = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+        packed = np.packbits(signs, axis=1)
+        diff = _POPCOUNT[packed[pair // n] ^ packed[pair % n]].sum(axis=1)
+        pair = pair[diff <= LSH_MAX_DIFF]
     ci = np.flatnonzero(core)
     if len(ci):  # the core rows against every row, exactly (their pairs may have wide centred angles)
         close = Up[ci] @ Up.T >= threshold - CANDIDATE_SLACK
         close[np.arange(len(ci)), ci] = False
         a, b = np.nonzero(close)
-        out_i.append(ci[a])
-        out_j.append(b)
-    if not out_i:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    i, j = np.concatenate(out_i), np.concatenate(out_j)
-    lo, hi = np.minimum(i, j), np.maximum(i, j)
-    pair = np.unique(lo[lo != hi] * n + hi[lo != hi])
+        pair = np.unique(np.concatenate([pair, np.minimum(ci[a], b) * n + np.maximum(ci[a], b)]))
     return pair // n, pair % n
 
 
