@@ -913,8 +913,8 @@ def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # that m is tiny) takes the exact Gram pass instead. Expected work per prompt: the projections (n_p · d · B), the
 # tables (n_p · L) and the candidates (about n_p² · L · 2^−r for rows spread around μ): linear in n_p in
 # practice (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
-LSH_MIN_ROWS = 640  # smaller prompts: the Gram pass (exact, and cheaper below about this size at d = 512)
-LSH_BITS, LSH_BAND, LSH_TABLES = 128, 10, 64
+LSH_MIN_ROWS = 1000  # smaller prompts: the Gram pass (exact; as cheap at 1,000 rows of d = 512, 1.6× dearer at 2,000)
+LSH_BITS, LSH_BAND, LSH_TABLES = 128, 13, 160
 LSH_CORE_SHARE = 0.02
 LSH_MAX_DIFF = 48  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
 _POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint16)
