@@ -2,8 +2,7 @@
 paper; the classifier-free view of Stable Bias).
 
 Method (declared): the face embeddings of all models are pooled, L2-normalised, and clustered by scikit-learn's
-k-means (k-means++, N_INIT initialisation per k as scikit-learn's own default for k-means++, seeded; fitted in
-float32, the embeddings' stored precision). k is the
+k-means (k-means++, N_INIT initialisations, seeded; fitted in float32, the embeddings' stored precision). k is the
 value in `analyze.cluster_k_range` with the best mean cosine silhouette of a k-means fit to a seeded sample of at
 most SAMPLE faces (its exact silhouette on that sample, from the cluster sums: cosine_silhouette); the chosen k is
 then fitted to every face. (At paper scale, 45,000 faces, fitting every k to every face would cost minutes; the
@@ -37,7 +36,7 @@ from biasaudit.t2i.figures import plot_cluster_exemplars
 
 SPACE = "face"  # identity: the face-recognition embedding (dlib 128-d or ArcFace), not CLIP
 SAMPLE = 4000  # faces the choice of k is made on (all of them when fewer)
-N_INIT = 1  # scikit-learn's default for k-means++ (n_init="auto"); 4 cost 4× the k scan (benchmarks/results/analyze.txt)
+N_INIT = 4
 EXEMPLARS = 6  # nearest images per cluster on the page
 
 
