@@ -440,13 +440,15 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 # inside g and S_pg · S_ph between g and h, so the point, the bootstrap and every permutation draw need
 # only per-(prompt, group) sums: O(n_p · d) per prompt and draw, linear in the images per prompt. Only the
 # near-duplicate pairs (cosine ≥ a threshold) are pairwise by nature: each prompt's Gram matrix, in row
-# blocks, O(n_p² · d) (benchmarks/results/homogeneity_scaling.txt).
+# blocks, O(n_p² · d), below LSH_MIN_ROWS images per prompt, and a linear LSH screen from there (near_duplicate_pairs;
+# benchmarks/results/homogeneity_scaling.txt).
 
 @dataclass
 class PromptBlocks:
     """The usable rows of X scaled to unit length, grouped by prompt: prompt p is rows bounds[p]:bounds[p + 1]
     of `units` (float32, or float64 for float64 input). The permutation test reads them in O(n_p · d) per
-    prompt and draw; only the near-duplicate pairs form a prompt's Gram matrix, in row blocks."""
+    prompt and draw; only the near-duplicate pairs of a prompt below LSH_MIN_ROWS form its Gram matrix, in row
+    blocks."""
 
     prompts: list  # prompt names
     rows: list[np.ndarray]  # per prompt: indices into X of its usable rows
@@ -707,8 +709,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     gap, gap_lo, gap_hi, intra_lo, intra_hi: pairs across prompts too) beside it, and for an `ordered`
     labelling (its categories in order, the L* bins) intra_minus_next with its interval. Per labelling, one pass over X gives the
     per-(prompt, group) sums behind both gaps and their bootstraps; the unit rows by prompt (one more
-    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (each prompt's Gram
-    matrix in row blocks: quadratic in n_p), and are built only when one of them is asked for.
+    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (near_duplicate_pairs: a
+    prompt's Gram matrix below LSH_MIN_ROWS images, the LSH screen from there), and are built only when one of them is asked for.
 
     The localising test (pairwise gaps, intersection-union rule at `localise_alpha`, default 1 − level) adds
     p_localise and flagged; with `near_dup_cosine`, the same with near-duplicate pairs left out (p_dedup_localise,
