@@ -5,9 +5,11 @@ medians. Parts timed separately:
     floor        one pass over X: the per-(prompt, group) sums (stats.homogeneity.cell_sums_many)
     inference    within_prompt_table without permutations or near-duplicates: point, prompt-cluster
                  bootstrap of the within-prompt gap and the localising test (pairwise gaps, t tests)
-    near-dup     unit rows by prompt, then each prompt's Gram matrix in row blocks: the near-duplicate flags and
-                 copy-pair sums (stats.homogeneity.near_duplicate_pairs). QUADRATIC in n_p by nature (every
-                 pair's cosine is compared with the threshold): expect about 16× at 4×
+    near-dup     the near-duplicate flags and copy-pair sums (stats.homogeneity.near_duplicate_pairs): each
+                 prompt's Gram matrix in row blocks below LSH_MIN_ROWS images (quadratic, exact), the
+                 random-hyperplane LSH screen with exact cosines on its candidates from there on (linear in
+                 n_p but for the candidates, about n_p² · L · 2^−r)
+    near-dup Gram  the same by the Gram pass at every size (the screen's baseline)
     permutation  the within-prompt permutation test on the unit rows by prompt (group sums per draw:
                  O(n_p · d) per prompt and draw, linear; the unit rows themselves are built once, outside)
     draws        its shuffles alone (one batch of uniforms, Fisher–Yates per prompt)
@@ -53,6 +55,13 @@ def parts(X, prompts, labels, n_boot, n_perm):
     def near_dup():
         H.near_duplicate_pairs(H.prompt_blocks(X, prompts), [(codes, 5)], 0.95)
 
+    def near_dup_gram():  # the same pairs by the Gram pass at every size (the LSH screen's baseline)
+        saved, H.LSH_MIN_ROWS = H.LSH_MIN_ROWS, 1 << 62
+        try:
+            H.near_duplicate_pairs(H.prompt_blocks(X, prompts), [(codes, 5)], 0.95)
+        finally:
+            H.LSH_MIN_ROWS = saved
+
     blocks = H.prompt_blocks(X, prompts)
     lab = H._labelled(blocks, codes, 5)
 
@@ -68,7 +77,8 @@ def parts(X, prompts, labels, n_boot, n_perm):
         H.within_prompt_table(X, prompts, {"race": labels}, n_boot=n_boot, n_perm=n_perm, paper=False,
                               near_dup_cosine=0.95, small_group=30, blocks=H.prompt_blocks(X, prompts))
 
-    return {"floor": floor, "inference": inference, "near-dup": near_dup, "permutation": permutation,
+    return {"floor": floor, "inference": inference, "near-dup": near_dup, "near-dup Gram": near_dup_gram,
+            "permutation": permutation,
             "draws": draws, "section": section}
 
 
@@ -102,8 +112,9 @@ def main() -> None:
           f"ratio at 4× images per prompt ({sizes[0]} → {sizes[1]})")
     for k in jobs[sizes[0]]:
         t1, t4 = statistics.median(times[(sizes[0], k)]), statistics.median(times[(sizes[1], k)])
-        note = "  (quadratic: pairwise by nature)" if k == "near-dup" else ""
-        print(f"  {k:12s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×{note}")
+        note = (f"  (Gram pass below {H.LSH_MIN_ROWS} images per prompt, LSH screen from there)"
+                if k == "near-dup" else "")
+        print(f"  {k:14s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×{note}")
     print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (shared machine)")
 
 

@@ -170,3 +170,20 @@ def test_effective_cluster_count_sets_each_components_expansion():
     assert got[1].high - got[1].low > got[0].high - got[0].low
     assert np.isnan(got[2].low) and "fewer than 2" in got[2].reason
     assert [iv.low for iv in intervals(rep, 0.95, "percentile")][:1] == [got[0].low]  # default: P for all
+
+
+def test_cluster_weights_are_multinomial_resamples_of_each_stratum():
+    """A replicate's multiplicities are Multinomial(k, 1/k each) per stratum (a with-replacement resample of k
+    clusters): every row sums to k, and the moments are the multinomial's, mean 1, variance 1 − 1/k,
+    covariance −1/k (here within Monte Carlo error of 40,000 replicates)."""
+    from biasaudit.stats.resample import cluster_weights
+
+    w = cluster_weights((7, 3), 40_000, np.random.default_rng(0))
+    assert w.shape == (40_000, 10) and np.all(w >= 0) and np.all(w == np.round(w))
+    for part, k in ((w[:, :7], 7), (w[:, 7:], 3)):
+        assert np.all(part.sum(axis=1) == k)
+        np.testing.assert_allclose(part.mean(axis=0), 1.0, atol=0.02)
+        np.testing.assert_allclose(part.var(axis=0), 1 - 1 / k, rtol=0.03)
+        np.testing.assert_allclose(np.cov(part[:, :2].T)[0, 1], -1 / k, atol=0.02)
+    assert abs(np.corrcoef(w[:, 0], w[:, 7])[0, 1]) < 0.02  # strata independent
+    assert cluster_weights((0, 2), 5, np.random.default_rng(1)).shape == (5, 2)

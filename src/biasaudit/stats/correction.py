@@ -19,6 +19,8 @@ together, so rater agreement on an image is kept), re-estimating M in every repl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.optimize import nnls
 
@@ -457,29 +459,59 @@ def point_rule(n_prompts: int, weighted: float, raw: float, weight: float = floa
     return weighted, f"MSE-weighted: {weight:.2f} × corrected + {1 - weight:.2f} × raw" + (f" ({how})" if how else "")
 
 
-def _redraw(shares: np.ndarray, n: np.ndarray, E: np.ndarray, W: np.ndarray, k: int, n_boot: int,
-            rng: np.random.Generator, max_condition: float, prior: float):
-    """(classified shares B×P×K ~ Multinomial(n, shares)/n, W* = M*⁻ᵀ B×K×K, usable B): M* re-estimated
-    from a resample of the annotated images E (or W itself when E is empty: M declared); replicates
-    whose M* is not identifiable are unusable."""
-    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
-    if len(E):
-        Ms = matrix_from_counts(cluster_weights(len(E), n_boot, rng) @ E, k, prior)
+@dataclass(frozen=True)
+class ConfusionDraws:
+    """Bootstrap replicates of the confusion matrix, drawn once and shared by every bootstrap that
+    re-estimates M (debiased_tvd's four, corrected_deviation, the pooled TVD, classifier_corrected_tvd):
+    M* from a resample of the annotated images E (`confusion_draws`), or M itself in every replicate
+    when M is declared. Each bootstrap still draws its own classified counts; sharing M* leaves every
+    interval's own distribution unchanged (its M* and counts stay independent of each other), it only
+    stops paying for the same resample, its SVDs and its inverses once per bootstrap."""
+
+    Ms: np.ndarray  # B×K×K, M* (the identity where not usable)
+    Ws: np.ndarray  # B×K×K, W* = M*⁻ᵀ
+    usable: np.ndarray  # B, M* identifiable
+    image_weights: np.ndarray | None  # B×I multiplicities of the annotated images (None: M declared)
+
+
+def confusion_draws(E: np.ndarray | None, k: int, n_boot: int, seed: int | np.random.Generator = 0,
+                    max_condition: float = MAX_CONDITION, prior: float = 0.5,
+                    M: np.ndarray | None = None) -> ConfusionDraws:
+    """`n_boot` replicates of M: from resamples of the annotated images E (image_confusions), or, without E,
+    the declared M in every replicate. Replicates whose M* is not identifiable are marked unusable."""
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    E = None if E is None else np.asarray(E, dtype=np.float64)
+    if E is not None and E.size and E.sum() > 0:
+        wi = cluster_weights(len(E), n_boot, rng)
+        Ms = matrix_from_counts(wi @ E, k, prior)
         usable = identifiable(condition_number(Ms), max_condition)
-        Ws = np.linalg.inv(np.transpose(np.where(usable[:, None, None], Ms, np.eye(k)), (0, 2, 1)))
-    else:
-        usable = np.ones(n_boot, dtype=bool)
-        Ws = np.broadcast_to(W, (n_boot, k, k))
-    return draws, Ws, usable
+        Ms = np.where(usable[:, None, None], Ms, np.eye(k))
+        return ConfusionDraws(Ms, np.linalg.inv(np.transpose(Ms, (0, 2, 1))), usable, wi)
+    if M is None:
+        raise ValueError("needs the annotated images E or a confusion matrix M")
+    M = np.asarray(M, dtype=np.float64)
+    W = np.linalg.inv(M.T)
+    return ConfusionDraws(np.broadcast_to(M, (n_boot, k, k)), np.broadcast_to(W, (n_boot, k, k)),
+                          np.ones(n_boot, dtype=bool), None)
 
 
-def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int,
-                  max_condition: float, prior: float, M: np.ndarray | None):
-    """Shared by debiased_tvd and corrected_deviation: (bench, π̂ P×K, n, W = M⁻ᵀ, bootstrap corrected
-    shares B×P×K, usable B, info) over the prompts with a label. A replicate redraws each prompt's
-    classified counts ~ Multinomial(n, π̂) and, with annotated images E, re-estimates M from a resample
-    of them; replicates whose M is not identifiable are unusable. W is None (info's reason says why)
-    when M is not identifiable or no prompt has a label."""
+def _redraw(shares: np.ndarray, n: np.ndarray, md: ConfusionDraws, rng: np.random.Generator):
+    """(classified shares B×P×K ~ Multinomial(n, shares)/n, W* B×K×K, usable B), the M* replicates shared
+    (ConfusionDraws)."""
+    n_boot = len(md.usable)
+    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
+    return draws, md.Ws, md.usable
+
+
+def linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int,
+                 max_condition: float = MAX_CONDITION, prior: float = 0.5, M: np.ndarray | None = None,
+                 m_draws: ConfusionDraws | None = None):
+    """Shared by debiased_tvd and corrected_deviation (pass it to both as `linear`: one bootstrap for the
+    two): (bench, π̂ P×K, n, W = M⁻ᵀ, bootstrap corrected shares B×P×K, usable B, info) over the prompts
+    with a label. A replicate redraws each prompt's classified counts ~ Multinomial(n, π̂) and, with
+    annotated images E, takes a re-estimate of M from a resample of them (`m_draws`, drawn here when not
+    given); replicates whose M is not identifiable are unusable. W is None (info's reason says why) when
+    M is not identifiable or no prompt has a label."""
     counts = np.asarray(counts, dtype=np.float64)
     bench = np.asarray(bench, dtype=np.float64)
     keep = counts.sum(axis=1) > 0
@@ -500,8 +532,10 @@ def _linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k
         return bench, pi, n, None, None, None, {**info, "reason": reason or "no prompt with a label"}
     W = np.linalg.inv(M.T)
     rng = np.random.default_rng(seed)
-    draws, Ws, usable = _redraw(pi, n, E, W, k, n_boot, rng, max_condition, prior)
-    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, {**info, "E": E, "rng": rng}
+    if m_draws is None:
+        m_draws = confusion_draws(E if have_E else None, k, n_boot, rng, max_condition, prior, M)
+    draws, Ws, usable = _redraw(pi, n, m_draws, rng)
+    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, {**info, "m_draws": m_draws, "rng": rng}
 
 
 def _excluded(n_boot: int, usable: np.ndarray) -> str:
@@ -511,7 +545,8 @@ def _excluded(n_boot: int, usable: np.ndarray) -> str:
 
 def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],
                  n_boot: int = 1000, level: float = 0.95, seed: int = 0, max_condition: float = MAX_CONDITION,
-                 prior: float = 0.5, M: np.ndarray | None = None) -> tuple[Interval, dict]:
+                 prior: float = 0.5, M: np.ndarray | None = None, m_draws: ConfusionDraws | None = None,
+                 linear: tuple | None = None) -> tuple[Interval, dict]:
     """Mean over prompts of TVD(p, q), corrected for classifier error *and* finite n, with an honest
     (bias-aware) interval for the prompts' true shares p.
 
@@ -520,7 +555,7 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     prompt and group, 0 ≤ E|p̃_g − q_g| − |p_g − q_g| ≤ E|p̃_g − p_g| ≤ sd(p̃_g) (Jensen, the triangle
     inequality, Cauchy–Schwarz), so the plug-in T = mean ½Σ|p̃ − q| overstates the truth θ by between 0
     and B = mean ½Σ sd(p̃_g). The interval is [T − B − c_hi, T + c_lo] with c from the bootstrap of T
-    (`_linear_draws`): it covers θ at ≥ `level` whatever p is, because the bias is bounded, not
+    (`linear_draws`): it covers θ at ≥ `level` whatever p is, because the bias is bounded, not
     estimated (benchmarks/calibration.py). The point estimate is empirical Bayes (`eb_tvd`: each
     prompt's p̃ − q shrunk toward its group's pooled deviation by how much of its spread the noise
     explains). With fewer than MIN_PROMPTS_POINT prompts the report reads the raw TVD instead
@@ -529,10 +564,12 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
 
     `E` is image_confusions of the reliability sample; without it, `M` is taken as known (a SIMULATED
     classifier's declared confusion). Returns (Interval, info: plug_in, bias_bound, condition_number,
-    identifiable, reason, M_source)."""
-    bench, pi, n, W, draws, usable, info = _linear_draws(counts, bench, E, len(groups), n_boot, seed, max_condition,
-                                                         prior, M)
-    E, rng = info.pop("E", None), info.pop("rng", None)
+    identifiable, reason, M_source). `m_draws`: the M* replicates to share (confusion_draws); `linear`:
+    linear_draws' result to share with corrected_deviation."""
+    bench, pi, n, W, draws, usable, info = linear or linear_draws(counts, bench, E, len(groups), n_boot, seed,
+                                                                  max_condition, prior, M, m_draws)
+    info = dict(info)
+    md, rng = info.pop("m_draws", None), info.pop("rng", None)
     nan = float("nan")
     info = {**info, "plug_in": nan, "bias_bound": nan, "raw": nan, "mse_weighted": nan, "weight": nan,
             "rmse_raw": nan, "rmse_corrected": nan, "lower_bound": nan, "above_floor_p": nan}
@@ -558,17 +595,16 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     M_hat = np.linalg.inv(W).T
     # the bound's draws start from add-one shares: a group a prompt never showed still varies (from π̂ its
     # draws would be 0 every time, and with few images the bound would then exclude a true TVD of 0)
-    smooth, Ws_lb, ok_lb = _redraw(_simplex(pi * n[:, None] + 1), n, E, W, len(groups), n_boot, rng, max_condition,
-                                   prior)
+    smooth, Ws_lb, ok_lb = _redraw(_simplex(pi * n[:, None] + 1), n, md, rng)
     info["lower_bound"] = tvd_lower_bound(deviation.mean(axis=0),
                                           np.einsum("bjc,bgc->bg", smooth[ok_lb], Ws_lb[ok_lb]) / len(n), level)
-    info |= _mse_weighting(pi, n, bench, deviation, sd, M_hat, W, E, n_boot, rng, max_condition, prior, raw, point)
-    info["above_floor_p"] = _floor_test(pi, n, bench, M_hat, W, E, n_boot, rng, max_condition, prior)
+    info |= _mse_weighting(pi, n, bench, deviation, sd, M_hat, md, rng, raw, point)
+    info["above_floor_p"] = _floor_test(pi, n, bench, M_hat, md, rng)
     return Interval(point, float(low), float(high), float(T.std(ddof=1)), len(n), n_boot - len(T), note), \
         {**info, "bootstrap_bias_corrected": float(2 * plug_in - centre)}
 
 
-def _mse_weighting(pi, n, bench, deviation, sd, M, W, E, n_boot, rng, max_condition, prior, raw, point) -> dict:
+def _mse_weighting(pi, n, bench, deviation, sd, M, md, rng, raw, point) -> dict:
     """The MSE-weighted point estimate (mse_weight) from a parametric bootstrap in the world the
     corrected estimate describes: true shares q + the EB deviations (eb_pooled_deviation), clipped to
     the simplex, classified through M̂, with M re-estimated from resampled annotated images in every
@@ -576,7 +612,7 @@ def _mse_weighting(pi, n, bench, deviation, sd, M, W, E, n_boot, rng, max_condit
     world = np.clip(bench + eb_pooled_deviation(deviation, sd), 0, None)
     world /= world.sum(axis=1, keepdims=True)
     truth = float(tvd(world, bench).mean())
-    draws, Ws, usable = _redraw(_simplex(world @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
+    draws, Ws, usable = _redraw(_simplex(world @ M), n, md, rng)
     draws, Ws = draws[usable], Ws[usable]
     if len(draws) < 2:
         return {}
@@ -594,25 +630,26 @@ def _simplex(x: np.ndarray) -> np.ndarray:
     return x / x.sum(axis=-1, keepdims=True)
 
 
-def _floor_test(pi, n, bench, M, W, E, n_boot, rng, max_condition, prior) -> float:
+def _floor_test(pi, n, bench, M, md, rng) -> float:
     """above_floor_p of S = mean over prompts of ½Σ|π̂ − M̂ᵀq| (the classified shares against the
     benchmark seen through the classifier) under the null p = q for every prompt: classified counts
     ~ Multinomial(n, M̂ᵀq), M re-estimated from resampled annotated images."""
     observed = float(tvd(pi, bench @ M).mean())
-    draws, Ws, usable = _redraw(_simplex(bench @ M), n, E, W, len(bench[0]), n_boot, rng, max_condition, prior)
-    Ms = np.transpose(np.linalg.inv(Ws[usable]), (0, 2, 1))
-    return above_floor_p(observed, tvd(draws[usable], np.einsum("jt,btc->bjc", bench, Ms)).mean(axis=1))
+    draws, _, usable = _redraw(_simplex(bench @ M), n, md, rng)
+    return above_floor_p(observed, tvd(draws[usable], np.einsum("jt,btc->bjc", bench, md.Ms[usable])).mean(axis=1))
 
 
 def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],
                         n_boot: int = 1000, level: float = 0.95, seed: int = 0,
                         max_condition: float = MAX_CONDITION, prior: float = 0.5,
-                        M: np.ndarray | None = None) -> list[Interval]:
+                        M: np.ndarray | None = None, m_draws: ConfusionDraws | None = None,
+                        linear: tuple | None = None) -> list[Interval]:
     """Per group, the mean over prompts of p̃_g − q_g (classifier-corrected share minus benchmark) with
     a percentile interval from the same bootstrap as debiased_tvd. Linear in the counts, so unbiased
-    for the true mean deviation given M: no finite-n correction is needed."""
-    bench, pi, n, W, draws, usable, info = _linear_draws(counts, bench, E, len(groups), n_boot, seed, max_condition,
-                                                         prior, M)
+    for the true mean deviation given M: no finite-n correction is needed. `linear`: linear_draws' result
+    shared with debiased_tvd (the same bootstrap)."""
+    bench, pi, n, W, draws, usable, info = linear or linear_draws(counts, bench, E, len(groups), n_boot, seed,
+                                                                  max_condition, prior, M, m_draws)
     if W is None:
         return [Interval(np.nan, np.nan, np.nan, np.nan, len(n), 0, info["reason"]) for _ in groups]
     point = (pi @ W.T - bench).mean(axis=0)

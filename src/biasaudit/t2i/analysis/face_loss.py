@@ -83,8 +83,8 @@ def _loss_rows(f: pd.DataFrame, boot: Boot, threshold: float) -> tuple[list[dict
     for model, m in f.groupby("model", sort=True):
         for by in BY:
             for group, g in m.groupby(by, sort=True):
-                per = g.groupby("prompt_id").agg(lost=("found", lambda s: float((~s).sum())),
-                                                 n=("found", "size")).to_numpy(float)
+                per = pd.DataFrame({"lost": ~g["found"].to_numpy(bool), "n": 1}).groupby(
+                    g["prompt_id"].to_numpy()).sum().to_numpy(float)  # per prompt: lost, n
                 iv = boot.run(per, lambda s: s[..., 0] / s[..., 1], "face-loss", model, by, group)[0]
                 basis = {} if by == "label" else g["L_basis" if by == "L_bin" else "scale_basis"].value_counts().to_dict()
                 loss.append({"model": model, "by": by, "group": group, "n_images": len(g),

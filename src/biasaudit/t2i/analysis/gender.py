@@ -30,7 +30,7 @@ from biasaudit.contracts import UNKNOWN
 from biasaudit.known_truth import confusion_array
 from biasaudit.pipeline.outputs import NO_DATA, Result
 from biasaudit.pipeline.provenance import derive_seed
-from biasaudit.stats.correction import corrected_deviation, debiased_tvd
+from biasaudit.stats.correction import corrected_deviation, debiased_tvd, linear_draws
 from biasaudit.stats.tvd import tvd
 from biasaudit.t2i.analysis.inputs import Boot, Inputs
 from biasaudit.t2i.analysis.representation import _by_category
@@ -117,10 +117,12 @@ def summary_table(pp: pd.DataFrame, boot: Boot, genders: tuple[str, ...], M: np.
             counts = sub[[f"n_{g}" for g in genders]].to_numpy(float)
             bench = sub[[f"bench_{g}" for g in genders]].to_numpy(float)
             n_boot = min(boot.n_boot, 1000)
-            iv, info = debiased_tvd(counts, bench, None, genders, n_boot=n_boot, level=boot.level,
-                                    seed=derive_seed(boot.seed, "gender-debiased", model, cat), M=M)
-            d = corrected_deviation(counts, bench, None, genders, n_boot=n_boot, level=boot.level,
-                                    seed=derive_seed(boot.seed, "gender-dev", model, cat), M=M)[genders.index(dev_g)]
+            # one bootstrap for both (stats.correction.linear_draws)
+            linear = linear_draws(counts, bench, None, len(genders), n_boot,
+                                  derive_seed(boot.seed, "gender-debiased", model, cat), M=M)
+            iv, info = debiased_tvd(counts, bench, None, genders, n_boot=n_boot, level=boot.level, M=M, linear=linear)
+            d = corrected_deviation(counts, bench, None, genders, n_boot=n_boot, level=boot.level, M=M,
+                                    linear=linear)[genders.index(dev_g)]
             row.update({"tvd_corrected": iv.estimate, "tvd_corrected_low": iv.low, "tvd_corrected_high": iv.high,
                         "mean_deviation_corrected": d.estimate, "mean_deviation_corrected_low": d.low,
                         "mean_deviation_corrected_high": d.high, "reason": iv.reason or info.get("reason", "")})
