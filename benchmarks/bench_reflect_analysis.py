@@ -35,14 +35,17 @@ from bench_analyze import paper_config
 def responses(photos: int, seed: int, cfg) -> pd.DataFrame:
     from biasaudit.params.vlm import PlantedReflect
     from biasaudit.vlm import planted as P
+    from biasaudit.vlm.declared import of_kind
 
     occ = list(cfg.sources.occupations)
     units = pd.DataFrame({"unit": [f"{occ[i % len(occ)]}/p{i:02d}" for i in range(photos)],
                           "occupation": [occ[i % len(occ)] for i in range(photos)]})
     r = cfg.reflect
     return P.simulate_responses(PlantedReflect(), units, np.random.default_rng(seed),
-                                placebo_two_afc_tasks=tuple(r.placebo_two_afc_tasks),
-                                placebo_mcq_tasks=tuple(r.placebo_mcq_tasks), controls=True)
+                                two_afc_tasks=tuple(of_kind(r, "2afc")), mcq_tasks=tuple(of_kind(r, "mcq")),
+                                salary=bool(of_kind(r, "salary")),
+                                placebo_two_afc_tasks=tuple(of_kind(r, "2afc", placebo=True)),
+                                placebo_mcq_tasks=tuple(of_kind(r, "mcq", placebo=True)), controls=True)
 
 
 def run_vlm(answers, cfg, writer) -> dict[str, float]:
