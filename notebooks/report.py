@@ -118,7 +118,7 @@ display(Markdown(replication_summary(replication, stand_in)))
 # %%
 readings = alternative_readings(Run.load(reports, groups=cfg.groups, level=cfg.analyze.ci_level))
 assumptions = build_assumptions(reports, cfg.model_dump(), cfg.profile, cfg.stand_ins(), ASSUMPTIONS_CSV,
-                                 title=params.title, readings=readings)
+                                 title=params.title, readings=readings, skipped=cfg.skipped())
 display(Markdown(f"{len(assumptions)} assumptions listed in `reports/pages/assumptions.html`."))
 
 # %%

@@ -182,3 +182,20 @@ def test_missing_or_corrupt_weights_give_a_reason_per_row(tmp_path, photo):
     assert corrupt.net is None and corrupt.reason.startswith("LPIPS not computed")
     row = Q.lpips_metrics(missing, photo, photo, np.zeros(photo.shape[:2], bool))
     assert np.isnan(row["lpips_outside"]) and row["lpips_reason"] == missing.reason and row["lpips_weights_used"] == ""
+
+
+def test_lpips_skipped_by_declaration_gives_its_reason_per_row(photo):
+    """validate_edits.lpips_weights 'none': no network, every row says LPIPS was skipped; other spellings of
+    'off' are refused by the schema rather than read as a file name."""
+    from pydantic import ValidationError
+
+    from biasaudit.params.vlm import ValidateEdits
+
+    skipped = Q.load_lpips(Q.SKIP)
+    assert skipped.net is None and "skipped" in skipped.reason
+    row = Q.lpips_metrics(skipped, photo, photo, np.zeros(photo.shape[:2], bool))
+    assert np.isnan(row["lpips_whole"]) and row["lpips_reason"] == skipped.reason and row["lpips_weights_used"] == ""
+    assert ValidateEdits(lpips_weights="none").lpips_weights == "none"
+    for bad in ("None", "skip", "off", " none"):
+        with pytest.raises(ValidationError, match="lpips_weights"):
+            ValidateEdits(lpips_weights=bad)

@@ -153,7 +153,7 @@ def test_check_stage_covers_its_closure():
 
 
 DERIVED = {"groups": "benchmarks.group_set", "group_colours": "benchmarks.group_set"}
-MULTI = {"stand_ins": Params.STAND_IN_KEYS}  # a method reading several keys: every one of them a dependency
+MULTI = {"stand_ins": Params.STAND_IN_KEYS, "skipped": Params.SKIP_KEYS}  # a method reading several keys: every one of them a dependency
 
 
 @pytest.mark.parametrize("stage", NOTEBOOK_STAGES)

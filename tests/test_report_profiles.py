@@ -67,6 +67,9 @@ def test_the_banner_is_on_every_page_exactly_when_a_stand_in_ran(profile, tmp_pa
     assert len(pages) > 20
     wrong = [p.relative_to(reports).as_posix() for p in pages if (BANNER in p.read_text()) != bool(stand_ins)]
     assert not wrong, (profile, stand_ins, wrong)
+    skipped = cfg.skipped()  # the measurements the profile switches off: on the front page's banner, each of them
+    front = index.read_text()
+    assert ("Skipped measurements" in front) == bool(skipped) and all(s.split(":")[0] in front for s in skipped)
     # a stage notebook's banner follows the same rule
     import IPython.display
 
@@ -76,6 +79,7 @@ def test_the_banner_is_on_every_page_exactly_when_a_stand_in_ran(profile, tmp_pa
     monkeypatch.setattr(IPython.display, "display", lambda obj, *a, **k: shown.append(getattr(obj, "data", str(obj))))
     banner(cfg)
     assert ("STAND-IN RUN" in " ".join(shown)) == bool(stand_ins)
+    assert ("Skipped measurements" in " ".join(shown)) == bool(skipped)
     # every card and CSV row names its run
     for csv in sorted((reports / "audit").glob("*.csv")):
         table = pd.read_csv(csv, keep_default_na=False)
@@ -105,3 +109,26 @@ def test_the_profiles_cover_both_sides_of_the_rule():
             shutil.copy(ROOT / "params.yaml", params)
             kinds.add(bool(apply_profile(profile, params, ROOT / "profiles").stand_ins()))
     assert kinds == {True, False}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_offline_demo_skips_what_measures_nothing_and_the_paper_keeps_it(profile, tmp_path):
+    """Params.skipped lists exactly the measurement switches a profile turns off (profiles/<name>.yaml over
+    params.yaml): the offline demo (and profiles built on it) skip the second face detector and LPIPS; the paper
+    and current profiles, which set both, skip nothing."""
+    import yaml
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    cfg = apply_profile(profile, params, ROOT / "profiles")
+    declared = yaml.safe_load((ROOT / "params.yaml").read_text())
+    overlay = yaml.safe_load((ROOT / "profiles" / f"{profile}.yaml").read_text()) or {}
+    cross = overlay.get("faces.cross_detector", declared["faces"]["cross_detector"])
+    lpips = overlay.get("validate_edits.lpips_weights", declared["validate_edits"]["lpips_weights"])
+    expected = {k for k, off in (("faces.cross_detector", cross == "none"),
+                                 ("validate_edits.lpips_weights", lpips == "none")) if off}
+    assert {line.split(":")[0] for line in cfg.skipped()} == expected
+    if profile in ("paper", "current"):
+        assert not cfg.skipped() and cfg.faces.cross_detector != "none" and cfg.validate_edits.lpips_weights == ""
+    if profile == "offline":
+        assert expected == {"faces.cross_detector", "validate_edits.lpips_weights"}

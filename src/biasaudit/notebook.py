@@ -72,6 +72,12 @@ def banner(cfg: Params) -> None:
                      f"model. Stand-ins: {html.escape('; '.join(fakes))}.</div>"))
     else:
         display(HTML(f"<div style='padding:6px;border:1px solid #555'>Profile: <b>{cfg.profile}</b></div>"))
+    skipped = cfg.skipped()
+    if skipped:  # measurements switched off (Params.skipped): said wherever the banner is
+        import html
+
+        display(HTML("<div style='padding:6px;border:1px solid #555'>Skipped measurements (switched off by "
+                     f"this run's parameters): {html.escape('; '.join(skipped))}.</div>"))
 
 
 def show(result: Any, writer: Any, rows: int = 30) -> None:

@@ -68,6 +68,17 @@ class Params(Section):
                 + [("vlm", f"vlms.{name}", f"reflect@{name}", spec) for name, spec in self.vlms.items()]
                 + [("editor", "counterfactuals", "counterfactuals", self.counterfactuals)])
 
+    # the keys skipped() reads (switches that turn a measurement off; the paper and current profiles keep them on)
+    SKIP_KEYS: ClassVar[tuple[str, ...]] = ("faces.cross_detector", "validate_edits.lpips_weights")
+
+    def skipped(self) -> list[str]:
+        """The measurements these parameters switch off, one line each: the banner of every notebook and report
+        page lists them (the offline demo skips what measures nothing there; the paper profile keeps them)."""
+        out = ["faces.cross_detector: none (no second face detector: the cross-detector table is empty)"] \
+            if self.faces.cross_detector == "none" else []
+        out += ["validate_edits.lpips_weights: none (LPIPS not measured)"] if self.validate_edits.lpips_weights == "none" else []
+        return out
+
     def stand_ins(self) -> list[str]:
         """What in these parameters is not a real model or real data: every stand-in, planted or simulated
         backend, simulated raters, packaged stand-in photos and random-weight embedders, one line each. A run

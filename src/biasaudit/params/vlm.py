@@ -231,6 +231,14 @@ class Counterfactuals(Section):
         return self
 
 
+def _lpips_weights(value: str) -> str:
+    """'', a file path, 'random' or 'none'; a spelling of off/skip other than 'none' is refused, not read as a file."""
+    if value.strip().lower() in {"none", "random", "off", "skip", "false", "no", "null"} and value not in ("none", "random"):
+        raise ValueError(f"lpips_weights {value!r}: write 'none' to skip LPIPS, 'random' for the stand-in trunk, "
+                         "'' for the torch hub cache, or a file path")
+    return value
+
+
 class ValidateEdits(Section):
     mask_detector: Literal["dlib", "insightface"] = "dlib"
     border_px: int = Field(16, ge=0)          # band around the face mask left out of 'outside' checks
@@ -259,8 +267,9 @@ class ValidateEdits(Section):
     # unedited light neck fails `skin_seam`.
     skin_seam_delta_e_max: float = Field(3.0, ge=0)
     # LPIPS trunk (AlexNet ImageNet, torchvision's alexnet-owt-7be5be79.pth): "" = the torch hub cache,
-    # a file path, or "random" (a seeded random trunk: a STAND-IN). Never downloaded; missing → reason per row.
-    lpips_weights: str = ""
+    # a file path, "random" (a seeded random trunk: a STAND-IN) or "none" (LPIPS skipped, listed by
+    # Params.skipped in every banner). Never downloaded; missing → reason per row.
+    lpips_weights: Annotated[str, AfterValidator(_lpips_weights)] = ""
     # Realism ratings by humans (1–5) of every edit and every unedited source photo, blinded and shuffled:
     # the stage writes the blank sheet realism_sheet.csv into `realism_sheets_dir` and reads <rater>.csv there.
     realism_raters: list[str] = Field(default_factory=lambda: ["rater1", "rater2"])

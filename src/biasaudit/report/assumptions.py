@@ -97,24 +97,27 @@ PAGE = """<h1>Our assumptions: the choices the papers leave open</h1><p><a href=
 
 def write_assumptions(reports: Path, table: pd.DataFrame, config: Mapping[str, Any], profile: str,
                       stand_ins: list[str] | tuple[str, ...] = (), title: str = "biasaudit report",
-                      source: Path = ASSUMPTIONS_CSV, readings: Mapping[str, str] | None = None) -> Path:
-    """Write `<reports>/pages/assumptions.html` (one row per assumption with this run's value); return its path."""
+                      source: Path = ASSUMPTIONS_CSV, readings: Mapping[str, str] | None = None,
+                      skipped: list[str] | tuple[str, ...] = ()) -> Path:
+    """Write `<reports>/pages/assumptions.html` (one row per assumption with this run's value; the banner lists
+    `skipped`, Params.skipped: the measurements this run switched off); return its path."""
     rows = table.assign(this_run=run_values(table, config, readings)).to_dict("records")
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     text = env.from_string(HEAD + PAGE).render(
         title=f"Assumptions · {title}", base="../", profile=profile, stand_in=bool(stand_ins), style=STYLE,
-        stand_ins="; ".join(stand_ins), rows=rows, no_key=NO_KEY, source=Path(source).as_posix())
+        stand_ins="; ".join(stand_ins), skipped="; ".join(skipped), rows=rows, no_key=NO_KEY, source=Path(source).as_posix())
     return atomic_write_text(Path(reports) / PAGES / ASSUMPTIONS_PAGE, text)
 
 
 def build_assumptions(reports: Path, config: Mapping[str, Any], profile: str, stand_ins: list[str] | tuple[str, ...] = (),
                       path: Path = ASSUMPTIONS_CSV, root: Path = Path("."),
-                      title: str = "biasaudit report", readings: Mapping[str, str] | None = None) -> pd.DataFrame:
+                      title: str = "biasaudit report", readings: Mapping[str, str] | None = None,
+                      skipped: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     """Read the assumptions table, write its page with this run's values (`config`: `Params.model_dump()`;
     `readings`: id → the run's value under the reading taken and the alternative), and return the table with a
     `this_run` column."""
     table = load_assumptions(Path(root) / path)
-    write_assumptions(Path(reports), table, config, profile, stand_ins, title, path, readings)
+    write_assumptions(Path(reports), table, config, profile, stand_ins, title, path, readings, skipped)
     return table.assign(this_run=run_values(table, config, readings))
 
 

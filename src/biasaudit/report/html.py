@@ -57,6 +57,7 @@ HEAD = """<!DOCTYPE html>
 numbers test the audit's own machinery (planted truth is recovered where it was planted); a run is real only when
 no such part ran (the paper and current profiles, with their models).</small></div>
 {% else %}<div class="profile">Profile: <b>{{ profile }}</b></div>{% endif %}
+{% if skipped %}<div class="profile skipped">Skipped measurements (switched off by this run's parameters): {{ skipped }}</div>{% endif %}
 """
 
 # a headline block (its own page) and an analysis section (its own page)
@@ -335,7 +336,8 @@ def build_index(reports_dir: str | Path, params: Any, title: str = "biasaudit re
     m = t2i.metrics
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     common = {"profile": params.profile, "stand_in": stand_in, "style": STYLE,
-              "stand_ins": "; ".join(params.stand_ins()) or "the analysis outputs say so"}
+              "stand_ins": "; ".join(params.stand_ins()) or "the analysis outputs say so",
+              "skipped": "; ".join(params.skipped())}
 
     def page(body: str, name: str, heading: str, **ctx: Any) -> Path:
         text = env.from_string(HEAD + body).render(title=f"{heading} · {title}", base="../", **common, **ctx)

@@ -26,7 +26,8 @@ LPIPS (Zhang et al. 2018, package `lpips` 0.1.4, AlexNet trunk, v0.1 linear laye
 package): `lpips_whole` on the whole image, `lpips_outside` between the source and the edit with the
 grown face region pasted back from the source, so only changes outside the face count. The AlexNet
 ImageNet trunk (torchvision IMAGENET1K_V1) is read from a declared file or the torch hub cache, never
-downloaded; `random` builds a seeded random trunk (STAND-IN, said in `lpips_weights_used`). Without
+downloaded; `random` builds a seeded random trunk (STAND-IN, said in `lpips_weights_used`); `none` skips LPIPS
+(the offline demo: a random trunk measures nothing; `Params.skipped` puts it in the report's banner). Without
 weights or the package every row says "LPIPS not computed: <reason>".
 """
 
@@ -49,6 +50,7 @@ MIN_CHROMA = 5.0
 L_BELOW, L_ABOVE = 25.0, 15.0
 MIN_SKIN_PIXELS = 100     # fewer body-skin pixels than this: no seam measured (reason recorded)
 RANDOM_WEIGHTS = "random"
+SKIP = "none"  # validate_edits.lpips_weights: LPIPS not measured (Params.skipped lists it)
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"  # torchvision AlexNet_Weights.IMAGENET1K_V1 (sha256 prefix in the name)
 
 
@@ -172,7 +174,10 @@ def _random_trunk_lpips(seed: int):
 
 def load_lpips(weights: str = "", seed: int = 0) -> LPIPSModel:
     """LPIPS(net='alex') with its trunk from `weights` ('' = torch hub cache, a file path, or 'random'
-    for a seeded random trunk: a STAND-IN). Never downloads: a missing file gives the reason instead."""
+    for a seeded random trunk: a STAND-IN; 'none': not measured). Never downloads: a missing file gives the
+    reason instead."""
+    if weights == SKIP:
+        return LPIPSModel(None, "", "LPIPS not computed: skipped (validate_edits.lpips_weights: none)")
     try:
         import lpips  # noqa: F401  (present: _random_trunk_lpips builds the network)
         import torch
