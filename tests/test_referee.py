@@ -50,7 +50,8 @@ def compact_prompts() -> pd.DataFrame:
     for, the instances the published rows name among them (Schmidt, Chen, Kim), earnings and women's share
     for occupations. Test input, not an expected value."""
     rng = np.random.default_rng(7)
-    named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"]}
+    named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"], ("surname", "black"): ["Charles"],
+             ("occupation", "white"): ["Chief executives"], ("occupation", "asian"): ["Manicurists and pedicurists"]}
     rows = []
     for cat in ("occupation", "geography", "surname"):
         for gi, g in enumerate(GROUPS):
@@ -88,7 +89,7 @@ def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFram
     from biasaudit.report.load import Outputs
     from biasaudit.t2i.analysis import homogeneity, inputs, representation, skin
 
-    world = R.plant_world(planted_from, list(cfg.models), GROUPS, N_IMAGES)
+    world = R.plant_world(planted_from, list(cfg.models), GROUPS, N_IMAGES, prompts["instance"])
     rep = reuse or R.solve_representation(world, prompts, planted_from, start=start)
     tables = R.planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
     prompts.to_csv(tmp / "prompts.csv", index=False)
