@@ -982,7 +982,9 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
                     chosen = list(rng.choice(ok, 3))
                 else:
                     break
-            for m in chosen:
+            for m in chosen:  # each move while its source still holds an image (seeded random moves may repeat)
+                if counts[src[m]] < 1:
+                    continue
                 counts[src[m]] -= 1
                 counts[dst[m]] += 1
             F = counts @ state.P
