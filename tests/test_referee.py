@@ -41,7 +41,7 @@ N_IMAGES = 100
 # surnames below 0.1)
 MOVES = {"mean_tvd": -0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
          "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0, "share_reaching": 1.0}
-REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
+REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching", "prompt_deviation"}
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin", "group_extreme"}
 
 
@@ -172,8 +172,8 @@ def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, publ
         folder = tmp_path / rid
         folder.mkdir()
         kind = stat[rid]
-        section = ("representation" if kind in REPRESENTATION else "homogeneity" if kind in SIMILARITY
-                   or "face_similarity" in subset[rid] else "skin")
+        section = ("representation" if kind in REPRESENTATION or "measure=mean_" in subset[rid] else "homogeneity"
+                   if kind in SIMILARITY or "face_similarity" in subset[rid] else "skin")
         _, _, table = run_world(folder, cfg, published, moved(published, rid, float(widths.get(rid, math.nan))),
                                 prompts, (section,), start=rep, reuse=None if kind in REPRESENTATION else rep)
         cov = table.set_index("id")["covered"].astype(str)
