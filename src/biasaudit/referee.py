@@ -239,7 +239,8 @@ def plant_model_extreme(world: World, row: Mapping[str, Any]) -> str:
     model's faces share one more direction of weight COMMON_SIMILARITY (its gaps unchanged, its bins' similarities
     re-solved); L_mean (the largest): the model's labels that no L_mean row sets lightened by L_EXTREME_SHIFT.
     The skin-tone diversity claims follow from the planted L* (SD's Black L* sd and mean far from its other labels;
-    Imagen's labels the closest) and are read, not planted; the representation measures are not planted yet."""
+    Imagen's labels the closest) and are read, not planted. A mean deviation or mean TVD: an `extreme` constraint
+    of the representation solve (solve_representation: the claimed model's value, then the others' bounds)."""
     sub = subset_of(row["subset"])
     measure, m, claim = sub.get("measure", ""), str(row["run_model"]), row["relation"] == ">"
     if measure == "face_similarity" and sub.get("extreme") == "min":
