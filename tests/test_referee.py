@@ -41,7 +41,7 @@ N_IMAGES = 100
 # surnames below 0.1)
 MOVES = {"mean_tvd": -0.15, "mean_deviation": 0.2, "n_classified": 60.0, "L_mean": 8.0, "homogeneity_gap": 0.1,
          "mean_similarity": 0.1, "similarity_difference": 0.1, "n_in_bin": 10.0, "share_reaching": 1.0}
-REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching"}
+REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max", "share_reaching", "prompt_deviation"}
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin", "group_extreme"}
 
 
@@ -50,7 +50,8 @@ def compact_prompts() -> pd.DataFrame:
     for, the instances the published rows name among them (Schmidt, Chen, Kim), earnings and women's share
     for occupations. Test input, not an expected value."""
     rng = np.random.default_rng(7)
-    named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"]}
+    named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"], ("surname", "black"): ["Charles"],
+             ("occupation", "white"): ["Chief executives"], ("occupation", "asian"): ["Manicurists and pedicurists"]}
     rows = []
     for cat in ("occupation", "geography", "surname"):
         for gi, g in enumerate(GROUPS):
@@ -88,7 +89,7 @@ def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFram
     from biasaudit.report.load import Outputs
     from biasaudit.t2i.analysis import homogeneity, inputs, representation, skin
 
-    world = R.plant_world(planted_from, list(cfg.models), GROUPS, N_IMAGES)
+    world = R.plant_world(planted_from, list(cfg.models), GROUPS, N_IMAGES, prompts["instance"])
     rep = reuse or R.solve_representation(world, prompts, planted_from, start=start)
     tables = R.planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
     prompts.to_csv(tmp / "prompts.csv", index=False)
@@ -171,8 +172,8 @@ def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, publ
         folder = tmp_path / rid
         folder.mkdir()
         kind = stat[rid]
-        section = ("representation" if kind in REPRESENTATION else "homogeneity" if kind in SIMILARITY
-                   or "face_similarity" in subset[rid] else "skin")
+        section = ("representation" if kind in REPRESENTATION or "measure=mean_" in subset[rid] else "homogeneity"
+                   if kind in SIMILARITY or "face_similarity" in subset[rid] else "skin")
         _, _, table = run_world(folder, cfg, published, moved(published, rid, float(widths.get(rid, math.nan))),
                                 prompts, (section,), start=rep, reuse=None if kind in REPRESENTATION else rep)
         cov = table.set_index("id")["covered"].astype(str)

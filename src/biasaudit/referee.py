@@ -36,7 +36,13 @@ from biasaudit.report.replication import subset_of
 PLANTED = "PLANTED"
 BACKEND = "referee-planted"
 PROFILE = "referee"
-DIRECTION_MARGIN = 0.05   # a claimed sign is planted this far beyond its bound (share units)
+DIRECTION_MARGIN = 0.05   # a claimed sign is planted this far beyond its bound (share units), over every prompt
+# over one category's 50 prompts the mean deviation's interval is about ± 0.08 (A52–A54 straddled 0 at 0.05)
+CATEGORY_DIRECTION_MARGIN = 0.12
+PROMPT_MARGIN = 0.2       # a claimed sign of one prompt's share − benchmark (100 images: Wilson ± 0.09 at 0.25)
+EXTREME_GAP = 0.15        # a model claimed the extreme of the models: every other this far from it (share or TVD),
+NEAR_BENCHMARK = 0.9      # … (the smallest deviation) the others' share in every prompt within 10% of the benchmark's
+WOMEN_SLOPE = 3.0         # L* per 10 points of women planted where a row claims a positive slope (A63)
 TVD_BOUND_MARGIN = 0.04   # a claimed per-prompt TVD bound is planted this far below it
 DEFAULT_L = {"white": (66.0, 5.0), "black": (40.0, 8.0), "asian": (62.0, 5.0), "hispanic": (56.0, 5.0),
              "other": (52.0, 5.0)}  # L* (mean, sd) of a label no row names (our choice, docs/referee.md)
@@ -72,6 +78,9 @@ class World:
     L_rows: set[tuple[str, str]] = field(default_factory=set)  # (model, label) whose L* mean a row sets
     common: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, space) → weight shared by every face
     bin_rows: set[tuple[str, str, str]] = field(default_factory=set)  # (model, space, L bin) a mean_similarity row sets
+    # (model, label, category) → L* per 10 points of women, orthogonal to the prompt's earnings (women_share_slope)
+    women_slope: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    instances: set[str] | None = None  # the run's prompt instances (lower case), where known (prompt_deviation)
     planted: dict[str, str] = field(default_factory=dict)    # row id → what was planted
     unplanted: dict[str, str] = field(default_factory=dict)  # row id → why not
 
@@ -230,7 +239,8 @@ def plant_model_extreme(world: World, row: Mapping[str, Any]) -> str:
     model's faces share one more direction of weight COMMON_SIMILARITY (its gaps unchanged, its bins' similarities
     re-solved); L_mean (the largest): the model's labels that no L_mean row sets lightened by L_EXTREME_SHIFT.
     The skin-tone diversity claims follow from the planted L* (SD's Black L* sd and mean far from its other labels;
-    Imagen's labels the closest) and are read, not planted; the representation measures are not planted yet."""
+    Imagen's labels the closest) and are read, not planted. A mean deviation or mean TVD: an `extreme` constraint
+    of the representation solve (solve_representation: the claimed model's value, then the others' bounds)."""
     sub = subset_of(row["subset"])
     measure, m, claim = sub.get("measure", ""), str(row["run_model"]), row["relation"] == ">"
     if measure == "face_similarity" and sub.get("extreme") == "min":
@@ -249,7 +259,38 @@ def plant_model_extreme(world: World, row: Mapping[str, Any]) -> str:
         return f"L* of the labels no L_mean row sets moved by {shift:+g}"
     if measure == "diversity_de2000":
         return IMPLIED + "the planted L* (biasaudit.referee.DEFAULT_L and the L_mean rows)"
-    raise NotPlanted(f"model_extreme of {measure} (a representation measure across models) has no planter yet")
+    if measure in ("mean_deviation", "mean_tvd"):
+        world.constraints.append({"kind": "extreme", "model": m, "row": dict(row)})
+        side = "below" if sub.get("extreme") == "min" else "above"
+        return (f"{measure} of {row['category']} {row['group'] or ''}: every other model planted {EXTREME_GAP:g} "
+                f"{side if claim else 'beyond'} this model's (two solves: the claimed model's value, then the others' "
+                "bounds from it)").replace("  ", " ")
+    raise NotPlanted(f"model_extreme of {measure} has no planter")
+
+
+def plant_prompt_deviation(world: World, row: Mapping[str, Any]) -> str:
+    """One prompt's share of a label against its benchmark: the prompt gets its own θ (solve_representation),
+    its share planted PROMPT_MARGIN beyond the benchmark on the claimed side."""
+    inst = subset_of(row["subset"]).get("instance", "")
+    if world.instances is not None and inst.lower() not in world.instances:
+        raise NotPlanted(f"{CANNOT_PLANT}: the prompt {inst!r} is not among this run's prompts (the prompts stage's "
+                         "selection rule at the referee profile's settings does not select it), so no share of it is "
+                         "generated; the row reads not computed")
+    for m in _models_of(row, world):
+        world.constraints.append({"kind": "prompt_share", "model": m, "row": dict(row)})
+    return (f"the prompt {inst!r} on its own θ: its {row['group']} share {PROMPT_MARGIN:g} "
+            f"{'below' if row['relation'] == '<' else 'above'} the benchmark")
+
+
+def plant_women_slope(world: World, row: Mapping[str, Any]) -> str:
+    """L* of the label's faces in the category moved by WOMEN_SLOPE per 10 points of the prompt's share of women,
+    taken orthogonal (over those faces) to the prompt's earnings, so the earnings slope of the same faces (A23)
+    is the one planted without it; the opposite claim: −WOMEN_SLOPE."""
+    slope = WOMEN_SLOPE if row["relation"] == ">" else -WOMEN_SLOPE
+    for m in _models_of(row, world):
+        world.women_slope[(m, str(row["group"]), str(row["category"]))] = slope
+    return (f"L* of {row['group']} {row['category']} faces: {slope:+g} per 10 points of women, orthogonal to the "
+            "prompt's earnings")
 
 
 IMPLIED = "implied by "
@@ -284,6 +325,7 @@ PLANTERS: dict[str, Callable[[World, Mapping[str, Any]], str]] = {
     "cohen_kappa": plant_kappa, "fleiss_kappa": plant_fleiss, "disagreement_share": plant_disagreement,
     "classifier_hispanic_for_white": plant_split,
     "group_extreme": plant_group_extreme, "model_extreme": plant_model_extreme,
+    "prompt_deviation": plant_prompt_deviation, "women_share_slope": plant_women_slope,
     "vlms_with_disparity": lambda world, row: IMPLIED + (
         "the planted VLMs' declared group effects (params/vlm.py PlantedTwoAFC.strengths, PlantedMCQ.shift, "
         "PlantedSalary.effect)"),
@@ -309,10 +351,13 @@ UNPLANTABLE: dict[str, str] = {
 CANNOT_PLANT = "cannot be planted"
 
 
-def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, ...], images_per_prompt: int) -> World:
+def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, ...], images_per_prompt: int,
+                instances: Any = None) -> World:
     """The planted world of the published rows: each row through its statistic's planter (in id order, a row's
-    own value after the rows it refines)."""
-    world = World(list(models), tuple(groups), int(images_per_prompt))
+    own value after the rows it refines). `instances`: the run's prompt instances, where known (a row naming a
+    prompt the run does not have cannot be planted)."""
+    world = World(list(models), tuple(groups), int(images_per_prompt),
+                  instances=None if instances is None else {str(x).lower() for x in instances})
     rows = published.to_dict("records")
     # a row's own value after the rows it refines: bins before their difference, dark share before the L* means
     order = {"mean_similarity": 1, "similarity_difference": 2, "group_extreme": 2, "L_mean": 3, "model_extreme": 4}
@@ -384,13 +429,27 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     """θ[model, category, selected_for] (log weights of the groups, the first group's 0) solving the
     representation constraints in least squares, with hinges for the claimed bounds and a small ridge (the
     least distortion that meets the rows). One θ per cell of prompts selected for one group, so that a
-    category can be distorted while the prompts a row names stay near their benchmark. Solved by L-BFGS on
-    torch's exact gradient (the one place torch serves here: 180 parameters, no finite differences)."""
+    category can be distorted while the prompts a row names stay near their benchmark; a prompt a
+    row names (prompt_share, prompt_tvd_max) has a cell of its own. Solved by L-BFGS on torch's exact gradient (the one place
+    torch serves here: a few hundred parameters, no finite differences).
+
+    Each model is solved alone, so a claim that joins models (`extreme`: the claimed model is the largest or
+    smallest of the models on a mean deviation or mean TVD) is planted in two solves: the first plants the
+    claimed model EXTREME_GAP beyond the other models' own direction bounds on the same measure (where they
+    have one); the second keeps the claimed model at least as extreme as it came out and bounds every other
+    model EXTREME_GAP on the other side of that value (for the opposite claim, a moved target: beyond it). The
+    smallest mean deviation (a model under-represents a label the most) bounds the others per prompt instead: each
+    prompt's share within 1 − NEAR_BENCHMARK of its benchmark share either side, so that their per-prompt deviations, and with
+    them their intervals, stay narrow (the reader's margin interval is built from the marginal ones)."""
     import torch
 
     groups, models = world.groups, world.models
-    cells = list(dict.fromkeys(zip(prompts["category"], prompts["selected_for"])))
-    cell_idx = np.array([cells.index(c) for c in zip(prompts["category"], prompts["selected_for"])])
+    named = {subset_of(c["row"]["subset"]).get("instance", "").lower() for c in world.constraints
+             if c["kind"] in ("prompt_share", "prompt_tvd_max")}
+    inst = prompts["instance"].astype(str).str.lower()
+    keys = [(c, s_, i if i in named else "") for c, s_, i in zip(prompts["category"], prompts["selected_for"], inst)]
+    cells = list(dict.fromkeys(keys))
+    cell_idx = np.array([cells.index(k) for k in keys])
     bench = prompts[list(groups)].to_numpy(float)
     bench = bench / bench.sum(axis=1, keepdims=True)
     n_free = len(groups) - 1
@@ -400,60 +459,75 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     def rows_of(cat: str) -> np.ndarray:
         return np.ones(len(prompts), bool) if cat in ("all", "") else (prompts["category"] == cat).to_numpy()
 
+    def group_of(row: Mapping[str, Any]) -> int:
+        return groups.index(str(row["group"])) if str(row["group"]) in groups else -1
+
     terms = []  # (model index, kind, selection, group index, target, relation)
+    extremes = []  # (claimed model index, measure, selection, group index, extreme, claim)
     for c in world.constraints:
         row = c["row"]
-        mi, t, rel = models.index(c["model"]), _num(row["value"]), str(row["relation"])
-        g = groups.index(str(row["group"])) if str(row["group"]) in groups else -1
+        mi, t, rel, g = models.index(c["model"]), _num(row["value"]), str(row["relation"]), group_of(row)
         sel = rows_of(str(row["category"]))
-        if c["kind"] == "prompt_tvd_max":
-            inst = subset_of(row["subset"]).get("instance", "").lower()
-            sel = sel & (prompts["instance"].astype(str).str.lower() == inst).to_numpy()
+        if c["kind"] == "extreme":
+            sub = subset_of(row["subset"])
+            extremes.append((mi, sub.get("measure", ""), sel, g, sub.get("extreme", "max"), rel == ">"))
+            continue
+        if c["kind"] in ("prompt_tvd_max", "prompt_share"):
+            sel = sel & (inst == subset_of(row["subset"]).get("instance", "").lower()).to_numpy()
         elif c["kind"] == "share_reaching":
             sel = bench[:, g] > _threshold(published, str(row["group"]))
+        elif c["kind"] == "mean_deviation" and rel != "=":  # a claimed sign: DIRECTION_MARGIN beyond its bound
+            margin = DIRECTION_MARGIN if str(row["category"]) in ("all", "") else CATEGORY_DIRECTION_MARGIN
+            terms.append((mi, "bound:mean_deviation", sel, g, t - margin if rel == "<" else t + margin, rel))
+            continue
         terms.append((mi, c["kind"], sel, g, t, rel))
 
     tb = torch.tensor(bench, dtype=torch.float64)
     logb = torch.log(tb.clamp_min(1e-6))
     cix = torch.tensor(cell_idx)
-    tsel = [(mi, kind, torch.tensor(sel), g, t, rel) for mi, kind, sel, g, t, rel in terms]
 
     def shares_t(xm: Any) -> Any:
         th = torch.cat([torch.zeros(len(cells), 1, dtype=xm.dtype), xm.reshape(len(cells), n_free)], 1)
         return torch.softmax(logb + th[cix], dim=1)
 
+    def measure(p: Any, kind: str, sel: Any, g: int) -> Any:
+        return (p[sel, g] - tb[sel, g]).mean() if kind == "mean_deviation" else \
+            0.5 * (p[sel] - tb[sel]).abs().sum(1).mean()
+
     def hinge(v: Any, bound: float, rel: str) -> Any:
         return torch.relu(v - bound) if rel == "<" else torch.relu(bound - v)
 
-    def loss(xm: Any, model: int) -> Any:
+    def loss(xm: Any, model: int, tsel: list) -> Any:
         p = shares_t(xm)
         out = [0.02 * xm]
         for mi, kind, sel, g, t, rel in tsel:
             if mi != model:
                 continue
             if kind == "mean_tvd":
-                out.append(((0.5 * (p[sel] - tb[sel]).abs().sum(1).mean() - t) / 0.003).reshape(1))
-            elif kind == "mean_deviation":
-                v = (p[sel, g] - tb[sel, g]).mean()
-                r = (v - t) if rel == "=" else hinge(v, t - DIRECTION_MARGIN if rel == "<" else t + DIRECTION_MARGIN, rel)
-                out.append((r / 0.003).reshape(1))
+                out.append(((measure(p, kind, sel, g) - t) / 0.003).reshape(1))
+            elif kind == "mean_deviation":  # a published value
+                out.append(((measure(p, kind, sel, g) - t) / 0.003).reshape(1))
+            elif kind.startswith("bound:"):  # an exact bound (a claim's margin already in it)
+                out.append((hinge(measure(p, kind[6:], sel, g), t, rel) / 0.003).reshape(1))
             elif kind == "n_classified":
                 out.append(((N * p[:, g].sum() - t) / 3.0).reshape(1))
             elif kind == "prompt_tvd_max":
                 v = 0.5 * (p[sel] - tb[sel]).abs().sum(1)
                 out.append(hinge(v, t - TVD_BOUND_MARGIN if rel == "<" else t + TVD_BOUND_MARGIN, rel) / 0.003)
+            elif kind == "prompt_share":
+                v = p[sel, g] - tb[sel, g]
+                out.append(hinge(v, t - PROMPT_MARGIN if rel == "<" else t + PROMPT_MARGIN, rel) / 0.003)
+            elif kind == "prompt_band":  # every prompt's share within (1 − t) of its benchmark share, either side
+                out.append(torch.relu((p[sel, g] - tb[sel, g]).abs() - (1 - t) * tb[sel, g]) / 0.003)
             elif kind == "share_reaching":
                 # 0: every prompt above the threshold planted at most 60% of its benchmark share; 1: at least 140%
                 out.append(torch.relu(p[sel, g] - 0.6 * tb[sel, g]) / 0.003 if t == 0 else
                            torch.relu(1.4 * tb[sel, g] - p[sel, g]) / 0.003)
         return torch.cat(out)
 
-    # each model alone (no constraint joins two): a moved target of one model never moves another's world
-    x0 = start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
-    solved, residual = [], 0.0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
-    try:
+    def solve(terms: list, x0: np.ndarray) -> tuple[Any, float]:
+        tsel = [(mi, kind, torch.tensor(sel), g, t, rel) for mi, kind, sel, g, t, rel in terms]
+        solved, residual = [], 0.0
         for mi in range(len(models)):
             xm = torch.tensor(x0[mi * size:(mi + 1) * size], dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([xm], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
@@ -461,17 +535,51 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
 
             def closure(xm: Any = xm, opt: Any = opt, mi: int = mi) -> Any:
                 opt.zero_grad()
-                value = (loss(xm, mi) ** 2).sum()
+                value = (loss(xm, mi, tsel) ** 2).sum()
                 value.backward()
                 return value
 
             for _ in range(2):
                 opt.step(closure)
             solved.append(xm.detach())
-            residual += float((loss(solved[-1], mi) ** 2).sum())
+            residual += float((loss(solved[-1], mi, tsel) ** 2).sum())
+        return torch.cat(solved), residual
+
+    # first solve: the claimed extreme EXTREME_GAP beyond the other models' own direction bounds on its measure
+    first = list(terms)
+    for mi, kind, sel, g, ext, claim in extremes:
+        if not claim:
+            continue
+        own = [t for mj, k, s_, gg, t, rel in terms if mj != mi and k == f"bound:{kind}" and gg == g
+               and (s_ == sel).all() and rel == (">" if ext == "max" else "<")]
+        if own:
+            bound = max(own) + EXTREME_GAP if ext == "max" else min(own) - EXTREME_GAP
+            first.append((mi, f"bound:{kind}", sel, g, bound, ">" if ext == "max" else "<"))
+    x0 = start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
+    try:
+        xs, residual = solve(first, x0)
+        if extremes:  # second solve: the others bounded from the claimed model's value
+            second = list(first)
+            for mi, kind, sel, g, ext, claim in extremes:
+                with torch.no_grad():
+                    v = float(measure(shares_t(xs[mi * size:(mi + 1) * size]), kind, torch.tensor(sel), g))
+                up = (ext == "max") == claim  # the claimed model above the others
+                second.append((mi, f"bound:{kind}", sel, g, v, ">" if up else "<"))
+                for mj in range(len(models)):
+                    if mj == mi:
+                        continue
+                    if kind == "mean_deviation" and ext == "min" and claim:  # the others near the benchmark in
+                        own = [s_ for mk, k, s_, gg, _t, _r in terms if mk == mj and k == "prompt_share" and gg == g]
+                        keep = sel & ~np.any(own, axis=0) if own else sel  # every prompt no row of its own sets
+                        second.append((mj, "prompt_band", keep, g, NEAR_BENCHMARK, "="))
+                    else:
+                        second.append((mj, f"bound:{kind}", sel, g, v - EXTREME_GAP if up else v + EXTREME_GAP,
+                                       "<" if up else ">"))
+            xs, residual = solve(second, xs.numpy())
     finally:
         torch.set_num_threads(threads)
-    xs = torch.cat(solved)
 
     def shares(xv: Any, mi: int) -> np.ndarray:
         return shares_t(torch.as_tensor(xv)[mi * size:(mi + 1) * size]).numpy()
@@ -660,6 +768,20 @@ def planted_tables(world: World, rep: Representation, seed: int, earnings_unit: 
                    & earn.notna()).to_numpy()
             shift = slope * (earn[sel] - earn[sel].mean()) / earnings_unit
             df.loc[sel, "L"] = np.clip(df.loc[sel, "L"] + shift, *L_RANGE)
+        for (mm, g, cat), slope in world.women_slope.items():
+            if mm != m or not {"median_weekly_earnings_usd", "pct_women"} <= set(prompts):
+                continue
+            from biasaudit.t2i.analysis.skin import WOMEN_UNIT
+
+            info, by = df["prompt_id"], prompts.set_index("prompt_id")
+            w = info.map(by["pct_women"]).astype(float) / WOMEN_UNIT
+            earn = info.map(by["median_weekly_earnings_usd"]).astype(float)
+            sel = ((df["label"] == g) & info.map(by["category"]).eq(cat) & w.notna() & earn.notna()).to_numpy()
+            if sel.sum() < 3:
+                continue
+            wc, ec = w[sel] - w[sel].mean(), earn[sel] - earn[sel].mean()
+            resid = wc - ec * float(wc @ ec) / float(ec @ ec)  # the share of women, orthogonal to earnings
+            df.loc[sel, "L"] = df.loc[sel, "L"] + slope * resid.to_numpy()
         hue = 55.0 + rng.normal(0.0, 3.0, len(df))
         chroma = 18.0 + rng.normal(0.0, 2.0, len(df))
         a, b = chroma * np.cos(np.radians(hue)), chroma * np.sin(np.radians(hue))
@@ -716,7 +838,8 @@ def build(root: Path, cfg: Any, published: pd.DataFrame) -> tuple[World, Represe
                                                                    dict[str, dict[str, pd.DataFrame]]]:
     prompts = pd.read_csv(Path(root) / cfg.generate.prompts_file, dtype={"prompt_id": str})
 
-    world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
+    world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt,
+                        prompts["instance"])
     rep = solve_representation(world, prompts, published)
     return world, rep, planted_tables(world, rep, cfg.seed, cfg.analyze.earnings_unit_usd)
 
@@ -860,7 +983,9 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
                     chosen = list(rng.choice(ok, 3))
                 else:
                     break
-            for m in chosen:
+            for m in chosen:  # each move while its source still holds an image (seeded random moves may repeat)
+                if counts[src[m]] < 1:
+                    continue
                 counts[src[m]] -= 1
                 counts[dst[m]] += 1
             F = counts @ state.P
@@ -983,7 +1108,9 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     from biasaudit.report.replication import CHANCE_MISS, build_replication
     from biasaudit.vlm.declared import answer_values
 
-    world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt)
+    prompts = Path(cfg.generate.prompts_file)
+    world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt,
+                        pd.read_csv(prompts)["instance"] if prompts.exists() else None)
     table = build_replication(
         Path(reports), C.PUBLISHED_DIR, cfg.profile, cfg.stand_ins(), groups=cfg.groups,
         design={"faces.detector": cfg.faces.detector, "faces.det_threshold": cfg.faces.det_threshold,
