@@ -471,7 +471,6 @@ class ConfusionDraws:
     Ms: np.ndarray  # B×K×K, M* (the identity where not usable)
     Ws: np.ndarray  # B×K×K, W* = M*⁻ᵀ
     usable: np.ndarray  # B, M* identifiable
-    image_weights: np.ndarray | None  # B×I multiplicities of the annotated images (None: M declared)
 
 
 def confusion_draws(E: np.ndarray | None, k: int, n_boot: int, seed: int | np.random.Generator = 0,
@@ -486,21 +485,18 @@ def confusion_draws(E: np.ndarray | None, k: int, n_boot: int, seed: int | np.ra
         Ms = matrix_from_counts(wi @ E, k, prior)
         usable = identifiable(condition_number(Ms), max_condition)
         Ms = np.where(usable[:, None, None], Ms, np.eye(k))
-        return ConfusionDraws(Ms, np.linalg.inv(np.transpose(Ms, (0, 2, 1))), usable, wi)
+        return ConfusionDraws(Ms, np.linalg.inv(np.transpose(Ms, (0, 2, 1))), usable)
     if M is None:
         raise ValueError("needs the annotated images E or a confusion matrix M")
     M = np.asarray(M, dtype=np.float64)
     W = np.linalg.inv(M.T)
     return ConfusionDraws(np.broadcast_to(M, (n_boot, k, k)), np.broadcast_to(W, (n_boot, k, k)),
-                          np.ones(n_boot, dtype=bool), None)
+                          np.ones(n_boot, dtype=bool))
 
 
-def _redraw(shares: np.ndarray, n: np.ndarray, md: ConfusionDraws, rng: np.random.Generator):
-    """(classified shares B×P×K ~ Multinomial(n, shares)/n, W* B×K×K, usable B), the M* replicates shared
-    (ConfusionDraws)."""
-    n_boot = len(md.usable)
-    draws = np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
-    return draws, md.Ws, md.usable
+def _redraw(shares: np.ndarray, n: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Classified shares B×P×K ~ Multinomial(n, shares)/n (the M* replicates beside them: ConfusionDraws)."""
+    return np.stack([rng.multinomial(int(m), p, size=n_boot) for m, p in zip(n, shares)], axis=1) / n[None, :, None]
 
 
 def linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k: int, n_boot: int, seed: int,
@@ -534,8 +530,8 @@ def linear_draws(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, k:
     rng = np.random.default_rng(seed)
     if m_draws is None:
         m_draws = confusion_draws(E if have_E else None, k, n_boot, rng, max_condition, prior, M)
-    draws, Ws, usable = _redraw(pi, n, m_draws, rng)
-    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, Ws), usable, {**info, "m_draws": m_draws, "rng": rng}
+    draws = _redraw(pi, n, len(m_draws.usable), rng)
+    return bench, pi, n, W, np.einsum("bjc,bgc->bjg", draws, m_draws.Ws), m_draws.usable, {**info, "m_draws": m_draws, "rng": rng}
 
 
 def _excluded(n_boot: int, usable: np.ndarray) -> str:
@@ -595,9 +591,9 @@ def debiased_tvd(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, gr
     M_hat = np.linalg.inv(W).T
     # the bound's draws start from add-one shares: a group a prompt never showed still varies (from π̂ its
     # draws would be 0 every time, and with few images the bound would then exclude a true TVD of 0)
-    smooth, Ws_lb, ok_lb = _redraw(_simplex(pi * n[:, None] + 1), n, md, rng)
+    smooth = _redraw(_simplex(pi * n[:, None] + 1), n, len(md.usable), rng)
     info["lower_bound"] = tvd_lower_bound(deviation.mean(axis=0),
-                                          np.einsum("bjc,bgc->bg", smooth[ok_lb], Ws_lb[ok_lb]) / len(n), level)
+                                          np.einsum("bjc,bgc->bg", smooth[md.usable], md.Ws[md.usable]) / len(n), level)
     info |= _mse_weighting(pi, n, bench, deviation, sd, M_hat, md, rng, raw, point)
     info["above_floor_p"] = _floor_test(pi, n, bench, M_hat, md, rng)
     return Interval(point, float(low), float(high), float(T.std(ddof=1)), len(n), n_boot - len(T), note), \
@@ -612,8 +608,7 @@ def _mse_weighting(pi, n, bench, deviation, sd, M, md, rng, raw, point) -> dict:
     world = np.clip(bench + eb_pooled_deviation(deviation, sd), 0, None)
     world /= world.sum(axis=1, keepdims=True)
     truth = float(tvd(world, bench).mean())
-    draws, Ws, usable = _redraw(_simplex(world @ M), n, md, rng)
-    draws, Ws = draws[usable], Ws[usable]
+    draws, Ws = _redraw(_simplex(world @ M), n, len(md.usable), rng)[md.usable], md.Ws[md.usable]
     if len(draws) < 2:
         return {}
     raw_draws = tvd(draws, bench[None]).mean(axis=1)
@@ -635,8 +630,8 @@ def _floor_test(pi, n, bench, M, md, rng) -> float:
     benchmark seen through the classifier) under the null p = q for every prompt: classified counts
     ~ Multinomial(n, M̂ᵀq), M re-estimated from resampled annotated images."""
     observed = float(tvd(pi, bench @ M).mean())
-    draws, _, usable = _redraw(_simplex(bench @ M), n, md, rng)
-    return above_floor_p(observed, tvd(draws[usable], np.einsum("jt,btc->bjc", bench, md.Ms[usable])).mean(axis=1))
+    draws = _redraw(_simplex(bench @ M), n, len(md.usable), rng)[md.usable]
+    return above_floor_p(observed, tvd(draws, np.einsum("jt,btc->bjc", bench, md.Ms[md.usable])).mean(axis=1))
 
 
 def corrected_deviation(counts: np.ndarray, bench: np.ndarray, E: np.ndarray | None, groups: tuple[str, ...],
