@@ -919,7 +919,6 @@ LSH_MIN_ROWS = 1000  # smaller prompts: the Gram pass (exact; as cheap at 1,000 
 LSH_BITS, LSH_BAND, LSH_TABLES = 128, 13, 160
 LSH_CORE_SHARE = 0.02
 LSH_MAX_DIFF = 48  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
-_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint16)
 LSH_RECALL = 0.999
 LSH_SEED = 20260417  # fixed: the same hyperplanes, the same candidates, in every run
 
@@ -1006,7 +1005,7 @@ def _lsh_candidates(Up: np.ndarray, threshold: float):
         i, j = np.concatenate(out_i), np.concatenate(out_j)
         pair = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
         packed = np.packbits(signs, axis=1)
-        diff = _POPCOUNT[packed[pair // n] ^ packed[pair % n]].sum(axis=1)
+        diff = np.bitwise_count(packed[pair // n] ^ packed[pair % n]).sum(axis=1, dtype=np.int64)
         pair = pair[diff <= LSH_MAX_DIFF]
     ci = np.flatnonzero(core)
     if len(ci):  # the core rows against every row, exactly (their pairs may have wide centred angles)
