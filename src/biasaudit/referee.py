@@ -739,6 +739,7 @@ def planted_tables(world: World, rep: Representation, seed: int, earnings_unit: 
     """Per model: the generate manifest, the classifier's labels and the faces table (L*, C*, hue, L bin)."""
     from biasaudit.faces.colour import ita_degrees
     from biasaudit.pipeline.provenance import derive_seed
+    from biasaudit.t2i.analysis.skin import WOMEN_UNIT
 
     out: dict[str, dict[str, pd.DataFrame]] = {}
     prompts = rep.prompts
@@ -760,23 +761,21 @@ def planted_tables(world: World, rep: Representation, seed: int, earnings_unit: 
             vals = _normal_quantiles(int(sel.sum()), mean, sd)
             df.loc[sel, "L"] = rng.permutation(vals)
         df["L"] = plant_bin_count_L(df["L"].to_numpy(float), df["label"].to_numpy(object), world, m)
+        by_prompt = prompts.set_index("prompt_id")
+        category = df["prompt_id"].map(by_prompt["category"])
+        earn = df["prompt_id"].map(by_prompt["median_weekly_earnings_usd"]).astype(float) \
+            if "median_weekly_earnings_usd" in prompts else None
         for (mm, g, cat), slope in world.earnings_slope.items():
-            if mm != m or slope == 0 or "median_weekly_earnings_usd" not in prompts:
+            if mm != m or slope == 0 or earn is None:
                 continue
-            earn = df["prompt_id"].map(prompts.set_index("prompt_id")["median_weekly_earnings_usd"]).astype(float)
-            sel = ((df["label"] == g) & df["prompt_id"].map(prompts.set_index("prompt_id")["category"]).eq(cat)
-                   & earn.notna()).to_numpy()
+            sel = ((df["label"] == g) & category.eq(cat) & earn.notna()).to_numpy()
             shift = slope * (earn[sel] - earn[sel].mean()) / earnings_unit
             df.loc[sel, "L"] = np.clip(df.loc[sel, "L"] + shift, *L_RANGE)
         for (mm, g, cat), slope in world.women_slope.items():
-            if mm != m or not {"median_weekly_earnings_usd", "pct_women"} <= set(prompts):
+            if mm != m or earn is None or "pct_women" not in prompts:
                 continue
-            from biasaudit.t2i.analysis.skin import WOMEN_UNIT
-
-            info, by = df["prompt_id"], prompts.set_index("prompt_id")
-            w = info.map(by["pct_women"]).astype(float) / WOMEN_UNIT
-            earn = info.map(by["median_weekly_earnings_usd"]).astype(float)
-            sel = ((df["label"] == g) & info.map(by["category"]).eq(cat) & w.notna() & earn.notna()).to_numpy()
+            w = df["prompt_id"].map(by_prompt["pct_women"]).astype(float) / WOMEN_UNIT
+            sel = ((df["label"] == g) & category.eq(cat) & w.notna() & earn.notna()).to_numpy()
             if sel.sum() < 3:
                 continue
             wc, ec = w[sel] - w[sel].mean(), earn[sel] - earn[sel].mean()
