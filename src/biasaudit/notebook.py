@@ -57,6 +57,8 @@ def stage_params(section: str, params_file: str | Path = PARAMS_FILE) -> tuple[P
 def banner(cfg: Params) -> None:
     """Print which profile produced this notebook, and the stand-in banner whenever a stand-in ran. Tables show
     every column (no `...`): the notebook's HTML scrolls a wide table inside its box."""
+    import html
+
     import pandas as pd
     from IPython.display import HTML, display
 
@@ -64,8 +66,6 @@ def banner(cfg: Params) -> None:
 
     fakes = cfg.stand_ins()
     if fakes:  # the one rule, whatever the profile: a run is real only when nothing in it is a stand-in
-        import html
-
         display(HTML("<div style='border:3px solid #b00;padding:8px;font-size:1.3em;color:#b00'>"
                      f"<b>STAND-IN RUN</b> (profile {html.escape(cfg.profile)}): planted, simulated or "
                      "random-weight parts ran, so the numbers below test the pipeline and describe no real "
@@ -74,8 +74,6 @@ def banner(cfg: Params) -> None:
         display(HTML(f"<div style='padding:6px;border:1px solid #555'>Profile: <b>{cfg.profile}</b></div>"))
     skipped = cfg.skipped()
     if skipped:  # measurements switched off (Params.skipped): said wherever the banner is
-        import html
-
         display(HTML("<div style='padding:6px;border:1px solid #555'>Skipped measurements (switched off by "
                      f"this run's parameters): {html.escape('; '.join(skipped))}.</div>"))
 

@@ -68,16 +68,19 @@ class Params(Section):
                 + [("vlm", f"vlms.{name}", f"reflect@{name}", spec) for name, spec in self.vlms.items()]
                 + [("editor", "counterfactuals", "counterfactuals", self.counterfactuals)])
 
-    # the keys skipped() reads (switches that turn a measurement off; the paper and current profiles keep them on)
-    SKIP_KEYS: ClassVar[tuple[str, ...]] = ("faces.cross_detector", "validate_edits.lpips_weights")
+    # the switches that turn a measurement off ('none'), and what is then not measured; skipped() reads them
+    # (the paper and current profiles keep them on)
+    SKIPS: ClassVar[dict[str, str]] = {
+        "faces.cross_detector": "no second face detector: the cross-detector table is empty",
+        "validate_edits.lpips_weights": "LPIPS not measured"}
+    SKIP_KEYS: ClassVar[tuple[str, ...]] = tuple(SKIPS)
 
     def skipped(self) -> list[str]:
         """The measurements these parameters switch off, one line each: the banner of every notebook and report
         page lists them (the offline demo skips what measures nothing there; the paper profile keeps them)."""
-        out = ["faces.cross_detector: none (no second face detector: the cross-detector table is empty)"] \
-            if self.faces.cross_detector == "none" else []
-        out += ["validate_edits.lpips_weights: none (LPIPS not measured)"] if self.validate_edits.lpips_weights == "none" else []
-        return out
+        switches = {"faces.cross_detector": self.faces.cross_detector,
+                    "validate_edits.lpips_weights": self.validate_edits.lpips_weights}
+        return [f"{key}: none ({what})" for key, what in self.SKIPS.items() if switches[key] == "none"]
 
     def stand_ins(self) -> list[str]:
         """What in these parameters is not a real model or real data: every stand-in, planted or simulated
