@@ -230,6 +230,22 @@ def test_chance_misses_are_named_within_the_binomial_bound():
     assert len(failed) == allowed + 1
 
 
+def test_a_planted_null_below_alpha_is_a_chance_miss_and_a_point_miss_is_not():
+    """A claim of no significance (p > 0.05) planted as a null misses with probability 0.05, as a 95% interval does;
+    a point without an interval (a count) that misses fails."""
+    base = [{"id": f"R{i}", "covered": True, "low": 0.0, "high": 1.0, "note": "", "statistic": "mean_tvd",
+             "relation": "=", "published": "0.3"} for i in range(20)]
+    null = {"id": "P", "covered": False, "low": None, "high": None, "note": "", "statistic": "earnings_slope_p",
+            "relation": ">", "published": "0.05"}
+    checked, failed = referee_check(pd.DataFrame([*base, null]))
+    assert failed == [] and CHANCE_MISS in checked.set_index("id").at["P", "note"]
+    point = {**null, "id": "N", "statistic": "n_classified", "relation": "=", "published": "172"}
+    _, failed = referee_check(pd.DataFrame([*base, point]))
+    assert failed == ["N"]
+    _, failed = referee_check(pd.DataFrame([*base, {**null, "published": "0.01"}]))  # a bound that is not 1 − level
+    assert failed == ["P"]
+
+
 def test_unplanted_rows_say_why(published):
     world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
     notes = R.planted_notes(world)

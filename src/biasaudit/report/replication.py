@@ -950,13 +950,17 @@ def allowed_misses(n: int, level: float, quantile: float = 0.99) -> int:
 def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str, str] | None = None
                   ) -> tuple[pd.DataFrame, list[str]]:
     """The referee run's verdict: each row with an interval that misses its published (= planted) value is a
-    named chance miss while the misses stay within what `level` allows (allowed_misses); every other row
-    not covered fails. `planted`: row id → what the referee world planted, or "not planted: why". Returns
-    the table with the verdicts in its notes, and the ids that fail."""
+    named chance miss while the misses stay within what `level` allows (allowed_misses), and so is a claim of no
+    significance (a p-value above 1 − `level`), whose planted null falls below it with probability 1 − `level`;
+    every other row not covered fails. `planted`: row id → what the referee world planted, or "not planted:
+    why". Returns the table with the verdicts in its notes, and the ids that fail."""
     table = table.copy()
     planted = dict(planted or {})
     cov = table["covered"].astype(str).str.lower()
-    interval = table["low"].map(num).notna()
+    null = (table.get("statistic", pd.Series("", index=table.index)).astype(str).str.endswith("_p")
+            & (table.get("relation", pd.Series("", index=table.index)).astype(str) == ">")
+            & (table.get("published", pd.Series("", index=table.index)).map(num) == round(1.0 - level, 10)))
+    interval = table["low"].map(num).notna() | null
     n_interval = int((interval & cov.isin(["true", "false"])).sum())
     misses = table.index[interval & (cov == "false")].tolist()
     allowed = allowed_misses(n_interval, level)
@@ -967,8 +971,9 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
         if cov[i] == "true" or any(str(x).startswith("cannot be planted") for x in extra):
             pass
         elif i in misses and len(misses) <= allowed:
-            extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} miss their planted "
-                         f"value, at most {allowed} expected by chance (binomial 99%)")
+            extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} (or planted nulls at "
+                         f"p > {1 - level:.2g}) miss their planted value, at most {allowed} expected by chance "
+                         "(binomial 99%)")
         else:
             failed.append(rid)
             extra.append("NOT RECOVERED in the referee run")
