@@ -31,7 +31,7 @@ def test_weighted_kappa_matches_the_definition(tmp_path):
     ids = [f"R{i}" for i in range(len(a))]
     write_sheet(tmp_path / "r1.csv", ids + ["Rx"], [str(x) for x in a] + [""])
     write_sheet(tmp_path / "r2.csv", ids + ["Rx"], [str(x) for x in b] + ["6"])
-    wide, problems = R.read_realism_sheets({"r1": tmp_path / "r1.csv", "r2": tmp_path / "r2.csv"})
+    wide, problems = R.read_sheets({"r1": tmp_path / "r1.csv", "r2": tmp_path / "r2.csv"})
     assert set(problems["reason"].str.split(":").str[0]) == {"blank", "outside the 1–5 scale"} and len(problems) == 2
     agree = R.pair_agreement(wide).iloc[0]
     assert agree["n"] == 7  # Rx has no valid pair
@@ -63,7 +63,7 @@ def scores_frame():
 
 
 def test_realism_by_group_means_and_intervals():
-    t = R.realism_by_group(scores_frame(), n_boot=400, seed=0).set_index("group")
+    t = R.by_group(scores_frame(), n_boot=400, seed=0).set_index("group")
     assert t.loc["original", "mean"] == pytest.approx(14 / 3)
     assert t.loc["WM", "mean"] == pytest.approx(12 / 3) and t.loc["BF", "mean"] == pytest.approx(2.0)
     assert t.loc[R.ALL_EDITS, "mean"] == pytest.approx(18 / 6)
@@ -75,7 +75,7 @@ def test_realism_by_group_means_and_intervals():
 
 def test_one_photo_gives_no_interval_with_its_reason():
     one = scores_frame().query("photo == 'p1'")
-    t = R.realism_by_group(one, n_boot=100, seed=0)
+    t = R.by_group(one, n_boot=100, seed=0)
     assert t["low"].isna().all() and t["reason"].str.contains("one cluster").all()
 
 
@@ -101,10 +101,10 @@ def checks(tmp_path):
 
 
 def test_exported_sheet_is_blinded_shuffled_and_complete(checks, tmp_path):
-    info = R.export_sheet(checks, tmp_path / "realism", seed=3)
+    info = R.export_sheets(checks, tmp_path / "realism", seed=3)["realism"]
     sheet = pd.read_csv(tmp_path / "realism" / R.SHEET, dtype=str, keep_default_na=False)
     key = pd.read_csv(tmp_path / "realism" / R.KEY, dtype=str, keep_default_na=False)
-    assert info["edits"] == 4 and info["originals"] == 2 and len(sheet) == 7 and not info["image_problems"]
+    assert info["edit"] == 4 and info["original"] == 2 and len(sheet) == 7 and not info["image_problems"]
     assert (key["kind"] == "null_edit").sum() == 1  # rated as its own kind; the original arm not twice
     assert list(sheet.columns) == ["item", "rating_id", "image", "realism"] and (sheet["realism"] == "").all()
     assert sheet["rating_id"].is_unique and set(sheet["rating_id"]) == set(key["rating_id"])
@@ -113,16 +113,16 @@ def test_exported_sheet_is_blinded_shuffled_and_complete(checks, tmp_path):
     counterfactual = (checks["status"] == "ok") & ~checks["group"].isin(["null_edit", "original"])
     assert sorted(key["edit_id"].loc[key["kind"] == "edit"]) == sorted(checks["edit_id"][counterfactual])
     assert sorted(key.loc[key["kind"] == "original", "path"]) == sorted(checks["source_path"].unique())
-    again, _ = R.realism_sheet(R.rating_items(checks).assign(digest="d"), seed=3)
-    other, _ = R.realism_sheet(R.rating_items(checks).assign(digest="d"), seed=4)
+    again, _ = R.blank_sheet(R.rating_items(checks).assign(digest="d"), seed=3)
+    other, _ = R.blank_sheet(R.rating_items(checks).assign(digest="d"), seed=4)
     assert list(again["rating_id"]) != list(other["rating_id"])  # another seed, another order
     assert sorted(again["rating_id"]) == sorted(other["rating_id"])
 
 
 def test_no_sheets_is_a_status_and_two_sheets_give_the_tables(checks, tmp_path):
     folder = tmp_path / "realism"
-    R.export_sheet(checks, folder, seed=0)
-    none = R.realism_results(folder, ["rater1", "rater2"], n_boot=50, seed=0)
+    R.export_sheets(checks, folder, seed=0)
+    none = R.rating_results(folder, ["rater1", "rater2"], n_boot=50, seed=0)
     assert none["status"] == "no ratings" and len(none["missing_sheets"]) == 2 and none["tables"] == {}
     assert "rater1.csv" in none["reason"]
     sheet = pd.read_csv(folder / R.SHEET, dtype=str, keep_default_na=False)
@@ -130,7 +130,7 @@ def test_no_sheets_is_a_status_and_two_sheets_give_the_tables(checks, tmp_path):
     for rater, shift in (("rater1", 0), ("rater2", 1)):
         ratings = [5 if key.loc[r, "kind"] == "original" else 2 + shift for r in sheet["rating_id"]]
         sheet.assign(realism=ratings).to_csv(folder / f"{rater}.csv", index=False)
-    done = R.realism_results(folder, ["rater1", "rater2"], n_boot=50, seed=0)
+    done = R.rating_results(folder, ["rater1", "rater2"], n_boot=50, seed=0)
     assert done["status"] == "ok" and done["missing_sheets"] == []
     by_group = done["tables"]["realism_by_group"].set_index("group")
     assert by_group.loc["original", "mean"] == 5 and by_group.loc[R.ALL_EDITS, "mean"] == 2.5
