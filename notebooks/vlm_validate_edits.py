@@ -98,7 +98,7 @@ display(by_group.round(3))
 # %%
 sheet_info = R.export_sheets(checks, params.realism_sheets_dir, cfg.seed)
 ratings = {m: R.rating_results(params.realism_sheets_dir, params.realism_raters, params.realism_n_boot, cfg.seed, m)
-           for m in R.MEASURES}
+           for m in C.RATING_MEASURES}
 rating_tables = {}
 for m, res in ratings.items():
     print(f"{m} sheet: {sheet_info[m]['sheet']} ({sheet_info[m]['items']} items) |", res["reason"] or res["note"])

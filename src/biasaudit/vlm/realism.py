@@ -1,7 +1,7 @@
 """Human ratings of the FOCUS edits (validate_edits; docs/raters.md): realism (beyond the paper) and identity
 consistency (the seed's rebuttal: "raters evaluate photorealism and perceived identity consistency").
 
-Two measures, each a blinded sheet of its own folder (`sheets_folder`) read back the same way:
+Two measures, each a blinded sheet of its own folder (contracts.rating_folder) read back the same way:
 - `realism`: every edit and, as a calibration, every unedited source photo, one image per item;
 - `identity`: every edit beside its source photo's original (left or right by a hash of the seed and the
   pair), and as calibrations each original beside itself and the null edit (if on) beside its original.
@@ -33,8 +33,9 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 
+from biasaudit import contracts as C
+
 SCALE = (1, 2, 3, 4, 5)
-MEASURES = ("realism", "identity")
 ORIGINAL = "original"
 SELF = "original beside itself"  # identity's calibration: the same photo twice reads 5
 ALL_EDITS = "all edits"
@@ -45,12 +46,6 @@ KEY = "realism_key.csv"
 KEY_COLUMNS = ["rating_id", "kind", "photo", "group", "race", "gender", "edit_id", "path"]
 PAIR_COLUMNS = ["source_path", "original_side"]
 GAP = 16  # white pixels between the two photos of a pair
-
-
-def sheets_folder(sheets_dir: str | Path, measure: str) -> Path:
-    """Where a measure's sheet, key, blinded images and raters' copies live: realism in `sheets_dir`,
-    identity in its `identity/` subfolder (its own images: a realism id never shows beside an original)."""
-    return Path(sheets_dir) / ("" if measure == "realism" else measure)
 
 
 def rating_items(checks: pd.DataFrame) -> pd.DataFrame:
@@ -140,16 +135,16 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
 
 
 def export_sheets(checks: pd.DataFrame, sheets_dir: str | Path, seed: int) -> dict[str, dict[str, Any]]:
-    """Each measure's blank sheet, key and blinded images into its `sheets_folder`; counts and problems."""
+    """Each measure's blank sheet, key and blinded images into its contracts.rating_folder; counts and problems."""
     from biasaudit.pipeline.engine import file_digest
     from biasaudit.pipeline.io import atomic_write_table
 
     items = rating_items(checks)
     items["digest"] = [file_digest(p) for p in items["path"]]
     out = {}
-    for measure in MEASURES:
+    for measure in C.RATING_MEASURES:
         sheet, key = blank_sheet(identity_items(items) if measure == "identity" else items, seed, measure)
-        folder = sheets_folder(sheets_dir, measure)
+        folder = C.rating_folder(sheets_dir, measure)
         atomic_write_table(sheet, folder / f"{measure}_sheet.csv")
         atomic_write_table(key, folder / f"{measure}_key.csv")
         problems = write_blinded_images(key, folder)
@@ -268,7 +263,7 @@ def rating_results(sheets_dir: str | Path, raters: list[str], n_boot: int, seed:
     which are missing (not an error), else agreement, per-group means, the calibration items' mean (the
     originals, or the pairs that show one person twice: the original beside itself or its null edit) and the
     sheet problems."""
-    folder = sheets_folder(sheets_dir, measure)
+    folder = C.rating_folder(sheets_dir, measure)
     sheets = {r: folder / f"{r}.csv" for r in raters}
     missing = [p.as_posix() for p in sheets.values() if not p.is_file()]
     present = {r: p for r, p in sheets.items() if p.is_file()}
