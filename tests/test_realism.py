@@ -247,3 +247,11 @@ def test_identity_ratings_against_brute_force(checks, tmp_path):
     none = R.rating_results(folder, ["rater1", "rater3"], n_boot=50, seed=0, measure="identity")
     assert none["status"] == "no ratings" and none["missing_sheets"] == [(folder / "identity" / "rater3.csv").as_posix()]
     assert set(R.empty_tables(none["reason"], "identity")) == {"identity_agreement", "identity_by_group"}
+
+
+def test_an_unreadable_original_is_a_problem_of_each_of_its_pairs(checks, tmp_path):
+    (tmp_path / "src" / "b2.jpg").write_bytes(b"not an image")
+    info = R.export_sheets(checks, tmp_path / "ratings", seed=0)
+    assert len(info["realism"]["image_problems"]) == 1  # the original itself
+    assert len(info["identity"]["image_problems"]) == 3  # its two edits' pairs and its self pair (source counted once)
+    assert all("b2.jpg" in p for p in info["identity"]["image_problems"])

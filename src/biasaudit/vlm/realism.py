@@ -123,13 +123,13 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
     for rid, path, source, side in zip(key["rating_id"], key["path"], sources, sides):
         if (out_dir / f"{rid}.png").is_file():  # the id hashes the content: the same image
             continue
-        loaded = [load_rgb(p) for p in (path, source) if p is not None]
-        bad = next((x for x in loaded if not x.ok), None)
-        if bad is not None:
-            problems.append(f"{rid} ({path}): {bad.reason}")
+        loaded = {p: load_rgb(p) for p in (path, source) if p is not None}  # a self pair: one file
+        bad = [f"{rid} ({p}): {x.reason}" for p, x in loaded.items() if not x.ok]
+        if bad:
+            problems += bad
             continue
-        rgb = loaded[0].rgb if len(loaded) == 1 else \
-            side_by_side(*(a.rgb for a in (loaded[::-1] if side == "left" else loaded)))
+        rgb = loaded[path].rgb if source is None else side_by_side(
+            *(loaded[p].rgb for p in ((source, path) if side == "left" else (path, source))))
         Image.fromarray(rgb).save(out_dir / f"{rid}.png")
     return problems
 
