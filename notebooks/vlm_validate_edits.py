@@ -88,25 +88,30 @@ by_group = V.by_group_table(checks)
 display(by_group.round(3))
 
 # %% [markdown]
-# ## Realism: human ratings of every edit and of the unedited originals (docs/raters.md)
-# The stage writes the blank, blinded sheet; with two raters' filled copies back it reports their agreement
-# (quadratic-weighted κ) and the mean realism per target group against the originals.
+# ## Human ratings: realism and identity consistency (docs/raters.md)
+# The stage writes two blank, blinded sheets: realism (every edit and every unedited original, 1–5) and
+# identity consistency (every edit beside its original, and as calibrations each original beside itself and
+# the null edit beside its original: "could this be the same person?", 1–5; the seed's rebuttal promises
+# both). With two raters' filled copies of a sheet back it reports their agreement (quadratic-weighted κ) and
+# the mean rating per target group against the calibration.
 
 # %%
-sheet_info = R.export_sheet(checks, params.realism_sheets_dir, cfg.seed)
-print(f"realism sheet: {sheet_info['sheet']} ({sheet_info['edits']} edits, {sheet_info['originals']} originals)")
-realism = R.realism_results(params.realism_sheets_dir, params.realism_raters, params.realism_n_boot, cfg.seed)
-print(realism["reason"] or realism["note"])
-realism_tables = realism["tables"] or R.empty_tables(realism["reason"])
-for table in realism_tables.values():
+sheet_info = R.export_sheets(checks, params.realism_sheets_dir, cfg.seed)
+ratings = {m: R.rating_results(params.realism_sheets_dir, params.realism_raters, params.realism_n_boot, cfg.seed, m)
+           for m in C.RATING_MEASURES}
+rating_tables = {}
+for m, res in ratings.items():
+    print(f"{m} sheet: {sheet_info[m]['sheet']} ({sheet_info[m]['items']} items) |", res["reason"] or res["note"])
+    rating_tables |= res["tables"] or R.empty_tables(res["reason"], m)
+for table in rating_tables.values():
     display(table.round(3))
 
 # %%
 atomic_write_table(stable_floats(checks), C.EDIT_CHECKS)  # the same bytes on every machine
-for stale in report_dir.glob("realism_*"):  # tables of an earlier run that this one does not write
-    if stale.stem not in realism_tables:
+for stale in [*report_dir.glob("realism_*"), *report_dir.glob("identity_*")]:  # an earlier run's, not written now
+    if stale.stem not in rating_tables:
         stale.unlink()
-for name, table in (("by_group", by_group), ("controls", controls), *realism_tables.items()):
+for name, table in (("by_group", by_group), ("controls", controls), *rating_tables.items()):
     atomic_write_table(stable_floats(table), report_dir / f"{name}.csv")
     atomic_write_text(report_dir / f"{name}.md", to_markdown(table) if len(table) else "(empty)\n")
 summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": int(ok["passed"].sum()) if len(ok) else 0,
@@ -114,7 +119,7 @@ summary = {"n_images": int(len(checks)), "n_checked": int(len(ok)), "n_passed": 
            "stand_in": bool(checks["stand_in"].fillna(False).astype(bool).any()),
            "thresholds": params.model_dump(exclude={"race_prompt", "gender_prompt"}),
            "skin_seam": V.seam_summary(checks), "lpips": V.lpips_summary(checks),
-           "realism": {k: v for k, v in realism.items() if k != "tables"} | {"sheet": sheet_info}}
+           **{m: {k: v for k, v in res.items() if k != "tables"} | {"sheet": sheet_info[m]} for m, res in ratings.items()}}
 atomic_write_json(report_dir / "summary.json", summary)
 write_run_info(report_dir / "run_info.json", stage="validate_edits")
 print(stable_text(summary))

@@ -42,7 +42,8 @@ def test_check_paper_lists_everything_missing_in_one_run(repo, capsys):
                 "models/clip-vit-h-14/open_clip_model.safetensors", "GEMINI_API_KEY", "OPENAI_API_KEY",
                 "GOOGLE_API_KEY", "DASHSCOPE_API_KEY", "http://localhost:8000/v1", "http://localhost:8001/v1",
                 "data/vlm/source_photos", "data/t2i/annotations/rater1.csv", "data/t2i/annotations/rater2.csv",
-                "data/vlm/realism/rater1.csv", "data/vlm/realism/rater2.csv",
+                "data/vlm/realism/rater1.csv", "data/vlm/realism/rater2.csv", "data/vlm/realism/identity/rater1.csv",
+                "data/vlm/realism/identity/rater2.csv",
                 "retired model imagen-4.0-fast-generate-001"]  # its quoted shutdown date, 2026-08-17, has passed
     for item in expected:
         assert sum(item in line for line in lines) == 1, item  # one line per missing item

@@ -276,3 +276,26 @@ def test_the_replication_page_lists_the_seed_elements_without_a_number(tmp_path)
                                               "ssim_global_mean": [0.91, 0.95]}), folder="vlm/edit_checks")
     build_replication(reports, C.PUBLISHED_DIR, "paper", [], root=ROOT)
     assert "0.910–0.950 across 2 groups" in (reports / "pages" / C.REPLICATION_PAGE).read_text()
+
+
+def test_the_replication_page_shows_the_human_study_or_why_not(tmp_path):
+    """The rebuttal's human study (realism and identity ratings, validate_edits): each measure's pooled edits
+    with their interval beside its calibration row, or the reason its table gives (no filled sheets yet)."""
+    from biasaudit.report.replication import build_replication
+
+    reports = tmp_path / "reports"
+    _write(reports, "homogeneity_by_prompt", pd.DataFrame([{"model": "m", "space": "face", "group": "g", "gap": 0.1}]))
+    build_replication(reports, C.PUBLISHED_DIR, "paper", [], root=ROOT)
+    page = (reports / "pages" / C.REPLICATION_PAGE).read_text()
+    assert "identity: not computed: no reports/vlm/edit_checks/identity_by_group.csv" in page
+    _write(reports, "identity_by_group", pd.DataFrame([{"group": "", "n_images": 0, "mean": float("nan"),
+                                                        "reason": "no identity ratings: 0 of 2 filled sheets"}]),
+           folder="vlm/edit_checks")
+    _write(reports, "realism_by_group", pd.DataFrame(
+        [{"group": g, "mean": m, "low": lo, "high": hi, "reason": ""}
+         for g, m, lo, hi in (("BF", 2.5, 2.0, 3.0), ("original", 4.75, 4.5, 5.0), ("all edits", 3.125, 2.5, 3.5))]),
+        folder="vlm/edit_checks")
+    build_replication(reports, C.PUBLISHED_DIR, "paper", [], root=ROOT)
+    page = (reports / "pages" / C.REPLICATION_PAGE).read_text()
+    assert "realism: all edits 3.125 [2.500, 3.500], original 4.750" in page
+    assert "identity: not computed: no identity ratings: 0 of 2 filled sheets" in page

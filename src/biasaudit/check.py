@@ -8,7 +8,7 @@ included; a valid one rewrites each file atomically and removes the fingerprints
 
 Inputs named by parameters (sources.input_dir, a folder generator's folder and mapping CSV, the
 portraits of the baseline, an imported FOCUS folder, the CSV of a `file` classifier, the raters'
-filled sheets (reliability's and validate_edits' realism sheets), the BiSeNet weights) cannot be
+filled sheets (reliability's and validate_edits' realism and identity sheets), the BiSeNet weights) cannot be
 listed in dvc.yaml because they depend on the backend. The stage writes one fingerprint per stage
 instance (`data/check/<stage>.inputs.json`, a content hash of every file); the stage depends on it,
 so a changed input re-runs exactly that stage. Each file is rewritten only when its content changes.
@@ -75,8 +75,9 @@ def external_inputs(cfg: Params) -> dict[str, list[str]]:
     out["baseline"] = [cfg.baseline.portraits_dir] if cfg.baseline.source == "folder" else []
     out["faces"] = [cfg.faces.bisenet_weights] if cfg.faces.skin_method == "bisenet" else []
     out["counterfactuals"] = declared_inputs("editor", cfg.counterfactuals)
-    ve = cfg.validate_edits  # realism sheets, whether or not needed: a filled one re-runs the stage
-    out["validate_edits"] = C.rater_sheets(ve.realism_sheets_dir, ve.realism_raters)
+    ve = cfg.validate_edits  # rating sheets, whether or not needed: a filled one re-runs the stage
+    out["validate_edits"] = [p for m in C.RATING_MEASURES
+                             for p in C.rater_sheets(C.rating_folder(ve.realism_sheets_dir, m), ve.realism_raters)]
     for name, spec in cfg.vlms.items():
         out[f"reflect_{name}"] = declared_inputs("vlm", spec)
     return out

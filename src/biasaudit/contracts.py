@@ -125,8 +125,17 @@ def labels_path(model: str, labels_dir: str | Path = LABELS_DIR) -> Path:
     return Path(labels_dir) / f"{model}.parquet"
 
 
+RATING_MEASURES = ("realism", "identity")  # validate_edits' human rating sheets (vlm/realism.py)
+
+
+def rating_folder(sheets_dir: str | Path, measure: str) -> Path:
+    """Where a rating measure's sheet, key, blinded images and raters' copies live: realism in `sheets_dir`,
+    identity in its `identity/` subfolder (its own images: a realism id never shows beside an original)."""
+    return Path(sheets_dir) / ("" if measure == "realism" else measure)
+
+
 def rater_sheets(sheets_dir: str | Path, raters: list[str]) -> list[str]:
-    """Each rater's filled copy of a sheet (reliability's annotation sheet, validate_edits' realism sheet)."""
+    """Each rater's filled copy of a sheet (reliability's annotation sheet, validate_edits' realism and identity sheets)."""
     return [(Path(sheets_dir) / f"{rater}.csv").as_posix() for rater in raters]
 
 

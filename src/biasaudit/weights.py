@@ -317,13 +317,16 @@ def sheet_needs(cfg: Any) -> list[Need]:
     """The raters' filled sheets (docs/raters.md), one per rater at `<sheets dir>/<rater>.csv`
     (contracts.rater_sheets): a copy of the sheet its stage writes there, one column filled. With human raters
     (`reliability.simulate: false`) the annotation sheet's `label` column; with `validate_edits.realism_needed`
-    realism_sheet.csv's `realism` column, 1–5. Missing sheets do not stop either stage."""
+    realism_sheet.csv's `realism` column and identity/identity_sheet.csv's `identity` column, 1–5. Missing
+    sheets do not stop any stage."""
     rel = cfg.reliability
     ve = cfg.validate_edits
     sheets = [("reliability", "raters", rel.sheets_dir, rel.raters, "annotation_sheet.csv",
                ", then stops until every rater's copy exists: fill its label column")] if not rel.simulate else []
-    sheets += [("validate_edits", "realism_raters", ve.realism_sheets_dir, ve.realism_raters, "realism_sheet.csv",
-                " and the blinded images beside it: rate each image's realism 1–5")] if ve.realism_needed else []
+    sheets += [("validate_edits", "realism_raters", C.rating_folder(ve.realism_sheets_dir, m), ve.realism_raters,
+                f"{m}_sheet.csv", f" and the blinded images beside it: rate each {what} 1–5")
+               for m, what in (("realism", "image's realism"), ("identity", "pair's identity consistency"))
+               if ve.realism_needed]
     return [Need("input", path, f"{stage}.{field}", f"put {rater}'s filled copy of {(Path(folder) / sheet).as_posix()} "
                  f"there (the {stage} stage writes that sheet{how}, one copy per rater; docs/raters.md)", stage,
                  blocks_stage=False)

@@ -270,12 +270,13 @@ class ValidateEdits(Section):
     # a file path, "random" (a seeded random trunk: a STAND-IN) or "none" (LPIPS skipped, listed by
     # Params.skipped in every banner). Never downloaded; missing → reason per row.
     lpips_weights: Annotated[str, AfterValidator(_lpips_weights)] = ""
-    # Realism ratings by humans (1–5) of every edit and every unedited source photo, blinded and shuffled:
-    # the stage writes the blank sheet realism_sheet.csv into `realism_sheets_dir` and reads <rater>.csv there.
+    # Human ratings (1–5), blinded and shuffled: realism of every edit and every unedited source photo
+    # (realism_sheet.csv in `realism_sheets_dir`, raters' <rater>.csv there) and identity consistency of every
+    # edit beside its original (identity/identity_sheet.csv, raters' identity/<rater>.csv); docs/raters.md.
     realism_raters: list[str] = Field(default_factory=lambda: ["rater1", "rater2"])
     realism_sheets_dir: str = (C.VLM / "realism").as_posix()
-    realism_needed: bool = False   # `biasaudit check` lists the raters' missing sheets (no stage stops)
-    realism_n_boot: int = Field(2000, ge=0)   # cluster bootstrap over source photos (realism per group)
+    realism_needed: bool = False   # `biasaudit check` lists the raters' missing sheets of both (no stage stops)
+    realism_n_boot: int = Field(2000, ge=0)   # cluster bootstrap over source photos (mean rating per group)
 
 
 # Where each REFLECT text comes from (recorded per response row as `prompt_source`).

@@ -36,7 +36,7 @@ from jinja2 import Environment, select_autoescape
 from biasaudit import contracts as C
 from biasaudit.pipeline.io import atomic_write_table, atomic_write_text
 from biasaudit.report.html import HEAD, PAGES, STAND_IN_NOTE, STYLE, replication_summary
-from biasaudit.report.load import Loaded, Outputs, fmt, num, read_json
+from biasaudit.report.load import Loaded, Outputs, ci, fmt, num, read_json
 from biasaudit.vlm.groups import COUNTERFACTUAL, NULL_EDIT, ORIGINAL
 
 PUBLISHED_FILES = ("method_a.csv", "method_b.csv")
@@ -919,6 +919,21 @@ def seed_elements(run: Run) -> list[dict[str, str]]:
     out.append({"element": "Method B: SSIM between each original and its counterfactual, globally (the rebuttal's "
                            "promise; beside it SSIM, PSNR and ΔE outside the face)",
                 "source": "edit_checks.parquet ssim_global; reports/vlm/edit_checks/by_group.csv", "value": value})
+    parts = []
+    # the group labels of vlm/realism.py's by_group: its calibration row per measure, and every edit pooled
+    for measure, calibration in (("realism", "original"), ("identity", "original beside itself")):
+        t = read_csv(run.vlm.root / "edit_checks" / f"{measure}_by_group.csv")
+        rows = t.set_index("group") if t is not None and "group" in t else pd.DataFrame()
+        if {"all edits", calibration} <= set(rows.index) and math.isfinite(num(rows.loc["all edits", "mean"])):
+            e, c = rows.loc["all edits"], rows.loc[calibration]
+            parts.append(f"{measure}: all edits {ci(e['mean'], e['low'], e['high'])}, {calibration} {fmt(c['mean'])}")
+        else:
+            why = str(rows["reason"].iloc[0]) if "reason" in rows and len(rows) else \
+                f"no reports/vlm/edit_checks/{measure}_by_group.csv (validate_edits has not run)"
+            parts.append(f"{measure}: {NOT_COMPUTED}: {why}")
+    out.append({"element": "Method B: the rebuttal's human study, raters' photorealism and perceived identity "
+                           "consistency of the edited images (1–5; docs/raters.md)",
+                "source": "reports/vlm/edit_checks/realism_by_group.csv, identity_by_group.csv", "value": "; ".join(parts)})
     return out
 
 

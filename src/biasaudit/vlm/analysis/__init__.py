@@ -34,14 +34,18 @@ Output format of `reports/vlm/` (the same writer as reports/t2i: biasaudit.pipel
                                   "position_bias" {task: {...}}, "race_win_rates" {task: {gender: {race: rate}}},
                                   "bradley_terry" {task: rows | reason}, "delta_g", "notes"}},
                                   "edit_checks": reports/vlm/edit_checks/summary.json (when present: with
-                                  "skin_seam", "lpips" (weights used; STAND-IN when random) and "realism"
-                                  (status, missing sheets, mean weighted κ) beside the thresholds)}
+                                  "skin_seam", "lpips" (weights used; STAND-IN when random), "realism" and
+                                  "identity" (status, missing sheets, mean weighted κ, calibration mean)
+                                  beside the thresholds)}
     reports/vlm/edit_checks/     written by validate_edits (vlm/validate.py, edit_quality.py, realism.py), shown
                                   as the report's edit-checks page: by_group (per target group: failures incl.
                                   skin_seam, seam ΔE2000 face vs neck/other skin, LPIPS), controls,
                                   realism_agreement (rater pairs: n, exact agreement, quadratic-weighted κ),
                                   realism_by_group (mean 1–5 realism per group, originals, all edits, edits −
-                                  originals; low/high: cluster bootstrap over source photos; reason when none)
+                                  originals; low/high: cluster bootstrap over source photos; reason when none),
+                                  identity_agreement / identity_by_group (the same for the 1–5 identity
+                                  consistency of each edit beside its original; calibration: the original
+                                  beside itself), realism_problems / identity_problems (blank or invalid cells)
     reports/vlm/manifest.json    sections (one per VLM × {validation, 2afc, mcq, significance}) with status,
                                   reason, notes, figures [{name, title, caption, png, svg}], tables [{name, csv, md}]
     reports/vlm/metrics.json     headline numbers per section
