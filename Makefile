@@ -44,11 +44,17 @@ gpu-wheels:
 	  --require-hashes -r benchmarks/gpu_wheels.txt -d .gpu-wheels
 	$(PYTHON) benchmarks/gpu_wheels.py check
 
+# The demo's torch work (the random-weight stand-ins: tiny CLIP embeddings, the tiny VLM) on kernels that every
+# x86-64 CPU runs alike (ATen's default kernels, oneDNN up to SSE4.1, MKL's conditional-reproducibility mode), so a
+# fresh clone's dvc.lock is the committed one on another CPU too (docs/running.md); real models (make paper) are not
+# pinned. tests/test_stable_bytes.py reads this line.
+PINNED_KERNELS := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE
+
 # `biasaudit check` first: it validates params.yaml and refreshes the fingerprints of the input folders it
 # names (data/check/), so `dvc repro` re-runs the stages whose folder changed; with nothing changed it runs none
 demo: setup
 	$(BIN)/python -m biasaudit check
-	$(BIN)/dvc repro --quiet    # one line per stage start and end (scripts/run-notebook)
+	$(PINNED_KERNELS) $(BIN)/dvc repro --quiet    # one line per stage start and end (scripts/run-notebook)
 	@echo "Report: reports/index.html (images: reports/images.html, FOCUS edits: reports/focus.html)"
 
 # JupyterLab on the project: a notebooks/*.py opens as a notebook (jupytext; .jupyter/ sets the viewer), and its

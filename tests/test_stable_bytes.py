@@ -169,3 +169,49 @@ def test_the_writer_rounds_every_float_to_the_declared_significant_digits(tmp_pa
     atomic_write_json(tmp_path / "m.json", {"a": np.float64(2 / 3), "b": [1 / 7, None, 5], "c": {"d": np.float32(0.1)}})
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": 0.6666666667, "b": [0.1428571429, None, 5],
                                                              "c": {"d": 0.1000000015}}
+
+
+# The tiny CLIP's embedding of a few images, unrounded, at one thread: md5 of its float32 bytes and the kernel
+# capability torch ran.
+RAW_EMBEDDING = textwrap.dedent("""
+    import hashlib
+    import numpy as np, torch
+    from biasaudit.faces.embeddings import ClipEmbedder
+    rng = np.random.default_rng(7)
+    images = [rng.integers(0, 256, (96, 80, 3), dtype=np.uint8) for _ in range(6)]
+    X = ClipEmbedder("ViT-B-32", "tiny", device="cpu", batch_size=6).embed(images)
+    print(torch.backends.cpu.get_cpu_capability(), hashlib.md5(np.ascontiguousarray(X).tobytes()).hexdigest())
+""")
+
+
+def _raw_embedding(env: dict[str, str], tiny_dir) -> tuple[str, str]:
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+                                                            "DNNL_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")}
+    out = subprocess.run([sys.executable, "-c", RAW_EMBEDDING], capture_output=True, text=True, check=True,
+                         env=base | {"OMP_NUM_THREADS": "1", "BIASAUDIT_TINY_DIR": str(tiny_dir)} | env)
+    capability, digest = out.stdout.strip().splitlines()[-1].split()
+    return capability, digest
+
+
+@pytest.mark.slow
+def test_the_demo_pins_torch_kernels_so_another_cpu_writes_the_same_embedding_bytes(tmp_path):
+    """`make demo` runs the pipeline under the Makefile's PINNED_KERNELS. Unpinned, the tiny CLIP's float32
+    embedding depends on the vector kernels the CPU offers (a fresh clone on an AVX-512 machine wrote other
+    embedding bytes, and so another dvc.lock, than the committed one). Pinned, a machine offering fewer
+    instructions (emulated: MKL told to stop at AVX2 or SSE4.2, ATen asked for AVX2) writes the same bytes."""
+    from pathlib import Path
+
+    line = next(x for x in (Path(__file__).parents[1] / "Makefile").read_text().splitlines()
+                if x.startswith("PINNED_KERNELS :="))
+    pins = dict(item.split("=", 1) for item in line.split(":=", 1)[1].split())
+    assert pins["ATEN_CPU_CAPABILITY"] == "default"
+    pinned = {_raw_embedding(pins | other, tmp_path) for other in
+              ({}, {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"})}
+    assert len(pinned) == 1 and next(iter(pinned))[0] == "DEFAULT", pinned
+    # the bytes hang on the kernels: unpinned, ATen's AVX2 kernels and its default ones write different bytes
+    avx2 = _raw_embedding({"ATEN_CPU_CAPABILITY": "avx2"}, tmp_path)
+    if avx2[0] != "AVX2":
+        pytest.skip(f"this CPU runs no AVX2 kernels ({avx2[0]}): the unpinned contrast was not tested")
+    assert _raw_embedding({"ATEN_CPU_CAPABILITY": "default"}, tmp_path)[1] != avx2[1]
