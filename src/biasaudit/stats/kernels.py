@@ -133,10 +133,13 @@ def shuffle_segments(codes, bounds, u, out):
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FLAGS)
-def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
+def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
     """Per prompt p (rows idx[bounds[p]:bounds[p + 1]] of the unit rows U), draw t (codes[t], one group code
     per row of idx) and group g: sq = ‖S_ptg‖², tot = S_ptg · S_p, q = Σ ‖u‖² and cnt = the count over the
     rows coded g, S_ptg their sum and S_p the prompt's sum. Outputs P × b × G, written in place.
+
+    Row i of U is read up to lens[i] only (the rest must be 0): U may hold each prompt's rows in
+    triangular coordinates (prompt_coordinates), where row i has at most i + 1 non-zero coordinates.
 
     O(n_p · d) per prompt and draw, never an n_p × n_p matrix: each row is added to its group's sum (in U's
     dtype, as the float32 GEMMs before it), except the rows of the draw's largest group, whose sum is S_p
@@ -162,13 +165,13 @@ def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
         total[:] = 0.0
         for j in range(a, e):
             row = U[idx[j]]
-            for k in range(d):
+            for k in range(lens[idx[j]]):
                 total[k] += row[k]
         for j in range(a, e):
             row = U[idx[j]]
             s1 = 0.0
             s2 = 0.0
-            for k in range(d):
+            for k in range(lens[idx[j]]):
                 x = np.float64(row[k])
                 s1 += x * total[k]
                 s2 += x * x
@@ -196,7 +199,7 @@ def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
                 if c != big:
                     row = U[idx[j]]
                     ac = acc[c]
-                    for k in range(d):
+                    for k in range(lens[idx[j]]):
                         ac[k] += row[k]
             for g in range(G):
                 if g == big:
