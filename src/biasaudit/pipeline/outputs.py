@@ -64,13 +64,10 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
 def tight_bbox(fig: Any, dpi: float) -> Any:
     """The bounding box (inches) that savefig's bbox_inches="tight" computes at `dpi`, computed once so
     that the PNG and the SVG share it: "tight" costs each format an extra layout pass over every artist.
-    A figure with a layout engine keeps "tight" (its layout runs at save time); fig.tight_layout() leaves a
-    placeholder engine, which lays out nothing at save time, so those figures get the shared box too."""
+    A figure with a layout engine keeps "tight" (its layout runs at save time)."""
     import matplotlib as mpl
-    from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
-    engine = fig.get_layout_engine()
-    if engine is not None and not isinstance(engine, PlaceHolderLayoutEngine):
+    if fig.get_layout_engine() is not None:
         return "tight"
     saved = fig.dpi
     try:
