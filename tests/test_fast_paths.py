@@ -57,7 +57,7 @@ def test_permuted_cell_dots_equal_the_definition(dtype):
     codes = rng.integers(0, G, size=(b, 19)).astype(np.int16)
     codes[5] = codes[2]
     out = [np.zeros((3, b, G)) for _ in range(4)]
-    kernels.permuted_cell_dots(U, idx, bounds, codes, *out)
+    kernels.permuted_cell_dots(U, np.full(len(U), U.shape[1]), idx, bounds, codes, *out)
     sq, tot, q, cnt = out
     for p in range(3):
         rows = np.arange(bounds[p], bounds[p + 1])

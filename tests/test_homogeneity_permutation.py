@@ -59,7 +59,15 @@ def arrangements(prompts, codes, usable):
         yield c
 
 
-def test_permuted_statistic_equals_brute_force_for_every_arrangement():
+@pytest.fixture(params=["unit rows", "coordinates"])
+def route(request, monkeypatch):
+    """Both ways the permutation kernel reads a prompt's rows (H.prompt_coordinates): the unit rows, or their
+    triangular coordinates (taken at these sizes only when COORDINATE_SHARE allows it)."""
+    monkeypatch.setattr(H, "COORDINATE_SHARE", 0.0 if request.param == "unit rows" else 100.0)
+    return request.param
+
+
+def test_permuted_statistic_equals_brute_force_for_every_arrangement(route):
     X, prompts, codes = _tiny()
     blocks = H.prompt_blocks(X, prompts)
     lab = H._labelled(blocks, codes, 3)
@@ -72,7 +80,7 @@ def test_permuted_statistic_equals_brute_force_for_every_arrangement():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
-def test_p_value_equals_the_exact_enumeration_p_value():
+def test_p_value_equals_the_exact_enumeration_p_value(route):
     """p = P(T_perm ≥ T_obs) over every within-prompt arrangement (the exact test), from brute-force statistics;
     the Monte-Carlo p of 4000 draws must fall within 4 binomial SEs of it, for every group and the global test."""
     X, prompts, codes = _tiny(seed=1)
@@ -134,3 +142,32 @@ def test_across_shuffle_moves_labels_between_prompts():
     drawn = H.draw_within(lab, 200, np.random.default_rng(0), "across")
     a, e = lab.bounds[0], lab.bounds[1]
     assert len({tuple(np.sort(r)) for r in drawn[:, a:e]}) > 1
+
+
+def test_coordinates_of_dependent_rows_give_the_unit_rows_statistics():
+    """Prompts with exact copies and a row in the span of two others (rank below n_p, where plain Cholesky
+    fails): the triangular coordinates give each draw's terms of the unit rows to float32 precision, and a
+    coordinate row has no more non-zero entries than its length says."""
+    rng = np.random.default_rng(3)
+    sizes = [9, 7, 12]
+    prompts = np.repeat(np.arange(3), sizes)
+    X = rng.normal(size=(3, 64))[prompts] + rng.normal(size=(28, 64))
+    X[3] = X[1]
+    X[4] = X[1] * 2.0  # the same direction
+    X[12] = X[10] - 0.5 * X[11]
+    X = X.astype(np.float32)
+    codes = rng.integers(0, 3, size=28)
+    blocks = H.prompt_blocks(X, prompts)
+    C, lens = H.prompt_coordinates(blocks)  # COORDINATE_SHARE 0.25: 12 rows ≤ 0.25 · 64
+    assert C.shape == (28, 12)
+    for p, m in enumerate(sizes):  # the k-th row in pivot order has at most k non-zero coordinates
+        own = lens[blocks.bounds[p]:blocks.bounds[p + 1]]
+        assert (np.sort(own) <= np.arange(1, m + 1)).all()
+    assert all((C[i, lens[i]:] == 0).all() for i in range(len(C)))
+    # rank: rows 3 and 4 repeat row 1's direction (prompt 0: 7 of 9), row 12 is in the span of 10 and 11 (6 of 7)
+    assert [lens[blocks.bounds[p]:blocks.bounds[p + 1]].max() for p in range(3)] == [7, 6, 12]
+    lab = H._labelled(blocks, codes, 3)
+    drawn = H.draw_within(lab, 50, np.random.default_rng(0))
+    coords = H._draw_terms(blocks, lab, drawn)
+    blocks.coordinates = (blocks.units, np.full(len(blocks.units), X.shape[1]))
+    np.testing.assert_allclose(coords, H._draw_terms(blocks, lab, drawn), rtol=2e-5, atol=2e-5)

@@ -110,6 +110,27 @@ def test_ols_cluster_matches_hand_computed_sandwich():
     assert (fit.ci_low, fit.ci_high) == pytest.approx((beta[1] - t.ppf(0.975) * se, beta[1] + t.ppf(0.975) * se))
     assert fit.p_value == pytest.approx(2 * t.sf(abs(beta[1] / se)))
     assert (fit.n, fit.n_clusters, fit.reason) == (12, 4, "")
+    assert fit.r2 == pytest.approx(1 - (u @ u) / ((y - y.mean()) @ (y - y.mean())))
+
+
+def test_ols_cluster_with_fixed_effects_matches_statsmodels():
+    """A slope within categories (one intercept shift per category), 9 clusters: the fit equals statsmodels'
+    OLS with cov_type="cluster" and use_t (an independent implementation) to rounding."""
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(5)
+    g = np.repeat(np.arange(9), 7)
+    f = rng.choice(["p", "q", "r"], size=len(g))
+    x = rng.normal(size=9)[g] + rng.normal(size=len(g))
+    y = 1.0 + 0.4 * x + (f == "q") * 2.0 + rng.normal(size=9)[g] + rng.normal(size=len(g))
+    fit = ols_cluster(y, x, g, fixed=f, level=0.9)
+    X = np.column_stack([np.ones_like(x), x, f == "q", f == "r"]).astype(float)
+    ref = sm.OLS(y, X).fit(cov_type="cluster", cov_kwds={"groups": g}, use_t=True)
+    assert fit.slope == pytest.approx(ref.params[1], rel=1e-12) and fit.intercept == pytest.approx(ref.params[0])
+    assert fit.se == pytest.approx(ref.bse[1], rel=1e-10)
+    assert (fit.ci_low, fit.ci_high) == pytest.approx(tuple(ref.conf_int(alpha=0.1)[1]), rel=1e-10)
+    assert fit.p_value == pytest.approx(ref.pvalues[1], rel=1e-9)
+    assert fit.r2 == pytest.approx(ref.rsquared, rel=1e-12)
 
 
 @pytest.mark.parametrize("y,x,g,why", [

@@ -455,6 +455,7 @@ class PromptBlocks:
     n_dropped: np.ndarray  # per row of X: True where the row was zero or not finite (left out)
     units: np.ndarray  # (Σ n_p) × d unit rows, prompt by prompt
     bounds: np.ndarray  # P + 1 offsets into units
+    coordinates: tuple[np.ndarray, np.ndarray] | None = None  # prompt_coordinates, built on first use
 
     @property
     def n_prompts(self) -> int:
@@ -488,6 +489,46 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
 
 
 GRAM_ROWS = 128  # rows of a prompt's Gram matrix formed at once: small enough that the triangle wastes little
+
+# the permutation test reads a prompt's rows in triangular coordinates when every prompt has at most this share
+# of d usable rows (prompt_coordinates): then a draw adds about n_p / 2 numbers per row instead of d, 8× fewer or
+# better; above it the unit rows themselves (n_p · d per draw: linear in the images per prompt)
+COORDINATE_SHARE = 0.25
+
+
+def prompt_coordinates(blocks: PromptBlocks) -> tuple[np.ndarray, np.ndarray]:
+    """(C, lens): the rows the permutation test sums, aligned with blocks.units, and how many leading entries of
+    each are read (kernels.permuted_cell_dots). Where every prompt has at most COORDINATE_SHARE · d rows, prompt
+    p's rows in an n_p-dimensional basis of their span: its Gram matrix K_p = U_p U_pᵀ (a float32 GEMM for
+    float32 rows, as the sums it replaces) factored by pivoted Cholesky (LAPACK ?pstrf, rank-revealing: copies
+    and other dependent rows are fine), K_p = L Lᵀ in pivot order, and row i's coordinates are its row of L:
+    ‖Σ_{i∈g} L_i‖² = 1_gᵀ K_p 1_g = ‖S_pg‖² and (Σ_g L_i)·(Σ_p L_i) = S_pg·S_p, exactly in exact arithmetic,
+    and the row in pivot position k has at most k + 1 non-zero coordinates. Else the unit rows, read whole."""
+    if blocks.coordinates is not None:
+        return blocks.coordinates
+    from scipy.linalg import lapack
+
+    U = blocks.units
+    n, d = U.shape
+    sizes = np.diff(blocks.bounds)
+    if n == 0 or sizes.max() > COORDINATE_SHARE * d:
+        blocks.coordinates = (U, np.full(n, d, np.int64))
+        return blocks.coordinates
+    C = np.zeros((n, int(sizes.max())), U.dtype)
+    lens = np.zeros(n, np.int64)
+    for p in range(blocks.n_prompts):
+        a, e = blocks.bounds[p], blocks.bounds[p + 1]
+        if e == a:
+            continue
+        Up = U[a:e]
+        c, piv, rank, info = lapack.dpstrf(np.asarray(Up @ Up.T, dtype=np.float64), lower=1)
+        if info < 0:
+            raise ValueError(f"pivoted Cholesky of prompt {blocks.prompts[p]!r}: LAPACK argument {-info}")
+        rows = a + piv - 1
+        C[rows, :rank] = np.tril(c)[:, :rank]
+        lens[rows] = np.minimum(np.arange(1, e - a + 1), rank)
+    blocks.coordinates = (C, lens)
+    return blocks.coordinates
 
 
 @functools.lru_cache(maxsize=4)
@@ -580,7 +621,8 @@ def _draw_terms(blocks: PromptBlocks, lab: _Labelled, drawn: np.ndarray) -> np.n
     ‖S_pg‖², S_pg·S_p, Σ‖u‖² and counts from kernels.permuted_cell_dots, O(n_p · d) per prompt and draw."""
     b, G, P = len(drawn), lab.n_groups, blocks.n_prompts
     sq, tot, q, cnt = (np.zeros((P, b, G)) for _ in range(4))
-    kernels.permuted_cell_dots(blocks.units, lab.idx, lab.bounds, np.ascontiguousarray(drawn), sq, tot, q, cnt)
+    rows, lens = prompt_coordinates(blocks)
+    kernels.permuted_cell_dots(rows, lens, lab.idx, lab.bounds, np.ascontiguousarray(drawn), sq, tot, q, cnt)
     m = np.broadcast_to(lab.m[:, None], (P, b))
     intra, inter, delta, w = _delta(cnt, q, sq, tot, m)
     return np.concatenate([w * delta, w * intra, w * inter, w], axis=-1)

@@ -132,29 +132,40 @@ def shuffle_segments(codes, bounds, u, out):
                 out[t, r] = tmp
 
 
+# draws that permuted_cell_dots serves from one read of a prompt's rows: at 1,000 rows of 512 a prompt (2 MB) no
+# longer stays in L2 from one draw to the next
+DRAWS_PER_PASS = 4
+
+
 @numba.njit(cache=True, nogil=True, fastmath=_FLAGS)
-def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
+def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
     """Per prompt p (rows idx[bounds[p]:bounds[p + 1]] of the unit rows U), draw t (codes[t], one group code
     per row of idx) and group g: sq = ‖S_ptg‖², tot = S_ptg · S_p, q = Σ ‖u‖² and cnt = the count over the
     rows coded g, S_ptg their sum and S_p the prompt's sum. Outputs P × b × G, written in place.
 
+    Row i of U is read up to lens[i] only (the rest must be 0): U may hold each prompt's rows in
+    triangular coordinates (prompt_coordinates), where row i has at most i + 1 non-zero coordinates.
+
     O(n_p · d) per prompt and draw, never an n_p × n_p matrix: each row is added to its group's sum (in U's
     dtype, as the float32 GEMMs before it), except the rows of the draw's largest group, whose sum is S_p
     (float64) minus the others'. Whole rows, no column blocks: the row loop then vectorises, and blocks of
-    64–256 columns measured 1.3–3.5× slower even for 900 rows of 1024 per prompt. Rows are added in index
-    order, so two draws that code every row alike give bitwise the same sums (ties stay ties)."""
+    64–256 columns measured 1.3–3.5× slower even for 900 rows of 1024 per prompt. Each row is read once for
+    DRAWS_PER_PASS draws, added to each draw's group sum in turn. Rows are added in index order, so two draws
+    that code every row alike give bitwise the same sums (ties stay ties)."""
     b, M = codes.shape
     P = bounds.shape[0] - 1
     G = sq.shape[2]
     d = U.shape[1]
+    T = DRAWS_PER_PASS
     v = np.zeros(M)
     qn = np.zeros(M)
     count = np.zeros(G)
     ltot = np.zeros(G)
     lq = np.zeros(G)
+    big = np.zeros(T, np.int64)
     total = np.zeros(d)
     rest = np.zeros(d)
-    acc = np.zeros((G, d), dtype=U.dtype)
+    acc = np.zeros((T, G, d), dtype=U.dtype)
     for p in range(P):
         a, e = bounds[p], bounds[p + 1]
         if e == a:
@@ -162,57 +173,65 @@ def permuted_cell_dots(U, idx, bounds, codes, sq, tot, q, cnt):
         total[:] = 0.0
         for j in range(a, e):
             row = U[idx[j]]
-            for k in range(d):
+            for k in range(lens[idx[j]]):
                 total[k] += row[k]
         for j in range(a, e):
             row = U[idx[j]]
             s1 = 0.0
             s2 = 0.0
-            for k in range(d):
+            for k in range(lens[idx[j]]):
                 x = np.float64(row[k])
                 s1 += x * total[k]
                 s2 += x * x
             v[j] = s1
             qn[j] = s2
-        for t in range(b):
-            count[:] = 0.0
-            ltot[:] = 0.0
-            lq[:] = 0.0
-            for j in range(a, e):
-                c = codes[t, j]
-                count[c] += 1.0
-                ltot[c] += v[j]
-                lq[c] += qn[j]
-            big = 0
-            for g in range(G):
-                cnt[p, t, g] = count[g]
-                tot[p, t, g] = ltot[g]
-                q[p, t, g] = lq[g]
-                if count[g] > count[big]:
-                    big = g
-            acc[:, :] = 0.0
-            for j in range(a, e):
-                c = codes[t, j]
-                if c != big:
-                    row = U[idx[j]]
-                    ac = acc[c]
+        for t0 in range(0, b, T):
+            nt = min(T, b - t0)
+            for u in range(nt):
+                t = t0 + u
+                count[:] = 0.0
+                ltot[:] = 0.0
+                lq[:] = 0.0
+                for j in range(a, e):
+                    c = codes[t, j]
+                    count[c] += 1.0
+                    ltot[c] += v[j]
+                    lq[c] += qn[j]
+                bg = 0
+                for g in range(G):
+                    cnt[p, t, g] = count[g]
+                    tot[p, t, g] = ltot[g]
+                    q[p, t, g] = lq[g]
+                    if count[g] > count[bg]:
+                        bg = g
+                big[u] = bg
+            acc[:nt] = 0.0
+            for j in range(a, e):  # each row read once for the nt draws of the pass
+                row = U[idx[j]]
+                n = lens[idx[j]]
+                for u in range(nt):
+                    c = codes[t0 + u, j]
+                    if c != big[u]:
+                        ac = acc[u, c]
+                        for k in range(n):
+                            ac[k] += row[k]
+            for u in range(nt):
+                t = t0 + u
+                for g in range(G):
+                    if g == big[u]:
+                        continue
+                    ac = acc[u, g]
+                    s = 0.0
                     for k in range(d):
-                        ac[k] += row[k]
-            for g in range(G):
-                if g == big:
-                    continue
-                ac = acc[g]
+                        s += np.float64(ac[k]) * ac[k]
+                    sq[p, t, g] = s
+                rest[:] = total
+                for g in range(G):
+                    if g != big[u]:
+                        ac = acc[u, g]
+                        for k in range(d):
+                            rest[k] -= ac[k]
                 s = 0.0
                 for k in range(d):
-                    s += np.float64(ac[k]) * ac[k]
-                sq[p, t, g] = s
-            rest[:] = total
-            for g in range(G):
-                if g != big:
-                    ac = acc[g]
-                    for k in range(d):
-                        rest[k] -= ac[k]
-            s = 0.0
-            for k in range(d):
-                s += rest[k] * rest[k]
-            sq[p, t, big] = s
+                    s += rest[k] * rest[k]
+                sq[p, t, big[u]] = s

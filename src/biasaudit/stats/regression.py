@@ -1,8 +1,10 @@
-"""OLS with cluster-robust standard errors (statsmodels): slope, CI and p-value.
+"""OLS with cluster-robust standard errors: slope, CI and p-value.
 
 Used for L* against median weekly earnings per occupation: images of one prompt share the
 occupation's earnings, so errors are clustered by prompt (CR1 small-sample correction, t
-reference distribution with G−1 degrees of freedom, as statsmodels does with use_t)."""
+reference distribution with G−1 degrees of freedom, as statsmodels does with use_t; computed here
+with numpy: importing statsmodels cost the analyze stage about a CPU second, and its fit equals
+this one to rounding, tests/test_stats_bootstrap_regression.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3, fixe
 
     With two clusters the slope through two cluster means has a cluster-robust SE of exactly 0,
     so at least `min_clusters` (default 3) are required."""
-    import statsmodels.api as sm
+    from scipy import stats as st
 
     frame = pd.DataFrame({"y": np.asarray(y, dtype=float), "x": np.asarray(x, dtype=float),
                           "g": np.asarray(clusters)})
@@ -57,15 +59,25 @@ def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3, fixe
     if np.ptp(frame["x"].to_numpy()) == 0:
         return _empty(n, g, "x does not vary")
     codes = pd.factorize(frame["g"])[0]
-    design = sm.add_constant(frame["x"].to_numpy())
+    y = frame["y"].to_numpy()
+    design = np.column_stack([np.ones(n), frame["x"].to_numpy()])
     if fixed is not None:
         dummies = pd.get_dummies(frame["f"].astype(str), drop_first=True, dtype=float).to_numpy()
         design = np.column_stack([design, dummies])
-    fit = sm.OLS(frame["y"].to_numpy(), design).fit(
-        cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
-    low, high = fit.conf_int(alpha=1 - level)[1]
-    return SlopeFit(float(fit.params[1]), float(fit.params[0]), float(fit.bse[1]), float(low), float(high),
-                    float(fit.pvalues[1]), n, g, float(fit.rsquared))
+    k = design.shape[1]
+    pinv = np.linalg.pinv(design)  # as statsmodels' OLS: β = X⁺y, bread (XᵀX)⁻¹ = X⁺X⁺ᵀ
+    beta = pinv @ y
+    resid = y - design @ beta
+    bread = pinv @ pinv.T
+    scores = np.zeros((g, k))
+    np.add.at(scores, codes, design * resid[:, None])  # per cluster Σ x_i e_i
+    cov = bread @ (scores.T @ scores) @ bread * (g / (g - 1) * (n - 1) / (n - k))  # CR1
+    se = float(np.sqrt(cov[1, 1]))
+    t = st.t(df=g - 1)
+    half = t.ppf(1 - (1 - level) / 2) * se
+    centred = y - y.mean()
+    return SlopeFit(float(beta[1]), float(beta[0]), se, float(beta[1] - half), float(beta[1] + half),
+                    float(2 * t.sf(abs(beta[1] / se))), n, g, float(1 - resid @ resid / (centred @ centred)))
 
 
 # ---------------------------------------------------------------- Method B: OLS with unit fixed effects

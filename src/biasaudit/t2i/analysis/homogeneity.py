@@ -57,15 +57,16 @@ def _model_space(inputs: Inputs, cfg: Any, boot: Boot, model: str, space: str) -
     # tone"): each prompt's images against the model's other prompts, the paper's unstratified gap, point only
     known = meta["prompt_id"].notna().to_numpy()
     if known.sum() >= 2:
-        by_prompt = homogeneity_gap(X[known], prompts[known], small_group=a.min_group_size)
+        Xk = X if known.all() else X[known]  # one copy at most (61 MB per model at paper scale), not three
+        by_prompt = homogeneity_gap(Xk, prompts[known], small_group=a.min_group_size)
         out["prompt"] = by_prompt.assign(model=model, space=space, grouping="prompt")
         # every embedded face of the model as one group: its mean pairwise cosine ("the most diverse facial
         # embeddings" is the lowest), with a prompt-cluster bootstrap interval
         one = np.full(int(known.sum()), "all", dtype=object)
         with np.errstate(invalid="ignore", divide="ignore"):  # one group has no "rest": inter is NaN
-            overall = homogeneity_gap(X[known], one, small_group=a.min_group_size)[["n", "intra"]]
+            overall = homogeneity_gap(Xk, one, small_group=a.min_group_size)[["n", "intra"]]
             if boot.n_boot > 0:
-                ci = bootstrap_gap(X[known], one, prompts[known], n_boot=boot.n_boot, ci=boot.level, method=boot.method,
+                ci = bootstrap_gap(Xk, one, prompts[known], n_boot=boot.n_boot, ci=boot.level, method=boot.method,
                                    seed=derive_seed(boot.seed, "homogeneity_overall", model, space) % 2**32)
                 overall = overall.assign(intra_lo=ci["intra_lo"].to_numpy(), intra_hi=ci["intra_hi"].to_numpy())
         out["overall"] = overall.assign(model=model, space=space)
