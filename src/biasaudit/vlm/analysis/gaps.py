@@ -87,21 +87,27 @@ def delta_g_table(df: pd.DataFrame, measure: str, cfg: Any) -> pd.DataFrame:
     return pd.DataFrame(rows).assign(measure=measure, estimator="within source photo (matched cells)")
 
 
+def delta_g(frames: dict[str, pd.DataFrame], cfg: Any) -> pd.DataFrame | None:
+    """Δg within photo of every measure of `frames` (inputs.measures), underpowered rows labelled, p adjusted
+    over the table; None without measures."""
+    if not frames:
+        return None
+    boot = Boot.of(cfg)
+    table = pd.concat([delta_g_table(sub, label, cfg) for label, sub in frames.items()], ignore_index=True)
+    table = underpowered_sign_flip(table, "p_value", boot.alpha)
+    table = underpowered_intervals(table, table["n_photos"], boot.min_clusters)
+    return adjusted(table, "p_value", boot.p_adjust)
+
+
 def _estimates(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame | None]:
-    gaps, by_occ, deltas = [], [], []
-    for label, sub in measures(answers, cfg).items():
+    gaps, by_occ = [], []
+    frames = measures(answers, cfg)
+    for label, sub in frames.items():
         for dim, _, ref in references(cfg):
             gaps.append(mean_gaps(sub, dim, ref).assign(measure=label))
             if label.startswith("salary_"):  # a salary task: its gaps by occupation too
                 by_occ.append(mean_gaps(sub, dim, ref, by=["occupation"]).assign(measure=label))
-        deltas.append(delta_g_table(sub, label, cfg))
-    boot = Boot.of(cfg)
-    delta_g = None
-    if deltas:
-        delta_g = underpowered_sign_flip(pd.concat(deltas, ignore_index=True), "p_value", boot.alpha)
-        delta_g = underpowered_intervals(delta_g, delta_g["n_photos"], boot.min_clusters)
-        delta_g = adjusted(delta_g, "p_value", boot.p_adjust)
-    return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g,
+    return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g(frames, cfg),
             "salary_gaps_by_occupation": pd.concat(by_occ, ignore_index=True) if by_occ else None}
 
 
