@@ -96,6 +96,23 @@ def table_diffs(new: Path, reference: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["table", "column", "max_abs_delta", "cells_otherwise"])
 
 
+def figure_diffs(new: Path, reference: Path) -> dict[str, list[str] | int]:
+    """Every figure file of `reference` against `new`'s: byte-identical, or (PNG) the same pixels, or differing."""
+    from PIL import Image
+
+    out: dict[str, list[str] | int] = {"byte-identical": 0, "same pixels": [], "differ": []}
+    for ref in sorted((reference / "figures").glob("*.*")):
+        path = new / "figures" / ref.name
+        if path.exists() and path.read_bytes() == ref.read_bytes():
+            out["byte-identical"] += 1
+        elif path.exists() and ref.suffix == ".png" and np.array_equal(np.asarray(Image.open(ref)),
+                                                                       np.asarray(Image.open(path))):
+            out["same pixels"].append(ref.name)
+        else:
+            out["differ"].append(ref.name)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vlms", type=int, default=5)
@@ -145,6 +162,7 @@ def main() -> None:
         if args.out:
             same = (args.out / "metrics.json").read_bytes() == (args.compare / "metrics.json").read_bytes()
             print("metrics.json", "byte-identical" if same else "differs")
+            print("figures against --compare:", json.dumps(figure_diffs(args.out, args.compare)))
 
 
 if __name__ == "__main__":
