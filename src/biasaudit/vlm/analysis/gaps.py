@@ -42,23 +42,36 @@ def mean_gaps(df: pd.DataFrame, dimension: str, reference: str, by: list[str] | 
     return out.sort_values(by + ["level"]).reset_index(drop=True).assign(level=lambda d: d["level"].astype(str))
 
 
+def cell_means(df: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Mean y per cell (photo, value of the other dimension): a row per cell, a column per level of `dimension`
+    (NaN where the cell has none)."""
+    other = "gender" if dimension == "race" else "race"
+    return df.groupby(["unit", other, dimension])["y"].mean().unstack(dimension)
+
+
+def pair_cells(means: pd.DataFrame, level: str, reference: str) -> pd.DataFrame:
+    """The cells of `cell_means` holding both `level` and `reference`: unit, level_mean, ref_mean."""
+    if level not in means or reference not in means:
+        return pd.DataFrame(columns=["unit", "level_mean", "ref_mean"])
+    cells = means[[level, reference]].dropna().rename(columns={level: "level_mean", reference: "ref_mean"})
+    return cells.reset_index()[["unit", "level_mean", "ref_mean"]]
+
+
 def matched_cells(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.DataFrame:
     """Per (photo, other-dimension value) cell holding both `level` and `reference`: their mean y."""
-    other = "gender" if dimension == "race" else "race"
-    means = df[df[dimension].isin([level, reference])].groupby(["unit", other, dimension])["y"].mean()
-    cells = means.unstack(dimension)
-    if level not in cells or reference not in cells:
-        return pd.DataFrame(columns=["unit", "level_mean", "ref_mean"])
-    cells = cells[[level, reference]].dropna().rename(columns={level: "level_mean", reference: "ref_mean"})
-    return cells.reset_index()[["unit", "level_mean", "ref_mean"]]
+    return pair_cells(cell_means(df[df[dimension].isin([level, reference])], dimension), level, reference)
 
 
 def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str, boot: Boot) -> dict[str, Any]:
     """Δg within source photo (matched cells, see the package docstring) with its bootstrap CI over
     photos and a sign-flip p-value of the per-photo mean difference."""
+    return delta_g_of_cells(matched_cells(df, dimension, level, reference), dimension, level, reference, boot)
+
+
+def delta_g_of_cells(cells: pd.DataFrame, dimension: str, level: str, reference: str, boot: Boot) -> dict[str, Any]:
+    """`delta_g_within` from the matched cells (pair_cells)."""
     from biasaudit.stats.resample import cluster_bootstrap
 
-    cells = matched_cells(df, dimension, level, reference)
     per = cells.assign(d=cells["level_mean"] - cells["ref_mean"]).groupby("unit").agg(
         d=("d", "sum"), ref=("ref_mean", "sum"), cells=("d", "size"))
     row = {"dimension": dimension, "level": level, "reference": reference, "n_photos": len(per),
@@ -82,8 +95,11 @@ def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str,
 def delta_g_table(df: pd.DataFrame, measure: str, cfg: Any) -> pd.DataFrame:
     """Δg within photo of every level but the reference, race then gender."""
     boot = Boot.of(cfg)
-    rows = [delta_g_within(df, dimension, level, ref, boot) for dimension, levels, ref in references(cfg)
-            for level in levels if level != ref]
+    rows = []
+    for dimension, levels, ref in references(cfg):
+        means = cell_means(df, dimension)  # once for every level
+        rows += [delta_g_of_cells(pair_cells(means, level, ref), dimension, level, ref, boot) for level in levels
+                 if level != ref]
     return pd.DataFrame(rows).assign(measure=measure, estimator="within source photo (matched cells)")
 
 
