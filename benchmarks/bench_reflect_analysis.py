@@ -46,8 +46,9 @@ def responses(photos: int, seed: int, cfg) -> pd.DataFrame:
     return P.simulate_responses(PlantedReflect(), units, np.random.default_rng(seed), cfg.reflect, controls=True)
 
 
-def run_vlm(answers, cfg, writer) -> dict[str, float]:
-    """CPU seconds per section (its compute and the writer's add), and `write`: the writer's share of them."""
+def run_vlm(answers, cfg, writer, keep: dict | None = None) -> dict[str, float]:
+    """CPU seconds per section (its compute and the writer's add), and `write`: the writer's share of them.
+    `keep`: every table of the sections, at full precision (the CSVs carry 10 significant digits)."""
     from biasaudit.vlm.analysis import controls, gaps, interaction, refusals, significance, two_afc, validation
 
     cpu = {"write": 0.0}
@@ -60,6 +61,8 @@ def run_vlm(answers, cfg, writer) -> dict[str, float]:
             writer.add(res)
         cpu[name] = time.process_time() - c
         cpu["write"] += time.process_time() - w
+        if keep is not None and res is not None:  # untimed
+            keep.update({k: t.copy() for k, t in res.tables.items()})
     return cpu
 
 
@@ -94,6 +97,29 @@ def table_diffs(new: Path, reference: Path) -> pd.DataFrame:
         if not (reference / "tables" / ref.name).exists():
             rows.append({"table": ref.stem, "column": "(new table)"})
     return pd.DataFrame(rows, columns=["table", "column", "max_abs_delta", "cells_otherwise"])
+
+
+def exact_diffs(new: Path, reference: Path) -> str:
+    """The tables in memory (tables.pkl of each --out) compared at full precision: the numeric cells that differ
+    and the largest |Δ| per table and column, or 'every cell equal'."""
+    a, b = pd.read_pickle(reference / "tables.pkl"), pd.read_pickle(new / "tables.pkl")
+    out = [f"{name}: missing" for name in a if name not in b]
+    for name in (n for n in a if n in b):
+        x, y = a[name], b[name]
+        if list(x.columns) != list(y.columns) or len(x) != len(y):
+            out.append(f"{name}: columns or rows differ")
+            continue
+        for col in x.columns:
+            u, v = x[col].to_numpy(), y[col].to_numpy()
+            if pd.api.types.is_numeric_dtype(x[col]) and pd.api.types.is_numeric_dtype(y[col]):
+                u, v = u.astype(float), v.astype(float)
+                if not np.array_equal(u, v, equal_nan=True):
+                    both = np.isfinite(u) & np.isfinite(v)
+                    out.append(f"{name}.{col}: {int((~((u == v) | (np.isnan(u) & np.isnan(v)))).sum())} cells, "
+                               f"max |Δ| {np.abs(u - v)[both].max() if both.any() else np.nan:.3g}")
+            elif [str(t) for t in u] != [str(t) for t in v]:
+                out.append(f"{name}.{col}: text differs")
+    return "; ".join(out) or f"every cell of the {len(a)} tables equal"
 
 
 def figure_diffs(new: Path, reference: Path) -> dict[str, list[str] | int]:
@@ -138,19 +164,20 @@ def main() -> None:
         run_vlm(Answers("warm-up", tables.pop(f"vlm{args.vlms}"), planted), cfg, writer)  # imports, untimed
         out = args.out or Path(tmp) / "timed"
         writer = OutputWriter(out)
-        per, all_answers = [], []
+        per, all_answers, exact = [], [], {} if args.out else None
         for name, df in tables.items():
             answers = Answers(name, df, planted)
             all_answers.append(answers)
-            c = time.process_time()
-            cpu = run_vlm(answers, cfg, writer)
-            cpu["total"] = time.process_time() - c
+            cpu = run_vlm(answers, cfg, writer, exact)
+            cpu["total"] = sum(v for k, v in cpu.items() if k != "write")
             per.append(cpu)
             print(f"{name}: {len(df)} answers, {cpu['total']:.2f} CPU s, load {os.getloadavg()[0]:.1f}", flush=True)
         c = time.process_time()
         summary.compute(Inputs(all_answers, []), cfg)
         writer.finish(profile="paper", stand_in=True, method="B (FOCUS/REFLECT)")
         tail = time.process_time() - c
+    if args.out:
+        pd.to_pickle(exact, args.out / "tables.pkl")
     med = {k: statistics.median(p[k] for p in per) for k in per[0]}
     print("CPU seconds per VLM (median over VLMs):", json.dumps({k: round(v, 2) for k, v in med.items()}))
     print(f"summary + figures written once for all VLMs: {tail:.2f} CPU s; per VLM with its share of it: "
@@ -163,6 +190,7 @@ def main() -> None:
             same = (args.out / "metrics.json").read_bytes() == (args.compare / "metrics.json").read_bytes()
             print("metrics.json", "byte-identical" if same else "differs")
             print("figures against --compare:", json.dumps(figure_diffs(args.out, args.compare)))
+            print("tables at full precision against --compare:", exact_diffs(args.out, args.compare))
 
 
 if __name__ == "__main__":
