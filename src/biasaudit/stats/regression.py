@@ -178,17 +178,25 @@ def fe_ols_cluster(y, X, clusters, names: list[str], level: float = 0.95, n_wild
     p_wild = np.full(k, np.nan)
     if n_wild > 0:
         rng = np.random.default_rng(seed)
-        V = wild_weights(weights, (G, n_wild), rng)[codes]  # n × B, one weight per cluster
+        V = wild_weights(weights, (G, n_wild), rng)  # G × B, one weight per cluster
+
+        def sums(w: np.ndarray) -> np.ndarray:  # per-cluster sums of the columns of w (n × m) → G × m
+            return np.stack([np.bincount(codes, weights=c, minlength=G) for c in w.T], axis=1)
+
         for j in np.flatnonzero(~degenerate):
             others = [c for c in range(k) if c != j]
             Xr = Xd[:, others]
             br = np.linalg.lstsq(Xr, yd, rcond=None)[0] if others else np.zeros(0)
             fit_r = Xr @ br if others else np.zeros(n)
             u_r = yd - fit_r
-            Y = fit_r[:, None] + u_r[:, None] * V
-            B = A @ Y
-            E = Y - Xd @ B
-            se_b = _cluster_se(A[j:j + 1], E, codes, G, factor)[0]
+            # The replicates Y = fit_r + u_r·V[cluster] are linear in the cluster weights, so their
+            # coefficients B = A·Y and the per-cluster scores Σ_i∈g a_j,i (Y − Xd·B)_i follow from per-cluster
+            # sums (G × B) without forming the n × B replicates
+            B = (A @ fit_r)[:, None] + sums(A.T * u_r[:, None]).T @ V
+            a = A[j]
+            scores = sums(np.column_stack([a * fit_r, a * u_r]))
+            u = scores[:, :1] + scores[:, 1:] * V - sums(a[:, None] * Xd) @ B
+            se_b = np.sqrt(factor * (u ** 2).sum(axis=0))
             with np.errstate(invalid="ignore", divide="ignore"):
                 tb = B[j] / se_b
             tb = tb[np.isfinite(tb)]  # a replicate with no residual variation has no statistic

@@ -78,39 +78,46 @@ def sentence(row: dict[str, Any], null: float, alpha: float) -> str:
     return "; ".join(parts)
 
 
+def _first_rows(table: pd.DataFrame | None, keys: list[str]) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The first row of `table` for each value of `keys` (as text), for lookups one finding at a time."""
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for row in ([] if table is None else table.to_dict("records")):
+        out.setdefault(tuple(str(row[k]) for k in keys), row)
+    return out
+
+
 def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     r, c = refusals.estimates(answers, cfg), controls.estimates(answers, cfg)
-    gaps_t = r["refusal_gaps"].set_index(["kind", "task"]) if len(r["refusal_gaps"]) else None
-    return {"gaps": gaps_t, "rw": r["race_winrate_bounds"], "dg": r["delta_g_bounds"], "floor": c["floor"],
-            "verdicts": c["placebo_verdicts"]}
+    verdicts = c["placebo_verdicts"]
+    return {"gaps": _first_rows(r["refusal_gaps"], ["kind", "task"]),
+            "rw": _first_rows(r["race_winrate_bounds"], ["task", "gender", "race"]),
+            "dg": _first_rows(r["delta_g_bounds"], ["measure", "dimension", "level"]),
+            "floor": _first_rows(c["floor"], ["kind", "measure"]),
+            "verdicts": {test: placebo_verdict(verdicts, test) for test in ("bradley_terry", "delta_g (%)")}}
 
 
 def _gap(e: dict[str, Any], kind: str, task: str, alpha: float) -> dict[str, Any]:
-    g = e["gaps"]
-    if g is None or (kind, task) not in g.index:
+    g = e["gaps"].get((kind, task))
+    if g is None:
         return {"refusal_gap_p": np.nan, "refusal_gap": None}
-    p = float(g.loc[(kind, task), "p"])
+    p = float(g["p"])
     return {"refusal_gap_p": p, "refusal_gap": bool(np.isfinite(p) and p < alpha)}
 
 
-def _bounds(table: pd.DataFrame | None, where: dict[str, str]) -> dict[str, Any]:
-    if table is None or table.empty:
+def _bounds(rows: dict[tuple[str, ...], dict[str, Any]], *key: str) -> dict[str, Any]:
+    b = rows.get(tuple(str(k) for k in key))
+    if b is None:
         return {"bounds_low": np.nan, "bounds_high": np.nan, "robust_to_refusals": ""}
-    hit = table
-    for k, v in where.items():
-        hit = hit[hit[k].astype(str) == str(v)]
-    if hit.empty:
-        return {"bounds_low": np.nan, "bounds_high": np.nan, "robust_to_refusals": ""}
-    b = hit.iloc[0]
     return {"bounds_low": b["low"], "bounds_high": b["high"], "robust_to_refusals": robust(b["contains_no_effect"])}
 
 
-def _floor(floor: pd.DataFrame, kind: str, measure: str, low: float, high: float, null: float) -> dict[str, Any]:
-    f = floor[(floor["kind"] == kind) & (floor["measure"] == measure)] if len(floor) else floor
-    if f.empty or not np.isfinite([f["low"].iloc[0], f["high"].iloc[0]]).all():
+def _floor(floor: dict[tuple[str, ...], dict[str, Any]], kind: str, measure: str, low: float, high: float,
+           null: float) -> dict[str, Any]:
+    f = floor.get((kind, measure))
+    if f is None or not np.isfinite([f["low"], f["high"]]).all():
         return {"floor_bound": np.nan, "exceeds_floor": None}
     centre = 0.5 if kind == "2afc" else 0.0  # the floor's own no-effect value
-    bound = float(max(abs(f["low"].iloc[0] - centre), abs(f["high"].iloc[0] - centre)))
+    bound = float(max(abs(f["low"] - centre), abs(f["high"] - centre)))
     if not (np.isfinite(low) and np.isfinite(high)):
         return {"floor_bound": bound, "exceeds_floor": None}
     return {"floor_bound": bound, "exceeds_floor": bool(low - null > bound or high - null < -bound)}
@@ -122,9 +129,9 @@ def of_delta_g(answers: Answers, cfg: Any, measure: str, dimension: str, level: 
     in the Δg's own units (percent; an OLS coefficient's interval is not in them, so pass NaN there)."""
     e, alpha = answers.shared("caveats", cfg, lambda: _estimates(answers, cfg)), Boot.of(cfg).alpha
     kind, task = _kind_task(measure)
-    row = _gap(e, kind, task, alpha) | _bounds(e["dg"], {"measure": measure, "dimension": dimension, "level": level})
+    row = _gap(e, kind, task, alpha) | _bounds(e["dg"], measure, dimension, level)
     row |= _floor(e["floor"], kind, measure, low, high, 0.0)
-    row["placebo_effect_null"] = placebo_verdict(e["verdicts"], "delta_g (%)")
+    row["placebo_effect_null"] = e["verdicts"]["delta_g (%)"]
     return row | {"caveats": sentence(row, 0.0, alpha)}
 
 
@@ -132,9 +139,9 @@ def of_race_winrate(answers: Answers, cfg: Any, task: str, gender: str, race: st
                     high: float) -> dict[str, Any]:
     """The caveats of a 2AFC race win rate within gender with interval [low, high]."""
     e, alpha = answers.shared("caveats", cfg, lambda: _estimates(answers, cfg)), Boot.of(cfg).alpha
-    row = _gap(e, "2afc", task, alpha) | _bounds(e["rw"], {"task": task, "gender": gender, "race": race})
+    row = _gap(e, "2afc", task, alpha) | _bounds(e["rw"], task, gender, race)
     row |= _floor(e["floor"], "2afc", task, low, high, 0.5)
-    row["placebo_effect_null"] = placebo_verdict(e["verdicts"], "bradley_terry")
+    row["placebo_effect_null"] = e["verdicts"]["bradley_terry"]
     return row | {"caveats": sentence(row, 0.5, alpha)}
 
 

@@ -179,7 +179,8 @@ def _estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     floor = artifact_floor(answers.controls, cfg)
     within = gaps.estimates(answers, cfg)["delta_g"]
     placebo = placebo_answers(answers)
-    tests = placebo_tests(two_afc.estimates(placebo, cfg), gaps.estimates(placebo, cfg)["delta_g"])
+    # only what the verdicts read: the headline Bradley–Terry tables and Δg within photo
+    tests = placebo_tests(two_afc.headline_bradley_terry(placebo, cfg), gaps.delta_g(measure_frames(placebo.responses, cfg), cfg))
     if answers.planted is not None:
         two = answers.controls[answers.controls["kind"] == "2afc"]
         floor = planted_floor(floor, answers.planted, cfg, bool((two["order"] == 1).any()) or two.empty)

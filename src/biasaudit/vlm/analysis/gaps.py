@@ -42,23 +42,36 @@ def mean_gaps(df: pd.DataFrame, dimension: str, reference: str, by: list[str] | 
     return out.sort_values(by + ["level"]).reset_index(drop=True).assign(level=lambda d: d["level"].astype(str))
 
 
+def cell_means(df: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Mean y per cell (photo, value of the other dimension): a row per cell, a column per level of `dimension`
+    (NaN where the cell has none)."""
+    other = "gender" if dimension == "race" else "race"
+    return df.groupby(["unit", other, dimension])["y"].mean().unstack(dimension)
+
+
+def pair_cells(means: pd.DataFrame, level: str, reference: str) -> pd.DataFrame:
+    """The cells of `cell_means` holding both `level` and `reference`: unit, level_mean, ref_mean."""
+    if level not in means or reference not in means:
+        return pd.DataFrame(columns=["unit", "level_mean", "ref_mean"])
+    cells = means[[level, reference]].dropna().rename(columns={level: "level_mean", reference: "ref_mean"})
+    return cells.reset_index()[["unit", "level_mean", "ref_mean"]]
+
+
 def matched_cells(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.DataFrame:
     """Per (photo, other-dimension value) cell holding both `level` and `reference`: their mean y."""
-    other = "gender" if dimension == "race" else "race"
-    means = df[df[dimension].isin([level, reference])].groupby(["unit", other, dimension])["y"].mean()
-    cells = means.unstack(dimension)
-    if level not in cells or reference not in cells:
-        return pd.DataFrame(columns=["unit", "level_mean", "ref_mean"])
-    cells = cells[[level, reference]].dropna().rename(columns={level: "level_mean", reference: "ref_mean"})
-    return cells.reset_index()[["unit", "level_mean", "ref_mean"]]
+    return pair_cells(cell_means(df[df[dimension].isin([level, reference])], dimension), level, reference)
 
 
 def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str, boot: Boot) -> dict[str, Any]:
     """Δg within source photo (matched cells, see the package docstring) with its bootstrap CI over
     photos and a sign-flip p-value of the per-photo mean difference."""
+    return delta_g_of_cells(matched_cells(df, dimension, level, reference), dimension, level, reference, boot)
+
+
+def delta_g_of_cells(cells: pd.DataFrame, dimension: str, level: str, reference: str, boot: Boot) -> dict[str, Any]:
+    """`delta_g_within` from the matched cells (pair_cells)."""
     from biasaudit.stats.resample import cluster_bootstrap
 
-    cells = matched_cells(df, dimension, level, reference)
     per = cells.assign(d=cells["level_mean"] - cells["ref_mean"]).groupby("unit").agg(
         d=("d", "sum"), ref=("ref_mean", "sum"), cells=("d", "size"))
     row = {"dimension": dimension, "level": level, "reference": reference, "n_photos": len(per),
@@ -82,26 +95,35 @@ def delta_g_within(df: pd.DataFrame, dimension: str, level: str, reference: str,
 def delta_g_table(df: pd.DataFrame, measure: str, cfg: Any) -> pd.DataFrame:
     """Δg within photo of every level but the reference, race then gender."""
     boot = Boot.of(cfg)
-    rows = [delta_g_within(df, dimension, level, ref, boot) for dimension, levels, ref in references(cfg)
-            for level in levels if level != ref]
+    rows = []
+    for dimension, levels, ref in references(cfg):
+        means = cell_means(df, dimension)  # once for every level
+        rows += [delta_g_of_cells(pair_cells(means, level, ref), dimension, level, ref, boot) for level in levels
+                 if level != ref]
     return pd.DataFrame(rows).assign(measure=measure, estimator="within source photo (matched cells)")
 
 
+def delta_g(frames: dict[str, pd.DataFrame], cfg: Any) -> pd.DataFrame | None:
+    """Δg within photo of every measure of `frames` (inputs.measures), underpowered rows labelled, p adjusted
+    over the table; None without measures."""
+    if not frames:
+        return None
+    boot = Boot.of(cfg)
+    table = pd.concat([delta_g_table(sub, label, cfg) for label, sub in frames.items()], ignore_index=True)
+    table = underpowered_sign_flip(table, "p_value", boot.alpha)
+    table = underpowered_intervals(table, table["n_photos"], boot.min_clusters)
+    return adjusted(table, "p_value", boot.p_adjust)
+
+
 def _estimates(answers: Answers, cfg: Any) -> dict[str, pd.DataFrame | None]:
-    gaps, by_occ, deltas = [], [], []
-    for label, sub in measures(answers, cfg).items():
+    gaps, by_occ = [], []
+    frames = measures(answers, cfg)
+    for label, sub in frames.items():
         for dim, _, ref in references(cfg):
             gaps.append(mean_gaps(sub, dim, ref).assign(measure=label))
             if label.startswith("salary_"):  # a salary task: its gaps by occupation too
                 by_occ.append(mean_gaps(sub, dim, ref, by=["occupation"]).assign(measure=label))
-        deltas.append(delta_g_table(sub, label, cfg))
-    boot = Boot.of(cfg)
-    delta_g = None
-    if deltas:
-        delta_g = underpowered_sign_flip(pd.concat(deltas, ignore_index=True), "p_value", boot.alpha)
-        delta_g = underpowered_intervals(delta_g, delta_g["n_photos"], boot.min_clusters)
-        delta_g = adjusted(delta_g, "p_value", boot.p_adjust)
-    return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g,
+    return {"mean_gaps": pd.concat(gaps, ignore_index=True) if gaps else None, "delta_g": delta_g(frames, cfg),
             "salary_gaps_by_occupation": pd.concat(by_occ, ignore_index=True) if by_occ else None}
 
 

@@ -47,12 +47,16 @@ def within_photo_ss(values: pd.DataFrame, units: pd.Index) -> tuple[np.ndarray, 
     return ss.reindex(units, fill_value=0.0).to_numpy(float), df.reindex(units, fill_value=0).to_numpy(float)
 
 
-def race_contrasts(values: pd.DataFrame, race: str, reference: str, units: pd.Index) -> np.ndarray:
-    """Per photo: mean over genders (with both images valued) of v(race, gender) − v(reference, gender); NaN
-    where no gender has both."""
-    wide = values.assign(race=values["group"].map(lambda c: CODE_TO_GROUP[c][0]),
+def by_race_gender(values: pd.DataFrame) -> pd.DataFrame:
+    """The image values as a table: a row per photo, a column per (race, gender)."""
+    return values.assign(race=values["group"].map(lambda c: CODE_TO_GROUP[c][0]),
                          gender=values["group"].map(lambda c: CODE_TO_GROUP[c][1])).pivot_table(
         index="unit", columns=["race", "gender"], values="v", aggfunc="mean")
+
+
+def race_contrasts(wide: pd.DataFrame, race: str, reference: str, units: pd.Index) -> np.ndarray:
+    """Per photo: mean over genders (with both images valued) of v(race, gender) − v(reference, gender) of the
+    `by_race_gender` table; NaN where no gender has both."""
     diffs = [wide[(race, g)] - wide[(reference, g)] for g in GENDERS
              if (race, g) in wide.columns and (reference, g) in wide.columns]
     if not diffs:
@@ -136,9 +140,10 @@ def interaction_table(values: dict[str, pd.DataFrame], reference: str, boot: Boo
     units = pd.Index(sorted(set().union(*(set(v["unit"]) for v in values.values()))))
     ss = [within_photo_ss(values[t], units) for t in tasks]
     SS, DF = np.column_stack([s for s, _ in ss]), np.column_stack([d for _, d in ss])
+    wide = [by_race_gender(values[t]) for t in tasks]
     rows = []
     for race in (r for r in RACES if r != reference):
-        X = np.column_stack([race_contrasts(values[t], race, reference, units) for t in tasks])
+        X = np.column_stack([race_contrasts(w, race, reference, units) for w in wide])
         rows += race_rows(race, tasks, X, SS, DF, boot)
     table = pd.DataFrame(rows, columns=COLUMNS)
     from biasaudit.stats.resample import p_adjust

@@ -191,23 +191,33 @@ def imputation_range(df: pd.DataFrame, values: dict[str, float] | None) -> tuple
     return lo, hi, "the smallest / largest retained salary of the photo's occupation"
 
 
-def _photo_sums(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.DataFrame:
-    cells = gaps.matched_cells(df, dimension, level, reference)
+def imputed_cell_means(df: pd.DataFrame, lo: pd.Series, hi: pd.Series, dimension: str,
+                       reference: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The cell means (gaps.cell_means) with the refused answers imputed for the lower bound of every level's
+    Δg (the reference's at the highest value, the others' at the lowest) and for the upper bound (the reverse)."""
+    refused = (df["status"] == REFUSED).to_numpy()
+    at_ref = (df[dimension] == reference).to_numpy()
+    low = df.assign(y=df["y"].where(~refused, np.where(at_ref, hi, lo)))
+    high = df.assign(y=df["y"].where(~refused, np.where(at_ref, lo, hi)))
+    return gaps.cell_means(low, dimension), gaps.cell_means(high, dimension)
+
+
+def _photo_sums(means: pd.DataFrame, level: str, reference: str) -> pd.DataFrame:
+    cells = gaps.pair_cells(means, level, reference)
     return cells.assign(d=cells["level_mean"] - cells["ref_mean"]).groupby("unit")[["d", "ref_mean"]].sum()
 
 
-def delta_g_bounds_row(df: pd.DataFrame, lo: pd.Series, hi: pd.Series, dimension: str, level: str, reference: str,
-                       boot: Boot) -> dict[str, Any]:
+def delta_g_bounds_row(df: pd.DataFrame, imputed: tuple[pd.DataFrame, pd.DataFrame], dimension: str, level: str,
+                       reference: str, boot: Boot) -> dict[str, Any]:
     """Worst-case bounds of Δg within photo (level vs reference) with refused answers imputed at the ends
-    of their range; `df` holds retained answers (with y) and refused ones (y NaN) of one measure."""
+    of their range (`imputed`: imputed_cell_means); `df` holds retained answers (with y) and refused ones
+    (y NaN) of one measure."""
     from biasaudit.stats.resample import cluster_bootstrap
 
     refused = df["status"] == REFUSED
     at_level, at_ref = df[dimension] == level, df[dimension] == reference
-    low_df = df.assign(y=df["y"].where(~refused, np.where(at_ref, hi, lo)))
-    high_df = df.assign(y=df["y"].where(~refused, np.where(at_level, hi, lo)))
-    sums = _photo_sums(low_df, dimension, level, reference).join(
-        _photo_sums(high_df, dimension, level, reference), lsuffix="_lo", rsuffix="_hi", how="inner")
+    sums = _photo_sums(imputed[0], level, reference).join(
+        _photo_sums(imputed[1], level, reference), lsuffix="_lo", rsuffix="_hi", how="inner")
     row = {"dimension": dimension, "level": level, "reference": reference, "n_photos": len(sums),
            "n_refused_level": int((refused & at_level).sum()), "n_refused_reference": int((refused & at_ref).sum())}
     if sums.empty:
@@ -238,8 +248,9 @@ def delta_g_bounds(responses: pd.DataFrame, cfg: Any) -> pd.DataFrame | None:
         sub = sub.assign(y=y.astype(float).where(sub["status"] == OK))
         lo, hi, how = imputation_range(sub, values)
         for dimension, levels, ref in gaps.references(cfg):
-            rows += [delta_g_bounds_row(sub, lo, hi, dimension, level, ref, boot) | {"measure": measure,
-                                                                                    "imputation": how}
+            imputed = imputed_cell_means(sub, lo, hi, dimension, ref)  # once for every level
+            rows += [delta_g_bounds_row(sub, imputed, dimension, level, ref, boot) | {"measure": measure,
+                                                                                     "imputation": how}
                      for level in levels if level != ref]
     return pd.DataFrame(rows) if rows else None
 

@@ -48,22 +48,32 @@ def ols_by_group(df: pd.DataFrame, race_reference: str, gender_reference: str, c
     return table, ""
 
 
-def paired_differences(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.Series:
-    """Per source photo: mean y of `level` − mean y of `reference` (photos lacking either are dropped)."""
-    means = df.groupby(["unit", dimension])["y"].mean().unstack(dimension)
+def unit_means(df: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Mean y per source photo (rows) and level of `dimension` (columns; NaN where the photo has none)."""
+    return df.groupby(["unit", dimension])["y"].mean().unstack(dimension)
+
+
+def level_differences(means: pd.DataFrame, level: str, reference: str) -> pd.Series:
+    """Per source photo of `unit_means`: mean y of `level` − mean y of `reference` (photos lacking either dropped)."""
     if level not in means or reference not in means:
         return pd.Series(dtype=float)
     return (means[level] - means[reference]).dropna()
+
+
+def paired_differences(df: pd.DataFrame, dimension: str, level: str, reference: str) -> pd.Series:
+    """Per source photo: mean y of `level` − mean y of `reference` (photos lacking either are dropped)."""
+    return level_differences(unit_means(df, dimension), level, reference)
 
 
 def sign_flip_table(df: pd.DataFrame, race_reference: str, gender_reference: str, n_permutations: int,
                     seed: int) -> pd.DataFrame:
     rows = []
     for dimension, levels, ref in (("race", RACES, race_reference), ("gender", GENDERS, gender_reference)):
+        means = unit_means(df, dimension)  # once for every level
         for level in levels:
             if level == ref:
                 continue
-            d = paired_differences(df, dimension, level, ref)
+            d = level_differences(means, level, ref)
             mean, p, why = sign_flip(d.to_numpy(), n_permutations, seed)
             rows.append({"dimension": dimension, "level": level, "reference": ref, "n_photos": len(d),
                          "mean_diff": mean, "p": p, "reason": why})
@@ -130,10 +140,15 @@ def estimates(answers: Answers, cfg: Any) -> dict[str, Any]:
     return answers.shared("significance", cfg, lambda: _estimates(answers, cfg))
 
 
+def retention(answers: Answers, cfg: Any) -> pd.DataFrame:
+    """inputs.retention_table of the VLM's answers, computed once per VLM (the section and its notes read it)."""
+    return answers.shared("retention", cfg, lambda: retention_table(answers.responses))
+
+
 def notes(answers: Answers, cfg: Any) -> list[str]:
     """Low retention, degenerate answers and OLS fits that failed, in the order of the tasks."""
     out = [f"{r.kind} {r.task}: only {r.retained} of {r.asked} answers retained (most common reason: {r.top_reason})"
-           for r in retention_table(answers.responses).itertuples() if r.retained_share < 0.5]
+           for r in retention(answers, cfg).itertuples() if r.retained_share < 0.5]
     why = degenerate(answers, cfg)
     out += [f"2AFC {k.removeprefix('2afc_')}: {w}" for k, w in why.items() if k.startswith("2afc_")]
     for label, reason in estimates(answers, cfg)["ols_reasons"].items():
@@ -145,7 +160,7 @@ def notes(answers: Answers, cfg: Any) -> list[str]:
 def compute(answers: Answers, cfg: Any) -> Result:
     vlm, e = answers.vlm, estimates(answers, cfg)
     res = Result(f"{vlm}_significance", f"{vlm}: significance (cluster-robust OLS, sign-flip tests){answers.tag}")
-    res.tables[C.RETENTION.of(vlm)] = retention_table(answers.responses).assign(vlm=vlm)
+    res.tables[C.RETENTION.of(vlm)] = retention(answers, cfg).assign(vlm=vlm)
     primary = endpoints.primary_endpoints(answers, cfg)
     res.tables[C.PRIMARY_ENDPOINTS.of(vlm)] = primary.assign(vlm=vlm)
     for name, table in ((C.OLS.of(vlm), e["ols"]), (C.SIGN_FLIP.of(vlm), e["sign_flip"])):

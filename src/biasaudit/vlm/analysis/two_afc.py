@@ -60,17 +60,27 @@ def order_pairs(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) ->
     codes in `groups`), s = the order-averaged share of answers choosing lo: ½[mean over the lo-first answers
     + mean over the hi-first answers]; any position pull, whatever the pair, cancels from s under no group
     effect. `one_order`: the pairs retained in one order only, left out."""
-    index = {g: i for i, g in enumerate(groups)}
-    ia, ib = two_afc["group_a"].map(index).to_numpy(), two_afc["group_b"].map(index).to_numpy()
+    codes = pd.Index(groups)
+    ia, ib = codes.get_indexer(two_afc["group_a"]), codes.get_indexer(two_afc["group_b"])
     lo_first = ia < ib
-    key = pd.DataFrame({"unit": two_afc["unit"].to_numpy(), "lo": np.where(lo_first, two_afc["group_a"],
-                        two_afc["group_b"]), "hi": np.where(lo_first, two_afc["group_b"], two_afc["group_a"]),
-                        "lo_first": lo_first, "lo_won": (two_afc["choice"].to_numpy() == "A") == lo_first})
-    per_order = key.groupby(["unit", "lo", "hi", "lo_first"])["lo_won"].mean().unstack("lo_first")
-    per_order = per_order.reindex(columns=[False, True])
-    both = per_order.dropna()
-    pairs = both.mean(axis=1).rename("s").reset_index()
-    return pairs, int(len(per_order) - len(both))
+    lo_won = (two_afc["choice"].to_numpy() == "A") == lo_first
+    units, names = pd.factorize(two_afc["unit"], sort=True)
+    # one key per (unit, lo, hi) in the order of the sorted unit and group names (rows as a groupby would sort them)
+    by_name = np.argsort(np.argsort(np.asarray(groups, dtype=object)))
+    G = len(groups)
+    key = (units * G + by_name[np.minimum(ia, ib)]) * G + by_name[np.maximum(ia, ib)]
+    cell = 2 * key + lo_first
+    size = 2 * G * G * len(names)
+    n = np.bincount(cell, minlength=size).reshape(-1, 2)
+    won = np.bincount(cell, lo_won.astype(float), minlength=size).reshape(-1, 2)
+    asked = (n > 0).sum(1)
+    both = np.flatnonzero(asked == 2)
+    share = won[both] / n[both]
+    by_rank = np.argsort(by_name)
+    u, rest = np.divmod(both, G * G)
+    pairs = pd.DataFrame({"unit": np.asarray(names)[u], "lo": np.asarray(groups)[by_rank[rest // G]],
+                          "hi": np.asarray(groups)[by_rank[rest % G]], "s": (share[:, 0] + share[:, 1]) / 2})
+    return pairs, int((asked == 1).sum())
 
 
 def symmetric_unit_counts(two_afc: pd.DataFrame, groups: tuple[str, ...] = GROUP_CODES) -> tuple[np.ndarray, np.ndarray]:
@@ -197,12 +207,29 @@ def _bt_table(fit: Any, names: list[str], reference: str, confidence: float, clu
     return pd.concat([table, ref_row], ignore_index=True).assign(n=len(clusters), n_clusters=G)
 
 
+def _cluster_logit(y: np.ndarray, X: np.ndarray, clusters: np.ndarray, has_constant: bool) -> tuple[Any, str]:
+    """(statsmodels Logit fit with errors clustered by `clusters`, '') or (None, why not)."""
+    import statsmodels.api as sm
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # check_rank and hasconst: statsmodels' rank and implicit-constant checks (a full QR and two SVDs
+            # of the design, 10x the fit itself) set only df_model and k_constant, which neither the estimates
+            # nor the cluster-robust errors read; the symmetric design has no constant (rows are β_lo − β_hi)
+            fit = sm.Logit(y, X, check_rank=False, hasconst=has_constant).fit(
+                disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": clusters})
+    except Exception as exc:  # perfect separation, singular design
+        return None, f"Bradley–Terry fit failed: {type(exc).__name__}: {exc}"
+    if not np.all(np.isfinite(fit.params)) or not fit.mle_retvals.get("converged", False):
+        return None, "Bradley–Terry fit did not converge (probably separation: some group always wins)"
+    return fit, ""
+
+
 def bradley_terry(two_afc: pd.DataFrame, reference: str, confidence: float,
                   groups: tuple[str, ...] = GROUP_CODES) -> tuple[pd.DataFrame | None, str]:
     """Bradley–Terry log-strengths relative to group `reference`, with a position effect; errors clustered
     by source photo. Returns (table with term, strength, se, ci_low, ci_high, p, n, n_clusters) or (None, reason)."""
-    import statsmodels.api as sm
-
     if len(two_afc) < len(groups):
         return None, f"too few retained comparisons ({len(two_afc)})"
     present = sorted(set(two_afc["group_a"]) | set(two_afc["group_b"]), key=list(groups).index)
@@ -213,16 +240,9 @@ def bradley_terry(two_afc: pd.DataFrame, reference: str, confidence: float,
     if y.min() == y.max():
         return None, f"every retained answer is '{'A' if y[0] else 'B'}': strengths are not identifiable"
     clusters = pd.factorize(two_afc["unit"])[0]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = sm.Logit(y, _bt_design(two_afc, others)).fit(disp=0, maxiter=200, cov_type="cluster",
-                                                               cov_kwds={"groups": clusters})
-    except Exception as exc:  # perfect separation, singular design
-        return None, f"Bradley–Terry fit failed: {type(exc).__name__}: {exc}"
-    if not np.all(np.isfinite(fit.params)) or not fit.mle_retvals.get("converged", False):
-        return None, "Bradley–Terry fit did not converge (probably separation: some group always wins)"
-    return _bt_table(fit, ["position_first"] + others, reference, confidence, clusters), ""
+    fit, why = _cluster_logit(y, _bt_design(two_afc, others), clusters, has_constant=True)
+    return (None, why) if fit is None else (_bt_table(fit, ["position_first"] + others, reference, confidence,
+                                                      clusters), "")
 
 
 def bradley_terry_symmetric(two_afc: pd.DataFrame, reference: str, confidence: float,
@@ -231,8 +251,6 @@ def bradley_terry_symmetric(two_afc: pd.DataFrame, reference: str, confidence: f
     retained in both orders (order_pairs; a fractional response of 2 answers), no position term, so that a
     position pull of any form cancels under no group effect; errors clustered by source photo, t(G − 1)
     reference. Returns (table as `bradley_terry`, plus pairs_one_order: the pairs left out) or (None, reason)."""
-    import statsmodels.api as sm
-
     pairs, one_order = order_pairs(two_afc, groups)
     if len(pairs) < len(groups):
         return None, f"too few pairs retained in both orders ({len(pairs)}; {one_order} in one order only)"
@@ -245,14 +263,9 @@ def bradley_terry_symmetric(two_afc: pd.DataFrame, reference: str, confidence: f
         return None, f"every pair's order-averaged outcome is {y[0]:g}: strengths are not identifiable"
     X = np.column_stack([(pairs["lo"] == g).to_numpy(float) - (pairs["hi"] == g).to_numpy(float) for g in others])
     clusters = pd.factorize(pairs["unit"])[0]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = sm.Logit(y, X).fit(disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": clusters})
-    except Exception as exc:  # perfect separation, singular design
-        return None, f"Bradley–Terry fit failed: {type(exc).__name__}: {exc}"
-    if not np.all(np.isfinite(fit.params)) or not fit.mle_retvals.get("converged", False):
-        return None, "Bradley–Terry fit did not converge (probably separation: some group always wins)"
+    fit, why = _cluster_logit(y, X, clusters, has_constant=False)
+    if fit is None:
+        return None, why
     return _bt_table(fit, others, reference, confidence, clusters).assign(pairs_one_order=one_order), ""
 
 
@@ -283,12 +296,18 @@ def share_first_blanked(two_afc: pd.DataFrame, boot: Boot) -> dict[str, Any]:
     return underpowered_intervals(iv, iv["n_photos"], boot.min_clusters).iloc[0].to_dict()
 
 
+def _bt(two_afc: pd.DataFrame, cfg: Any, estimator: str) -> tuple[pd.DataFrame | None, str]:
+    """One estimator's Bradley–Terry table with its tests (bt_tests), or None and the reason."""
+    boot = Boot.of(cfg)
+    table, why = BT_FITS[estimator](two_afc, cfg.reflect_analysis.bt_reference, boot.level)
+    return (None if table is None else bt_tests(table, boot.min_clusters, boot.p_adjust)), why
+
+
 def _task(two_afc: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     boot = Boot.of(cfg)
     why = degenerate_2afc(two_afc)
     estimator = cfg.reflect_analysis.two_afc_estimator
-    fits = {k: fit(two_afc, cfg.reflect_analysis.bt_reference, boot.level) for k, fit in BT_FITS.items()}
-    bt = {k: None if t is None else bt_tests(t, boot.min_clusters, boot.p_adjust) for k, (t, _) in fits.items()}
+    fits = {k: _bt(two_afc, cfg, k) for k in ESTIMATORS}
     _, one_order = order_pairs(two_afc)
     tidy, groups = win_rate_table(two_afc, boot.resampling, estimator=estimator), list(GROUP_CODES)
     race = race_win_rates_within_gender(two_afc, boot.resampling, estimator)
@@ -302,14 +321,22 @@ def _task(two_afc: pd.DataFrame, cfg: Any) -> dict[str, Any]:
             "degenerate": why, "winrate": underpowered_intervals(tidy, tidy["n_photos"], boot.min_clusters),
             "matrix": tidy.pivot(index="row", columns="col", values="rate").reindex(index=groups, columns=groups),
             "race_winrate": underpowered_intervals(race, race["n_photos"], boot.min_clusters).assign(degenerate=why),
-            "bradley_terry": bt[estimator], "bt_reason": fits[estimator][1],
-            "bradley_terry_other": {k: (t, fits[k][1]) for k, t in bt.items() if k != estimator}}
+            "bradley_terry": fits[estimator][0], "bt_reason": fits[estimator][1],
+            "bradley_terry_other": {k: fit for k, fit in fits.items() if k != estimator}}
 
 
 def estimates(answers: Answers, cfg: Any) -> dict[str, dict[str, Any]]:
     """Per 2AFC task: position_bias, degenerate, winrate, matrix, race_winrate, bradley_terry (None with its
     bt_reason when not fitted); computed once per VLM (the validation and the summary read them)."""
     return answers.shared("two_afc", cfg, lambda: {t: _task(sub, cfg) for t, sub in two_afc_tasks(answers).items()})
+
+
+def headline_bradley_terry(answers: Answers, cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per 2AFC task: bradley_terry and bt_reason as in `estimates` (the headline estimator's), without the
+    rest: what the placebo verdicts read (controls.placebo_tests)."""
+    estimator = cfg.reflect_analysis.two_afc_estimator
+    return {t: dict(zip(("bradley_terry", "bt_reason"), _bt(sub, cfg, estimator)))
+            for t, sub in two_afc_tasks(answers).items()}
 
 
 def race_win_rates(e: dict[str, Any]) -> dict[str, dict[str, float]]:
