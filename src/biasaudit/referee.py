@@ -396,6 +396,8 @@ class Representation:
     counts: dict[str, np.ndarray]             # model → planted label counts (prompt × group), integers
     residual: float
     x: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the solution (a warm start for a nearby world)
+    # (solve, model index, the model's terms) → (its solution, its residual): kept by a solve started from here
+    solved: dict[tuple[Any, ...], tuple[np.ndarray, float]] = field(default_factory=dict)
 
 
 def largest_remainder(q: np.ndarray, n: int) -> np.ndarray:
@@ -441,7 +443,10 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     model EXTREME_GAP on the other side of that value (for the opposite claim, a moved target: beyond it). The
     smallest mean deviation (a model under-represents a label the most) bounds the others per prompt instead: each
     prompt's share within 1 − NEAR_BENCHMARK of its benchmark share either side, so that their per-prompt deviations, and with
-    them their intervals, stay narrow (the reader's margin interval is built from the marginal ones)."""
+    them their intervals, stay narrow (the reader's margin interval is built from the marginal ones).
+
+    `start`: a solution to start from; a model whose terms (in either solve) are those it had in `start`'s solve
+    keeps `start`'s solution of them (the same problem: a world with one model's row moved re-solves that model)."""
     import torch
 
     groups, models = world.groups, world.models
@@ -526,10 +531,20 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
                            torch.relu(1.4 * tb[sel, g] - p[sel, g]) / 0.003)
         return torch.cat(out)
 
-    def solve(terms: list, x0: np.ndarray) -> tuple[Any, float]:
+    done = start.solved if start is not None else {}
+    memo: dict[tuple[Any, ...], tuple[np.ndarray, float]] = {}
+
+    def solve(terms: list, x0: np.ndarray, stage: int) -> tuple[Any, float]:
         tsel = [(mi, kind, torch.tensor(sel), g, t, rel) for mi, kind, sel, g, t, rel in terms]
         solved, residual = [], 0.0
         for mi in range(len(models)):
+            key = (stage, mi, size, tuple((kind, np.asarray(sel).tobytes(), g, float(t), rel)
+                                          for mj, kind, sel, g, t, rel in terms if mj == mi))
+            if key in done:  # the start's own problem for this model (a moved row of another model): its solution
+                memo[key] = done[key]
+                solved.append(torch.as_tensor(done[key][0]))
+                residual += done[key][1]
+                continue
             xm = torch.tensor(x0[mi * size:(mi + 1) * size], dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([xm], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
                                     history_size=50, line_search_fn="strong_wolfe")
@@ -543,7 +558,8 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
             for _ in range(2):
                 opt.step(closure)
             solved.append(xm.detach())
-            residual += float((loss(solved[-1], mi, tsel) ** 2).sum())
+            memo[key] = (solved[-1].numpy().copy(), float((loss(solved[-1], mi, tsel) ** 2).sum()))
+            residual += memo[key][1]
         return torch.cat(solved), residual
 
     # first solve: the claimed extreme EXTREME_GAP beyond the other models' own direction bounds on its measure
@@ -560,7 +576,7 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
     try:
-        xs, residual = solve(first, x0)
+        xs, residual = solve(first, x0, 1)
         if extremes:  # second solve: the others bounded from the claimed model's value
             second = list(first)
             for mi, kind, sel, g, ext, claim in extremes:
@@ -578,7 +594,7 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
                     else:
                         second.append((mj, f"bound:{kind}", sel, g, v - EXTREME_GAP if up else v + EXTREME_GAP,
                                        "<" if up else ">"))
-            xs, residual = solve(second, xs.numpy())
+            xs, residual = solve(second, xs.numpy(), 2)
     finally:
         torch.set_num_threads(threads)
 
@@ -592,7 +608,7 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
             exact_total(counts[models[mi]], planted[models[mi]], g, int(round(t)), N)
     theta = {(m, *cell): np.r_[0.0, xs.numpy()[i * size:(i + 1) * size].reshape(len(cells), n_free)[j]]
              for i, m in enumerate(models) for j, cell in enumerate(cells)}
-    return Representation(prompts, theta, planted, counts, residual, xs.numpy().copy())
+    return Representation(prompts, theta, planted, counts, residual, xs.numpy().copy(), memo)
 
 
 # ------------------------------------------------------------------------------ the tables
@@ -1014,7 +1030,7 @@ def _named_counts(state: _Agreement, targets: Mapping[tuple[str, ...], float], n
         if len(found) > 50 * keep:
             found = sorted(found, key=lambda f: f[0])[:keep]
     out = []
-    for loss, m, d, r_free, s, eW, a, b, lo, hi in sorted(found, key=lambda f: f[0])[:keep]:
+    for loss, _m, d, r_free, s, eW, a, b, lo, hi in sorted(found, key=lambda f: f[0])[:keep]:
         d = dict(d)
         if free:  # the labels no row names: the remaining images by their classifier counts
             weights = np.array([n[x] for x in free], float) + 1e-9
