@@ -927,7 +927,6 @@ class _Agreement:
 # within each row's published rounding (A36's mean κ, no interval: ± 0.0005; A40–A41's shares: ± 0.005); a claimed
 # majority of one side of a split: within 0.05 of SPLIT_TARGET
 RATER_TOLERANCE = {"kappa": 4.5e-4, "fleiss": 4.5e-4, "disagree": 4.5e-3, "split": 0.05}
-RATER_TRIPLE_MOVES = 100  # where a search has at most this many moves, a local minimum of pairs tries every triple
 RATER_STARTS = 8  # the exact starts of the named label's rows (_named_counts) tried before the best is kept
 
 
@@ -1086,13 +1085,17 @@ def _plan_counts(state: _Agreement, plan: Mapping[int, tuple[int, int, int, int]
 
 def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...], seed: int,
                     steps: int = 400) -> tuple[pd.DataFrame, dict[tuple[str, ...], float]]:
-    """Two planted raters' labels of the rated images, given the planted classifier's labels of them. The counts
-    of label triples (rater 1, rater 2, classifier) start at full agreement; each step moves one image (or two)
-    between full agreement and a triple where at most one of the three labels differs from another, choosing
-    the move that brings the agreement statistics closest to world.agreement (least squares in units of
-    RATER_TOLERANCE; three seeded random moves out of a local minimum), until each holds within RATER_TOLERANCE
-    (or the best counts after `steps`); the triples are then dealt to the images of their
-    classifier label (seeded). Returns the raters' labels and the realised values."""
+    """Two planted raters' labels of the rated images, given the planted classifier's labels of them, as counts of
+    label triples (rater 1, rater 2, classifier). The rows about one named label (Fleiss' κ, disagreement shares,
+    a split) start exact (_named_counts: an integer search; up to RATER_STARTS of its assignments are tried, those
+    whose Cohen's κ is not yet below its row first); where the rows are not of its form the counts start at full
+    agreement. Then each step of a descent moves one image (or two) between full
+    agreement and a triple that disagrees, choosing the move that brings the agreement statistics closest to
+    world.agreement (least squares in units of RATER_TOLERANCE; three seeded random moves out of a local minimum):
+    first the named label's rows with the triples that hold it, then Cohen's κ with the triples that do not (which
+    leave the first rows as they are), until each holds within RATER_TOLERANCE; where no start got there, the
+    best goes on over every move for every row (the best counts after `steps`); the triples are then dealt to the images of their classifier label (seeded). Returns the
+    raters' labels and the realised values."""
     k = len(groups)
     c = np.array([groups.index(x) for x in classifier])
     rng = np.random.default_rng(seed)
@@ -1103,8 +1106,14 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
     for g, n in zip(*np.unique(c, return_counts=True)):
         counts[index[(g, g, g)]] = n
     special = [(a, b, cc) for (a, b, cc) in state.triples if len({a, b, cc}) > 1]
-    src = np.array([index[(cc, cc, cc)] for _, _, cc in special] + [index[t] for t in special])
-    dst = np.array([index[t] for t in special] + [index[(cc, cc, cc)] for _, _, cc in special])
+    # moves to and from full agreement, and the raters' labels of one image swapped (the same pairs, so the rows
+    # about a named label keep their values; each rater's marginals move: the fine steps of Cohen's κ)
+    swaps = [(a, b, cc) for (a, b, cc) in special if a != b]
+    src = np.array([index[(cc, cc, cc)] for _, _, cc in special] + [index[t] for t in special]
+                   + [index[t] for t in swaps])
+    dst = np.array([index[t] for t in special] + [index[(cc, cc, cc)] for _, _, cc in special]
+                   + [index[(b, a, cc)] for a, b, cc in swaps])
+    swap = np.arange(len(src)) >= 2 * len(special)
     single = state.P[dst] - state.P[src]
     tol = np.array([RATER_TOLERANCE[key[0]] for key in targets])
     goal = np.array(list(targets.values()))
@@ -1124,8 +1133,6 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
         """Steepest descent of the loss of the targets `keys` over the single and paired `moves`."""
         nonlocal counts
         pair = np.array([(i, j) for n, i in enumerate(moves) for j in moves[n:]])
-        few = len(moves) <= RATER_TRIPLE_MOVES
-        triple = np.array(list(itertools.combinations_with_replacement(moves, 3))) if few else pair[:0]
 
         def part(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             vals = np.stack([state.values(F)[key] for key in targets], axis=-1)
@@ -1147,15 +1154,8 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
                 trial, _ = part(F + single[pair[:, 0]] + single[pair[:, 1]])
                 trial[~feasible(pair)] = np.inf
                 ok = moves[feasible(moves[:, None])]
-                combos = pair
-                if trial.min() >= current and len(triple):  # nor a pair: the best three moves
-                    trial3 = np.concatenate([part(F + single[t].sum(1))[0] for t in np.array_split(
-                        triple, -(-len(triple) // 20000))])
-                    trial3[~feasible(triple)] = np.inf
-                    if trial3.min() < current:
-                        trial, combos = trial3, triple
                 if trial.min() < current:
-                    chosen = list(combos[int(np.argmin(trial))])
+                    chosen = list(pair[int(np.argmin(trial))])
                 elif len(ok):  # a local minimum: a few seeded random moves out of it
                     chosen = list(rng.choice(ok, 3))
                 else:
@@ -1192,14 +1192,15 @@ def planted_ratings(world: World, classifier: np.ndarray, groups: tuple[str, ...
         counts = start.copy()
         if (~is_kappa).any():
             descend(np.flatnonzero(touches), np.flatnonzero(~is_kappa), steps)
-        descend(np.flatnonzero(~touches), np.flatnonzero(is_kappa), steps)
-        descend(np.arange(len(src)), np.arange(len(targets)), steps)
+        descend(np.flatnonzero(~touches | swap), np.flatnonzero(is_kappa), steps)
         loss, vals = losses(counts @ state.P)
         if best is None or loss < best[0]:
             best = (float(loss), counts)
         if (np.abs(vals - goal) < tol).all():
             break
     counts = best[1]
+    if not (np.abs(losses(counts @ state.P)[1] - goal) < tol).all():  # the best start, every move for every row
+        descend(np.arange(len(src)), np.arange(len(targets)), steps)
     _, vals = losses(counts @ state.P)
     r = np.zeros((2, len(c)), int)
     for cc in range(k):
