@@ -970,7 +970,7 @@ def _named_counts(state: _Agreement, targets: Mapping[tuple[str, ...], float], n
     p = s_all / (3 * N)
     # p (1 − p) ≤ 1/4 bounds m by the lowest κ the row allows
     m_max = min(N, int((1 - targets[fleiss[0]] + tol["fleiss"]) * 3 * N / 4) + 1) if fleiss else N
-    found: list[tuple[float, int, dict[int, int], int, int, int, int, int, int]] = []
+    found: list[tuple[Any, ...]] = []  # (loss, m, d, images of the free labels, s, e_W, a, b, E from, E to)
     for m in range(1, m_max + 1):
         options = [[d for d in range(math.ceil((share[x] - tol["disagree"]) * m),
                                      math.floor((share[x] + tol["disagree"]) * m) + 1)
