@@ -64,7 +64,8 @@ def compact_prompts() -> pd.DataFrame:
                 rows.append({"prompt_id": f"{cat[:3]}_{g}_{k}", "category": cat, "instance": inst, "selected_for": g,
                              "prompt": f"A person: {inst}", **dict(zip(GROUPS, shares)),
                              "median_weekly_earnings_usd": 900.0 + 150.0 * (gi * 3 + k) if cat == "occupation" else np.nan,
-                             "pct_women": 0.2 + 0.05 * (gi * 3 + k) if cat == "occupation" else np.nan})
+                             # not collinear with earnings: A63's slope is planted orthogonal to them
+                             "pct_women": 0.2 + 0.05 * ((gi * 3 + k) * 7 % 15) if cat == "occupation" else np.nan})
     return pd.DataFrame(rows)
 
 
