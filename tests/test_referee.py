@@ -11,6 +11,7 @@ pipeline at the papers' scale is `make referee`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -63,7 +64,8 @@ def compact_prompts() -> pd.DataFrame:
                 rows.append({"prompt_id": f"{cat[:3]}_{g}_{k}", "category": cat, "instance": inst, "selected_for": g,
                              "prompt": f"A person: {inst}", **dict(zip(GROUPS, shares)),
                              "median_weekly_earnings_usd": 900.0 + 150.0 * (gi * 3 + k) if cat == "occupation" else np.nan,
-                             "pct_women": 0.2 + 0.05 * (gi * 3 + k) if cat == "occupation" else np.nan})
+                             # not collinear with earnings: A63's slope is planted orthogonal to them
+                             "pct_women": 0.2 + 0.05 * ((gi * 3 + k) * 7 % 15) if cat == "occupation" else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -85,6 +87,8 @@ def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFram
     """Plant the world of `planted_from`'s rows, write its tables under tmp, run the analysis `sections` on them,
     and return the replication table (referee) against `published`. `start`: a solution to start the
     representation solve from; `reuse`: a solution to use as is (a moved row that no representation row reads)."""
+    import matplotlib.pyplot as plt
+
     from biasaudit.pipeline.outputs import OutputWriter
     from biasaudit.report.load import Outputs
     from biasaudit.t2i.analysis import homogeneity, inputs, representation, skin
@@ -97,7 +101,10 @@ def run_world(tmp: Path, cfg, published: pd.DataFrame, planted_from: pd.DataFram
     data = inputs.load_inputs(tmp, "prompts.csv", "images", groups=GROUPS)
     writer = OutputWriter(tmp / "reports" / "t2i")
     for name in sections:
-        writer.add({"representation": representation, "skin": skin, "homogeneity": homogeneity}[name].compute(data, cfg))
+        result = {"representation": representation, "skin": skin, "homogeneity": homogeneity}[name].compute(data, cfg)
+        for fig in result.figures.values():  # the replication table reads tables: no figure is rendered
+            plt.close(fig.fig)
+        writer.add(dataclasses.replace(result, figures={}))
     writer.finish(inputs.PLOTS, profile="referee", stand_in=True)
     run = Run(Outputs.load(tmp / "reports" / "t2i"), Outputs.load(tmp / "reports" / "vlm"), groups=GROUPS)
     table = replication_table(published, run, ["models: planted"], referee=True)
@@ -146,8 +153,8 @@ def test_every_planted_row_is_recovered(baseline):
 
 
 def rows_to_move(world: R.World, published: pd.DataFrame) -> list[str]:
-    """Every planted row with BIASAUDIT_REFEREE_MOVES=all (about 20 minutes on 2 cores); by default the first
-    planted row of each statistic and relation (each reader once, a few minutes)."""
+    """Every planted row with BIASAUDIT_REFEREE_MOVES=all (opt-in: many more representation re-solves); by default
+    the first planted row of each statistic and relation (each reader once)."""
     rows = planted_rows(world)
     if os.environ.get("BIASAUDIT_REFEREE_MOVES") == "all":
         return rows
@@ -158,9 +165,6 @@ def rows_to_move(world: R.World, published: pd.DataFrame) -> list[str]:
     return sorted(first.values())
 
 
-@pytest.mark.skipif(not os.environ.get("BIASAUDIT_REFEREE_MOVES"),
-                    reason="opt-in (BIASAUDIT_REFEREE_MOVES=1 or all): the default moves take about 8 minutes on 2 "
-                           "loaded cores, beyond the CI budget")
 @pytest.mark.slow
 def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, published):
     prompts, world, rep, base = baseline
@@ -316,3 +320,40 @@ def test_planted_raters_recover_the_published_agreement(tmp_path, published):
     assert len(table) == 8
     assert (table["covered"].astype(str) == "True").all(), table[["this_run", "low", "high", "note"]].to_string()
     assert table.at["A37", "this_run"] == 300 and table.at["A38", "this_run"] == 2
+
+
+def agreement_of(r1: np.ndarray, r2: np.ndarray, clf: np.ndarray) -> dict[tuple[str, ...], float]:
+    """The raters' statistics the published rows name, from the labels: Cohen's κ and Fleiss' κ and the
+    disagreement shares by the reliability stage (t2i.reliability.agreement), the split counted pair by pair."""
+    from biasaudit.t2i import reliability as rel
+
+    ratings = pd.DataFrame({"rater1": r1, "rater2": r2, rel.CLASSIFIER: clf})
+    tables = rel.agreement(ratings, ["rater1", "rater2"], GROUPS, n_boot=0)
+    mean = tables["mean_kappa"].set_index("kind")["mean_cohen_kappa"]
+    fl = tables["fleiss_kappa"].set_index(["group", "raters"])["fleiss_kappa"]
+    dis = tables["disagreements"]
+    human_w = sum(int(((r == "white") & (clf == "hispanic")).sum()) for r in (r1, r2))
+    human_h = sum(int(((r == "hispanic") & (clf == "white")).sum()) for r in (r1, r2))
+    return {("kappa", "human-human"): mean["human-human"], ("kappa", "human-classifier"): mean["human-classifier"],
+            ("fleiss", "hispanic", "all"): fl[("hispanic", "all")],
+            ("disagree", "hispanic", "white"): dis.at["hispanic", "white"],
+            ("disagree", "hispanic", "asian"): dis.at["hispanic", "asian"],
+            ("split", "white", "hispanic"): human_w / (human_w + human_h)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [3, 4, 5, 6, 7])
+def test_planted_raters_hold_on_other_classifier_samples(seed, published):
+    """A40 once missed on such samples (the share of Hispanic disagreements against White moves on a lattice of
+    whole images): on synthetic classifier samples of 300 labels near the referee's mix, every raters' row holds
+    within RATER_TOLERANCE, read from the planted labels by the reliability stage's statistics and by counting."""
+    world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
+    rng = np.random.default_rng(seed)
+    # shares drawn around the referee run's rated sample (132 White, 14 Black, 56 Asian, 56 Hispanic, 42 other)
+    clf = np.array(GROUPS)[rng.choice(5, 300, p=rng.dirichlet(np.array([132, 14, 56, 56, 42])))]
+    raters, _ = R.planted_ratings(world, clf, GROUPS, seed=0)
+    got = agreement_of(raters["r1"].to_numpy(str), raters["r2"].to_numpy(str), clf)
+    assert set(got) == set(world.agreement)
+    off = {key: (got[key], target) for key, target in world.agreement.items()
+           if not abs(got[key] - target) < R.RATER_TOLERANCE[key[0]]}
+    assert off == {}, off
