@@ -152,10 +152,11 @@ def test_every_planted_row_is_recovered(baseline):
     assert table["note"].str.startswith(REFEREE_NOTE).all()
 
 
-def rows_to_move(world: R.World, published: pd.DataFrame) -> list[str]:
-    """Every planted row with BIASAUDIT_REFEREE_MOVES=all (opt-in: many more representation re-solves); by default
-    the first planted row of each statistic and relation (each reader once)."""
-    rows = planted_rows(world)
+def rows_to_move(world: R.World, published: pd.DataFrame, covered: pd.Series) -> list[str]:
+    """The planted rows that read covered in the unmoved world (a move of a row that misses already proves
+    nothing): every one with BIASAUDIT_REFEREE_MOVES=all (opt-in: many more representation re-solves); by
+    default the first of each statistic and relation (each reader once)."""
+    rows = [r for r in planted_rows(world) if covered.get(r) == "True"]
     if os.environ.get("BIASAUDIT_REFEREE_MOVES") == "all":
         return rows
     kind = published.set_index("id")
@@ -172,7 +173,11 @@ def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, publ
     stat = published.set_index("id")["statistic"]
     subset = published.set_index("id")["subset"].astype(str)
     widths = (base.set_index("id")["high"].map(float) - base.set_index("id")["low"].map(float))
-    for rid in rows_to_move(world, published):
+    moving = rows_to_move(world, published, base_cov)
+    readers = {(stat[r], published.set_index("id").at[r, "relation"]) for r in planted_rows(world)}
+    assert {(stat[r], published.set_index("id").at[r, "relation"]) for r in moving} == readers, \
+        "a reader with no row covered in the unmoved world cannot be moved"
+    for rid in moving:
         folder = tmp_path / rid
         folder.mkdir()
         kind = stat[rid]
@@ -357,3 +362,37 @@ def test_planted_raters_hold_on_other_classifier_samples(seed, published):
     off = {key: (got[key], target) for key, target in world.agreement.items()
            if not abs(got[key] - target) < R.RATER_TOLERANCE[key[0]]}
     assert off == {}, off
+
+
+def test_a_row_whose_planted_world_misses_its_target_is_never_a_chance_miss():
+    from biasaudit.report.replication import PLANTING_MISSED
+
+    base = [{"id": f"R{i}", "covered": True, "low": 0.0, "high": 1.0, "note": "", "statistic": "mean_tvd",
+             "relation": "=", "published": "0.3"} for i in range(40)]
+    miss = {**base[0], "id": "M", "covered": False}
+    _, failed = referee_check(pd.DataFrame([*base, miss]))
+    assert failed == []  # one interval miss of 41: chance
+    _, failed = referee_check(pd.DataFrame([*base, miss]), planted={"M": f"{PLANTING_MISSED}: 0.39 against = 0.523"})
+    assert failed == ["M"]
+
+
+def test_planting_misses_of_an_undistorted_world_are_the_rows_that_ask_for_distortion(published):
+    """A world whose planted counts are the benchmark (every mean TVD and deviation 0 up to the counts' rounding):
+    the mean TVD rows and the deviation rows away from 0 are missed; a deviation claimed below 0 by its bound too."""
+    prompts = compact_prompts()
+    world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES,
+                          prompts["instance"])
+    bench = prompts[list(GROUPS)].to_numpy(float)
+    counts = {m: R.largest_remainder(bench / bench.sum(axis=1, keepdims=True), N_IMAGES) for m in world.models}
+    rep = R.Representation(prompts, {}, {}, counts, 0.0)
+    missed = R.planting_misses(world, rep)
+    expected = set()
+    for c in world.constraints:
+        if c["kind"] not in ("mean_tvd", "mean_deviation"):
+            continue
+        t, rel = float(c["row"]["value"]), str(c["row"]["relation"])
+        # the undistorted world's value is 0 (±0.005 of rounding 100 images), so the tolerance 0.01 decides alone
+        if (rel == "=" and abs(t) > 0.02) or (rel == "<" and t < 0.02) or (rel == ">" and t > -0.02):
+            expected.add(str(c["row"]["id"]))
+    assert expected and expected <= set(missed), sorted(expected - set(missed))
+    assert all(v.startswith("planting missed") for v in missed.values())

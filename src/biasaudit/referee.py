@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -398,6 +399,41 @@ class Representation:
     x: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the solution (a warm start for a nearby world)
     # (solve, model index, the model's terms) → (its solution, its residual): kept by a solve started from here
     solved: dict[tuple[Any, ...], tuple[np.ndarray, float]] = field(default_factory=dict)
+
+
+PLANTING_TOLERANCE = 0.01  # a planted mean TVD or deviation this far from its target is the world's miss
+PLANTING_FILE = "planting_misses.json"  # beside the kept replication table (reports/referee/)
+
+
+def planting_misses(world: World, rep: Representation) -> dict[str, str]:
+    """Row id → how the planted world itself misses the row (the representation solve cannot meet every row
+    together): the mean TVD or mean deviation of the planted label counts against the benchmark more than
+    PLANTING_TOLERANCE from a published value, or less than PLANTING_TOLERANCE beyond a claimed bound. Such a
+    row's miss is the world's, not chance (report.replication.referee_check never names it a chance miss)."""
+    from biasaudit.report.replication import PLANTING_MISSED
+
+    groups = list(world.groups)
+    bench = rep.prompts[groups].to_numpy(float)
+    bench = bench / bench.sum(axis=1, keepdims=True)
+    out = {}
+    for c in world.constraints:
+        if c["kind"] not in ("mean_tvd", "mean_deviation"):
+            continue
+        row, p = c["row"], rep.counts[c["model"]] / world.images_per_prompt
+        cat = str(row["category"])
+        sel = np.ones(len(bench), bool) if cat in ("all", "") else (rep.prompts["category"] == cat).to_numpy()
+        if c["kind"] == "mean_tvd":
+            v = float(0.5 * np.abs(p[sel] - bench[sel]).sum(1).mean())
+        else:
+            g = groups.index(str(row["group"]))
+            v = float((p[sel, g] - bench[sel, g]).mean())
+        t, rel = _num(row["value"]), str(row["relation"])
+        missed = (abs(v - t) > PLANTING_TOLERANCE if rel == "=" else
+                  v > t - PLANTING_TOLERANCE if rel == "<" else v < t + PLANTING_TOLERANCE)
+        if missed:
+            out[str(row["id"])] = (f"{PLANTING_MISSED}: the planted labels' {c['kind']} is {v:.4f}, the row says "
+                                   f"{rel} {t:g} (the representation solve's residual {rep.residual:.3g})")
+    return out
 
 
 def largest_remainder(q: np.ndarray, n: int) -> np.ndarray:
@@ -1308,12 +1344,16 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     prompts = Path(cfg.generate.prompts_file)
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt,
                         pd.read_csv(prompts)["instance"] if prompts.exists() else None)
+    notes = planted_notes(world)
+    missed = Path(reports) / "referee" / PLANTING_FILE  # written by `write`, from its representation solve
+    for rid, why in (json.loads(missed.read_text()) if missed.exists() else {}).items():
+        notes[rid] = f"{why}; {notes.get(rid, '')}"
     table = build_replication(
         Path(reports), C.PUBLISHED_DIR, cfg.profile, cfg.stand_ins(), groups=cfg.groups,
         design={"faces.detector": cfg.faces.detector, "faces.det_threshold": cfg.faces.det_threshold,
                 "faces.skin_method": cfg.faces.skin_method},
         options={label: v for label, v in answer_values(cfg.reflect, placebo=False).items() if v is not None},
-        level=cfg.analyze.ci_level, title=cfg.report.title, planted=planted_notes(world))
+        level=cfg.analyze.ci_level, title=cfg.report.title, planted=notes)
     keep = Path(reports) / "referee"  # kept after `make referee` switches back (the profile stash takes reports/)
     keep.mkdir(parents=True, exist_ok=True)
     for src in (Path(reports) / C.REPLICATION_CSV.relative_to(C.REPORTS), Path(reports) / "pages" / C.REPLICATION_PAGE):
@@ -1355,6 +1395,12 @@ def main(argv: list[str] | None = None) -> int:
         written = [*write_tables(tables, Path("."), Path(cfg.generate.images_dir)), *write_method_b(cfg, Path("."))]
         for path in [*written, *write_reliability(cfg, world, Path("."))]:
             print(f"{PLANTED}: wrote {path}")
+        missed = planting_misses(world, rep)
+        keep = Path(C.REPORTS) / "referee"
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / PLANTING_FILE).write_text(json.dumps(missed, indent=1, sort_keys=True))
+        for rid, why in sorted(missed.items()):
+            print(f"{rid}: {why}")
         print(f"planted {len(world.planted)} rows; not planted: {len(world.unplanted)} "
               f"({', '.join(sorted(world.unplanted))}); solver residual {rep.residual:.3g}")
     return 0

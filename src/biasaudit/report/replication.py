@@ -50,6 +50,8 @@ REFEREE_PROFILE = "referee"
 REFEREE_NOTE = ("referee run: compared with the PLANTED truth (= the published value, biasaudit/referee.py), "
                 "not a replication of any real model")
 CHANCE_MISS = "chance miss"
+# a row whose planted world itself misses its target (referee.planting_misses): its miss is never chance
+PLANTING_MISSED = "planting missed"
 
 
 def load_published(folder: Path) -> pd.DataFrame:
@@ -967,8 +969,9 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
     """The referee run's verdict: each row with an interval that misses its published (= planted) value is a
     named chance miss while the misses stay within what `level` allows (allowed_misses), and so is a claim of no
     significance (a p-value above 1 − `level`), whose planted null falls below it with probability 1 − `level`;
-    every other row not covered fails. `planted`: row id → what the referee world planted, or "not planted:
-    why". Returns the table with the verdicts in its notes, and the ids that fail."""
+    every other row not covered fails, and so does a row whose planted world misses its target (`planted`'s note
+    starts with PLANTING_MISSED). `planted`: row id → what the referee world planted, or "not planted: why".
+    Returns the table with the verdicts in its notes, and the ids that fail."""
     table = table.copy()
     planted = dict(planted or {})
     cov = table["covered"].astype(str).str.lower()
@@ -985,7 +988,7 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
         extra = [planted[rid]] if rid in planted else []
         if cov[i] == "true" or any(str(x).startswith("cannot be planted") for x in extra):
             pass
-        elif i in misses and len(misses) <= allowed:
+        elif i in misses and len(misses) <= allowed and not str(planted.get(rid, "")).startswith(PLANTING_MISSED):
             extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} (or planted nulls at "
                          f"p > {1 - level:.2g}) miss their planted value, at most {allowed} expected by chance "
                          "(binomial 99%)")
