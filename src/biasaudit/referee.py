@@ -463,8 +463,23 @@ def exact_total(counts: np.ndarray, shares: np.ndarray, g: int, total: int, n: i
         counts[i, j] -= step
 
 
+SOLVE_STARTS = 4  # the solve from the benchmark (θ = 0) and from SOLVE_STARTS − 1 seeded random θ ~ N(0, 1)
+
+
 def solve_representation(world: World, prompts: pd.DataFrame, published: pd.DataFrame,
                          start: Representation | None = None) -> Representation:
+    """The least-residual of the solves (_solve) from the benchmark and from seeded random starts, or the one
+    solve from `start`: from θ = 0 alone the referee world's solve saturated a softmax (SD's Hispanic surnames
+    at a planted share of 1.0, where no gradient leads back), leaving A10 and A55 unplanted (residual 3,741; the
+    random starts of seeds 0–2: 30, 7, 354)."""
+    if start is not None:
+        return _solve(world, prompts, published, start)
+    solves = [_solve(world, prompts, published, None, seed) for seed in [None, *range(SOLVE_STARTS - 1)]]
+    return min(solves, key=lambda r: r.residual)
+
+
+def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: Representation | None = None,
+           init_seed: int | None = None) -> Representation:
     """θ[model, category, selected_for] (log weights of the groups, the first group's 0) solving the
     representation constraints in least squares, with hinges for the claimed bounds and a small ridge (the
     least distortion that meets the rows). One θ per cell of prompts selected for one group, so that a
@@ -608,7 +623,8 @@ def solve_representation(world: World, prompts: pd.DataFrame, published: pd.Data
         if own:
             bound = max(own) + EXTREME_GAP if ext == "max" else min(own) - EXTREME_GAP
             first.append((mi, f"bound:{kind}", sel, g, bound, ">" if ext == "max" else "<"))
-    x0 = start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
+    x0 = (start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
+          if init_seed is None else np.random.default_rng(init_seed).normal(0.0, 1.0, len(models) * size))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
     try:
