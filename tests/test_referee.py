@@ -405,3 +405,16 @@ def test_planting_misses_of_an_undistorted_world_are_the_rows_that_ask_for_disto
             expected.add(str(c["row"]["id"]))
     assert expected and expected <= set(missed), sorted(expected - set(missed))
     assert all(v.startswith("planting missed") for v in missed.values())
+
+
+
+def test_a_count_off_by_one_is_never_a_chance_miss():
+    """A count's interval of width 0 is no 95% interval: it is not excused by the binomial bound."""
+    base = [{"id": f"R{i}", "covered": True, "low": 0.0, "high": 1.0, "note": "", "statistic": "mean_tvd",
+             "relation": "=", "published": "0.3"} for i in range(40)]
+    count = {"id": "N", "covered": False, "low": 3.0, "high": 3.0, "note": "", "statistic": "n_edits",
+             "relation": "=", "published": "4"}
+    _, failed = referee_check(pd.DataFrame([*base, count]))
+    assert failed == ["N"]
+    _, failed = referee_check(pd.DataFrame([*base, {**count, "low": 2.5, "high": 3.5}]))
+    assert failed == []  # an interval that misses: chance, one of 41

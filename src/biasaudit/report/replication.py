@@ -966,10 +966,12 @@ def allowed_misses(n: int, level: float, quantile: float = 0.99) -> int:
 
 def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str, str] | None = None
                   ) -> tuple[pd.DataFrame, list[str]]:
-    """The referee run's verdict: each row with an interval that misses its published (= planted) value is a
-    named chance miss while the misses stay within what `level` allows (allowed_misses), and so is a claim of no
-    significance (a p-value above 1 − `level`), whose planted null falls below it with probability 1 − `level`;
-    every other row not covered fails, and so does a row whose planted world misses its target (`planted`'s note
+    """The referee run's verdict: each row whose interval misses its published (= planted) value, or does not lie
+    on a claimed side, is a named chance miss while the misses stay within what `level` allows (allowed_misses),
+    and so is a claim of no significance (a p-value above 1 − `level`), whose planted null falls below it with
+    probability 1 − `level`. (A claimed direction misses with probability 1 − the power its planting margin gives,
+    which may exceed 1 − `level`: docs/referee.md names the claims this rule excuses.) Every other row not covered
+    fails: an interval of width 0 (a count) and a row whose planted world misses its target (`planted`'s note
     starts with PLANTING_MISSED). `planted`: row id → what the referee world planted, or "not planted: why".
     Returns the table with the verdicts in its notes, and the ids that fail."""
     table = table.copy()
@@ -978,7 +980,8 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
     null = (table.get("statistic", pd.Series("", index=table.index)).astype(str).str.endswith("_p")
             & (table.get("relation", pd.Series("", index=table.index)).astype(str) == ">")
             & (table.get("published", pd.Series("", index=table.index)).map(num) == round(1.0 - level, 10)))
-    interval = table["low"].map(num).notna() | null
+    low, high = table["low"].map(num), table["high"].map(num)
+    interval = (low.notna() & (high > low)) | null
     n_interval = int((interval & cov.isin(["true", "false"])).sum())
     misses = table.index[interval & (cov == "false")].tolist()
     allowed = allowed_misses(n_interval, level)
