@@ -215,3 +215,21 @@ def test_the_demo_pins_torch_kernels_so_another_cpu_writes_the_same_embedding_by
     if avx2[0] != "AVX2":
         pytest.skip(f"this CPU runs no AVX2 kernels ({avx2[0]}): the unpinned contrast was not tested")
     assert _raw_embedding({"ATEN_CPU_CAPABILITY": "default"}, tmp_path)[1] != avx2[1]
+
+
+def test_an_executed_notebooks_bars_lose_their_clocks_and_padding():
+    """Two runs of one stage wrote `824/824 \\n` and `824/824\\n` (tqdm pads a line to cover a longer previous
+    one, whose length is its rate's): the executed notebook, a DVC output, must not keep either."""
+    import nbformat
+
+    from biasaudit.report.execute import without_clocks
+
+    texts = ["reflect tiny: 100%|██████████| 824/824 [00:12<00:00, 65.90item/s]   \n",
+             "reflect tiny: 100%|██████████| 824/824 [01:02<00:00, 13.1item/s]\n"]
+    cleaned = []
+    for text in texts:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "", outputs=[nbformat.v4.new_output("stream", name="stderr", text="note \n" + text)])])
+        without_clocks(nb)
+        cleaned.append(nb.cells[0].outputs[0]["text"])
+    assert cleaned[0] == cleaned[1] == "note\nreflect tiny: 100%|██████████| 824/824\n"

@@ -35,6 +35,7 @@ LOG_EVERY_S = 30.0  # not a terminal (a log file, CI): a stage's progress bar as
 NOTEBOOKS_DIR = Path("reports/notebooks")
 _BAR = re.compile(r"\d+%\|")  # a tqdm bar: "45%|████"
 _BAR_CLOCK = re.compile(r" \[(?:\d+:)?\d+:\d+<[^\]\n]*\]")  # its " [02:32<00:00,  1.18item/s]": differs every run
+_PADDING = re.compile(r"[ \t]+(?=\r|\n|$)")  # a bar line's trailing spaces
 
 
 # Imported by jupytext and never used by the runner, so marked absent (both imports are optional there):
@@ -336,12 +337,13 @@ def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
 
 def without_clocks(nb: Any) -> None:
     """Drop what differs between two runs of the same code from an executed notebook (a DVC output,
-    whose hash dvc.lock records): progress bars' elapsed time and rate. Cells carry no execution
-    timestamps (the client does not record them) and the wall time goes to record_run."""
+    whose hash dvc.lock records): progress bars' elapsed time and rate, and the spaces tqdm pads a line with
+    to cover a longer previous one (its length is the previous rate's). Cells carry no execution timestamps (the
+    client does not record them) and the wall time goes to record_run."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream" and _BAR.search(out.get("text", "")):
-                out["text"] = _BAR_CLOCK.sub("", out["text"])
+                out["text"] = _PADDING.sub("", _BAR_CLOCK.sub("", out["text"]))
 
 
 def record_run(name: str, stage: str, seconds: float, failure: str, runs_dir: Path | None = None) -> Path:
