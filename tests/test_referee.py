@@ -176,7 +176,7 @@ def test_moving_each_planted_target_breaks_its_row(tmp_path, baseline, cfg, publ
     assert all(readers.values()), f"readers with no row covered in the unmoved world: {[k for k, v in readers.items() if not v]}"
     every = os.environ.get("BIASAUDIT_REFEREE_MOVES") == "all"
     unplantable: dict[tuple[str, str], list[str]] = {}  # reader → its rows whose move the world cannot plant
-    measured = {str(c["row"]["id"]) for c in world.constraints if c["kind"] in ("mean_tvd", "mean_deviation")}
+    measured = {str(c["row"]["id"]) for c in world.constraints if c["kind"] in R.PLANTING_CHECKED}
     for reader, candidates in readers.items():
         for rid in candidates:
             folder = tmp_path / rid

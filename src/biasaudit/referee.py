@@ -402,7 +402,9 @@ class Representation:
 
 
 PLANTING_TOLERANCE = 0.01  # a planted mean TVD or deviation this far from its target is the world's miss
-PLANTING_FILE = "planting_misses.json"  # beside the kept replication table (reports/referee/)
+PLANTING_FILE = "planting_misses.json"  # beside the kept replication table (KEPT_DIR)
+PLANTING_CHECKED = ("mean_tvd", "mean_deviation")  # the rows planting_misses can check from the planted counts
+KEPT_DIR = C.REPORTS / "referee"  # what `make referee` keeps after switching back (the profile stash takes reports/)
 
 
 def planting_misses(world: World, rep: Representation) -> dict[str, str]:
@@ -417,7 +419,7 @@ def planting_misses(world: World, rep: Representation) -> dict[str, str]:
     bench = bench / bench.sum(axis=1, keepdims=True)
     out = {}
     for c in world.constraints:
-        if c["kind"] not in ("mean_tvd", "mean_deviation"):
+        if c["kind"] not in PLANTING_CHECKED:
             continue
         row, p = c["row"], rep.counts[c["model"]] / world.images_per_prompt
         cat = str(row["category"])
@@ -1360,8 +1362,9 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     prompts = Path(cfg.generate.prompts_file)
     world = plant_world(published, list(cfg.models), tuple(cfg.groups), cfg.generate.images_per_prompt,
                         pd.read_csv(prompts)["instance"] if prompts.exists() else None)
+    keep = Path(reports) / KEPT_DIR.relative_to(C.REPORTS)
     notes = planted_notes(world)
-    missed = Path(reports) / "referee" / PLANTING_FILE  # written by `write`, from its representation solve
+    missed = keep / PLANTING_FILE  # written by `write`, from its representation solve
     for rid, why in (json.loads(missed.read_text()) if missed.exists() else {}).items():
         notes[rid] = f"{why}; {notes.get(rid, '')}"
     table = build_replication(
@@ -1370,7 +1373,6 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
                 "faces.skin_method": cfg.faces.skin_method},
         options={label: v for label, v in answer_values(cfg.reflect, placebo=False).items() if v is not None},
         level=cfg.analyze.ci_level, title=cfg.report.title, planted=notes)
-    keep = Path(reports) / "referee"  # kept after `make referee` switches back (the profile stash takes reports/)
     keep.mkdir(parents=True, exist_ok=True)
     for src in (Path(reports) / C.REPLICATION_CSV.relative_to(C.REPORTS), Path(reports) / "pages" / C.REPLICATION_PAGE):
         if src.exists():
@@ -1412,9 +1414,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in [*written, *write_reliability(cfg, world, Path("."))]:
             print(f"{PLANTED}: wrote {path}")
         missed = planting_misses(world, rep)
-        keep = Path(C.REPORTS) / "referee"
-        keep.mkdir(parents=True, exist_ok=True)
-        (keep / PLANTING_FILE).write_text(json.dumps(missed, indent=1, sort_keys=True))
+        KEPT_DIR.mkdir(parents=True, exist_ok=True)
+        (KEPT_DIR / PLANTING_FILE).write_text(json.dumps(missed, indent=1, sort_keys=True))
         for rid, why in sorted(missed.items()):
             print(f"{rid}: {why}")
         print(f"planted {len(world.planted)} rows; not planted: {len(world.unplanted)} "

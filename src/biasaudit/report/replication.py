@@ -977,9 +977,10 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
     table = table.copy()
     planted = dict(planted or {})
     cov = table["covered"].astype(str).str.lower()
-    null = (table.get("statistic", pd.Series("", index=table.index)).astype(str).str.endswith("_p")
-            & (table.get("relation", pd.Series("", index=table.index)).astype(str) == ">")
-            & (table.get("published", pd.Series("", index=table.index)).map(num) == round(1.0 - level, 10)))
+    column = {c: (table[c] if c in table else pd.Series("", index=table.index)).astype(str)
+              for c in ("statistic", "relation", "published")}
+    null = (column["statistic"].str.endswith("_p") & (column["relation"] == ">")
+            & (column["published"].map(num) == round(1.0 - level, 10)))
     low, high = table["low"].map(num), table["high"].map(num)
     interval = (low.notna() & (high > low)) | null
     n_interval = int((interval & cov.isin(["true", "false"])).sum())

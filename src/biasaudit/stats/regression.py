@@ -65,14 +65,10 @@ def ols_cluster(y, x, clusters, level: float = 0.95, min_clusters: int = 3, fixe
         dummies = pd.get_dummies(frame["f"].astype(str), drop_first=True, dtype=float).to_numpy()
         design = np.column_stack([design, dummies])
     k = design.shape[1]
-    pinv = np.linalg.pinv(design)  # as statsmodels' OLS: β = X⁺y, bread (XᵀX)⁻¹ = X⁺X⁺ᵀ
+    pinv = np.linalg.pinv(design)  # as statsmodels' OLS: β = X⁺y, and X⁺ = (XᵀX)⁻¹Xᵀ is _cluster_se's A
     beta = pinv @ y
     resid = y - design @ beta
-    bread = pinv @ pinv.T
-    scores = np.zeros((g, k))
-    np.add.at(scores, codes, design * resid[:, None])  # per cluster Σ x_i e_i
-    cov = bread @ (scores.T @ scores) @ bread * (g / (g - 1) * (n - 1) / (n - k))  # CR1
-    se = float(np.sqrt(cov[1, 1]))
+    se = float(_cluster_se(pinv[1:2], resid, codes, g, g / (g - 1) * (n - 1) / (n - k))[0])  # CR1
     t = st.t(df=g - 1)
     half = t.ppf(1 - (1 - level) / 2) * se
     centred = y - y.mean()
