@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pandas as pd
 
@@ -28,9 +27,9 @@ def heatmap_figure(rate: pd.DataFrame, n: pd.DataFrame, title: str):
     fig.colorbar(mesh, ax=ax, label="win rate (row chosen over column)").outline.set_linewidth(0)
     ax.set_xticks(np.arange(values.shape[1]) + 0.5, rate.columns)
     ax.set_yticks(np.arange(values.shape[0]) + 0.5, rate.index, rotation="vertical", va="center")
-    rgb = mesh.cmap(mesh.norm(values))[..., :3]
-    linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)  # relative luminance
-    light = linear @ np.array([0.2126, 0.7152, 0.0722]) > 0.408
+    from seaborn.utils import relative_luminance
+
+    light = np.reshape(relative_luminance(mesh.cmap(mesh.norm(values)).reshape(-1, 4)), values.shape) > 0.408
     for i, j in zip(*np.nonzero(~np.ma.getmaskarray(data))):
         ax.text(j + 0.5, i + 0.5, f"{values[i, j]:.2f}", color=".15" if light[i, j] else "w", ha="center",
                 va="center", fontsize=7)
@@ -38,15 +37,6 @@ def heatmap_figure(rate: pd.DataFrame, n: pd.DataFrame, title: str):
     ax.set_ylabel("row group")
     ax.set_title(title, fontsize=10)
     return fig
-
-
-def _desaturate(color: Any, prop: float) -> tuple[float, float, float]:
-    import colorsys
-
-    from matplotlib.colors import to_rgb
-
-    h, lum, sat = colorsys.rgb_to_hls(*to_rgb(color))
-    return colorsys.hls_to_rgb(h, lum, sat * prop)
 
 
 def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, ylabel: str,
@@ -60,6 +50,7 @@ def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, yl
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Rectangle
+    from seaborn.utils import desaturate  # seaborn's bar colours; its barplot machinery is what costs
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     values = pd.to_numeric(df[y], errors="coerce") if y in df else pd.Series(dtype=float)
@@ -75,7 +66,7 @@ def bar_figure(df: pd.DataFrame, x: str, y: str, hue: str | None, title: str, yl
         cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         handles = []
         for k, level in enumerate(levels):
-            color = _desaturate(cycle[k % len(cycle)], 0.75)
+            color = desaturate(cycle[k % len(cycle)], 0.75)
             sub = data if level is None else data[data[hue] == level]
             heights = sub.groupby(x, sort=False)[y].mean()
             pos = np.array([cats.index(c) for c in heights.index], float)
