@@ -46,26 +46,31 @@ REPRESENTATION = {"mean_tvd", "mean_deviation", "n_classified", "prompt_tvd_max"
 SIMILARITY = {"homogeneity_gap", "mean_similarity", "similarity_difference", "n_in_bin", "group_extreme"}
 
 
+PER_GROUP = 5  # compact prompts per category × group
+
+
 def compact_prompts() -> pd.DataFrame:
-    """3 categories × 5 groups × 3 prompts; each prompt's benchmark concentrated on the group it was selected
+    """3 categories × 5 groups × 5 prompts; each prompt's benchmark concentrated on the group it was selected
     for, the instances the published rows name among them (Schmidt, Chen, Kim), earnings and women's share
-    for occupations. Test input, not an expected value."""
+    for occupations. Test input, not an expected value. (With 3 prompts a group, 15 a category, a claim over one
+    category has too little power for any planting margin the other rows leave: A56's margin of Imagen's Black
+    surname deviation read 0.13 [−0.004, 0.24].)"""
     rng = np.random.default_rng(7)
     named = {("surname", "white"): ["Schmidt"], ("surname", "asian"): ["Chen", "Kim"], ("surname", "black"): ["Charles"],
              ("occupation", "white"): ["Chief executives"], ("occupation", "asian"): ["Manicurists and pedicurists"]}
     rows = []
     for cat in ("occupation", "geography", "surname"):
         for gi, g in enumerate(GROUPS):
-            names = named.get((cat, g), []) + [f"{cat}-{g}-{k}" for k in range(3)]
-            for k, inst in enumerate(names[:3]):
-                top = 0.55 + 0.12 * k if g != "other" else 0.35 + 0.1 * k
+            names = named.get((cat, g), []) + [f"{cat}-{g}-{k}" for k in range(PER_GROUP)]
+            for k, inst in enumerate(names[:PER_GROUP]):
+                top = 0.55 + 0.06 * k if g != "other" else 0.35 + 0.05 * k
                 rest = rng.dirichlet(np.ones(len(GROUPS) - 1)) * (1 - top)
                 shares = np.insert(rest, gi, top)
                 rows.append({"prompt_id": f"{cat[:3]}_{g}_{k}", "category": cat, "instance": inst, "selected_for": g,
                              "prompt": f"A person: {inst}", **dict(zip(GROUPS, shares)),
-                             "median_weekly_earnings_usd": 900.0 + 150.0 * (gi * 3 + k) if cat == "occupation" else np.nan,
+                             "median_weekly_earnings_usd": 900.0 + 90.0 * (gi * PER_GROUP + k) if cat == "occupation" else np.nan,
                              # not collinear with earnings: A63's slope is planted orthogonal to them
-                             "pct_women": 0.2 + 0.05 * ((gi * 3 + k) * 7 % 15) if cat == "occupation" else np.nan})
+                             "pct_women": 0.2 + 0.03 * ((gi * PER_GROUP + k) * 7 % 25) if cat == "occupation" else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -308,15 +313,17 @@ def test_focus_design_counts_read_the_group_edits(tmp_path, cfg, published):
                                                                                       "B14": 0.0}
 
 
-@pytest.mark.slow
-def test_planted_raters_recover_the_published_agreement(tmp_path, published):
-    """The planted raters (referee.planted_ratings) of a fixed classifier sample, through the reliability stage's
-    own statistics and writer (t2i.reliability.agreement, write_outputs), give the raters' rows their published
-    values: A35–A41 within the published rounding (points: no bootstrap here), A73 on its claimed side."""
+RATER_ROWS = [f"A{i}" for i in range(35, 42)] + ["A73"]
+
+
+def rater_table(folder: Path, planted_from: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """The raters planted from `planted_from`'s rows (referee.planted_ratings) for a fixed classifier sample,
+    through the reliability stage's own statistics and writer (t2i.reliability.agreement, write_outputs), then
+    the replication table's raters' rows against `published`."""
     from biasaudit.report.load import Outputs
     from biasaudit.t2i import reliability as rel
 
-    world = R.plant_world(published, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
+    world = R.plant_world(planted_from, ["imagen-4-fast", "sd35-large-turbo", "flux-schnell"], GROUPS, N_IMAGES)
     rng = np.random.default_rng(3)
     clf = pd.Series(rng.choice(np.array(GROUPS), 300, p=[0.5, 0.15, 0.12, 0.15, 0.08]),
                     index=[f"img-{i:03d}" for i in range(300)], name=rel.CLASSIFIER)
@@ -326,14 +333,39 @@ def test_planted_raters_recover_the_published_agreement(tmp_path, published):
                            index=clf.index).join(clf)
     tables = rel.agreement(ratings, ["rater1", "rater2"], GROUPS, n_boot=0)
     labels = pd.DataFrame({"stand_in": [True]})
-    rel.write_outputs(tmp_path / C.RELIABILITY_DIR, tables, ratings, {}, {"source": "planted", "note": "PLANTED"},
+    rel.write_outputs(folder / C.RELIABILITY_DIR, tables, ratings, {}, {"source": "planted", "note": "PLANTED"},
                       labels, "PLANTED raters (test)", {})
-    run = Run(Outputs.load(tmp_path / C.T2I_REPORTS), Outputs.load(tmp_path / "vlm"), groups=GROUPS)
-    rows = published[published["id"].isin([f"A{i}" for i in range(35, 42)] + ["A73"])]
-    table = replication_table(rows, run, ["models: planted"], referee=True).set_index("id")
+    run = Run(Outputs.load(folder / C.T2I_REPORTS), Outputs.load(folder / "vlm"), groups=GROUPS)
+    rows = published[published["id"].isin(RATER_ROWS)]
+    return replication_table(rows, run, ["models: planted"], referee=True).set_index("id")
+
+
+@pytest.mark.slow
+def test_planted_raters_recover_the_published_agreement(tmp_path, published):
+    """The planted raters give the raters' rows their published values: A35–A41 within the published rounding
+    (points: no bootstrap here), A73 on its claimed side."""
+    table = rater_table(tmp_path, published, published)
     assert len(table) == 8
     assert (table["covered"].astype(str) == "True").all(), table[["this_run", "low", "high", "note"]].to_string()
     assert table.at["A37", "this_run"] == 300 and table.at["A38", "this_run"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rid", ["A35", "A36", "A39", "A40", "A41", "A73"])
+def test_moving_a_raters_target_breaks_its_row(tmp_path, published, rid):
+    """Each raters' reader reads its own number: the raters planted with row `rid`'s target moved (a κ or share
+    by 0.1, the claimed majority to the other side), read against the published value, miss it; the rows whose
+    targets did not move stay recovered (a reader returning the published number would pass the test above)."""
+    moved_rows = published.copy()
+    i = moved_rows.index[moved_rows["id"] == rid][0]
+    if moved_rows.at[i, "relation"] == ">":
+        moved_rows.at[i, "relation"] = "<"
+    else:
+        moved_rows.at[i, "value"] = str(round(float(moved_rows.at[i, "value"]) - 0.1, 3))
+    table = rater_table(tmp_path, moved_rows, published)
+    cov = table["covered"].astype(str)
+    assert cov[rid] == "False", (rid, table.at[rid, "this_run"])
+    assert (cov.drop(rid) == "True").all(), table.loc[cov != "True", ["this_run", "note"]].to_string()
 
 
 def agreement_of(r1: np.ndarray, r2: np.ndarray, clf: np.ndarray) -> dict[tuple[str, ...], float]:
@@ -418,3 +450,50 @@ def test_a_count_off_by_one_is_never_a_chance_miss():
     assert failed == ["N"]
     _, failed = referee_check(pd.DataFrame([*base, {**count, "low": 2.5, "high": 3.5}]))
     assert failed == []  # an interval that misses: chance, one of 41
+
+
+def test_a_claim_planted_at_its_margin_is_recovered_with_its_power():
+    """The planting margin of a claimed sign (referee.claim_margin) gives the reader's interval (the analysis's
+    percentile cluster bootstrap over prompts, at the referee profile's level) ≥ CLAIM_POWER of landing beyond the
+    bound. Oracle: simulation, each replicate drawing every prompt's labels (binomial) from planted shares whose
+    per-prompt deviations are heterogeneous, then the reader's interval. At 3/4 of the margin the power is far lower
+    (measured 0.96 at the margin, 0.81 at 0.9 of it, 0.42 at 0.75): the margin is not merely large."""
+    from biasaudit.t2i.analysis.inputs import Boot
+
+    rng = np.random.default_rng(3)
+    n_prompts, n_images, sims = 50, 100, 300
+    b = rng.uniform(0.05, 0.6, n_prompts)
+    spread = rng.normal(0.0, 0.12, n_prompts)  # the planted deviations vary across prompts
+    spread -= spread.mean()
+    boot = Boot(400, R.CLAIM_LEVEL, "percentile", 0, "none", "within")
+    power = {}
+    for scale in (1.0, 0.75):
+        shift = 0.0
+        for _ in range(50):  # the mean deviation whose margin it equals (the margin depends on the shares)
+            p = np.clip(b + spread + shift, 0.0, 1.0)
+            shift += scale * float(R.claim_margin(p, b, n_images)) - (p - b).mean()
+        hits = 0
+        for k in range(sims):
+            d = rng.binomial(n_images, p) / n_images - b
+            iv = boot.run(np.column_stack([np.ones(n_prompts), d]), lambda s: s[..., 1:] / s[..., :1], "sim", k)[0]
+            hits += iv.low > 0
+        power[scale] = hits / sims
+    # binomial sd of a 0.95 estimate over 300 draws is 0.0126: 0.92 is 2.4 sd below
+    assert power[1.0] >= 0.92, power
+    assert power[0.75] < 0.6, power
+
+
+def test_a_claimed_direction_that_straddles_its_bound_is_never_a_chance_miss():
+    """A claim misses with probability 1 − the power of its planting, not 1 − level: the binomial allowance of the
+    intervals does not excuse it, however many intervals cover; a planted null (p > 1 − level) still can be."""
+    base = [{"id": f"R{i}", "covered": True, "low": 0.0, "high": 1.0, "note": "", "statistic": "mean_tvd",
+             "relation": "=", "published": "0.3"} for i in range(60)]
+    claim = {"id": "C", "covered": False, "low": -0.01, "high": 0.11, "note": "", "statistic": "mean_deviation",
+             "relation": ">", "published": "0"}
+    _, failed = referee_check(pd.DataFrame([*base, claim]))
+    assert failed == ["C"]
+    _, failed = referee_check(pd.DataFrame([*base, {**claim, "relation": "=", "published": "0.2"}]))
+    assert failed == []  # the same interval as a published value's: one miss of 61 is chance
+    null = {**claim, "id": "P", "low": None, "high": None, "statistic": "earnings_slope_p", "published": "0.05"}
+    checked, failed = referee_check(pd.DataFrame([*base, null]))
+    assert failed == [] and CHANCE_MISS in checked.set_index("id").at["P", "note"]

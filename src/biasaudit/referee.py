@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,19 @@ from biasaudit.report.replication import subset_of
 PLANTED = "PLANTED"
 BACKEND = "referee-planted"
 PROFILE = "referee"
-DIRECTION_MARGIN = 0.05   # a claimed sign is planted this far beyond its bound (share units), over every prompt
-# over one category's 50 prompts the mean deviation's interval is about ± 0.08 (A52–A54 straddled 0 at 0.05)
-CATEGORY_DIRECTION_MARGIN = 0.12
+# A claimed sign of a mean deviation is planted beyond its bound by the margin (claim_margin) at which the reader's
+# interval at the design's level (the referee profile's analyze.ci_level) lies beyond the bound with probability
+# CLAIM_POWER. A fixed margin of 0.05 left A50 (Flux's White over the benchmark) inside its ± 0.058 interval.
+CLAIM_LEVEL, CLAIM_POWER = 0.95, 0.95
+# A row reading one label's faces within a category (A23's earnings slope, A63's share-of-women slope) keeps every
+# prompt of the category at least this share of its benchmark share of the label: the paper fitted those slopes,
+# so it had those faces. Without it the solve met A47 (Flux's Black under the benchmark) by planting 8 Black faces
+# in Flux's 50 occupations, and A63 read 0.14 [−0.83, 1.10] against a planted 3.
+SUPPORT_SHARE = 0.25
 PROMPT_MARGIN = 0.2       # a claimed sign of one prompt's share − benchmark (100 images: Wilson ± 0.09 at 0.25)
+# … and at most PROMPT_BAND further: the solve met A46/A47 (SD's and Flux's Black under the benchmark) by emptying
+# "Charles" of Black faces (−0.55 on the tests' compact prompts), whose own θ no band holds
+PROMPT_BAND = 0.05
 EXTREME_GAP = 0.15        # a model claimed the extreme of the models: every other this far from it (share or TVD),
 NEAR_BENCHMARK = 0.9      # … (the smallest deviation) the others' share in every prompt within 10% of the benchmark's
 WOMEN_SLOPE = 3.0         # L* per 10 points of women planted where a row claims a positive slope (A63)
@@ -178,6 +188,7 @@ def plant_earnings(world: World, row: Mapping[str, Any]) -> str:
     slope = 0.0 if row["relation"] == ">" else STRONG_SLOPE
     for m in _models_of(row, world):
         world.earnings_slope[(m, str(row["group"]), str(row["category"]))] = slope
+        world.constraints.append({"kind": "support", "model": m, "row": dict(row)})
     return "L* independent of earnings (no slope planted)" if slope == 0 else f"a slope of {slope:g} L* per unit"
 
 
@@ -291,6 +302,7 @@ def plant_women_slope(world: World, row: Mapping[str, Any]) -> str:
     slope = WOMEN_SLOPE if row["relation"] == ">" else -WOMEN_SLOPE
     for m in _models_of(row, world):
         world.women_slope[(m, str(row["group"]), str(row["category"]))] = slope
+        world.constraints.append({"kind": "support", "model": m, "row": dict(row)})
     return (f"L* of {row['group']} {row['category']} faces: {slope:+g} per 10 points of women, orthogonal to the "
             "prompt's earnings")
 
@@ -410,8 +422,10 @@ KEPT_DIR = C.REPORTS / "referee"  # what `make referee` keeps after switching ba
 def planting_misses(world: World, rep: Representation) -> dict[str, str]:
     """Row id → how the planted world itself misses the row (the representation solve cannot meet every row
     together): the mean TVD or mean deviation of the planted label counts against the benchmark more than
-    PLANTING_TOLERANCE from a published value, or less than PLANTING_TOLERANCE beyond a claimed bound. Such a
-    row's miss is the world's, not chance (report.replication.referee_check never names it a chance miss)."""
+    PLANTING_TOLERANCE from a published value, or a claimed sign of a mean deviation less than its power's margin
+    (claim_margin, less half PLANTING_TOLERANCE for the counts' rounding) beyond its bound, or a claimed TVD bound
+    less than PLANTING_TOLERANCE beyond. Such a row's miss is the world's, not chance (report.replication's
+    referee_check never names it a chance miss)."""
     from biasaudit.report.replication import PLANTING_MISSED
 
     groups = list(world.groups)
@@ -424,18 +438,40 @@ def planting_misses(world: World, rep: Representation) -> dict[str, str]:
         row, p = c["row"], rep.counts[c["model"]] / world.images_per_prompt
         cat = str(row["category"])
         sel = np.ones(len(bench), bool) if cat in ("all", "") else (rep.prompts["category"] == cat).to_numpy()
+        t, rel, beyond = _num(row["value"]), str(row["relation"]), PLANTING_TOLERANCE
         if c["kind"] == "mean_tvd":
             v = float(0.5 * np.abs(p[sel] - bench[sel]).sum(1).mean())
         else:
             g = groups.index(str(row["group"]))
             v = float((p[sel, g] - bench[sel, g]).mean())
-        t, rel = _num(row["value"]), str(row["relation"])
+            if rel != "=":  # the claim's power: its margin, less the rounding of the counts
+                beyond = float(claim_margin(p[sel, g], bench[sel, g], world.images_per_prompt)) - PLANTING_TOLERANCE / 2
         missed = (abs(v - t) > PLANTING_TOLERANCE if rel == "=" else
-                  v > t - PLANTING_TOLERANCE if rel == "<" else v < t + PLANTING_TOLERANCE)
+                  v > t - beyond if rel == "<" else v < t + beyond)
         if missed:
             out[str(row["id"])] = (f"{PLANTING_MISSED}: the planted labels' {c['kind']} is {v:.4f}, the row says "
-                                   f"{rel} {t:g} (the representation solve's residual {rep.residual:.3g})")
+                                   f"{rel} {t:g}" + ("" if rel == "=" else f" by at least {beyond:.4f} (its power)")
+                                   + f" (the representation solve's residual {rep.residual:.3g})")
     return out
+
+
+def claim_margin(p: Any, b: Any, n_images: int) -> Any:
+    """How far beyond its bound a claimed sign of a mean deviation over prompts is planted, so that the reader's
+    interval lies beyond the bound with probability CLAIM_POWER: z·se_read + z_power·se_draw. The reader resamples
+    the prompts, so its interval's half-width is z·se_read, z its percentile quantile at CLAIM_LEVEL (expanded for
+    the number of prompts, stats.resample.expanded_alpha) and se_read the standard error of the mean of the
+    per-prompt deviations p − b, their spread across the prompts plus each prompt's binomial draw of `n_images`
+    labels; the estimate itself, the prompts being the design's, moves only with the draws (se_draw), z_power the
+    normal quantile of CLAIM_POWER. At least PLANTING_TOLERANCE. numpy arrays or torch tensors (the solve's hinge)."""
+    from biasaudit.stats.resample import expanded_alpha
+
+    d = p - b
+    n = d.shape[0]
+    draw = (p * (1 - p)).mean() / n_images
+    se_read, se_draw = ((((d - d.mean()) ** 2).mean() + draw) / n) ** 0.5, (draw / n) ** 0.5
+    margin = NormalDist().inv_cdf(1 - expanded_alpha(CLAIM_LEVEL, n)) * se_read \
+        + NormalDist().inv_cdf(CLAIM_POWER) * se_draw
+    return (margin - PLANTING_TOLERANCE).clip(min=0) + PLANTING_TOLERANCE
 
 
 def largest_remainder(q: np.ndarray, n: int) -> np.ndarray:
@@ -535,9 +571,11 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
             sel = sel & (inst == subset_of(row["subset"]).get("instance", "").lower()).to_numpy()
         elif c["kind"] == "share_reaching":
             sel = bench[:, g] > _threshold(published, str(row["group"]))
-        elif c["kind"] == "mean_deviation" and rel != "=":  # a claimed sign: DIRECTION_MARGIN beyond its bound
-            margin = DIRECTION_MARGIN if str(row["category"]) in ("all", "") else CATEGORY_DIRECTION_MARGIN
-            terms.append((mi, "bound:mean_deviation", sel, g, t - margin if rel == "<" else t + margin, rel))
+        elif c["kind"] == "mean_deviation" and rel != "=":  # a claimed sign, planted with power (claim_margin)
+            terms.append((mi, "power:mean_deviation", sel, g, t, rel))
+            continue
+        elif c["kind"] == "support":
+            terms.append((mi, "support", sel, g, SUPPORT_SHARE, ">"))
             continue
         terms.append((mi, c["kind"], sel, g, t, rel))
 
@@ -568,6 +606,12 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
                 out.append(((measure(p, kind, sel, g) - t) / 0.003).reshape(1))
             elif kind.startswith("bound:"):  # an exact bound (a claim's margin already in it)
                 out.append((hinge(measure(p, kind[6:], sel, g), t, rel) / 0.003).reshape(1))
+            elif kind.startswith("power:"):  # a claimed sign, claim_margin beyond its bound
+                beyond = claim_margin(p[sel, g], tb[sel, g], N)
+                v = measure(p, kind[6:], sel, g)
+                out.append((hinge(v, t - beyond if rel == "<" else t + beyond, rel) / 0.003).reshape(1))
+            elif kind == "support":  # the label's faces over the category: at least t of the benchmark's
+                out.append((torch.relu(t * tb[sel, g].mean() - p[sel, g].mean()) / 0.003).reshape(1))
             elif kind == "n_classified":
                 out.append(((N * p[:, g].sum() - t) / 3.0).reshape(1))
             elif kind == "prompt_tvd_max":
@@ -576,6 +620,9 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
             elif kind == "prompt_share":
                 v = p[sel, g] - tb[sel, g]
                 out.append(hinge(v, t - PROMPT_MARGIN if rel == "<" else t + PROMPT_MARGIN, rel) / 0.003)
+                # and no further than PROMPT_BAND beyond that: a named prompt is no sink for a category's deviation
+                far = PROMPT_MARGIN + PROMPT_BAND
+                out.append(hinge(v, t - far if rel == "<" else t + far, ">" if rel == "<" else "<") / 0.003)
             elif kind == "prompt_band":  # every prompt's share within (1 − t) of its benchmark share, either side
                 out.append(torch.relu((p[sel, g] - tb[sel, g]).abs() - (1 - t) * tb[sel, g]) / 0.003)
             elif kind == "share_reaching":
@@ -587,16 +634,18 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
     done = start.solved if start is not None else {}
     memo: dict[tuple[Any, ...], tuple[np.ndarray, float]] = {}
 
-    def solve(terms: list, x0: np.ndarray, stage: int) -> tuple[Any, float]:
+    def solve(terms: list, x0: np.ndarray) -> tuple[Any, float]:
         tsel = [(mi, kind, torch.tensor(sel), g, t, rel) for mi, kind, sel, g, t, rel in terms]
         solved, residual = [], 0.0
         for mi in range(len(models)):
-            key = (stage, mi, size, tuple((kind, np.asarray(sel).tobytes(), g, float(t), rel)
-                                          for mj, kind, sel, g, t, rel in terms if mj == mi))
-            if key in done:  # the start's own problem for this model (a moved row of another model): its solution
-                memo[key] = done[key]
-                solved.append(torch.as_tensor(done[key][0]))
-                residual += done[key][1]
+            key = (mi, size, tuple((kind, np.asarray(sel).tobytes(), g, float(t), rel)
+                                   for mj, kind, sel, g, t, rel in terms if mj == mi))
+            # the start's own problem for this model (a moved row of another model), or an earlier stage's: its
+            # solution
+            if key in done or key in memo:
+                memo[key] = done.get(key) or memo[key]
+                solved.append(torch.as_tensor(memo[key][0]))
+                residual += memo[key][1]
                 continue
             xm = torch.tensor(x0[mi * size:(mi + 1) * size], dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([xm], lr=1.0, max_iter=500, tolerance_grad=1e-8, tolerance_change=1e-10,
@@ -615,27 +664,32 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
             residual += memo[key][1]
         return torch.cat(solved), residual
 
-    # first solve: the claimed extreme EXTREME_GAP beyond the other models' own direction bounds on its measure
-    first = list(terms)
-    for mi, kind, sel, g, ext, claim in extremes:
-        if not claim:
-            continue
-        own = [t for mj, k, s_, gg, t, rel in terms if mj != mi and k == f"bound:{kind}" and gg == g
-               and (s_ == sel).all() and rel == (">" if ext == "max" else "<")]
-        if own:
-            bound = max(own) + EXTREME_GAP if ext == "max" else min(own) - EXTREME_GAP
-            first.append((mi, f"bound:{kind}", sel, g, bound, ">" if ext == "max" else "<"))
+    def value(xs: Any, mi: int, kind: str, sel: np.ndarray, g: int) -> float:
+        with torch.no_grad():
+            return float(measure(shares_t(xs[mi * size:(mi + 1) * size]), kind, torch.tensor(sel), g))
+
     x0 = (start.x if start is not None and start.x.shape == (len(models) * size,) else np.zeros(len(models) * size)
           if init_seed is None else np.random.default_rng(init_seed).normal(0.0, 1.0, len(models) * size))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 60 parameters a model: threads only add overhead
     try:
-        xs, residual = solve(first, x0, 1)
+        xs, residual = solve(terms, x0)  # each model on its own rows
+        # first solve: the claimed extreme EXTREME_GAP beyond the values the other models' own claimed signs on
+        # its measure came out at (their planting margin depends on their planted spread: claim_margin)
+        first = list(terms)
+        for mi, kind, sel, g, ext, claim in extremes:
+            own = [value(xs, mj, kind, sel, g) for mj, k, s_, gg, _t, rel in terms
+                   if claim and mj != mi and k == f"power:{kind}" and gg == g and (s_ == sel).all()
+                   and rel == (">" if ext == "max" else "<")]
+            if own:
+                bound = max(own) + EXTREME_GAP if ext == "max" else min(own) - EXTREME_GAP
+                first.append((mi, f"bound:{kind}", sel, g, bound, ">" if ext == "max" else "<"))
+        if len(first) > len(terms):
+            xs, residual = solve(first, xs.numpy())
         if extremes:  # second solve: the others bounded from the claimed model's value
             second = list(first)
             for mi, kind, sel, g, ext, claim in extremes:
-                with torch.no_grad():
-                    v = float(measure(shares_t(xs[mi * size:(mi + 1) * size]), kind, torch.tensor(sel), g))
+                v = value(xs, mi, kind, sel, g)
                 up = (ext == "max") == claim  # the claimed model above the others
                 second.append((mi, f"bound:{kind}", sel, g, v, ">" if up else "<"))
                 for mj in range(len(models)):
@@ -648,7 +702,7 @@ def _solve(world: World, prompts: pd.DataFrame, published: pd.DataFrame, start: 
                     else:
                         second.append((mj, f"bound:{kind}", sel, g, v - EXTREME_GAP if up else v + EXTREME_GAP,
                                        "<" if up else ">"))
-            xs, residual = solve(second, xs.numpy(), 2)
+            xs, residual = solve(second, xs.numpy())
     finally:
         torch.set_num_threads(threads)
 
@@ -1377,16 +1431,15 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     for src in (Path(reports) / C.REPLICATION_CSV.relative_to(C.REPORTS), Path(reports) / "pages" / C.REPLICATION_PAGE):
         if src.exists():
             (keep / src.name).write_bytes(src.read_bytes())
-    cov = table["covered"].astype(str).str.lower()
-    chance = table["note"].astype(str).str.contains(CHANCE_MISS)
-    unplantable = table["note"].astype(str).str.contains(CANNOT_PLANT)
-    bad = table[(cov != "true") & ~chance & ~unplantable]
-    print(f"referee run: {len(table)} rows; {int((cov == 'true').sum())} recovered, {int(chance.sum())} named chance "
-          f"miss(es), {int((unplantable & (cov != 'true')).sum())} that cannot be planted (each says why), {len(bad)} "
+    verdicts = pd.Series(table.attrs["verdicts"]).reindex(table["id"].astype(str)).to_numpy()  # referee_check's
+    bad = table[verdicts == "not recovered"]
+    count = {v: int((verdicts == v).sum()) for v in ("recovered", CHANCE_MISS, CANNOT_PLANT)}
+    print(f"referee run: {len(table)} rows; {count['recovered']} recovered, {count[CHANCE_MISS]} named chance "
+          f"miss(es), {count[CANNOT_PLANT]} that cannot be planted (each says why), {len(bad)} "
           f"not recovered ({keep}/replication.csv, {keep}/replication.html)")
     for r in bad.itertuples():
         print(f"  {r.id} {r.statistic} {r.model} {r.category} {r.group}: published {r.relation} {r.published}, "
-              f"run {r.this_run} [{r.low}, {r.high}] — {str(r.note)[len(''):300]}")
+              f"run {r.this_run} [{r.low}, {r.high}] — {str(r.note)[:300]}")
     return 1 if len(bad) else 0
 
 

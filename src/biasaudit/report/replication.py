@@ -966,14 +966,14 @@ def allowed_misses(n: int, level: float, quantile: float = 0.99) -> int:
 
 def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str, str] | None = None
                   ) -> tuple[pd.DataFrame, list[str]]:
-    """The referee run's verdict: each row whose interval misses its published (= planted) value, or does not lie
-    on a claimed side, is a named chance miss while the misses stay within what `level` allows (allowed_misses),
-    and so is a claim of no significance (a p-value above 1 − `level`), whose planted null falls below it with
-    probability 1 − `level`. (A claimed direction misses with probability 1 − the power its planting margin gives,
-    which may exceed 1 − `level`: docs/referee.md names the claims this rule excuses.) Every other row not covered
-    fails: an interval of width 0 (a count) and a row whose planted world misses its target (`planted`'s note
-    starts with PLANTING_MISSED). `planted`: row id → what the referee world planted, or "not planted: why".
-    Returns the table with the verdicts in its notes, and the ids that fail."""
+    """The referee run's verdict: each row whose interval misses its published (= planted) value is a named chance
+    miss while the misses stay within what `level` allows (allowed_misses), and so is a claim of no significance
+    (a p-value above 1 − `level`), whose planted null falls below it with probability 1 − `level`. Every other row
+    not covered fails: a claimed direction (`<`, `>`) whose interval does not lie on the claimed side (it misses
+    with probability 1 − the power of its planting, not 1 − `level`: the referee world plants each claim beyond its
+    bound with power, docs/referee.md), an interval of width 0 (a count), and a row whose planted world misses its
+    target (`planted`'s note starts with PLANTING_MISSED). `planted`: row id → what the referee world planted, or
+    "not planted: why". Returns the table with the verdicts in its notes, and the ids that fail."""
     table = table.copy()
     planted = dict(planted or {})
     cov = table["covered"].astype(str).str.lower()
@@ -982,26 +982,30 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
     null = (column["statistic"].str.endswith("_p") & (column["relation"] == ">")
             & (column["published"].map(num) == round(1.0 - level, 10)))
     low, high = table["low"].map(num), table["high"].map(num)
-    interval = (low.notna() & (high > low)) | null
+    interval = (low.notna() & (high > low) & ~column["relation"].isin(["<", ">"])) | null
     n_interval = int((interval & cov.isin(["true", "false"])).sum())
     misses = table.index[interval & (cov == "false")].tolist()
     allowed = allowed_misses(n_interval, level)
-    failed = []
+    verdicts = {}
     for i in table.index:
         rid = str(table.at[i, "id"])
         extra = [planted[rid]] if rid in planted else []
-        if cov[i] == "true" or any(str(x).startswith("cannot be planted") for x in extra):
-            pass
+        if any(str(x).startswith("cannot be planted") for x in extra):
+            verdicts[rid] = "cannot be planted"
+        elif cov[i] == "true":
+            verdicts[rid] = "recovered"
         elif i in misses and len(misses) <= allowed and not str(planted.get(rid, "")).startswith(PLANTING_MISSED):
+            verdicts[rid] = CHANCE_MISS
             extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} (or planted nulls at "
                          f"p > {1 - level:.2g}) miss their planted value, at most {allowed} expected by chance "
                          "(binomial 99%)")
         else:
-            failed.append(rid)
+            verdicts[rid] = "not recovered"
             extra.append("NOT RECOVERED in the referee run")
         if extra:
             table.at[i, "note"] = "; ".join([str(table.at[i, "note"]), *extra])
-    return table, failed
+    table.attrs["verdicts"] = verdicts  # row id → recovered | CHANCE_MISS | cannot be planted | not recovered
+    return table, [rid for rid, v in verdicts.items() if v == "not recovered"]
 
 
 # -------------------------------------------------------------------------------------- the page
