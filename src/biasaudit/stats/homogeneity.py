@@ -960,12 +960,13 @@ def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # one sort of n_p keys per table), the bucket mates (about n_p² · L · 2^−r / 2 for rows spread around μ; each
 # decided by a popcount of its 128 signs before any cosine): linear in n_p in practice
 # (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
-LSH_MIN_ROWS = 1000  # smaller prompts: the Gram pass (exact; as cheap at 1,000 rows of d = 512, 1.6× dearer at 2,000)
-LSH_BITS, LSH_BAND, LSH_TABLES = 128, 13, 160  # LSH_BITS: a multiple of 64 (the signs as uint64 words)
+LSH_MIN_ROWS = 500  # smaller prompts: the Gram pass (exact; at d = 512 within 6% of the screen at 400 rows, cheaper below)
+LSH_BITS, LSH_BAND, LSH_TABLES = 128, 12, 130  # LSH_BITS: a multiple of 64 (the signs as uint64 words)
 LSH_CORE_SHARE = 0.02
 LSH_MAX_DIFF = 40  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
 LSH_RECALL = 0.999
-LSH_PAIR_SHARE = 0.25  # bucket mates (with repeats across tables) above this share of a prompt's pairs: Gram pass
+LSH_PAIR_SHARE = 0.125  # bucket mates (repeats across tables counted) above this share of the pairs: the Gram pass
+# (at 1,000 rows of d = 512 a bucket mate costs ~50 ns and the Gram pass as much as 0.14 of the pairs as mates)
 LSH_SEED = 20260417  # fixed: the same hyperplanes, the same candidates, in every run
 
 
