@@ -253,16 +253,26 @@ def test_lsh_screen_with_many_copies_and_one_huge_bucket(monkeypatch):
 
 
 def test_bucket_mates_are_every_pair_sharing_a_bucket():
-    """_bucket_mates against enumeration of every pair of rows in every table: the same multiset of pairs (once
-    per table shared), with buckets drawn from few values so that runs of many equal buckets occur; None once
-    there are more mates than allowed."""
+    """_bucket_mates against enumeration of every pair of rows in every table (a table: some of the bits; a row's
+    bucket: its signs on them), with few bits per table so that runs of many equal buckets occur, one table where
+    every row shares a bucket, and both key types (float32 keys below 2^24, float64 above): the same multiset of
+    pairs, once per table shared; None once there are more mates than allowed."""
     rng = np.random.default_rng(5)
-    buckets = rng.integers(0, 6, size=(7, 40)).astype(np.float32)
-    buckets[3] = 2  # one table where every row shares a bucket
-    i, j = H._bucket_mates(buckets, np.inf)
-    want = sorted((a, b) for row in buckets for a in range(40) for b in range(a + 1, 40) if row[a] == row[b])
-    assert sorted(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist())) == want
-    assert H._bucket_mates(buckets, len(want) - 1) is None and H._bucket_mates(buckets, len(want)) is not None
+    for n, bits in ((40, (2, 3, 1, 0, 5, 4, 2)), (40, (13, 20))):
+        signs = rng.random((n, 24)) < 0.5
+        signs[:, 23] = True
+        tables = [rng.choice(23, b, replace=False) for b in bits] + [np.array([23])]
+        W = np.zeros((len(tables), 24), np.float32)
+        for t, cols in enumerate(tables):
+            W[t, cols] = 2.0 ** np.arange(len(cols))
+        i, j = H._bucket_mates(W, signs, np.inf)
+        want = []
+        for cols in tables:
+            _, bucket = np.unique(signs[:, cols], axis=0, return_inverse=True)
+            a, b = np.nonzero(np.triu(bucket[:, None] == bucket[None, :], 1))
+            want += list(zip(a.tolist(), b.tolist()))
+        assert sorted(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist())) == sorted(want)
+        assert H._bucket_mates(W, signs, len(want) - 1) is None and H._bucket_mates(W, signs, len(want)) is not None
 
 
 def test_lsh_design_recall_from_its_definition():

@@ -1015,27 +1015,30 @@ def _gram_candidates(Up: np.ndarray, threshold: float):
         yield r0 + i, r0 + j
 
 
-def _bucket_mates(buckets: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(i, j): every pair of rows that share a bucket in a table (buckets: tables × rows, non-negative integers
-    below 2^LSH_BAND), once per table it shares; None when there are more than `most`. Each table's keys (bucket,
-    row) are sorted; a run of k equal buckets holds k(k − 1)/2 pairs, taken by their distance s in the run (the
-    positions whose next s neighbours share their bucket), so the work is the pairs themselves."""
-    L, n = buckets.shape
+def _bucket_mates(W: np.ndarray, signs: np.ndarray, most: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(i, j): every pair of rows whose signs agree on the bits of some table (W: tables × bits, 2^j on a table's
+    j-th bit; signs: rows × bits), once per table they share; None when there are more than `most`. Each table's
+    keys bucket · 2^s + row (one GEMM, exact integers in floating point) are sorted; a run of k equal buckets holds
+    k(k − 1)/2 pairs, taken by their distance in the run (the keys whose next s neighbours share their bucket),
+    so the work past the sort is the pairs themselves."""
+    n = len(signs)
     shift = int(n - 1).bit_length()
-    keys = buckets.astype(np.int32 if LSH_BAND + shift <= 31 else np.int64) << shift
-    keys |= np.arange(n, dtype=keys.dtype)
+    exact = np.float32 if int(W.sum(axis=1).max()).bit_length() + shift <= 24 else np.float64
+    keys = (W * 2.0 ** shift).astype(exact) @ signs.T.astype(exact)
+    keys += np.arange(n, dtype=exact)
     keys.sort(axis=1)
-    mate = np.zeros(L * n, dtype=bool)  # mate[k]: sorted keys k and k + 1 share a bucket (never past a table's end)
-    np.equal(keys[:, 1:] >> shift, keys[:, :-1] >> shift, out=mate.reshape(L, n)[:, :-1])
-    rows = keys.ravel() & ((1 << shift) - 1)
+    keys = keys.astype(np.int32 if exact is np.float32 else np.int64)
+    mate = np.zeros(keys.size, dtype=bool)  # mate[k]: sorted keys k and k + 1 share a bucket (never past a table's end)
+    np.less(keys[:, 1:] ^ keys[:, :-1], 1 << shift, out=mate.reshape(keys.shape)[:, :-1])
+    keys, row = keys.ravel(), (1 << shift) - 1
     at = np.flatnonzero(mate)
     out_i, out_j, total, s = [], [], 0, 1
     while len(at):
         total += len(at)
         if total > most:
             return None
-        out_i.append(rows[at])
-        out_j.append(rows[at + s])
+        out_i.append(keys[at] & row)
+        out_j.append(keys[at + s] & row)
         at = at[mate[at + s]]  # runs that go on: pairs at distance s + 1
         s += 1
     if not out_i:
@@ -1062,7 +1065,7 @@ def _lsh_candidates(Up: np.ndarray, threshold: float):
     R, W = _lsh_planes(Up.shape[1], Up.dtype.name)
     proj = Up @ np.concatenate([R, Up[core].T], axis=1)  # the projections, and every row's cosine with the core
     signs = proj[:, :LSH_BITS] > mu @ R  # the signs of (u − μ)·r
-    found = _bucket_mates(W @ signs.T.astype(np.float32), LSH_PAIR_SHARE * n * (n - 1) / 2)  # tables × rows
+    found = _bucket_mates(W, signs, LSH_PAIR_SHARE * n * (n - 1) / 2)
     if found is None:
         return None
     i, j = found
