@@ -976,10 +976,10 @@ def _lsh_planes(d: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     table's bucket: 2^j on the table's j-th bit, LSH_BAND distinct bits per table; exact in float32)."""
     rng = np.random.default_rng(LSH_SEED)
     R = rng.standard_normal((d, LSH_BITS)).astype(dtype)
-    W = np.zeros((LSH_BITS, LSH_TABLES), np.float32)
+    W = np.zeros((LSH_TABLES, LSH_BITS), np.float32)
     for t in range(LSH_TABLES):
-        W[rng.choice(LSH_BITS, LSH_BAND, replace=False), t] = 2.0 ** np.arange(LSH_BAND)
-    return R, np.ascontiguousarray(W.T)
+        W[t, rng.choice(LSH_BITS, LSH_BAND, replace=False)] = 2.0 ** np.arange(LSH_BAND)
+    return R, W
 
 
 def lsh_recall(theta: float, bits: int = LSH_BITS, band: int = LSH_BAND, tables: int = LSH_TABLES,
@@ -1055,9 +1055,9 @@ def _lsh_candidates(Up: np.ndarray, threshold: float):
     # ‖u − μ‖² = 1 − 2 u·μ + ‖μ‖² on unit rows (one product, no centred copy of the rows)
     dist2 = 1.0 - 2.0 * (Up @ mu).astype(np.float64) + float(mu.astype(np.float64) @ mu)
     k = int(LSH_CORE_SHARE * n)
-    order = np.argpartition(dist2, min(k, n - 1))
-    core, m2 = np.sort(order[:k]), float(dist2[order[min(k, n - 1)]])  # m²: the nearest row outside the core
-    if k >= n or m2 <= 0:
+    order = np.argpartition(dist2, k)
+    core, m2 = np.sort(order[:k]), float(dist2[order[k]])  # m²: the nearest row outside the core
+    if m2 <= 0:
         return None
     theta = float(np.arccos(np.clip(1.0 - (1.0 - threshold) / m2, -1.0, 1.0)))  # 1 − δ²/(2m²)
     if _lsh_recall_cached(int(np.ceil(theta * 1000))) < LSH_RECALL:
