@@ -470,22 +470,26 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
     order = order[pcodes[order] >= 0]
     bounds = np.searchsorted(pcodes[order], np.arange(len(names) + 1))
     dtype = _work_dtype(X)
-    rows, units = [], []
+    U = np.empty((len(order), X.shape[1] if X.ndim == 2 else 0), dtype)  # each prompt's unit rows written in place
+    rows, at = [], 0
     dropped = np.zeros(len(pcodes), dtype=bool)
+    in_place = isinstance(X, np.ndarray) and X.flags.c_contiguous  # a prompt's adjacent rows are read as a view
     for p in range(len(names)):
-        idx = np.sort(order[bounds[p]:bounds[p + 1]])
-        Xp = np.asarray(X[idx], dtype=dtype)
+        idx = order[bounds[p]:bounds[p + 1]]  # ascending: the sort is stable
+        k = len(idx)
+        Xp = np.asarray(X[idx[0]:idx[0] + k] if in_place and k and idx[-1] - idx[0] == k - 1 else X[idx], dtype=dtype)
         sq = np.einsum("ij,ij->i", Xp, Xp).astype(np.float64)
         good = np.isfinite(sq) & (sq > 0)
-        dropped[idx[~good]] = True
-        idx, Xp, sq = idx[good], Xp[good], sq[good]
+        if not good.all():
+            dropped[idx[~good]] = True
+            idx, Xp, sq = idx[good], Xp[good], sq[good]
         if normalise:
-            Xp = Xp * (1.0 / np.sqrt(sq)).astype(dtype)[:, None]
+            np.multiply(Xp, (1.0 / np.sqrt(sq)).astype(dtype)[:, None], out=U[at:at + len(idx)])
+        else:
+            U[at:at + len(idx)] = Xp
         rows.append(idx)
-        units.append(Xp)
-    d = X.shape[1] if X.ndim == 2 else 0
-    U = np.ascontiguousarray(np.concatenate(units)) if units else np.zeros((0, d), dtype)
-    return PromptBlocks(list(names), rows, dropped, U, np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
+        at += len(idx)
+    return PromptBlocks(list(names), rows, dropped, U[:at], np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
 
 
 GRAM_ROWS = 128  # rows of a prompt's Gram matrix formed at once: small enough that the triangle wastes little
