@@ -157,6 +157,42 @@ def test_two_labellings_share_one_pass_and_agree_with_separate_runs():
     np.testing.assert_allclose(alone["L_bin"]["wp_gap"], [ref["<40"], ref["[40,55)"]], atol=1e-6)
 
 
+def test_prompt_blocks_are_each_prompts_usable_rows_over_their_norms(tmp_path):
+    """Against the definition (float64 norms), however X comes: each prompt's rows adjacent in X (read in place),
+    interleaved with other prompts' (gathered), Fortran order, memory-mapped, float64, float16, and unnormalised.
+    A row without a prompt is no prompt's; a zero or non-finite one is left out and flagged. The same rows in the
+    same order within each prompt give the same bytes whichever way X is laid out."""
+    rng = np.random.default_rng(12)
+    prompts = np.repeat(np.array(["b", "a", "c"], dtype=object), [9, 7, 11])
+    X = rng.normal(size=(27, 13)).astype(np.float32)
+    X[[2, 20]] = 0
+    X[5, 4], X[16, 0] = np.nan, np.inf
+    prompts[24] = None
+    rank = np.array([list(prompts[:i]).count(prompts[i]) for i in range(27)])  # place within its prompt
+    mixed = np.lexsort((prompts.astype(str), rank))  # prompts interleaved, each one's rows in their order
+    np.save(tmp_path / "x.npy", X)
+    layouts = [(X, prompts), (X[mixed], prompts[mixed]), (np.asfortranarray(X), prompts),
+               (np.load(tmp_path / "x.npy", mmap_mode="r"), prompts), (X.astype(np.float64), prompts),
+               (X.astype(np.float16), prompts)]
+    same = set()
+    for Xv, pv in layouts:
+        F = np.asarray(Xv, np.float64)
+        usable = np.isfinite(F).all(axis=1) & (F != 0).any(axis=1)
+        blocks, raw = H.prompt_blocks(Xv, pv), H.prompt_blocks(Xv, pv, normalise=False)
+        assert blocks.prompts == ["a", "b", "c"]
+        assert blocks.units.dtype == raw.units.dtype == (np.float64 if Xv.dtype == np.float64 else np.float32)
+        assert list(np.flatnonzero(blocks.n_dropped)) == [i for i in range(27) if pv[i] is not None and not usable[i]]
+        for p, name in enumerate(blocks.prompts):
+            rows = [i for i in range(27) if pv[i] == name and usable[i]]
+            assert list(blocks.rows[p]) == list(raw.rows[p]) == rows
+            U = blocks.units[blocks.bounds[p]:blocks.bounds[p + 1]]
+            np.testing.assert_allclose(U, F[rows] / np.linalg.norm(F[rows], axis=1, keepdims=True), rtol=1e-6)
+            np.testing.assert_array_equal(raw.units[raw.bounds[p]:raw.bounds[p + 1]], F[rows])
+        if Xv.dtype == np.float32:
+            same.add(blocks.units.tobytes())
+    assert len(same) == 1
+
+
 def test_within_draws_shuffle_only_inside_each_prompt_among_labelled_rows():
     rng = np.random.default_rng(10)
     prompts = np.repeat(np.arange(4), 12)

@@ -470,22 +470,26 @@ def prompt_blocks(X: np.ndarray, prompts: Sequence, normalise: bool = True) -> P
     order = order[pcodes[order] >= 0]
     bounds = np.searchsorted(pcodes[order], np.arange(len(names) + 1))
     dtype = _work_dtype(X)
-    rows, units = [], []
+    U = np.empty((len(order), X.shape[1] if X.ndim == 2 else 0), dtype)  # each prompt's unit rows written in place
+    rows, at = [], 0
     dropped = np.zeros(len(pcodes), dtype=bool)
+    in_place = isinstance(X, np.ndarray) and X.flags.c_contiguous  # a prompt's adjacent rows are read as a view
     for p in range(len(names)):
-        idx = np.sort(order[bounds[p]:bounds[p + 1]])
-        Xp = np.asarray(X[idx], dtype=dtype)
+        idx = order[bounds[p]:bounds[p + 1]]  # ascending: the sort is stable
+        k = len(idx)
+        Xp = np.asarray(X[idx[0]:idx[0] + k] if in_place and k and idx[-1] - idx[0] == k - 1 else X[idx], dtype=dtype)
         sq = np.einsum("ij,ij->i", Xp, Xp).astype(np.float64)
         good = np.isfinite(sq) & (sq > 0)
-        dropped[idx[~good]] = True
-        idx, Xp, sq = idx[good], Xp[good], sq[good]
+        if not good.all():
+            dropped[idx[~good]] = True
+            idx, Xp, sq = idx[good], Xp[good], sq[good]
         if normalise:
-            Xp = Xp * (1.0 / np.sqrt(sq)).astype(dtype)[:, None]
+            np.multiply(Xp, (1.0 / np.sqrt(sq)).astype(dtype)[:, None], out=U[at:at + len(idx)])
+        else:
+            U[at:at + len(idx)] = Xp
         rows.append(idx)
-        units.append(Xp)
-    d = X.shape[1] if X.ndim == 2 else 0
-    U = np.ascontiguousarray(np.concatenate(units)) if units else np.zeros((0, d), dtype)
-    return PromptBlocks(list(names), rows, dropped, U, np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
+        at += len(idx)
+    return PromptBlocks(list(names), rows, dropped, U[:at], np.concatenate([[0], np.cumsum([len(r) for r in rows])]))
 
 
 GRAM_ROWS = 128  # rows of a prompt's Gram matrix formed at once: small enough that the triangle wastes little
@@ -948,32 +952,37 @@ def exact_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ‖u − v‖² ≤ δ² = 2(1 − t); with both rows at distance ≥ m from the prompt's mean unit row μ, the angle θ between
 # u − μ and v − μ obeys cos θ ≥ 1 − δ²/(2m²) (the law of cosines, the worst case at equal distances). Centring
 # matters: the images of one prompt are alike (cosines of 0.5–0.9), and hyperplanes through μ separate them
-# where hyperplanes through 0 would not. m is the LSH_CORE_SHARE quantile of the rows' distances to μ; the rows
-# nearer μ than m (the core, that share of the prompt) are compared exactly with every row of the prompt (one
-# GEMM, core × n_p). Every other pair lands in the same bucket of a table (LSH_BAND bits drawn from LSH_BITS
-# signs of Gaussian projections) with a probability that only θ decides, so the design recall at the threshold,
-# 1 − E_h[(1 − C(B − h, r)/C(B, r))^L] with h ~ Bin(B, θ/π) differing bits, holds for every pair, whatever the
-# data (lsh_recall). A prompt whose design recall falls below LSH_RECALL (a prompt packed so tightly around μ
-# that m is tiny) takes the exact Gram pass instead. Expected work per prompt: the projections (n_p · d · B), the
-# tables (n_p · L) and the candidates (about n_p² · L · 2^−r for rows spread around μ): linear in n_p in
-# practice (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
-LSH_MIN_ROWS = 1000  # smaller prompts: the Gram pass (exact; as cheap at 1,000 rows of d = 512, 1.6× dearer at 2,000)
-LSH_BITS, LSH_BAND, LSH_TABLES = 128, 13, 160
+# where hyperplanes through 0 would not. The core, the ⌊LSH_CORE_SHARE · n_p⌋ rows nearest μ, is compared exactly
+# with every row of the prompt (its columns ride on the projection GEMM), and m is the distance of the nearest
+# row outside it. Every other pair lands in the same bucket of a table (LSH_BAND bits drawn from LSH_BITS signs
+# of Gaussian projections) with a probability that only θ decides, so the design recall at the threshold,
+# 1 − E_h[(1 − C(B − h, r)/C(B, r))^L] with h ~ Bin(B, θ/π) differing bits (and h ≤ LSH_MAX_DIFF), holds for
+# every pair, whatever the data (lsh_recall). A prompt takes the exact Gram pass instead where that design
+# recall falls below LSH_RECALL (a prompt packed so tightly around μ that m is tiny) or where its buckets hold
+# more than LSH_PAIR_SHARE of its pairs (many copies: one huge bucket, which the Gram pass does for less).
+# Work per prompt: the projections (n_p · d · B, one GEMM), the tables (bucket numbers by a GEMM of the signs,
+# one sort of n_p keys per table), the bucket mates (about n_p² · L · 2^−r / 2 for rows spread around μ; each
+# decided by a popcount of its 128 signs before any cosine): linear in n_p in practice
+# (benchmarks/results/homogeneity_scaling.txt); recall against brute force in tests/test_homogeneity_pairs.py.
+LSH_MIN_ROWS = 500  # smaller prompts: the Gram pass (exact; at d = 512 within 6% of the screen at 400 rows, cheaper below)
+LSH_BITS, LSH_BAND, LSH_TABLES = 128, 12, 130  # LSH_BITS: a multiple of 64 (the signs as uint64 words)
 LSH_CORE_SHARE = 0.02
-LSH_MAX_DIFF = 48  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
+LSH_MAX_DIFF = 40  # signs a candidate pair may differ in (of 128): beyond, not a near-duplicate (recall counts it)
 LSH_RECALL = 0.999
+LSH_PAIR_SHARE = 0.125  # bucket mates (repeats across tables counted) above this share of the pairs: the Gram pass
+# (at 1,000 rows of d = 512 a bucket mate costs ~50 ns and the Gram pass as much as 0.14 of the pairs as mates)
 LSH_SEED = 20260417  # fixed: the same hyperplanes, the same candidates, in every run
 
 
 @functools.lru_cache(maxsize=8)
 def _lsh_planes(d: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """(d × LSH_BITS Gaussian projections, LSH_BITS × LSH_TABLES weights that turn a row of signs into each
+    """(d × LSH_BITS Gaussian projections, LSH_TABLES × LSH_BITS weights that turn a row of signs into each
     table's bucket: 2^j on the table's j-th bit, LSH_BAND distinct bits per table; exact in float32)."""
     rng = np.random.default_rng(LSH_SEED)
     R = rng.standard_normal((d, LSH_BITS)).astype(dtype)
-    W = np.zeros((LSH_BITS, LSH_TABLES), np.float32)
+    W = np.zeros((LSH_TABLES, LSH_BITS), np.float32)
     for t in range(LSH_TABLES):
-        W[rng.choice(LSH_BITS, LSH_BAND, replace=False), t] = 2.0 ** np.arange(LSH_BAND)
+        W[t, rng.choice(LSH_BITS, LSH_BAND, replace=False)] = 2.0 ** np.arange(LSH_BAND)
     return R, W
 
 
@@ -1010,51 +1019,67 @@ def _gram_candidates(Up: np.ndarray, threshold: float):
         yield r0 + i, r0 + j
 
 
+def _bucket_mates(W: np.ndarray, signs: np.ndarray, most: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(i, j): every pair of rows whose signs agree on the bits of some table (W: tables × bits, 2^j on a table's
+    j-th bit; signs: rows × bits), once per table they share; None when there are more than `most`. Each table's
+    keys bucket · 2^s + row (one GEMM, exact integers in floating point) are sorted; a run of k equal buckets holds
+    k(k − 1)/2 pairs, taken by their distance in the run (the keys whose next s neighbours share their bucket),
+    so the work past the sort is the pairs themselves."""
+    n = len(signs)
+    shift = int(n - 1).bit_length()
+    exact = np.float32 if int(W.sum(axis=1).max()).bit_length() + shift <= 24 else np.float64
+    keys = (W * 2.0 ** shift).astype(exact) @ signs.T.astype(exact)
+    keys += np.arange(n, dtype=exact)
+    keys.sort(axis=1)
+    keys = keys.astype(np.int32 if exact is np.float32 else np.int64)
+    mate = np.zeros(keys.size, dtype=bool)  # mate[k]: sorted keys k and k + 1 share a bucket (never past a table's end)
+    np.less(keys[:, 1:] ^ keys[:, :-1], 1 << shift, out=mate.reshape(keys.shape)[:, :-1])
+    keys, row = keys.ravel(), (1 << shift) - 1
+    at = np.flatnonzero(mate)
+    out_i, out_j, total, s = [], [], 0, 1
+    while len(at):
+        total += len(at)
+        if total > most:
+            return None
+        out_i.append(keys[at] & row)
+        out_j.append(keys[at + s] & row)
+        at = at[mate[at + s]]  # runs that go on: pairs at distance s + 1
+        s += 1
+    if not out_i:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out_i), np.concatenate(out_j)
+
+
 def _lsh_candidates(Up: np.ndarray, threshold: float):
     """(i, j) candidate pairs (i < j) of one prompt, found with the design recall above (module note); None when
     the prompt needs the exact Gram pass instead. Bucket mates whose full signatures differ in more than
     LSH_MAX_DIFF of the LSH_BITS signs are dropped before any cosine (a popcount per pair; lsh_recall counts it)."""
     n = len(Up)
-    mu = Up.mean(axis=0, dtype=np.float64)
+    mu = (np.ones(n, Up.dtype) @ Up) / Up.dtype.type(n)  # the mean unit row (BLAS)
     # ‖u − μ‖² = 1 − 2 u·μ + ‖μ‖² on unit rows (one product, no centred copy of the rows)
-    dist = np.sqrt(np.clip(1.0 - 2.0 * (Up @ mu.astype(Up.dtype)) + mu @ mu, 0.0, None))
-    core = dist < np.quantile(dist, LSH_CORE_SHARE)
-    m = float(dist[~core].min()) if (~core).any() else 0.0
-    delta2 = 2.0 * (1.0 - threshold)
-    if m <= 0:
+    dist2 = 1.0 - 2.0 * (Up @ mu).astype(np.float64) + float(mu.astype(np.float64) @ mu)
+    k = int(LSH_CORE_SHARE * n)
+    order = np.argpartition(dist2, k)
+    core, m2 = np.sort(order[:k]), float(dist2[order[k]])  # m²: the nearest row outside the core
+    if m2 <= 0:
         return None
-    theta = float(np.arccos(np.clip(1.0 - delta2 / (2.0 * m * m), -1.0, 1.0)))
+    theta = float(np.arccos(np.clip(1.0 - (1.0 - threshold) / m2, -1.0, 1.0)))  # 1 − δ²/(2m²)
     if _lsh_recall_cached(int(np.ceil(theta * 1000))) < LSH_RECALL:
         return None
     R, W = _lsh_planes(Up.shape[1], Up.dtype.name)
-    signs = Up @ R > (mu.astype(Up.dtype) @ R)[None, :]  # the signs of (u − μ)·r
-    codes = (signs.astype(np.float32) @ W).astype(np.int64)  # n × L: each row's bucket in each table
-    shift = int(n - 1).bit_length()
-    keys = np.sort(((codes + (np.arange(LSH_TABLES) << LSH_BAND)[None, :]) << shift | np.arange(n)[:, None]).ravel())
-    ks, rows = keys >> shift, keys & ((1 << shift) - 1)  # sorted (table, bucket), and the row of each
-    out_i, out_j = [], []
-    k = 1
-    while k < len(ks):  # every pair of positions within a run of equal keys, by their distance in the run
-        same = ks[k:] == ks[:-k]
-        if not same.any():
-            break
-        idx = np.flatnonzero(same)
-        out_i.append(rows[idx])
-        out_j.append(rows[idx + k])
-        k += 1
-    pair = np.zeros(0, np.int64)
-    if out_i:
-        i, j = np.concatenate(out_i), np.concatenate(out_j)
-        pair = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
-        packed = np.packbits(signs, axis=1)
-        diff = np.bitwise_count(packed[pair // n] ^ packed[pair % n]).sum(axis=1, dtype=np.int64)
-        pair = pair[diff <= LSH_MAX_DIFF]
-    ci = np.flatnonzero(core)
-    if len(ci):  # the core rows against every row, exactly (their pairs may have wide centred angles)
-        close = Up[ci] @ Up.T >= threshold - CANDIDATE_SLACK
-        close[np.arange(len(ci)), ci] = False
-        a, b = np.nonzero(close)
-        pair = np.unique(np.concatenate([pair, np.minimum(ci[a], b) * n + np.maximum(ci[a], b)]))
+    proj = Up @ np.concatenate([R, Up[core].T], axis=1)  # the projections, and every row's cosine with the core
+    signs = proj[:, :LSH_BITS] > mu @ R  # the signs of (u − μ)·r
+    found = _bucket_mates(W, signs, LSH_PAIR_SHARE * n * (n - 1) / 2)
+    if found is None:
+        return None
+    i, j = found
+    words = np.packbits(signs, axis=1).view(np.uint64)
+    diff = sum(np.bitwise_count(words[i, w] ^ words[j, w]) for w in range(words.shape[1]))
+    i, j = i[diff <= LSH_MAX_DIFF], j[diff <= LSH_MAX_DIFF]
+    a, c = np.nonzero(proj[:, LSH_BITS:] >= threshold - CANDIDATE_SLACK)  # the core against every row, exactly
+    i, j = np.concatenate([i, a]), np.concatenate([j, core[c]])
+    pair = np.unique(np.minimum(i, j).astype(np.int64) * n + np.maximum(i, j))
+    pair = pair[pair // n != pair % n]  # no image is its own near-copy
     return pair // n, pair % n
 
 
