@@ -268,10 +268,12 @@ def judge_all(checks: Any, params: ValidateEdits) -> Any:
                          for r in checks.to_dict("records")])
 
 
-def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: ValidateEdits) -> tuple[bool, list[str], dict]:
-    """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration)."""
+def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: ValidateEdits, *,
+             src_lab: np.ndarray | None = None, grown: np.ndarray | None = None) -> tuple[bool, list[str], dict]:
+    """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration); `src_lab` and
+    `grown` as in pixel_metrics."""
     edit, _ = match_size(edit, src.shape[:2])
-    m = pixel_metrics(src, edit, face, params.border_px)
+    m = pixel_metrics(src, edit, face, params.border_px, src_lab=src_lab, grown=grown)
     bad = [c for c in failed_checks(m, params) if c in PIXEL_CHECKS]
     return not bad, bad, m
 
