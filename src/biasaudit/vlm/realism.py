@@ -47,6 +47,9 @@ KEY = "realism_key.csv"
 KEY_COLUMNS = ["rating_id", "kind", "photo", "group", "race", "gender", "edit_id", "path"]
 PAIR_COLUMNS = ["source_path", "original_side"]
 GAP = 16  # white pixels between the two photos of a pair
+# zlib level of the blinded PNGs: 1 (Pillow's default is 6) writes them 3× faster, about 9% larger, the same pixels
+# (a rater's copy, read by nobody's code; the ratings key hashes the edits' own files, not these)
+PNG_COMPRESS_LEVEL = 1
 
 
 def rating_items(checks: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +137,7 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
             return bad
         rgb = loaded[path].rgb if source is None else side_by_side(
             *(loaded[p].rgb for p in ((source, path) if side == "left" else (path, source))))
-        Image.fromarray(rgb).save(out_dir / f"{rid}.png")
+        Image.fromarray(rgb).save(out_dir / f"{rid}.png", compress_level=PNG_COMPRESS_LEVEL)
         return []
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
