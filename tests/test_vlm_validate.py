@@ -113,6 +113,25 @@ def test_pixel_metrics_match_hand_values():
     assert m["delta_e_inside"] == 0
 
 
+def test_a_source_prepared_once_measures_its_edits_as_from_scratch(source, params):
+    """The source's face region is segment.face_region_mask's, and the CIELAB and grown mask it keeps for its
+    edits give each edit the record computed from the two images alone (every value equal, not approximately)."""
+    from biasaudit.faces.colour import srgb_to_lab
+    from biasaudit.faces.segment import face_region_mask
+
+    region, _ = face_region_mask(source.rgb)
+    assert np.array_equal(source.face, region)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        edit = np.clip(source.rgb.astype(int) + rng.integers(-20, 21, source.rgb.shape), 0, 255).astype(np.uint8)
+        scratch = V.pixel_metrics(source.rgb, edit, source.face, params.border_px)
+        kept = V.pixel_metrics(source.rgb, edit, source.face, params.border_px, src_lab=source.lab_image(),
+                               grown=source.grown_face(params.border_px))
+        assert kept == scratch
+    assert np.array_equal(source.lab_image(), srgb_to_lab(source.rgb))
+    assert np.array_equal(source.grown_face(3), V.grow(source.face, 3))
+
+
 def test_global_ssim_is_the_textbook_ssim_of_the_whole_image():
     """ssim_global against SSIM from its definition (Wang et al. 2004): per channel, every 7×7 window wholly
     inside the image, sample (co)variances, C1 = (0.01·255)², C2 = (0.03·255)², averaged over windows and

@@ -81,8 +81,10 @@ class FaceMeasurer:
             masks = [landmark_skin_from_landmarks(rgb.shape[:2], landmarks68(rgb, b)) for b in bboxes]
         return [remove_extremes(rgb, m, self.p.shadow_percentile, self.p.highlight_percentile) for m in masks]
 
-    def measure(self, rgb: np.ndarray) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None, tuple | None]:
-        """(record fields, face embedding or None, skin mask or None, bbox or None) for one RGB image."""
+    def measure(self, rgb: np.ndarray, with_embedding: bool = True
+                ) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None, tuple | None]:
+        """(record fields, face embedding or None, skin mask or None, bbox or None) for one RGB image
+        (without `with_embedding`, no face embedding is computed: the overlays need the mask only)."""
         faces = self.detector.detect(rgb)
         rec: dict[str, Any] = {"n_faces": len(faces), "det_score": float("nan"), "bbox": None, "skin_pixels": 0,
                                **_empty_colour()}
@@ -99,7 +101,7 @@ class FaceMeasurer:
         emb = None
         if self.p.face_embedding == "insightface":
             emb = face.embedding
-        elif self.face_embedder is not None:
+        elif self.face_embedder is not None and with_embedding:
             emb = self.face_embedder.embed(rgb, face.bbox)
         mask = self.skin_masks(rgb, [face.bbox])[0]
         rec["skin_pixels"] = int(mask.sum())
@@ -377,7 +379,7 @@ def write_overlays(measurer: FaceMeasurer, faces: pd.DataFrame, manifest: pd.Dat
         loaded = measurer.load(Path(root) / paths[image_id])
         if not loaded.ok:
             continue
-        _, _, mask, bbox = measurer.measure(loaded.rgb)
+        _, _, mask, bbox = measurer.measure(loaded.rgb, with_embedding=False)
         if mask is None:
             continue
         out = Path(out_dir) / f"{image_id}.png"

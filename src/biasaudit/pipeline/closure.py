@@ -11,7 +11,6 @@ comment-only edit redoes nothing.
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 from functools import lru_cache
 from pathlib import Path
@@ -81,15 +80,23 @@ def closure_of_source(source: str, package: str = "") -> set[Path]:
     return {p.relative_to(SRC.parent) for p in closure_of_names(imports_of(ast.parse(source), package)).values()}
 
 
-def _normalised(path: Path) -> str:
-    """The module's AST without docstrings: the same for any comment, docstring or layout edit."""
-    tree = copy.deepcopy(parsed(path))
+@lru_cache(maxsize=512)
+def _normalised_text(path: Path, mtime_ns: int, size: int) -> bytes:
+    # a tree of its own, parsed again from the file (faster than a deep copy of the shared one, and the same tree)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
                 isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False)
+    return ast.dump(tree, annotate_fields=False).encode()
+
+
+def _normalised(path: Path) -> bytes:
+    """The module's AST without docstrings: the same for any comment, docstring or layout edit. Computed once
+    per process while the file is unchanged (size and mtime): the stages' closures share most modules."""
+    st = path.stat()
+    return _normalised_text(path, st.st_mtime_ns, st.st_size)
 
 
 @lru_cache(maxsize=64)
@@ -97,7 +104,7 @@ def _fingerprint(names: tuple[str, ...], stamps: tuple[tuple[str, int, int], ...
     h = hashlib.sha256()
     for name, path in sorted(closure_of_names(set(names)).items()):
         h.update(name.encode())
-        h.update(_normalised(path).encode())
+        h.update(_normalised(path))
     return h.hexdigest()[:16]
 
 

@@ -149,10 +149,12 @@ def make_edit_batch_fn(editor: Any, params: Counterfactuals, checks: Any, out_ro
 
     `params` = the counterfactuals section, `checks` = the validate_edits section (thresholds)."""
     from biasaudit.backends.editors import EditRequest
+    from biasaudit.faces.colour import srgb_to_lab
     from biasaudit.faces.segment import face_region_mask
-    from biasaudit.vlm.validate import pixel_ok
+    from biasaudit.vlm.validate import grow, pixel_ok
 
     masks: dict[str, tuple[np.ndarray | None, np.ndarray | None, str]] = {}
+    pixels: dict[str, dict[str, np.ndarray]] = {}  # a source's CIELAB and grown face mask, for the checks of its edits
     instruction_sha = stable_hash([params.instruction, params.inpaint_prompt], 12)
     prov = {"backend": editor.name, "model_id": editor.model_id, "revision": editor.revision,
             "instruction_version": params.instruction_version, "instruction_sha": instruction_sha,
@@ -206,7 +208,9 @@ def make_edit_batch_fn(editor: Any, params: Counterfactuals, checks: Any, out_ro
                 continue
             jpeg = encode_jpeg(result.image, params.jpeg_quality)
             saved = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
-            ok, bad, metrics = pixel_ok(src, saved, mask, checks)
+            if item["source_path"] not in pixels:
+                pixels[item["source_path"]] = {"src_lab": srgb_to_lab(src), "grown": grow(mask, checks.border_px)}
+            ok, bad, metrics = pixel_ok(src, saved, mask, checks, **pixels[item["source_path"]])
             if null:  # the null edit is meant to leave the face as it is
                 bad = [b for b in bad if b != "no_face_change"]
                 ok = not bad

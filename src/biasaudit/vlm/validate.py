@@ -22,7 +22,7 @@ A failing check is named in `failed_checks`; `action` is keep | flag | exclude (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,13 +61,15 @@ def match_size(edit: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, st
     return np.asarray(Image.fromarray(edit).resize((w, h), Image.Resampling.LANCZOS)), note
 
 
-def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px: int) -> dict[str, float]:
+def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px: int, *,
+                  src_lab: np.ndarray | None = None, grown: np.ndarray | None = None) -> dict[str, float]:
     """SSIM/PSNR/ΔE2000 outside the (grown) face mask, ΔE2000 inside it and the global SSIM of the whole image.
-    Same-size uint8 RGB inputs."""
+    Same-size uint8 RGB inputs. `src_lab` (srgb_to_lab(src)) and `grown` (grow(face, border_px)), when given,
+    are the source's own, computed once for all its edits (SourceInfo)."""
     if src.shape != edit.shape:
         raise ValueError(f"source {src.shape} and edit {edit.shape} differ in size")
     inside = face.astype(bool)
-    outside = ~grow(inside, border_px)
+    outside = ~(grow(inside, border_px) if grown is None else grown)
     out: dict[str, float] = {"face_pixels": int(inside.sum()), "outside_pixels": int(outside.sum())}
     ssim_global, ssim_map = structural_similarity(src, edit, channel_axis=2, data_range=255, full=True)
     out["ssim_global"] = float(ssim_global)  # the whole image, as the seed's rebuttal promises ("globally")
@@ -79,7 +81,7 @@ def pixel_metrics(src: np.ndarray, edit: np.ndarray, face: np.ndarray, border_px
             peak_signal_noise_ratio(a, b, data_range=255))
     else:
         out["psnr_outside"] = np.nan
-    de = delta_e2000(srgb_to_lab(src), srgb_to_lab(edit))
+    de = delta_e2000(srgb_to_lab(src) if src_lab is None else src_lab, srgb_to_lab(edit))
     out["delta_e_outside"] = float(de[outside].mean()) if outside.any() else np.nan
     out["delta_e_inside"] = float(de[inside].mean()) if inside.any() else np.nan
     out["changed_frac_outside"] = float((de[outside] > 2.3).mean()) if outside.any() else np.nan  # 2.3 ≈ 1 JND
@@ -133,13 +135,14 @@ def _face_encoder():
     return dlib.face_recognition_model_v1(str(dlib_model_path("dlib_face_recognition_resnet_model_v1.dat")))
 
 
-def face_analysis(rgb: np.ndarray, detector: Any) -> tuple[np.ndarray | None, np.ndarray | None, str]:
-    """One detection of the largest face → (dlib 128-D descriptor, landmark skin mask), or Nones + reason."""
-    desc, skin, _, reason = face_parts(rgb, detector)
+def face_analysis(rgb: np.ndarray, detector: Any, with_descriptor: bool = True) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """One detection of the largest face → (dlib 128-D descriptor, landmark skin mask), or Nones + reason
+    (the reason is '' when a face was found; without `with_descriptor` the descriptor is None)."""
+    desc, skin, _, reason = face_parts(rgb, detector, with_descriptor)
     return desc, skin, reason
 
 
-def face_parts(rgb: np.ndarray, detector: Any) -> tuple[Any, Any, Any, str]:
+def face_parts(rgb: np.ndarray, detector: Any, with_descriptor: bool = True) -> tuple[Any, Any, Any, str]:
     """face_analysis and the 68 dlib landmarks (the neck lies below their jaw line)."""
     import dlib
 
@@ -153,7 +156,7 @@ def face_parts(rgb: np.ndarray, detector: Any) -> tuple[Any, Any, Any, str]:
     img = np.ascontiguousarray(rgb)
     shape = shape_predictor()(img, dlib.rectangle(x0, y0, x1, y1))
     lm = np.array([(q.x, q.y) for q in shape.parts()], dtype=np.float64)
-    d = np.asarray(_face_encoder().compute_face_descriptor(img, shape), dtype=np.float64)
+    d = np.asarray(_face_encoder().compute_face_descriptor(img, shape), dtype=np.float64) if with_descriptor else None
     return d, landmark_skin_from_landmarks(rgb.shape[:2], lm), lm, ""
 
 
@@ -177,23 +180,42 @@ class SourceInfo:
     reason: str = ""
     landmarks: np.ndarray | None = None
     body: Q.BodySkin | None = None  # neck / other skin pixels, chosen once per source (edit_quality.body_skin)
+    lab: np.ndarray | None = None  # srgb_to_lab(rgb), on first use
+    grown: dict[int, np.ndarray] = field(default_factory=dict)  # border_px → grow(face, border_px), on first use
+
+    def lab_image(self) -> np.ndarray:
+        if self.lab is None:
+            self.lab = srgb_to_lab(self.rgb)
+        return self.lab
+
+    def grown_face(self, border_px: int) -> np.ndarray:
+        if border_px not in self.grown:
+            self.grown[border_px] = grow(self.face, border_px)
+        return self.grown[border_px]
 
 
 def prepare_source(rgb: np.ndarray, detector_name: str = "dlib", with_identity: bool = True) -> SourceInfo:
+    """The source's face region (faces/segment.py face_region_from_landmarks), landmark skin mask and, with
+    `with_identity`, dlib descriptor, from one detection of its largest face."""
     from biasaudit.faces.detect import make_detector
-    from biasaudit.faces.segment import face_region_mask
+    from biasaudit.faces.segment import face_region_from_landmarks
 
-    face, reason = face_region_mask(rgb, detector_name)
-    if face is None:
+    rgb = np.asarray(rgb)
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+        return SourceInfo(rgb, None, None, None, f"source: expected an H×W×3 uint8 RGB image, got {rgb.dtype} {rgb.shape}")
+    desc, skin, lm, reason = face_parts(rgb, make_detector(detector_name), with_identity)
+    if lm is None:
         return SourceInfo(rgb, None, None, None, f"source: {reason}")
-    desc, skin, lm, _ = face_parts(rgb, make_detector(detector_name))
-    return SourceInfo(rgb, face, skin, desc if with_identity else None, landmarks=lm)
+    face = face_region_from_landmarks(rgb.shape[:2], lm)
+    if not face.any():
+        return SourceInfo(rgb, None, None, None, "source: empty face polygon")
+    return SourceInfo(rgb, face, skin, desc, landmarks=lm)
 
 
 def body_skin_of(source: SourceInfo, border_px: int) -> Q.BodySkin | None:
     """The source's neck and other skin pixels outside the grown face mask (computed once, kept)."""
     if source.body is None and source.skin is not None and source.skin.any():
-        source.body = Q.body_skin(source.rgb, source.skin, ~grow(source.face, border_px), source.landmarks)
+        source.body = Q.body_skin(source.rgb, source.skin, ~source.grown_face(border_px), source.landmarks)
     return source.body
 
 
@@ -208,11 +230,12 @@ def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: ValidateEdit
         return {"status": "failed", "reason": source.reason}
     edit, note = match_size(edit_rgb, source.rgb.shape[:2])
     rec: dict[str, Any] = {"status": "ok", "reason": "", "note": note}
-    rec |= pixel_metrics(source.rgb, edit, source.face, params.border_px)
-    desc, edit_skin, why = face_analysis(edit, detector or make_detector("dlib"))
+    grown = source.grown_face(params.border_px)
+    rec |= pixel_metrics(source.rgb, edit, source.face, params.border_px, src_lab=source.lab_image(), grown=grown)
+    desc, edit_skin, why = face_analysis(edit, detector or make_detector("dlib"), with_identity)
     if with_identity:
         rec |= identity_scores(source.descriptor, desc)
-    if desc is None:
+    if why:  # no face found in the edit
         rec["note"] = "; ".join(filter(None, [note, f"edit: {why} (identity measured as missing; skin from the "
                                                     f"source's mask)"]))
         edit_skin = source.skin  # same geometry when only the face changed
@@ -221,7 +244,7 @@ def validate_edit(source: SourceInfo, edit_rgb: np.ndarray, params: ValidateEdit
     rec["skin_L_shift"] = rec["skin_L_edit"] - rec["skin_L_source"]
     rec |= Q.seam_metrics(source.rgb, edit, source.skin, edit_skin, body_skin_of(source, params.border_px))
     model = lpips_model or Q.LPIPSModel(None, "", "LPIPS not computed: no LPIPS model given")
-    rec |= Q.lpips_metrics(model, source.rgb, edit, grow(source.face, params.border_px))
+    rec |= Q.lpips_metrics(model, source.rgb, edit, grown)
     return rec
 
 
@@ -245,10 +268,12 @@ def judge_all(checks: Any, params: ValidateEdits) -> Any:
                          for r in checks.to_dict("records")])
 
 
-def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: ValidateEdits) -> tuple[bool, list[str], dict]:
-    """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration)."""
+def pixel_ok(src: np.ndarray, edit: np.ndarray, face: np.ndarray, params: ValidateEdits, *,
+             src_lab: np.ndarray | None = None, grown: np.ndarray | None = None) -> tuple[bool, list[str], dict]:
+    """The cheap pixel checks only (used by the counterfactuals stage to decide a regeneration); `src_lab` and
+    `grown` as in pixel_metrics."""
     edit, _ = match_size(edit, src.shape[:2])
-    m = pixel_metrics(src, edit, face, params.border_px)
+    m = pixel_metrics(src, edit, face, params.border_px, src_lab=src_lab, grown=grown)
     bad = [c for c in failed_checks(m, params) if c in PIXEL_CHECKS]
     return not bad, bad, m
 
@@ -441,7 +466,7 @@ def control_edits(source: SourceInfo, border_px: int, seed: int = 0) -> list[tup
     A recolour confined to the face must pass the only-the-face-changed checks, and fail skin_seam (a darker
     face over the unedited neck); each corruption must fail its check."""
     rgb, face = source.rgb, source.face
-    out = ~grow(face, border_px)
+    out = ~source.grown_face(border_px)
     recolour = rgb.astype(np.float64)
     recolour[face] *= [0.7, 0.62, 0.55]
     recolour = recolour.astype(np.uint8)
@@ -468,7 +493,7 @@ def first_source_with_face(manifest: Any, params: ValidateEdits) -> SourceInfo |
     for path in sorted(p for p in manifest["source_path"].dropna().unique() if p):
         loaded = load_rgb(path)
         if loaded.ok:
-            source = prepare_source(loaded.rgb, params.mask_detector, params.check_identity)
+            source = prepare_source(loaded.rgb, params.mask_detector, with_identity=False)  # the controls measure no identity
             if source.face is not None:
                 return source
     return None
