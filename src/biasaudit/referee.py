@@ -43,9 +43,9 @@ PROFILE = "referee"
 # interval at the design's level (the referee profile's analyze.ci_level) lies beyond the bound with probability
 # CLAIM_POWER. A fixed margin of 0.05 left A50 (Flux's White over the benchmark) inside its ± 0.058 interval.
 CLAIM_LEVEL, CLAIM_POWER = 0.95, 0.95
-# A row reading one label's faces within a category (A23's earnings slope, A63's share-of-women slope) keeps every
-# prompt of the category at least this share of its benchmark share of the label: the paper fitted those slopes,
-# so it had those faces. Without it the solve met A47 (Flux's Black under the benchmark) by planting 8 Black faces
+# A row reading one label's faces within a category (A23's earnings slope, A63's share-of-women slope) keeps the
+# label's mean share over the category's prompts at least this share of the benchmark's: the paper fitted those
+# slopes, so it had those faces (planting_misses checks it). Without it the solve met A47 (Flux's Black under the benchmark) by planting 8 Black faces
 # in Flux's 50 occupations, and A63 read 0.14 [−0.83, 1.10] against a planted 3.
 SUPPORT_SHARE = 0.25
 PROMPT_MARGIN = 0.2       # a claimed sign of one prompt's share − benchmark (100 images: Wilson ± 0.09 at 0.25)
@@ -424,7 +424,8 @@ def planting_misses(world: World, rep: Representation) -> dict[str, str]:
     together): the mean TVD or mean deviation of the planted label counts against the benchmark more than
     PLANTING_TOLERANCE from a published value, or a claimed sign of a mean deviation less than its power's margin
     (claim_margin, less half PLANTING_TOLERANCE for the counts' rounding) beyond its bound, or a claimed TVD bound
-    less than PLANTING_TOLERANCE beyond. Such a row's miss is the world's, not chance (report.replication's
+    less than PLANTING_TOLERANCE beyond, or a slope of one label's faces (A23, A63) on fewer of them than SUPPORT_SHARE
+    keeps. Such a row's miss is the world's, not chance (report.replication's
     referee_check never names it a chance miss)."""
     from biasaudit.report.replication import PLANTING_MISSED
 
@@ -433,11 +434,19 @@ def planting_misses(world: World, rep: Representation) -> dict[str, str]:
     bench = bench / bench.sum(axis=1, keepdims=True)
     out = {}
     for c in world.constraints:
-        if c["kind"] not in PLANTING_CHECKED:
+        if c["kind"] not in (*PLANTING_CHECKED, "support"):
             continue
         row, p = c["row"], rep.counts[c["model"]] / world.images_per_prompt
         cat = str(row["category"])
         sel = np.ones(len(bench), bool) if cat in ("all", "") else (rep.prompts["category"] == cat).to_numpy()
+        if c["kind"] == "support":  # the faces a slope of one label's faces is fitted on
+            g = groups.index(str(row["group"]))
+            v, need = float(p[sel, g].mean()), SUPPORT_SHARE * float(bench[sel, g].mean())
+            if v < need - PLANTING_TOLERANCE / 2:
+                out[str(row["id"])] = (f"{PLANTING_MISSED}: the planted {row['group']} share over the {cat} prompts "
+                                       f"is {v:.4f}, below {SUPPORT_SHARE:g} of the benchmark's ({need:.4f}): too "
+                                       "few faces for the row's slope")
+            continue
         t, rel, beyond = _num(row["value"]), str(row["relation"]), PLANTING_TOLERANCE
         if c["kind"] == "mean_tvd":
             v = float(0.5 * np.abs(p[sel] - bench[sel]).sum(1).mean())
