@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.report.replication import subset_of
+from biasaudit.report.replication import CANNOT_PLANT, subset_of
 
 PLANTED = "PLANTED"
 BACKEND = "referee-planted"
@@ -45,8 +45,8 @@ PROFILE = "referee"
 CLAIM_LEVEL, CLAIM_POWER = 0.95, 0.95
 # A row reading one label's faces within a category (A23's earnings slope, A63's share-of-women slope) keeps the
 # label's mean share over the category's prompts at least this share of the benchmark's: the paper fitted those
-# slopes, so it had those faces (planting_misses checks it). Without it the solve met A47 (Flux's Black under the benchmark) by planting 8 Black faces
-# in Flux's 50 occupations, and A63 read 0.14 [−0.83, 1.10] against a planted 3.
+# slopes, so it had those faces (planting_misses checks it). Without it the solve met A47 (Flux's Black under the
+# benchmark) by planting 8 Black faces in Flux's 50 occupations, and A63 read 0.14 [−0.83, 1.10] against a planted 3.
 SUPPORT_SHARE = 0.25
 PROMPT_MARGIN = 0.2       # a claimed sign of one prompt's share − benchmark (100 images: Wilson ± 0.09 at 0.25)
 # … and at most PROMPT_BAND further: the solve met A46/A47 (SD's and Flux's Black under the benchmark) by emptying
@@ -362,7 +362,6 @@ UNPLANTABLE: dict[str, str] = {
     "parsing_classes": "a constant of the parsing network (faces/bisenet.py N_CLASSES), not a run output",
     "two_afc_images": "fixed by the task design (biasaudit.vlm.tasks), not a run output",
 }
-CANNOT_PLANT = "cannot be planted"
 
 
 def plant_world(published: pd.DataFrame, models: list[str], groups: tuple[str, ...], images_per_prompt: int,
@@ -424,9 +423,9 @@ def planting_misses(world: World, rep: Representation) -> dict[str, str]:
     together): the mean TVD or mean deviation of the planted label counts against the benchmark more than
     PLANTING_TOLERANCE from a published value, or a claimed sign of a mean deviation less than its power's margin
     (claim_margin, less half PLANTING_TOLERANCE for the counts' rounding) beyond its bound, or a claimed TVD bound
-    less than PLANTING_TOLERANCE beyond, or a slope of one label's faces (A23, A63) on fewer of them than SUPPORT_SHARE
-    keeps. Such a row's miss is the world's, not chance (report.replication's
-    referee_check never names it a chance miss)."""
+    less than PLANTING_TOLERANCE beyond, or a slope of one label's faces (A23, A63) on fewer of them than
+    SUPPORT_SHARE keeps. Such a row's miss is the world's, not chance (report.replication's referee_check never
+    names it a chance miss)."""
     from biasaudit.report.replication import PLANTING_MISSED
 
     groups = list(world.groups)
@@ -1419,7 +1418,7 @@ def planted_notes(world: World) -> dict[str, str]:
 def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
     """Build the replication table of the referee run (reports/replication.csv and its page) and print every
     row that is not recovered; 0 when each row is covered or a named chance miss."""
-    from biasaudit.report.replication import CHANCE_MISS, build_replication
+    from biasaudit.report.replication import CHANCE_MISS, NOT_RECOVERED, RECOVERED, build_replication
     from biasaudit.vlm.declared import answer_values
 
     prompts = Path(cfg.generate.prompts_file)
@@ -1441,9 +1440,9 @@ def verify(cfg: Any, published: pd.DataFrame, reports: Path = C.REPORTS) -> int:
         if src.exists():
             (keep / src.name).write_bytes(src.read_bytes())
     verdicts = pd.Series(table.attrs["verdicts"]).reindex(table["id"].astype(str)).to_numpy()  # referee_check's
-    bad = table[verdicts == "not recovered"]
-    count = {v: int((verdicts == v).sum()) for v in ("recovered", CHANCE_MISS, CANNOT_PLANT)}
-    print(f"referee run: {len(table)} rows; {count['recovered']} recovered, {count[CHANCE_MISS]} named chance "
+    bad = table[verdicts == NOT_RECOVERED]
+    count = {v: int((verdicts == v).sum()) for v in (RECOVERED, CHANCE_MISS, CANNOT_PLANT)}
+    print(f"referee run: {len(table)} rows; {count[RECOVERED]} recovered, {count[CHANCE_MISS]} named chance "
           f"miss(es), {count[CANNOT_PLANT]} that cannot be planted (each says why), {len(bad)} "
           f"not recovered ({keep}/replication.csv, {keep}/replication.html)")
     for r in bad.itertuples():

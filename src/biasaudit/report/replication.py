@@ -50,6 +50,7 @@ REFEREE_PROFILE = "referee"
 REFEREE_NOTE = ("referee run: compared with the PLANTED truth (= the published value, biasaudit/referee.py), "
                 "not a replication of any real model")
 CHANCE_MISS = "chance miss"
+RECOVERED, NOT_RECOVERED, CANNOT_PLANT = "recovered", "not recovered", "cannot be planted"  # referee_check's verdicts
 # a row whose planted world itself misses its target (referee.planting_misses): its miss is never chance
 PLANTING_MISSED = "planting missed"
 
@@ -990,22 +991,22 @@ def referee_check(table: pd.DataFrame, level: float = 0.95, planted: Mapping[str
     for i in table.index:
         rid = str(table.at[i, "id"])
         extra = [planted[rid]] if rid in planted else []
-        if any(str(x).startswith("cannot be planted") for x in extra):
-            verdicts[rid] = "cannot be planted"
+        if any(str(x).startswith(CANNOT_PLANT) for x in extra):
+            verdicts[rid] = CANNOT_PLANT
         elif cov[i] == "true":
-            verdicts[rid] = "recovered"
+            verdicts[rid] = RECOVERED
         elif i in misses and len(misses) <= allowed and not str(planted.get(rid, "")).startswith(PLANTING_MISSED):
             verdicts[rid] = CHANCE_MISS
             extra.append(f"{CHANCE_MISS}: {len(misses)} of {n_interval} intervals at {level:.0%} (or planted nulls at "
                          f"p > {1 - level:.2g}) miss their planted value, at most {allowed} expected by chance "
                          "(binomial 99%)")
         else:
-            verdicts[rid] = "not recovered"
+            verdicts[rid] = NOT_RECOVERED
             extra.append("NOT RECOVERED in the referee run")
         if extra:
             table.at[i, "note"] = "; ".join([str(table.at[i, "note"]), *extra])
-    table.attrs["verdicts"] = verdicts  # row id → recovered | CHANCE_MISS | cannot be planted | not recovered
-    return table, [rid for rid, v in verdicts.items() if v == "not recovered"]
+    table.attrs["verdicts"] = verdicts  # row id → RECOVERED | CHANCE_MISS | CANNOT_PLANT | NOT_RECOVERED
+    return table, [rid for rid, v in verdicts.items() if v == NOT_RECOVERED]
 
 
 # -------------------------------------------------------------------------------------- the page
