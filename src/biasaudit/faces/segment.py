@@ -104,12 +104,18 @@ def _largest_face_landmarks(rgb: np.ndarray, detector: str) -> tuple[np.ndarray 
     return landmarks68(rgb, faces[0].bbox), ""
 
 
+def not_rgb(rgb: np.ndarray) -> str:
+    """Why `rgb` is not an H×W×3 uint8 RGB image, or '' when it is."""
+    ok = rgb.ndim == 3 and rgb.shape[2] == 3 and rgb.dtype == np.uint8
+    return "" if ok else f"expected an H×W×3 uint8 RGB image, got {rgb.dtype} {rgb.shape}"
+
+
 def face_region_mask(rgb: np.ndarray, detector: str = "dlib") -> tuple[np.ndarray | None, str]:
     """Boolean H×W mask of the largest face's whole region (jaw line + forehead up to the brows,
     including eyes, brows and mouth), or (None, reason)."""
     rgb = np.asarray(rgb)
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
-        return None, f"expected an H×W×3 uint8 RGB image, got {rgb.dtype} {rgb.shape}"
+    if not_rgb(rgb):
+        return None, not_rgb(rgb)
     lm, reason = _largest_face_landmarks(rgb, detector)
     if lm is None:
         return None, reason
@@ -121,8 +127,8 @@ def skin_mask(rgb: np.ndarray, detector: str = "dlib", method: str = "landmarks"
               low_pct: float = 0.0, high_pct: float = 100.0) -> tuple[np.ndarray | None, str]:
     """Boolean skin mask of the largest face (landmarks polygon or BiSeNet skin class), or (None, reason)."""
     rgb = np.asarray(rgb)
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
-        return None, f"expected an H×W×3 uint8 RGB image, got {rgb.dtype} {rgb.shape}"
+    if not_rgb(rgb):
+        return None, not_rgb(rgb)
     from biasaudit.faces.detect import make_detector
 
     faces = make_detector(detector).detect(rgb)

@@ -131,7 +131,8 @@ def write_blinded_images(key: pd.DataFrame, folder: str | Path) -> list[str]:
     originals = {source: load_rgb(source) for _, _, source, _ in todo if source is not None}
 
     def write(rid: str, path: str, source: str | None, side: str) -> list[str]:
-        loaded = {p: originals[p] if p in originals else load_rgb(p) for p in (path, source) if p is not None}  # a self pair: one file
+        # a self pair (path == source) is one file
+        loaded = {p: originals.get(p) or load_rgb(p) for p in (path, source) if p is not None}
         bad = [f"{rid} ({p}): {x.reason}" for p, x in loaded.items() if not x.ok]
         if bad:
             return bad

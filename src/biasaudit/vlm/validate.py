@@ -198,11 +198,11 @@ def prepare_source(rgb: np.ndarray, detector_name: str = "dlib", with_identity: 
     """The source's face region (faces/segment.py face_region_from_landmarks), landmark skin mask and, with
     `with_identity`, dlib descriptor, from one detection of its largest face."""
     from biasaudit.faces.detect import make_detector
-    from biasaudit.faces.segment import face_region_from_landmarks
+    from biasaudit.faces.segment import face_region_from_landmarks, not_rgb
 
     rgb = np.asarray(rgb)
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
-        return SourceInfo(rgb, None, None, None, f"source: expected an H×W×3 uint8 RGB image, got {rgb.dtype} {rgb.shape}")
+    if not_rgb(rgb):
+        return SourceInfo(rgb, None, None, None, f"source: {not_rgb(rgb)}")
     desc, skin, lm, reason = face_parts(rgb, make_detector(detector_name), with_identity)
     if lm is None:
         return SourceInfo(rgb, None, None, None, f"source: {reason}")
