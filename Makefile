@@ -44,11 +44,14 @@ gpu-wheels:
 	  --require-hashes -r benchmarks/gpu_wheels.txt -d .gpu-wheels
 	$(PYTHON) benchmarks/gpu_wheels.py check
 
-# The demo's torch work (the random-weight stand-ins: tiny CLIP embeddings, the tiny VLM) on kernels that every
-# x86-64 CPU runs alike (ATen's default kernels, oneDNN up to SSE4.1, MKL's conditional-reproducibility mode), so a
+# The demo's torch work (the random-weight stand-ins: tiny CLIP embeddings, the tiny VLM) and its numpy/scipy BLAS
+# work on kernels that every x86-64 CPU runs alike (ATen's default kernels, oneDNN up to SSE4.1, MKL's
+# conditional-reproducibility mode, OpenBLAS's SSE3 kernels: an optimiser's residue, such as a bound of 6e-12 or a
+# Bradley–Terry coefficient of 7e-8 where the answer is 0, follows the BLAS kernel and no rounding absorbs it), so a
 # fresh clone's dvc.lock is the committed one on another CPU too (docs/running.md); real models (make paper) are not
 # pinned. tests/test_stable_bytes.py reads this line.
-PINNED_KERNELS := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE
+PINNED_KERNELS := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE \
+                  OPENBLAS_CORETYPE=Prescott
 
 # `biasaudit check` first: it validates params.yaml and refreshes the fingerprints of the input folders it
 # names (data/check/), so `dvc repro` re-runs the stages whose folder changed; with nothing changed it runs none

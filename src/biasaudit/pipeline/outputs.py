@@ -13,7 +13,7 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import check_table
-from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
+from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text, stable_table
 
 OK, NO_DATA = "ok", "no data"
 
@@ -58,7 +58,12 @@ def json_safe(obj: Any) -> Any:
 
 
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
-    return df.round(digits).to_markdown(index=False) + "\n"
+    """The table as Markdown at `digits` decimals, from the floats its CSV holds (`stable_table`); a value that
+    rounds to zero is written "0", never "-0" (the sign of a residue such as -3e-9 is the CPU kernel's)."""
+    rounded = stable_table(df).round(digits)
+    floats = rounded.select_dtypes("float").columns
+    rounded[floats] = rounded[floats] + 0.0  # -0.0 + 0.0 is +0.0
+    return rounded.to_markdown(index=False) + "\n"
 
 
 def tight_bbox(fig: Any, dpi: float) -> Any:
