@@ -152,12 +152,11 @@ def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
     O(n_p · d) per prompt and draw, never an n_p × n_p matrix: each row is added to its group's sum (in U's
     dtype, as the float32 GEMMs before it), except the rows of the draw's largest group, whose sum is S_p
     (float64) minus the others'. Whole rows, no column blocks: the row loop then vectorises (blocks of 64–256
-    columns measured 1.3–7× slower). Draws go
-    BLOCK_DRAWS at a time through the prompt's rows in blocks of at most BLOCK_BYTES (in L2 while those draws
-    read them); each row of a block is read once for DRAWS_PER_PASS draws, added to each draw's group sum in
-    turn (indexed in place: a view of the sum per row and draw cost a reference count each). Every draw's sums
-    get their rows in index order, so the sums do not depend on the blocking, and two draws that code every row
-    alike give bitwise the same sums (ties stay ties)."""
+    columns measured 1.3–7× slower). Draws go BLOCK_DRAWS at a time through the prompt's rows in blocks of at
+    most BLOCK_BYTES (in L2 while those draws read them); each row of a block is read once for DRAWS_PER_PASS
+    draws, added to each draw's group sum in turn (indexed in place: a view of the sum per row and draw cost a
+    reference count each). Every draw's sums get their rows in index order, so the sums do not depend on the
+    blocking, and two draws that code every row alike give bitwise the same sums (ties stay ties)."""
     b, M = codes.shape
     P = bounds.shape[0] - 1
     G = sq.shape[2]
