@@ -114,10 +114,11 @@ def recall(P: int, m: int, d: int, k: int, seeds: int, t: float = 0.95) -> None:
           f"({H.LSH_BITS} signs, tables of {H.LSH_BAND}, {H.LSH_TABLES} tables, ≤ {H.LSH_MAX_DIFF} signs apart)")
 
 
-def cpu(fn) -> float:
-    t = time.process_time()
+def cpu(fn) -> tuple[float, float]:
+    """(CPU seconds of the process, all its threads: getrusage's user + system; wall seconds) of one call."""
+    t, w = time.process_time(), time.perf_counter()
     fn()
-    return time.process_time() - t
+    return time.process_time() - t, time.perf_counter() - w
 
 
 def main() -> None:
@@ -144,13 +145,14 @@ def main() -> None:
             for k in jobs[sizes[0]]:
                 for m in sizes:
                     times[(m, k)].append(cpu(jobs[m][k]))
-    print(f"{a.prompts} prompts, d = {a.dim}, CPU seconds (median of {a.reps}, 1 BLAS thread); "
-          f"ratio at 4× images per prompt ({sizes[0]} → {sizes[1]})")
+    print(f"{a.prompts} prompts, d = {a.dim}, CPU seconds (median of {a.reps}, 1 BLAS thread; wall seconds after "
+          f"the ratio); ratio at 4× images per prompt ({sizes[0]} → {sizes[1]})")
     for k in jobs[sizes[0]]:
-        t1, t4 = statistics.median(times[(sizes[0], k)]), statistics.median(times[(sizes[1], k)])
+        (t1, w1), (t4, w4) = ([statistics.median(x) for x in zip(*times[(m, k)])] for m in sizes)
         note = (f"  (Gram pass below {H.LSH_MIN_ROWS} images per prompt, LSH screen from there)"
                 if k == "near-dup" else "")
-        print(f"  {k:14s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×{note}")
+        print(f"  {k:14s} {t1:8.3f} s  {t4:8.3f} s  ratio {t4 / t1:5.2f}×   wall {w1:.3f} → {w4:.3f} s "
+              f"{w4 / w1:5.2f}×{note}")
     print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (shared machine)")
 
 

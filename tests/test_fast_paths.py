@@ -44,22 +44,28 @@ def test_cell_dots_equal_the_definition():
             assert tot[p, g] == pytest.approx(sum(float(S[p, g] @ S[p, h]) for h in range(3)), rel=1e-12)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_permuted_cell_dots_equal_the_definition(dtype):
+@pytest.mark.parametrize("dtype, d, sizes, b", [(np.float32, 9, (7, 0, 12), 6), (np.float64, 9, (7, 0, 12), 6),
+                                                 (np.float64, 4096, (40, 0, 17), 70), (np.float32, 4096, (75, 3), 37)])
+def test_permuted_cell_dots_equal_the_definition(dtype, d, sizes, b):
     """Per prompt, draw and group: ‖S‖², S · S_p, Σ‖u‖² and the count from explicit sums over the rows coded g
-    (prompts of 7, 0 and 12 rows; the largest group, whose sum the kernel takes as S_p minus the others, varies
-    by draw); two draws that code every row alike give bitwise equal results."""
+    (the largest group, whose sum the kernel takes as S_p minus the others, varies by draw); two draws that code
+    every row alike give bitwise equal results. At d = 4096 a prompt spans several of the kernel's row blocks
+    (BLOCK_BYTES: 16 float64 or 32 float32 rows) and the draws several of its chunks (BLOCK_DRAWS) and passes
+    (DRAWS_PER_PASS), the last of each partial."""
     rng = np.random.default_rng(4)
-    U = rng.normal(size=(25, 9)).astype(dtype)
-    idx = rng.permutation(25)[:19]
-    bounds = np.array([0, 7, 7, 19])
-    b, G = 6, 4
-    codes = rng.integers(0, G, size=(b, 19)).astype(np.int16)
+    n_rows = sum(sizes) + 6
+    U = rng.normal(size=(n_rows, d)).astype(dtype)
+    idx = rng.permutation(n_rows)[:sum(sizes)]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    P, G = len(sizes), 4
+    if d > 9:
+        assert max(sizes) * d * U.itemsize > 2 * kernels.BLOCK_BYTES and b > kernels.BLOCK_DRAWS
+    codes = rng.integers(0, G, size=(b, sum(sizes))).astype(np.int16)
     codes[5] = codes[2]
-    out = [np.zeros((3, b, G)) for _ in range(4)]
+    out = [np.zeros((P, b, G)) for _ in range(4)]
     kernels.permuted_cell_dots(U, np.full(len(U), U.shape[1]), idx, bounds, codes, *out)
     sq, tot, q, cnt = out
-    for p in range(3):
+    for p in range(P):
         rows = np.arange(bounds[p], bounds[p + 1])
         Sp = U[idx[rows]].astype(np.float64).sum(axis=0)
         for t in range(b):

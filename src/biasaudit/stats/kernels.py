@@ -132,9 +132,12 @@ def shuffle_segments(codes, bounds, u, out):
                 out[t, r] = tmp
 
 
-# draws that permuted_cell_dots serves from one read of a prompt's rows: at 1,000 rows of 512 a prompt (2 MB) no
-# longer stays in L2 from one draw to the next
+# draws that permuted_cell_dots serves from one read of a row (their group sums stay in L1 while it is added)
 DRAWS_PER_PASS = 4
+# a prompt's rows are added in blocks of at most this many bytes, which stay in L2 while BLOCK_DRAWS draws read
+# them: at 1,000 rows of 512 float32 a prompt (2 MB) no longer stays in L2 from one pass to the next
+BLOCK_BYTES = 1 << 19
+BLOCK_DRAWS = 32
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FLAGS)
@@ -148,24 +151,28 @@ def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
 
     O(n_p · d) per prompt and draw, never an n_p × n_p matrix: each row is added to its group's sum (in U's
     dtype, as the float32 GEMMs before it), except the rows of the draw's largest group, whose sum is S_p
-    (float64) minus the others'. Whole rows, no column blocks: the row loop then vectorises, and blocks of
-    64–256 columns measured 1.3–3.5× slower even for 900 rows of 1024 per prompt. Each row is read once for
-    DRAWS_PER_PASS draws, added to each draw's group sum in turn. Rows are added in index order, so two draws
-    that code every row alike give bitwise the same sums (ties stay ties)."""
+    (float64) minus the others'. Whole rows, no column blocks: the row loop then vectorises (blocks of 64–256
+    columns measured 1.3–7× slower). Draws go BLOCK_DRAWS at a time through the prompt's rows in blocks of at
+    most BLOCK_BYTES (in L2 while those draws read them); each row of a block is read once for DRAWS_PER_PASS
+    draws, added to each draw's group sum in turn (indexed in place: a view of the sum per row and draw cost a
+    reference count each). Every draw's sums get their rows in index order, so the sums do not depend on the
+    blocking, and two draws that code every row alike give bitwise the same sums (ties stay ties)."""
     b, M = codes.shape
     P = bounds.shape[0] - 1
     G = sq.shape[2]
     d = U.shape[1]
     T = DRAWS_PER_PASS
+    TB = BLOCK_DRAWS
+    RB = max(1, BLOCK_BYTES // max(1, d * U.itemsize))
     v = np.zeros(M)
     qn = np.zeros(M)
     count = np.zeros(G)
     ltot = np.zeros(G)
     lq = np.zeros(G)
-    big = np.zeros(T, np.int64)
+    big = np.zeros(TB, np.int64)
     total = np.zeros(d)
     rest = np.zeros(d)
-    acc = np.zeros((T, G, d), dtype=U.dtype)
+    acc = np.zeros((TB, G, d), dtype=U.dtype)
     for p in range(P):
         a, e = bounds[p], bounds[p + 1]
         if e == a:
@@ -185,9 +192,9 @@ def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
                 s2 += x * x
             v[j] = s1
             qn[j] = s2
-        for t0 in range(0, b, T):
-            nt = min(T, b - t0)
-            for u in range(nt):
+        for t0 in range(0, b, TB):
+            nb = min(TB, b - t0)
+            for u in range(nb):
                 t = t0 + u
                 count[:] = 0.0
                 ltot[:] = 0.0
@@ -205,32 +212,33 @@ def permuted_cell_dots(U, lens, idx, bounds, codes, sq, tot, q, cnt):
                     if count[g] > count[bg]:
                         bg = g
                 big[u] = bg
-            acc[:nt] = 0.0
-            for j in range(a, e):  # each row read once for the nt draws of the pass
-                row = U[idx[j]]
-                n = lens[idx[j]]
-                for u in range(nt):
-                    c = codes[t0 + u, j]
-                    if c != big[u]:
-                        ac = acc[u, c]
-                        for k in range(n):
-                            ac[k] += row[k]
-            for u in range(nt):
+            acc[:nb] = 0.0
+            for r0 in range(a, e, RB):  # a block of rows, in L2 for the nb draws
+                r1 = min(r0 + RB, e)
+                for u0 in range(0, nb, T):
+                    u1 = min(u0 + T, nb)
+                    for j in range(r0, r1):  # each row read once for the draws u0 … u1 − 1
+                        r = idx[j]
+                        n = lens[r]
+                        for u in range(u0, u1):
+                            c = codes[t0 + u, j]
+                            if c != big[u]:
+                                for k in range(n):
+                                    acc[u, c, k] += U[r, k]
+            for u in range(nb):
                 t = t0 + u
                 for g in range(G):
                     if g == big[u]:
                         continue
-                    ac = acc[u, g]
                     s = 0.0
                     for k in range(d):
-                        s += np.float64(ac[k]) * ac[k]
+                        s += np.float64(acc[u, g, k]) * acc[u, g, k]
                     sq[p, t, g] = s
                 rest[:] = total
                 for g in range(G):
                     if g != big[u]:
-                        ac = acc[u, g]
                         for k in range(d):
-                            rest[k] -= ac[k]
+                            rest[k] -= acc[u, g, k]
                 s = 0.0
                 for k in range(d):
                     s += rest[k] * rest[k]
