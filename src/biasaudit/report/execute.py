@@ -46,14 +46,15 @@ _PADDING = re.compile(r"[ \t]+(?=\r|\n|$)")  # a bar line's trailing spaces
 # - rfc3986_validator, rfc3339_validator, isoduration, webcolors, uri_template, jsonpointer, fqdn: the
 #   other optional string-format checkers of jsonschema, 0.03 s together. No nbformat schema uses the
 #   `format` keyword (only a metadata property named "format"), so no checker was ever called.
-FORMAT_CHECKERS = ("rfc3986_validator", "rfc3339_validator", "isoduration", "webcolors", "uri_template",
-                   "jsonpointer", "fqdn")
-UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server", "tornado.web", *FORMAT_CHECKERS)
+# The report stage's kernel reads notebooks with nbformat too (report.trail): it marks FORMAT_CHECKERS absent.
+FORMAT_CHECKERS = ("rfc3987_syntax", "rfc3986_validator", "rfc3339_validator", "isoduration", "webcolors",
+                   "uri_template", "jsonpointer", "fqdn")
+UNUSED_IMPORTS = ("jupyter_server", "tornado.web", *FORMAT_CHECKERS)
 
 
-def skip_unused_imports() -> None:
-    """Mark UNUSED_IMPORTS absent in this process (before jupytext is imported); one already imported stays."""
-    for name in UNUSED_IMPORTS:
+def skip_unused_imports(names: tuple[str, ...] = UNUSED_IMPORTS) -> None:
+    """Mark `names` absent in this process (before jupytext or nbformat is imported); one already imported stays."""
+    for name in names:
         sys.modules.setdefault(name, None)
 
 

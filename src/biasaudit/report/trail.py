@@ -19,6 +19,9 @@ TEMPLATES = Path(__file__).parent / "nbtemplates"
 
 def export_html(ipynb: Path, out: Path) -> Path:
     """Write `out` (HTML, no network) from an executed notebook."""
+    from biasaudit.report.execute import FORMAT_CHECKERS, skip_unused_imports
+
+    skip_unused_imports(FORMAT_CHECKERS)  # jsonschema's string-format checkers, unused by nbformat (report.execute)
     import nbformat
     from nbconvert import HTMLExporter
 
