@@ -105,3 +105,31 @@ def test_params_validation_names_the_key():
         Faces(face_embedding="insightface", detector="dlib")
     with pytest.raises(ValueError, match="skin_method"):
         Faces(skin_method="pixels")
+
+
+def test_the_clip_model_is_loaded_on_first_embed_only(tmp_path):
+    """A driver whose pool workers embed names the CLIP model without importing torch or open_clip; the
+    revision is the checkpoint file's sha256 (hashlib on its bytes), and the first embed loads the model."""
+    import hashlib
+    import subprocess
+    import sys
+    import textwrap
+
+    from biasaudit.tiny.clip import build_tiny_open_clip
+
+    _, ckpt = build_tiny_open_clip(tmp_path)
+    probe = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from biasaudit.faces.embeddings import ClipEmbedder
+        emb = ClipEmbedder("ViT-B-32", "tiny", device="cpu", batch_size=2)
+        print(emb.revision, emb.model_id, emb.stand_in, "torch" in sys.modules, "open_clip" in sys.modules)
+        X = emb.embed([np.zeros((40, 30, 3), np.uint8)] * 3)
+        print(X.shape, "open_clip" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "BIASAUDIT_TINY_DIR": str(tmp_path)})
+    named, embedded = out.stdout.strip().splitlines()
+    digest = hashlib.sha256(ckpt.read_bytes()).hexdigest()[:16]
+    assert named == f"sha256:{digest} biasaudit-tiny-clip True False False"
+    assert embedded == "(3, 32) True"

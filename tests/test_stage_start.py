@@ -33,6 +33,27 @@ def test_runner_skips_unused_imports_and_still_validates_notebooks(tmp_path):
     assert (tmp_path / "probe.json").exists()
 
 
+def test_report_export_imports_no_format_checker_and_still_writes_the_page(tmp_path):
+    """The report stage's kernel exports every notebook (report.trail): jsonschema's optional string-format
+    checkers (rfc3987_syntax builds an Earley parser on import) are not imported, and the page is written."""
+    probe = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from biasaudit.report.trail import export_html
+        out = Path(sys.argv[1])
+        import json
+        nb = {"cells": [{"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {}, "outputs": [],
+                         "source": "x = 1"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+        (out / "n.ipynb").write_text(json.dumps(nb))
+        export_html(out / "n.ipynb", out / "n.html")
+        print(" ".join(m for m in ("rfc3987_syntax", "rfc3986_validator", "fqdn") if sys.modules.get(m)))
+    """)
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""  # none of the checkers imported
+    page = (tmp_path / "n.html").read_text()
+    assert page.lstrip().lower().startswith("<!doctype html") and 'class="n">x</span>' in page  # the cell, highlighted
+
+
 def test_kernel_launched_before_the_notebook_is_read_runs_it_as_nbclient_would(tmp_path):
     """The runner launches the kernel before it converts the notebook (report.execute.launch_kernel):
     the kernel still runs in the runner's folder, gets the injected parameters, keeps no history file,

@@ -131,6 +131,28 @@ def test_batched_equals_one_by_one(backend, images):
             assert b.option_probs == pytest.approx(s.option_probs, abs=1e-4)
 
 
+def test_a_stand_in_answers_on_one_thread_whatever_the_process_uses(backend, images):
+    """The tiny stand-in's forward passes run on one torch thread (their sums then do not depend on the
+    machine's cores) and the process's own thread count is restored afterwards."""
+    import torch
+
+    seen = []
+    hook = backend.model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    reqs = [VLMRequest(images=(p,), prompt="Race? One word.", options=LABELS) for p in images[:3]]
+    before = torch.get_num_threads()
+    answers = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            answers[threads] = [(r.text, r.option_probs) for r in backend.generate(reqs)]
+            assert torch.get_num_threads() == threads
+    finally:
+        hook.remove()
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
+    assert answers[1] == answers[2]  # exactly: the same single-thread sums
+
+
 def test_bad_items_fail_alone_with_a_reason(backend, images, tmp_path):
     corrupt = tmp_path / "corrupt.png"
     corrupt.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")

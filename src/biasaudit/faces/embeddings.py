@@ -29,20 +29,24 @@ def tiny_dir() -> Path:
 
 class ClipEmbedder:
     """open_clip image tower. `pretrained` is an open_clip tag (e.g. laion2b_s32b_b79k), a local
-    checkpoint path, or 'tiny' for the seeded random-weight stand-in (src/biasaudit/tiny/clip.py)."""
+    checkpoint path, or 'tiny' for the seeded random-weight stand-in (src/biasaudit/tiny/clip.py).
+
+    The model is loaded on the first `embed`: a stage's driver, whose pool workers embed, only names the
+    model (name, model_id, revision) and so never imports torch and open_clip (~3 s of CPU a stage)."""
 
     def __init__(self, model: str = "ViT-H-14", pretrained: str = "laion2b_s32b_b79k", device: str = "auto",
                  batch_size: int = 16):
-        import open_clip
-        import torch
-
-        self.device = resolve_device(device)
         self.batch_size = max(1, batch_size)
+        self.device_wanted = device
         self.stand_in = pretrained == "tiny"
         if self.stand_in:
-            from biasaudit.tiny.clip import build_tiny_open_clip
+            from biasaudit.tiny.clip import TINY_CLIP_NAME, tiny_checkpoint
 
-            model, ckpt = build_tiny_open_clip(tiny_dir())
+            model, ckpt = TINY_CLIP_NAME, tiny_checkpoint(tiny_dir())
+            if not ckpt.is_file():  # built once (seeded: the same bytes wherever it is built)
+                from biasaudit.tiny.clip import build_tiny_open_clip
+
+                build_tiny_open_clip(tiny_dir())
             pretrained = str(ckpt)
         if Path(pretrained).is_file():
             from biasaudit.pipeline.provenance import sha256_file
@@ -50,17 +54,33 @@ class ClipEmbedder:
             self.revision = "sha256:" + sha256_file(pretrained)[:16]  # streamed: a 3.9 GB checkpoint, 1 MiB at a time
         else:
             self.revision = pretrained
-        precision = "fp16" if self.device.startswith("cuda") else "fp32"
-        self.model, _, self.preprocess = open_clip.create_model_and_transforms(
-            model, pretrained=pretrained, device=self.device, precision=precision)
-        self.model.eval()
+        self.arch, self.pretrained = model, pretrained
         self.name = "open_clip"
         self.model_id = model + ("" if self.stand_in else f":{pretrained if not Path(pretrained).is_file() else Path(pretrained).name}")
+        self.model = None
+
+    def load(self) -> None:
+        """Load the model (once): torch and open_clip are imported here."""
+        if self.model is not None:
+            return
+        import open_clip
+        import torch
+
+        if self.stand_in:  # registers the tiny config with open_clip (the checkpoint exists: not rewritten)
+            from biasaudit.tiny.clip import build_tiny_open_clip
+
+            build_tiny_open_clip(tiny_dir())
+        self.device = resolve_device(self.device_wanted)
+        precision = "fp16" if self.device.startswith("cuda") else "fp32"
+        model, _, self.preprocess = open_clip.create_model_and_transforms(
+            self.arch, pretrained=self.pretrained, device=self.device, precision=precision)
+        self.model = model.eval()
         self._torch = torch
 
     def embed(self, images: list[np.ndarray]) -> np.ndarray:
         from PIL import Image
 
+        self.load()
         torch = self._torch
         out = []
         # torch's CPU kernels split sums by thread, so the last bits of an embedding depend on the machine's

@@ -30,6 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from biasaudit.report.trail import FORMAT_CHECKERS, skip_imports
+
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 LOG_EVERY_S = 30.0  # not a terminal (a log file, CI): a stage's progress bar as one line at most this often
 NOTEBOOKS_DIR = Path("reports/notebooks")
@@ -39,22 +41,14 @@ _PADDING = re.compile(r"[ \t]+(?=\r|\n|$)")  # a bar line's trailing spaces
 
 
 # Imported by jupytext and never used by the runner, so marked absent (both imports are optional there):
-# - rfc3987_syntax: jsonschema (nbformat's validator) imports it only to check the "iri" string format,
-#   which no notebook schema uses, and importing it builds an Earley parser: 1.2 s of every stage's start.
-#   Without it jsonschema skips that one format checker; nbformat validates every notebook as before.
 # - jupyter_server, tornado.web: jupytext's contents managers for JupyterLab, 0.25 s and 0.05 s.
-# - rfc3986_validator, rfc3339_validator, isoduration, webcolors, uri_template, jsonpointer, fqdn: the
-#   other optional string-format checkers of jsonschema, 0.03 s together. No nbformat schema uses the
-#   `format` keyword (only a metadata property named "format"), so no checker was ever called.
-FORMAT_CHECKERS = ("rfc3986_validator", "rfc3339_validator", "isoduration", "webcolors", "uri_template",
-                   "jsonpointer", "fqdn")
-UNUSED_IMPORTS = ("rfc3987_syntax", "jupyter_server", "tornado.web", *FORMAT_CHECKERS)
+# - jsonschema's optional string-format checkers (report.trail.FORMAT_CHECKERS: rfc3987_syntax, 1.2 s, ...).
+UNUSED_IMPORTS = ("jupyter_server", "tornado.web", *FORMAT_CHECKERS)
 
 
 def skip_unused_imports() -> None:
     """Mark UNUSED_IMPORTS absent in this process (before jupytext is imported); one already imported stays."""
-    for name in UNUSED_IMPORTS:
-        sys.modules.setdefault(name, None)
+    skip_imports(UNUSED_IMPORTS)
 
 
 def resolve_type(value: str) -> Any:

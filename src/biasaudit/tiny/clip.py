@@ -32,6 +32,11 @@ def register_tiny_open_clip(directory: str | Path) -> str:
     return TINY_CLIP_NAME
 
 
+def tiny_checkpoint(directory: str | Path, seed: int = 0) -> Path:
+    """Where build_tiny_open_clip writes the seeded checkpoint (it may not exist yet)."""
+    return Path(directory) / f"{TINY_CLIP_NAME}-seed{seed}.safetensors"
+
+
 def build_tiny_open_clip(directory: str | Path, seed: int = 0) -> tuple[str, Path]:
     """Register the tiny config and write a seeded random checkpoint (once); return (model name, path)."""
     import open_clip
@@ -43,7 +48,7 @@ def build_tiny_open_clip(directory: str | Path, seed: int = 0) -> tuple[str, Pat
     name = register_tiny_open_clip(directory)
     # safetensors, not torch.save: torch.save writes a random serialization id into every file, so each fresh
     # clone got another checkpoint hash, hence another embedder revision in the outputs and another dvc.lock
-    ckpt = Path(directory) / f"{TINY_CLIP_NAME}-seed{seed}.safetensors"
+    ckpt = tiny_checkpoint(directory, seed)
     if not ckpt.exists():
         torch.manual_seed(seed)
         model = open_clip.create_model(name, pretrained=None)

@@ -227,6 +227,19 @@ class TransformersVLM(VLMBackend):
     # --- interface ------------------------------------------------------------------------------
 
     def generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
+        # torch's CPU kernels split sums by thread, so the last bits of an option probability depend on the
+        # thread count (the machine's cores); a stand-in on the CPU (the tiny Qwen2-VL: its matrices are too
+        # small for threads to pay, and on a busy machine each kernel's threads wait for one another) runs on one
+        # thread, so its answers are the same on every machine with the same kernels (as ClipEmbedder's)
+        torch, threads = self.torch, self.torch.get_num_threads()
+        if self.stand_in and self.device == "cpu":
+            torch.set_num_threads(1)
+        try:
+            return self._generate(requests, on_result)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _generate(self, requests: list[VLMRequest], on_result: OnResult | None = None) -> list[VLMResponse]:
         out: list[VLMResponse | None] = [None] * len(requests)
 
         def report(i: int, response: VLMResponse) -> None:
