@@ -180,7 +180,7 @@ def run_stage(tree: Path, out: Path) -> dict[str, float]:
     np.random.seed(cfg.seed % 2**32)  # as the notebook's banner does (seaborn's strip jitter draws from it)
     t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
-    writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
+    writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi, processes=inputs.cores())  # as the notebook's
     times = {"read tables": time.perf_counter() - t0}
     cpu = {"read tables": time.process_time() - c0}
     for name, mod in zip(SECTIONS, sections):

@@ -53,7 +53,8 @@ cfg, params = stage_params("analyze")
 banner(cfg)
 data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups,
                           colours=cfg.group_colours)
-writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
+# each section's tables and figures are written by a child process while the next section runs (OutputWriter)
+writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi, processes=inputs.cores())
 
 
 

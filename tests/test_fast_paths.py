@@ -1,9 +1,12 @@
 """The fast paths of the analysis against the direct computation: per-(prompt, group) sums of several
-labellings in one pass, the permutation test's per-draw group sums, and the figures' shared bounding box."""
+labellings in one pass, the permutation test's per-draw group sums, the figures' shared bounding box, their
+deferred tight layout, and sections written by child processes."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from biasaudit.pipeline.outputs import FORKS
 from biasaudit.stats import homogeneity as H
 from biasaudit.stats import kernels
 
@@ -96,6 +99,86 @@ def test_shared_bounding_box_is_the_tight_one():
         sizes.append(Image.open(io.BytesIO(buf.getvalue())).size)
     plt.close(fig)
     assert sizes[0] == sizes[1]
+
+
+def _sample_figure(tight: bool):
+    """A figure laid out by matplotlib's own tight_layout now (tight=False), or with that call left to the writer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from biasaudit.pipeline.outputs import Figure
+
+    fig, axes = plt.subplots(1, 2, figsize=(5, 3))
+    for ax in axes:
+        ax.scatter(np.arange(50), np.arange(50) ** 2, rasterized=True)
+        ax.plot(np.arange(50), np.sqrt(np.arange(50)), label="a line")
+        ax.set(title="a title that sticks out", xlabel="x label", ylabel="y label")
+    fig.legend(loc="center right")
+    if not tight:
+        fig.tight_layout(rect=(0, 0, 0.85, 1))
+    return Figure(fig, "title", "caption", tight={"rect": (0, 0, 0.85, 1)} if tight else None)
+
+
+def _written(out) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _results(tight: bool):
+    from biasaudit.pipeline.outputs import Result
+
+    table = pd.DataFrame({"a": [1.23456, np.nan, 3.0], "b": ["x", "y", "z"]})
+    return [Result(f"s{k}", "section", tables={f"t{k}": table}, plots={f"p{k}": table},
+                   figures={f"f{k}": _sample_figure(tight)}) for k in range(3)]
+
+
+def test_a_deferred_tight_layout_writes_the_bytes_of_one_run_at_creation(tmp_path):
+    """Figure(tight=...) leaves the figure's last step, fig.tight_layout(**tight), to the writer: the files are
+    the bytes of the figure laid out by matplotlib when it was made."""
+    from biasaudit.pipeline.outputs import OutputWriter
+
+    written = {}
+    for tight in (False, True):
+        writer = OutputWriter(tmp_path / str(tight), dpi=60)
+        for result in _results(tight):
+            writer.add(result)
+        writer.finish()
+        written[tight] = _written(tmp_path / str(tight))
+    assert len([n for n in written[False] if n.endswith((".png", ".svg"))]) == 6
+    assert written[False] == written[True]
+
+
+@pytest.mark.skipif(not FORKS, reason="the writer's child processes fork: Linux only")
+def test_sections_written_by_child_processes_are_the_bytes_written_in_process(tmp_path):
+    """OutputWriter(processes=2) forks a child per section: the same tables, plots, PNG and SVG bytes and the same
+    manifest as written in process, with more sections than processes (the writer waits for one to fork the next)."""
+    from biasaudit.pipeline.outputs import OutputWriter
+
+    written = {}
+    for processes in (0, 2):
+        writer = OutputWriter(tmp_path / str(processes), dpi=60, processes=processes)
+        for result in _results(tight=True):
+            writer.add(result)
+        writer.finish()
+        written[processes] = _written(tmp_path / str(processes))
+    assert {n.rsplit(".", 1)[1] for n in written[0]} == {"csv", "md", "png", "svg", "json"}
+    assert written[0] == written[2]
+
+
+@pytest.mark.skipif(not FORKS, reason="the writer's child processes fork: Linux only")
+def test_a_section_that_fails_in_its_child_process_fails_the_writer(tmp_path, monkeypatch):
+    from biasaudit.pipeline import outputs
+
+    def broken(df, digits=3):
+        raise ValueError("cannot write this table")
+
+    monkeypatch.setattr(outputs, "to_markdown", broken)
+    writer = outputs.OutputWriter(tmp_path, dpi=60, processes=2)
+    writer.add(_results(tight=True)[0])
+    with pytest.raises(RuntimeError, match="(?s)'s0' failed in its process.*ValueError: cannot write this table"):
+        writer.finish()
+    assert not writer._children  # every child reaped
 
 
 @pytest.mark.parametrize("bad", ["group", "cluster", "cell"])

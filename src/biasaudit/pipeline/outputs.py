@@ -5,6 +5,9 @@ reads to lay out every section."""
 from __future__ import annotations
 
 import math
+import os
+import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.contracts import check_table
 from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
+from biasaudit.pipeline.lifeline import fork_tied
 
 OK, NO_DATA = "ok", "no data"
 
@@ -23,6 +27,15 @@ class Figure:
     fig: Any  # matplotlib Figure
     title: str
     caption: str
+    tight: dict[str, Any] | None = None  # the figure's tight_layout(**tight), run when it is written (lay_out)
+
+
+def lay_out(figure: Figure) -> None:
+    """Run the figure's deferred tight layout, once. The figure functions leave it as their last step to the
+    writer (the same call on the same figure: the same positions), which may run it in its child process."""
+    if figure.tight is not None:
+        figure.fig.tight_layout(**figure.tight)
+        figure.tight = None
 
 
 @dataclass
@@ -79,15 +92,25 @@ def tight_bbox(fig: Any, dpi: float) -> Any:
         fig.dpi = saved
 
 
+FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")  # where `processes` may fork
+
+
 class OutputWriter:
     """Writes every Result under `out_dir` (reports/t2i or reports/vlm) and records it in the manifest.
-    A table declared in contracts.py must carry its declared columns (ContractError otherwise)."""
+    A table declared in contracts.py must carry its declared columns (ContractError otherwise).
 
-    def __init__(self, out_dir: str | Path, dpi: int = 150):
+    `processes` > 0 (Linux): each Result's files are written by a forked child process, at most that many at
+    once, while the caller goes on (the PNG and SVG writes hold the GIL, so a thread would not help). The child
+    holds an exact copy of the Result, so the files are the bytes the caller would have written; `finish` (or
+    `wait`) waits for every child and raises with a child's traceback if one failed."""
+
+    def __init__(self, out_dir: str | Path, dpi: int = 150, processes: int = 0):
         self.out = Path(out_dir)
         self.dpi = dpi
         self.sections: list[dict[str, Any]] = []
         self.metrics: dict[str, Any] = {}
+        self.processes = processes if FORKS else 0
+        self._children: list[tuple[int, int, str]] = []  # (pid, read end of its error pipe, section name)
 
     def add(self, result: Result) -> dict[str, Any]:
         import matplotlib.pyplot as plt
@@ -98,34 +121,87 @@ class OutputWriter:
         for name, table in result.tables.items():
             check_table(name, list(table.columns), len(table), method)
         for name, table in result.tables.items():
-            csv = atomic_write_table(table, self.out / "tables" / f"{name}.csv")
-            md = atomic_write_text(self.out / "tables" / f"{name}.md", to_markdown(table))
-            entry["tables"].append({"name": name, "csv": csv.relative_to(self.out).as_posix(),
-                                    "md": md.relative_to(self.out).as_posix(), "rows": len(table)})
+            entry["tables"].append({"name": name, "csv": f"tables/{name}.csv", "md": f"tables/{name}.md",
+                                    "rows": len(table)})
         for name, fig in result.figures.items():
-            paths = {}
-            bbox = tight_bbox(fig.fig, self.dpi)
-            for ext in ("png", "svg"):
-                target = self.out / "figures" / f"{name}.{ext}"
-                target.parent.mkdir(parents=True, exist_ok=True)
-                # no date, and element ids from a fixed salt (random by default): the same figure, the same bytes
-                with atomic_path(target) as tmp, plt.rc_context({"svg.hashsalt": "biasaudit"}):
-                    fig.fig.savefig(tmp, format=ext, dpi=self.dpi, bbox_inches=bbox,
-                                    metadata={"Date": None} if ext == "svg" else None)
-                paths[ext] = target.relative_to(self.out).as_posix()
+            entry["figures"].append({"name": name, "title": fig.title, "caption": fig.caption,
+                                     "png": f"figures/{name}.png", "svg": f"figures/{name}.svg"})
+        if self.processes and (result.tables or result.figures or result.plots):
+            self._fork(result)
+        else:
+            self._write(result)
+        for fig in result.figures.values():
             plt.close(fig.fig)
-            entry["figures"].append({"name": name, "title": fig.title, "caption": fig.caption, **paths})
-        for name, table in result.plots.items():
-            atomic_write_table(table, self.out / "plots" / f"{name}.csv")
         if result.metrics:
             self.metrics[result.name] = result.metrics
         self.metrics.setdefault("sections", {})[result.name] = {"status": result.status, "reason": result.reason}
         self.sections.append(entry)
         return entry
 
+    def _write(self, result: Result) -> None:
+        """The files of one Result: tables (CSV + Markdown), figures (PNG + SVG), plot CSVs."""
+        import matplotlib.pyplot as plt
+
+        for name, table in result.tables.items():
+            atomic_write_table(table, self.out / "tables" / f"{name}.csv")
+            atomic_write_text(self.out / "tables" / f"{name}.md", to_markdown(table))
+        for name, fig in result.figures.items():
+            lay_out(fig)
+            bbox = tight_bbox(fig.fig, self.dpi)
+            for ext in ("png", "svg"):
+                # no date, and element ids from a fixed salt (random by default): the same figure, the same bytes
+                with atomic_path(self.out / "figures" / f"{name}.{ext}") as tmp, \
+                        plt.rc_context({"svg.hashsalt": "biasaudit"}):
+                    fig.fig.savefig(tmp, format=ext, dpi=self.dpi, bbox_inches=bbox,
+                                    metadata={"Date": None} if ext == "svg" else None)
+        for name, table in result.plots.items():
+            atomic_write_table(table, self.out / "plots" / f"{name}.csv")
+
+    def _fork(self, result: Result) -> None:
+        """_write in a forked child (an exact copy of this process: the same bytes), at most `processes` at once."""
+        while len(self._children) >= self.processes:
+            self._reap(self._children.pop(0))
+        read, write = os.pipe()
+        pid = fork_tied()  # the child ends with this process, whatever ends it
+        if pid == 0:  # the child: write, report a failure through the pipe, never return
+            status = 0
+            try:
+                os.close(read)
+                self._write(result)
+            except BaseException:
+                os.write(write, traceback.format_exc().encode()[-60_000:])  # within a pipe's buffer
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(write)
+        self._children.append((pid, read, result.name))
+
+    @staticmethod
+    def _reap(child: tuple[int, int, str]) -> None:
+        pid, read, name = child
+        status = os.waitpid(pid, 0)[1]
+        with os.fdopen(read, "rb") as pipe:
+            error = pipe.read().decode(errors="replace")
+        if status:
+            raise RuntimeError(f"writing section {name!r} failed in its process (status {status}):\n{error}")
+
+    def wait(self) -> None:
+        """Wait for every section still being written (processes > 0); raise if one failed."""
+        children, self._children = self._children, []
+        errors = []
+        for child in children:
+            try:
+                self._reap(child)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise RuntimeError("\n".join(errors))
+
     def finish(self, expected_plots: dict[str, list[str]] | None = None, **header: Any) -> None:
         """Write metrics.json and manifest.json; declared outputs always exist (empty plot CSVs with
-        their header, figures/index.json) so DVC finds them even when a section had no data."""
+        their header, figures/index.json) so DVC finds them even when a section had no data. Waits for every
+        section still being written first."""
+        self.wait()
         for name, columns in (expected_plots or {}).items():
             path = self.out / "plots" / f"{name}.csv"
             if not path.exists():
