@@ -172,20 +172,21 @@ def read_once(tree: Path):
 def run_stage(tree: Path, out: Path) -> dict[str, float]:
     """Every section of notebooks/t2i_analyze.py, in its order, with the OutputWriter: seconds per section."""
     from biasaudit.pipeline.outputs import OutputWriter
-    from biasaudit.t2i.analysis import SECTIONS, inputs
+    from biasaudit.t2i.analysis import ELSEWHERE, SECTIONS, inputs
 
-    sections = [importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS]
+    sections = {name: importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS}
 
     cfg = paper_config()
     np.random.seed(cfg.seed % 2**32)  # as the notebook's banner does (seaborn's strip jitter draws from it)
     t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
     writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi, processes=inputs.cores())  # as the notebook's
+    elsewhere = inputs.Elsewhere(data, cfg, *(sections[name].compute for name in ELSEWHERE))
     times = {"read tables": time.perf_counter() - t0}
     cpu = {"read tables": time.process_time() - c0}
-    for name, mod in zip(SECTIONS, sections):
+    for name, mod in sections.items():
         t, c = time.perf_counter(), time.process_time()
-        writer.add(mod.compute(data, cfg))
+        writer.add(elsewhere.result(mod.compute) if name in ELSEWHERE else mod.compute(data, cfg))
         times[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     writer.finish(inputs.PLOTS, profile="paper", stand_in=True)

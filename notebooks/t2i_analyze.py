@@ -55,6 +55,9 @@ data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_di
                           colours=cfg.group_colours)
 # each section's tables and figures are written by a child process while the next section runs (OutputWriter)
 writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi, processes=inputs.cores())
+# the sections without figures (analysis.ELSEWHERE) are computed in a child process, on the second core, while
+# the sections before them run here; each is shown below in its place
+elsewhere = inputs.Elsewhere(data, cfg, gender.compute, corrected.compute, face_loss.compute)
 
 
 
@@ -90,7 +93,7 @@ show(skin.compute(data, cfg), writer)
 # its honest interval, and race × gender against parity (no joint benchmark exists).
 
 # %%
-show(gender.compute(data, cfg), writer)
+show(elsewhere.result(gender.compute), writer)
 
 # %% [markdown]
 # ## Homogeneity, reliability, corrected TVD, calibration
@@ -111,7 +114,7 @@ show(clusters.compute(data, cfg), writer)
 show(reliability.compute(data, cfg), writer)
 
 # %%
-show(corrected.compute(data, cfg), writer)
+show(elsewhere.result(corrected.compute), writer)
 
 # %%
 show(calibration.compute(data, cfg), writer)
@@ -126,7 +129,7 @@ show(calibration.compute(data, cfg), writer)
 show(validation.compute(data, cfg), writer)
 
 # %%
-show(face_loss.compute(data, cfg), writer)
+show(elsewhere.result(face_loss.compute), writer)
 
 # %%
 show(instruments.compute(data, cfg), writer)
