@@ -32,9 +32,13 @@ class Figure:
 
 def lay_out(figure: Figure) -> None:
     """Run the figure's deferred tight layout, once. The figure functions leave it as their last step to the
-    writer (the same call on the same figure: the same positions), which may run it in its child process."""
+    writer, which may run it in its child process: the engine that fig.tight_layout(**tight) runs, the same
+    positions, but without the placeholder layout engine that the call leaves on the figure, which would have
+    every savefig draw the figure once more (and so ignore the bounding box that tight_bbox shares)."""
+    from matplotlib.layout_engine import TightLayoutEngine
+
     if figure.tight is not None:
-        figure.fig.tight_layout(**figure.tight)
+        TightLayoutEngine(**figure.tight).execute(figure.fig)
         figure.tight = None
 
 
