@@ -171,6 +171,8 @@ class OutputWriter:
             status = 0
             try:
                 os.close(read)
+                # the process' own streams, not a notebook kernel's (whose threads are not in this copy)
+                sys.stdout, sys.stderr = sys.__stdout__ or sys.stdout, sys.__stderr__ or sys.stderr
                 self._write(result)
             except BaseException:
                 os.write(write, traceback.format_exc().encode()[-60_000:])  # within a pipe's buffer
