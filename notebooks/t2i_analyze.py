@@ -31,7 +31,7 @@
 # %%
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, show, stage_params
-from biasaudit.pipeline.outputs import OutputWriter
+from biasaudit.pipeline.outputs import Elsewhere, OutputWriter
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (
     calibration,
@@ -57,7 +57,7 @@ data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_di
 writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi, processes=inputs.cores())
 # the sections without figures (analysis.ELSEWHERE) are computed in a child process, on the second core, while
 # the sections before them run here; each is shown below in its place
-elsewhere = inputs.Elsewhere(data, cfg, gender.compute, corrected.compute, face_loss.compute)
+elsewhere = Elsewhere((gender.compute, corrected.compute, face_loss.compute), data, cfg)
 
 
 

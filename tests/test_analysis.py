@@ -358,8 +358,8 @@ def test_the_notebook_runs_the_declared_sections_in_order():
     assert tuple(here or there for here, there in shown) == SECTIONS
     assert tuple(there for _, there in shown if there) == ELSEWHERE
     steps = ", ".join(f"{name}.compute" for name in ELSEWHERE)
-    assert f"elsewhere = inputs.Elsewhere(data, cfg, {steps})" in text
-    assert text.index("inputs.Elsewhere(") < text.index("show(")
+    assert f"elsewhere = Elsewhere(({steps}), data, cfg)" in text
+    assert text.index("Elsewhere((") < text.index("show(")
 
 
 def _faces_homogeneity_cell() -> str:
@@ -435,12 +435,12 @@ def test_the_near_duplicate_threshold_is_the_parameter(tmp_path):
 
 
 def test_sections_computed_in_a_child_process_give_the_values_computed_here(tmp_path):
-    """inputs.Elsewhere (a forked child, values pickled back): the Results computed here, asked for in any order;
+    """outputs.Elsewhere (a forked child, values pickled back): the Results computed here, asked for in any order;
     a failing step raises its own traceback without losing the next, and a step's warnings are warned here."""
     import warnings
 
+    from biasaudit.pipeline.outputs import Elsewhere
     from biasaudit.t2i.analysis import face_loss, gender
-    from biasaudit.t2i.analysis.inputs import Elsewhere
 
     write_tree(tmp_path)
     data = load_inputs(tmp_path, groups=GROUPS)
@@ -453,7 +453,7 @@ def test_sections_computed_in_a_child_process_give_the_values_computed_here(tmp_
         warnings.warn("said in the child", UserWarning, stacklevel=1)
         return 7
 
-    there = Elsewhere(data, cfg, corrected.compute, broken, gender.compute, warns, face_loss.compute)
+    there = Elsewhere((corrected.compute, broken, gender.compute, warns, face_loss.compute), data, cfg)
     with pytest.warns(UserWarning, match="said in the child"):
         assert there.result(warns) == 7
     with pytest.raises(RuntimeError, match="(?s)broken failed in the child process.*ValueError: this step fails"):

@@ -1,12 +1,12 @@
 """The fast paths of the analysis against the direct computation: per-(prompt, group) sums of several
-labellings in one pass, the permutation test's per-draw group sums, the figures' shared bounding box, their
-deferred tight layout, and sections written by child processes."""
+labellings in one pass, the permutation test's per-draw group sums, the figures' shared bounding box, and
+sections written by child processes."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from biasaudit.pipeline.outputs import FORKS
+from biasaudit.pipeline.lifeline import FORKS
 from biasaudit.stats import homogeneity as H
 from biasaudit.stats import kernels
 
@@ -101,8 +101,8 @@ def test_shared_bounding_box_is_the_tight_one():
     assert sizes[0] == sizes[1]
 
 
-def _sample_figure(tight: bool):
-    """A figure laid out by matplotlib's own tight_layout now (tight=False), or with that call left to the writer."""
+def _sample_figure():
+    """A figure laid out by tight_layout, with a figure legend and rasterised points."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,54 +116,61 @@ def _sample_figure(tight: bool):
         ax.plot(np.arange(50), np.sqrt(np.arange(50)), label="a line")
         ax.set(title="a title that sticks out", xlabel="x label", ylabel="y label")
     fig.legend(loc="center right")
-    if not tight:
-        fig.tight_layout(rect=(0, 0, 0.85, 1))
-    return Figure(fig, "title", "caption", tight={"rect": (0, 0, 0.85, 1)} if tight else None)
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    return Figure(fig, "title", "caption")
 
 
 def _written(out) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def _results(tight: bool):
+def _results():
     from biasaudit.pipeline.outputs import Result
 
     table = pd.DataFrame({"a": [1.23456, np.nan, 3.0], "b": ["x", "y", "z"]})
     return [Result(f"s{k}", "section", tables={f"t{k}": table}, plots={f"p{k}": table},
-                   figures={f"f{k}": _sample_figure(tight)}) for k in range(3)]
+                   figures={f"f{k}": _sample_figure()}) for k in range(3)]
 
 
-def test_a_deferred_tight_layout_lays_out_as_one_run_at_creation(tmp_path):
-    """Figure(tight=...) leaves the figure's last step, fig.tight_layout(**tight), to the writer: the tables and PNGs
-    are the bytes of the figure laid out by matplotlib when it was made (and saved with bbox_inches="tight"); the
-    SVGs the same elements and text, their page cut by the PNG's bounding box (to its pixels) rather than measured
-    again by the SVG renderer, which the placeholder layout engine that tight_layout() leaves made savefig do."""
+def test_a_figure_laid_out_by_tight_layout_is_measured_once_for_png_and_svg(tmp_path):
+    """tight_layout() leaves a placeholder layout engine, with which savefig measures the figure again for every
+    format; the writer drops it and cuts both formats by one box (tight_bbox): the PNG is the bytes of savefig's
+    own bbox_inches="tight", the SVG the same elements and text, its page within two of the PNG's pixels of
+    the box that the SVG renderer would have measured."""
+    import io
     import re
 
-    from biasaudit.pipeline.outputs import OutputWriter
+    import matplotlib.pyplot as plt
 
-    written = {}
-    for tight in (False, True):
-        writer = OutputWriter(tmp_path / str(tight), dpi=60)
-        for result in _results(tight):
-            writer.add(result)
-        writer.finish()
-        written[tight] = _written(tmp_path / str(tight))
-    assert written[False].keys() == written[True].keys()
-    assert len([n for n in written[False] if n.endswith((".png", ".svg"))]) == 6
-    for name, data in written[False].items():
-        if not name.endswith(".svg"):
-            assert written[True][name] == data, name
-            continue
+    from biasaudit.pipeline.outputs import OutputWriter, Result
 
-        def numbers(svg: bytes) -> tuple[str, list[float]]:
-            text = re.sub(r'id="[^"]*"|#[A-Za-z_][\w-]*|base64,[^"]+', "", svg.decode())  # hashed ids, rasters
-            rx = r"(?<![\w#])-?\d+(?:\.\d+)?(?:e-?\d+)?"
-            return re.sub(rx, "N", text), [float(x) for x in re.findall(rx, text)]
+    writer = OutputWriter(tmp_path, dpi=60)
+    writer.add(Result("s", "section", figures={"f": _sample_figure()}))
+    writer.finish()
+    fig = _sample_figure().fig
+    assert fig.get_layout_engine() is not None  # the placeholder
+    direct = {}
+    for ext in ("png", "svg"):
+        buf = io.BytesIO()
+        with plt.rc_context({"svg.hashsalt": "biasaudit"}):
+            fig.savefig(buf, format=ext, dpi=60, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        direct[ext] = buf.getvalue()
+    plt.close(fig)
+    assert (tmp_path / "figures" / "f.png").read_bytes() == direct["png"]
+    from biasaudit.pipeline.outputs import tight_bbox
 
-        (a, xa), (b, xb) = numbers(data), numbers(written[True][name])
-        assert a == b and len(xa) == len(xb), name
-        assert max(abs(x - y) for x, y in zip(xa, xb)) <= 2 * 72 / 60, name  # points: two of the PNG's pixels
+    again = _sample_figure().fig
+    assert not isinstance(tight_bbox(again, 60), str) and again.get_layout_engine() is None  # one box, no engine
+    plt.close(again)
+
+    def numbers(svg: bytes) -> tuple[str, list[float]]:
+        text = re.sub(r'id="[^"]*"|#[A-Za-z_][\w-]*|base64,[^"]+', "", svg.decode())  # hashed ids, rasters
+        rx = r"(?<![\w#])-?\d+(?:\.\d+)?(?:e-?\d+)?"
+        return re.sub(rx, "N", text), [float(x) for x in re.findall(rx, text)]
+
+    (a, xa), (b, xb) = numbers(direct["svg"]), numbers((tmp_path / "figures" / "f.svg").read_bytes())
+    assert a == b and len(xa) == len(xb)
+    assert max(abs(x - y) for x, y in zip(xa, xb)) <= 2 * 72 / 60  # points: two of the PNG's pixels
 
 
 @pytest.mark.skipif(not FORKS, reason="the writer's child processes fork: Linux only")
@@ -175,7 +182,7 @@ def test_sections_written_by_child_processes_are_the_bytes_written_in_process(tm
     written = {}
     for processes in (0, 2):
         writer = OutputWriter(tmp_path / str(processes), dpi=60, processes=processes)
-        for result in _results(tight=True):
+        for result in _results():
             writer.add(result)
         writer.finish()
         written[processes] = _written(tmp_path / str(processes))
@@ -192,7 +199,7 @@ def test_a_section_that_fails_in_its_child_process_fails_the_writer(tmp_path, mo
 
     monkeypatch.setattr(outputs, "to_markdown", broken)
     writer = outputs.OutputWriter(tmp_path, dpi=60, processes=2)
-    writer.add(_results(tight=True)[0])
+    writer.add(_results()[0])
     with pytest.raises(RuntimeError, match="(?s)'s0' failed in its process.*ValueError: cannot write this table"):
         writer.finish()
     assert not writer._children  # every child reaped

@@ -85,7 +85,6 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
     from IPython.display import Markdown, display
 
     from biasaudit.pipeline.io import stable_table
-    from biasaudit.pipeline.outputs import lay_out
 
     if result is None:
         return
@@ -97,6 +96,5 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
         print(name)
         display(stable_table(table.head(rows)).round(3))  # the notebook's text: the writer's precision first
     for fig in result.figures.values():
-        lay_out(fig)  # what the writer would do before writing it
         display(fig.fig)
     writer.add(result)

@@ -36,6 +36,9 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")  # where fork_tied is used (die_with_parent works)
+
+
 def fork_tied() -> int:
     """os.fork() whose child dies (SIGKILL) when this process does (die_with_parent, Linux): the value of fork.
     Call it from the main thread: the signal comes when the forking thread ends (see name_driver)."""

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import sys
+import tempfile
 import traceback
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,7 @@ import pandas as pd
 from biasaudit import contracts as C
 from biasaudit.contracts import check_table
 from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text
-from biasaudit.pipeline.lifeline import fork_tied
+from biasaudit.pipeline.lifeline import FORKS, fork_tied
 
 OK, NO_DATA = "ok", "no data"
 
@@ -27,19 +31,6 @@ class Figure:
     fig: Any  # matplotlib Figure
     title: str
     caption: str
-    tight: dict[str, Any] | None = None  # the figure's tight_layout(**tight), run when it is written (lay_out)
-
-
-def lay_out(figure: Figure) -> None:
-    """Run the figure's deferred tight layout, once. The figure functions leave it as their last step to the
-    writer, which may run it in its child process: the engine that fig.tight_layout(**tight) runs, the same
-    positions, but without the placeholder layout engine that the call leaves on the figure, which would have
-    every savefig draw the figure once more (and so ignore the bounding box that tight_bbox shares)."""
-    from matplotlib.layout_engine import TightLayoutEngine
-
-    if figure.tight is not None:
-        TightLayoutEngine(**figure.tight).execute(figure.fig)
-        figure.tight = None
 
 
 @dataclass
@@ -81,9 +72,14 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
 def tight_bbox(fig: Any, dpi: float) -> Any:
     """The bounding box (inches) that savefig's bbox_inches="tight" computes at `dpi`, computed once so
     that the PNG and the SVG share it: "tight" costs each format an extra layout pass over every artist.
-    A figure with a layout engine keeps "tight" (its layout runs at save time)."""
+    A figure with a layout engine keeps "tight" (its layout runs at save time); the placeholder engine that
+    tight_layout() leaves runs nothing, and is dropped: with any engine, savefig measures the figure again
+    for every format, whatever box it is given."""
     import matplotlib as mpl
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        fig.set_layout_engine(None)
     if fig.get_layout_engine() is not None:
         return "tight"
     saved = fig.dpi
@@ -94,9 +90,6 @@ def tight_bbox(fig: Any, dpi: float) -> Any:
         return fig.get_tightbbox().padded(pad, pad)
     finally:
         fig.dpi = saved
-
-
-FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")  # where `processes` may fork
 
 
 class OutputWriter:
@@ -150,7 +143,6 @@ class OutputWriter:
             atomic_write_table(table, self.out / "tables" / f"{name}.csv")
             atomic_write_text(self.out / "tables" / f"{name}.md", to_markdown(table))
         for name, fig in result.figures.items():
-            lay_out(fig)
             bbox = tight_bbox(fig.fig, self.dpi)
             for ext in ("png", "svg"):
                 # no date, and element ids from a fixed salt (random by default): the same figure, the same bytes
@@ -217,3 +209,64 @@ class OutputWriter:
         atomic_write_json(self.out / "metrics.json", json_safe({**header, **self.metrics}))
         manifest = {**header, "sections": self.sections}
         atomic_write_json(self.out / "manifest.json", json_safe(manifest), sort_keys=False)
+
+
+class Elsewhere:
+    """`steps` (each `step(*args)` → a picklable value, e.g. the Result of a section without figures) computed one
+    after the other in a forked child process while this process goes on: the analyze notebook's second core for
+    the sections bound to the GIL (t2i.analysis.ELSEWHERE). `result(step)` waits for that step's value (its
+    exception: RuntimeError with the child's traceback; its warnings: warned here). The child holds a copy of
+    the inputs and of numpy's global generator, and none of these steps draws from the latter, so the values are
+    the ones computed here. Create it before any thread of your own (a fork copies only the calling thread). Where
+    fork is missing (lifeline.FORKS), `result` computes the step here."""
+
+    def __init__(self, steps: tuple[Callable[..., Any], ...], *args: Any):
+        self.steps, self.args = tuple(steps), args
+        self.pid, self.reaped = 0, False
+        if not FORKS:
+            return
+        # per step: an unlinked file for its pickled value (nothing to clean up), a pipe that says it is there
+        self.files = [tempfile.TemporaryFile() for _ in steps]
+        pipes = [os.pipe() for _ in steps]
+        self.pid = fork_tied()  # the child ends with this process, whatever ends it
+        if self.pid == 0:  # the child: each step's (ok, value or traceback, warnings); never returns
+            status = 0
+            try:
+                sys.stdout = sys.stderr = open(os.devnull, "w")  # not a notebook kernel's streams
+                for (read, write), file, step in zip(pipes, self.files, steps):
+                    os.close(read)
+                    with warnings.catch_warnings(record=True) as caught:
+                        try:
+                            done = (True, step(*args))
+                        except BaseException:
+                            done = (False, traceback.format_exc())
+                    said = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+                    pickle.dump((*done, said), file, protocol=pickle.HIGHEST_PROTOCOL)
+                    file.flush()
+                    os.write(write, b"1")
+                    os.close(write)
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        self.reads = [read for read, _ in pipes]
+        for _, write in pipes:
+            os.close(write)
+
+    def result(self, step: Callable[..., Any]) -> Any:
+        if not self.pid:
+            return step(*self.args)
+        i = self.steps.index(step)
+        ready = os.read(self.reads[i], 1)
+        os.close(self.reads[i])
+        with self.files[i] as file:
+            file.seek(0)
+            ok, value, said = pickle.load(file) if ready else (False, "(the child process ended early)", [])
+        if (i == len(self.steps) - 1 or not ready) and not self.reaped:
+            os.waitpid(self.pid, 0)
+            self.reaped = True
+        for message, category, filename, lineno in said:  # as if warned here (the registry dedupes)
+            warnings.warn_explicit(message, category, filename, lineno)
+        if not ok:
+            raise RuntimeError(f"{step.__module__}.{step.__qualname__} failed in the child process:\n{value}")
+        return value

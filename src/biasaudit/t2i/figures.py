@@ -70,10 +70,10 @@ def plot_shares(long: pd.DataFrame, colours: dict[str, str]) -> Figure:
                 ax.set_ylabel("model share")
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, loc="center right", title="race (classified)")
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
     return Figure(fig, "Model share vs benchmark share (Figure 2)",
                   "Each point is one prompt and race: below the dashed diagonal the model under-represents "
-                  "that group relative to the Census/BLS benchmark. Abstentions excluded.",
-                  tight={"rect": (0, 0, 0.88, 1)})
+                  "that group relative to the Census/BLS benchmark. Abstentions excluded.")
 
 
 def plot_tvd(summary: pd.DataFrame, level: float) -> Figure:
@@ -92,10 +92,10 @@ def plot_tvd(summary: pd.DataFrame, level: float) -> Figure:
     ax.set_xticks(np.arange(len(cats)), cats)
     ax.set(ylabel="mean per-prompt TVD (0–1)", ylim=(0, 1), title="Distance from the benchmark (raw TVD)")
     ax.legend(title=f"model (bars: {level:.0%} CI)", fontsize=8)
+    fig.tight_layout()
     return Figure(fig, "Mean per-prompt TVD by model and category",
                   "Total variation distance (0 = identical, 1 = no overlap) between the classified and the benchmark "
-                  f"distribution, averaged over prompts; error bars: {level:.0%} cluster-bootstrap CIs over prompts.",
-                  tight={})
+                  f"distribution, averaged over prompts; error bars: {level:.0%} cluster-bootstrap CIs over prompts.")
 
 
 STRIP_POINTS = 1000  # plot_L_by_label draws at most this many images' points per box (a seeded sample)
@@ -126,11 +126,12 @@ def plot_L_by_label(skin: pd.DataFrame, dark: pd.DataFrame, colours: dict[str, s
     dark_L = float(dark["L_threshold"].iloc[0]) if len(dark) else np.nan
     ax.axhline(dark_L, color="0.4", ls=":", lw=1)
     ax.set(xlabel="classified race", ylabel="skin lightness L*", ylim=(0, 100), title="Skin lightness by label")
+    fig.tight_layout()
     sampled = (f" Points: a random {STRIP_POINTS} of the images of each box with more (the boxes use every image)."
                if big.any() else "")
     return Figure(fig, "L* by classified race and model",
                   f"Mean skin-pixel L* (CIELAB, D65) per image; dotted line: L* = {dark_L:g}, below which skin counts "
-                  f"as very dark.{sampled}", tight={})
+                  f"as very dark.{sampled}")
 
 
 def plot_L_vs_C(skin: pd.DataFrame, colours: dict[str, str]) -> Figure:
@@ -151,8 +152,8 @@ def plot_L_vs_C(skin: pd.DataFrame, colours: dict[str, str]) -> Figure:
                 handles.append(h)
                 names.append(n)
     fig.legend(handles, names, loc="center right", title="label")
-    return Figure(fig, "L* vs C* per model", "Skin lightness against chroma, coloured by classified race.",
-                  tight={"rect": (0, 0, 0.86, 1)})
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    return Figure(fig, "L* vs C* per model", "Skin lightness against chroma, coloured by classified race.")
 
 
 def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, colours: dict[str, str]) -> Figure:
@@ -173,8 +174,9 @@ def plot_earnings(skin: pd.DataFrame, fits: pd.DataFrame, colours: dict[str, str
         else:
             ax.set_title(f"{model}\nno fit: {f['reason']}", fontsize=9)
         ax.set(xlabel="median weekly earnings (USD, BLS)", ylabel="L*" if j == 0 else "")
+    fig.tight_layout()
     return Figure(fig, f"L* vs median weekly earnings ({group}-classified occupational images)",
-                  "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.", tight={})
+                  "OLS with errors clustered by prompt; line = fit, title = slope with CI and p-value.")
 
 
 def plot_skin_scales(distribution: pd.DataFrame, scales) -> Figure:
@@ -203,10 +205,11 @@ def plot_skin_scales(distribution: pd.DataFrame, scales) -> Figure:
             ax.set(xlim=(0, 1), title=f"{model}: {title}", xlabel="share of faces")
             if i == 0:
                 ax.legend(fontsize=6, ncol=min(len(tones), 5), loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    fig.tight_layout()
     return Figure(fig, "Skin-tone scales by label: ITA category and Monk tone",
                   "Share of each classified label's measured faces per ITA° category (Chardon et al. 1991, lightest "
                   "first) and per nearest Monk Skin Tone (ΔE2000 to the published swatches; bars in the swatch "
-                  "colour); the same faces as the L* figure.", tight={})
+                  "colour); the same faces as the L* figure.")
 
 
 def plot_cluster_exemplars(exemplars: pd.DataFrame, root) -> Figure:
@@ -235,9 +238,10 @@ def plot_cluster_exemplars(exemplars: pd.DataFrame, root) -> Figure:
             ax.set_title(f"{r.model}\n{r.label}", fontsize=6)
         axes[i, 0].text(-0.1, 0.5, f"cluster {c}\n({int(sub['size'].iloc[0])} faces)", transform=axes[i, 0].transAxes,
                         ha="right", va="center", fontsize=7)
+    fig.tight_layout()
     return Figure(fig, "Identity clusters: the nearest images to each cluster's centre",
                   "Each row is one k-means cluster of the pooled face embeddings; the images are its faces nearest the "
-                  "centre (cosine), titled with their model and classified label.", tight={})
+                  "centre (cosine), titled with their model and classified label.")
 
 
 def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
@@ -260,9 +264,10 @@ def plot_diversity(summary: pd.DataFrame, colours: dict[str, str]) -> Figure:
     ax.set_xticks(np.arange(len(labels)), labels)
     ax.set(xlabel="classified race", ylabel="mean pairwise ΔE2000", title="Skin-tone diversity")
     ax.legend(title="model", fontsize=8)
+    fig.tight_layout()
     return Figure(fig, "Skin-tone diversity by label and model",
                   "Mean pairwise CIEDE2000 difference between the images' skin colours (higher = more varied); "
-                  "bars are cluster-bootstrap CIs over prompts.", tight={})
+                  "bars are cluster-bootstrap CIs over prompts.")
 
 
 def plot_gap_heatmap(table: pd.DataFrame, groups: tuple[str, ...]) -> Figure:
@@ -294,10 +299,11 @@ def plot_gap_heatmap(table: pd.DataFrame, groups: tuple[str, ...]) -> Figure:
         ax.set(title=f"{space} embeddings", xlabel="model", ylabel="classified race")
         ax.set_yticks(ax.get_yticks(), [t.get_text() for t in ax.get_yticklabels()], rotation=0)
         ax.set_xticks(ax.get_xticks(), [t.get_text() for t in ax.get_xticklabels()], rotation=25, ha="right")
+    fig.tight_layout()
     return Figure(fig, "Homogeneity gap by race and model",
                   "Within-prompt gap: mean intra-group minus mean inter-group cosine similarity over pairs that share "
                   "a prompt (positive = more self-similar; prompt mix cancels); in brackets the paper's unstratified "
-                  "gap over all pairs. CIs, permutation p-values and near-duplicate rates in the table.", tight={})
+                  "gap over all pairs. CIs, permutation p-values and near-duplicate rates in the table.")
 
 
 def plot_similarity_by_bin(table: pd.DataFrame) -> Figure:
@@ -312,9 +318,9 @@ def plot_similarity_by_bin(table: pd.DataFrame) -> Figure:
             ax.plot(list(L_BIN_LABELS), s["intra"], marker="o", label=model)
         ax.set(title=f"{space} embeddings", xlabel="L* bin", ylabel="mean intra-bin cosine similarity")
         ax.legend(fontsize=8)
+    fig.tight_layout()
     return Figure(fig, "Similarity by skin-lightness bin",
-                  "Mean pairwise cosine similarity of images within each L* bin (small bins flagged in the table).",
-                  tight={})
+                  "Mean pairwise cosine similarity of images within each L* bin (small bins flagged in the table).")
 
 
 def plot_validation(table: pd.DataFrame) -> Figure:
@@ -334,7 +340,8 @@ def plot_validation(table: pd.DataFrame) -> Figure:
                       fontsize=6, rotation=90)
         ax.set_title(title)
         ax.legend(fontsize=8)
+    fig.tight_layout()
     return Figure(fig, "Does the audit recover what was planted?",
                   "PLANTED values (red ×) beside the audit's estimates and intervals (the debiased TVDs' are "
                   "honest, bias-aware intervals; the rest cluster-bootstrap CIs); only the checks are drawn. "
-                  "Planted TVDs are exact (the planted per-prompt distributions are declared).", tight={})
+                  "Planted TVDs are exact (the planted per-prompt distributions are declared).")

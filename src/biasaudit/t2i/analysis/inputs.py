@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
-import sys
-import tempfile
-import traceback
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +11,6 @@ import numpy as np
 import pandas as pd
 
 from biasaudit import contracts as C
-from biasaudit.pipeline.lifeline import fork_tied
-from biasaudit.pipeline.outputs import FORKS
 from biasaudit.pipeline.provenance import derive_seed
 from biasaudit.stats.resample import (
     Interval,
@@ -81,67 +73,6 @@ class Inputs:
 def cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS tells it, else the machine's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-class Elsewhere:
-    """`steps` (each `step(inputs, cfg)` → a picklable value, e.g. the Result of a section without figures) computed
-    one after the other in a forked child process while this process goes on: the analyze notebook's second core
-    for the sections bound to the GIL (analysis.ELSEWHERE). `result(step)` waits for that step's value (its
-    exception: RuntimeError with the child's traceback; its warnings: warned here). The child holds a copy of
-    the inputs and of numpy's global generator, and none of these steps draws from the latter, so the values are
-    the ones computed here. Create it before any thread of your own (a fork copies only the calling thread). Where
-    fork is missing (outputs.FORKS), `result` computes the step here."""
-
-    def __init__(self, inputs: Inputs, cfg: Any, *steps: Callable[[Inputs, Any], Any]):
-        self.inputs, self.cfg, self.steps = inputs, cfg, steps
-        self.pid, self.reaped = 0, False
-        if not FORKS:
-            return
-        # per step: an unlinked file for its pickled value (nothing to clean up), a pipe that says it is there
-        self.files = [tempfile.TemporaryFile() for _ in steps]
-        pipes = [os.pipe() for _ in steps]
-        self.pid = fork_tied()  # the child ends with this process, whatever ends it
-        if self.pid == 0:  # the child: each step's (ok, value or traceback, warnings); never returns
-            status = 0
-            try:
-                sys.stdout = sys.stderr = open(os.devnull, "w")  # not a notebook kernel's streams
-                for (read, write), file, step in zip(pipes, self.files, steps):
-                    os.close(read)
-                    with warnings.catch_warnings(record=True) as caught:
-                        try:
-                            done = (True, step(inputs, cfg))
-                        except BaseException:
-                            done = (False, traceback.format_exc())
-                    said = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
-                    pickle.dump((*done, said), file, protocol=pickle.HIGHEST_PROTOCOL)
-                    file.flush()
-                    os.write(write, b"1")
-                    os.close(write)
-            except BaseException:
-                status = 1
-            finally:
-                os._exit(status)
-        self.reads = [read for read, _ in pipes]
-        for _, write in pipes:
-            os.close(write)
-
-    def result(self, step: Callable[[Inputs, Any], Any]) -> Any:
-        if not self.pid:
-            return step(self.inputs, self.cfg)
-        i = self.steps.index(step)
-        ready = os.read(self.reads[i], 1)
-        os.close(self.reads[i])
-        with self.files[i] as file:
-            file.seek(0)
-            ok, value, said = pickle.load(file) if ready else (False, "(the child process ended early)", [])
-        if (i == len(self.steps) - 1 or not ready) and not self.reaped:
-            os.waitpid(self.pid, 0)
-            self.reaped = True
-        for message, category, filename, lineno in said:  # as if warned here (the registry dedupes)
-            warnings.warn_explicit(message, category, filename, lineno)
-        if not ok:
-            raise RuntimeError(f"{step.__module__}.{step.__qualname__} failed in the child process:\n{value}")
-        return value
 
 
 def _read_parquets(paths: list[Path], what: str, notes: dict[str, str]) -> pd.DataFrame:
