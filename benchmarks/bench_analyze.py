@@ -9,10 +9,13 @@ classifier abstained: label 'unknown') and 5% without a face. Every number is ma
 
 Stage settings: params.yaml with the paper profile's analyze values (n_boot 2000, n_permutations 1000),
 BLAS threads as the stage leaves them (the library default: every core), figures written as PNG and
-SVG by the stage's OutputWriter. After one untimed warm-up read (imports, page cache), repetitions
+SVG by the stage's OutputWriter, both as the notebook runs them: each section's files written by a
+forked child (OutputWriter processes), the sections without figures computed by a forked child
+(outputs.Elsewhere). After one untimed warm-up read (imports, page cache), repetitions
 are interleaved (read, stage, read, stage, …) and the medians reported, with the load average: the
 ratio stage / read is what carries across machines; the CPU seconds of the process per section
-(every thread) are printed too: less sensitive to other jobs than wall time. `--compare DIR` checks every table against a
+(every thread) are printed too: less sensitive to other jobs than wall time, but blind to the children
+(a section computed elsewhere shows the wait for its value). `--compare DIR` checks every table against a
 reports folder that the previous code's run_stage wrote from the same tree (max |Δ|).
 
 Homogeneity alone (one model × CLIP, 15,000 × 1024): the within-prompt gap's point estimate (one pass
@@ -171,21 +174,22 @@ def read_once(tree: Path):
 
 def run_stage(tree: Path, out: Path) -> dict[str, float]:
     """Every section of notebooks/t2i_analyze.py, in its order, with the OutputWriter: seconds per section."""
-    from biasaudit.pipeline.outputs import OutputWriter
-    from biasaudit.t2i.analysis import SECTIONS, inputs
+    from biasaudit.pipeline.outputs import Elsewhere, OutputWriter
+    from biasaudit.t2i.analysis import ELSEWHERE, SECTIONS, inputs
 
-    sections = [importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS]
+    sections = {name: importlib.import_module(f"biasaudit.t2i.analysis.{name}") for name in SECTIONS}
 
     cfg = paper_config()
     np.random.seed(cfg.seed % 2**32)  # as the notebook's banner does (seaborn's strip jitter draws from it)
     t0, c0 = time.perf_counter(), time.process_time()
     data = inputs.load_inputs(tree, cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups)
-    writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi)
+    writer = OutputWriter(out, dpi=cfg.analyze.figure_dpi, processes=inputs.cores())  # as the notebook's
+    elsewhere = Elsewhere(tuple(sections[name].compute for name in ELSEWHERE), data, cfg)
     times = {"read tables": time.perf_counter() - t0}
     cpu = {"read tables": time.process_time() - c0}
-    for name, mod in zip(SECTIONS, sections):
+    for name, mod in sections.items():
         t, c = time.perf_counter(), time.process_time()
-        writer.add(mod.compute(data, cfg))
+        writer.add(elsewhere.result(mod.compute) if name in ELSEWHERE else mod.compute(data, cfg))
         times[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     writer.finish(inputs.PLOTS, profile="paper", stand_in=True)

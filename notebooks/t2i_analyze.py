@@ -31,7 +31,7 @@
 # %%
 from biasaudit import contracts as C
 from biasaudit.notebook import banner, show, stage_params
-from biasaudit.pipeline.outputs import OutputWriter
+from biasaudit.pipeline.outputs import Elsewhere, OutputWriter
 from biasaudit.pipeline.provenance import run_info
 from biasaudit.t2i.analysis import (
     calibration,
@@ -53,7 +53,11 @@ cfg, params = stage_params("analyze")
 banner(cfg)
 data = inputs.load_inputs(".", cfg.generate.prompts_file, cfg.generate.images_dir, groups=cfg.groups,
                           colours=cfg.group_colours)
-writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi)
+# each section's tables and figures are written by a child process while the next section runs (OutputWriter)
+writer = OutputWriter(C.T2I_REPORTS, dpi=params.figure_dpi, processes=inputs.cores())
+# the sections without figures (analysis.ELSEWHERE) are computed in a child process, on the second core, while
+# the sections before them run here; each is shown below in its place
+elsewhere = Elsewhere((gender.compute, corrected.compute, face_loss.compute), data, cfg)
 
 
 
@@ -89,7 +93,7 @@ show(skin.compute(data, cfg), writer)
 # its honest interval, and race × gender against parity (no joint benchmark exists).
 
 # %%
-show(gender.compute(data, cfg), writer)
+show(elsewhere.result(gender.compute), writer)
 
 # %% [markdown]
 # ## Homogeneity, reliability, corrected TVD, calibration
@@ -110,7 +114,7 @@ show(clusters.compute(data, cfg), writer)
 show(reliability.compute(data, cfg), writer)
 
 # %%
-show(corrected.compute(data, cfg), writer)
+show(elsewhere.result(corrected.compute), writer)
 
 # %%
 show(calibration.compute(data, cfg), writer)
@@ -125,7 +129,7 @@ show(calibration.compute(data, cfg), writer)
 show(validation.compute(data, cfg), writer)
 
 # %%
-show(face_loss.compute(data, cfg), writer)
+show(elsewhere.result(face_loss.compute), writer)
 
 # %%
 show(instruments.compute(data, cfg), writer)

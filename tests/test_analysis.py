@@ -11,7 +11,16 @@ import pytest
 from biasaudit.contracts import GROUPS, L_BIN_LABELS
 from biasaudit.pipeline.outputs import NO_DATA, OK, OutputWriter
 from biasaudit.stats.regression import ols_cluster
-from biasaudit.t2i.analysis import SECTIONS, calibration, corrected, homogeneity, reliability, representation, skin
+from biasaudit.t2i.analysis import (
+    ELSEWHERE,
+    SECTIONS,
+    calibration,
+    corrected,
+    homogeneity,
+    reliability,
+    representation,
+    skin,
+)
 from biasaudit.t2i.analysis.inputs import PLOTS, Boot, Inputs, load_inputs, stage_counts
 from biasaudit.t2i.analysis.representation import deviation_summary, per_prompt_table, threshold_analysis, tvd_summary
 from biasaudit.t2i.analysis.skin import (
@@ -341,9 +350,16 @@ def test_an_analysis_parameter_is_stated_in_the_schema_params_yaml_and_the_secti
 
 
 def test_the_notebook_runs_the_declared_sections_in_order():
-    """benchmarks/bench_analyze.py times analysis.SECTIONS: the notebook must run exactly those, in order."""
+    """benchmarks/bench_analyze.py times analysis.SECTIONS, with analysis.ELSEWHERE computed in a child process
+    started first: the notebook must run exactly those, in order, and show each section its own result."""
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "t2i_analyze.py").read_text()
-    assert tuple(re.findall(r"^show\((\w+)\.compute\(data, cfg\), writer\)$", text, flags=re.M)) == SECTIONS
+    shown = re.findall(r"^show\((?:(\w+)\.compute\(data, cfg\)|elsewhere\.result\((\w+)\.compute\)), writer\)$", text,
+                       flags=re.M)
+    assert tuple(here or there for here, there in shown) == SECTIONS
+    assert tuple(there for _, there in shown if there) == ELSEWHERE
+    steps = ", ".join(f"{name}.compute" for name in ELSEWHERE)
+    assert f"elsewhere = Elsewhere(({steps}), data, cfg)" in text
+    assert text.index("Elsewhere((") < text.index("show(")
 
 
 def _faces_homogeneity_cell() -> str:
@@ -416,3 +432,36 @@ def test_the_near_duplicate_threshold_is_the_parameter(tmp_path):
         assert (t["near_dup_cosine"] == c).all()
         rates[c] = t["n_near_dup"].sum()
     assert rates[0.2] > rates[0.999]
+
+
+def test_sections_computed_in_a_child_process_give_the_values_computed_here(tmp_path):
+    """outputs.Elsewhere (a forked child, values pickled back): the Results computed here, asked for in any order;
+    a failing step raises its own traceback without losing the next, and a step's warnings are warned here."""
+    import warnings
+
+    from biasaudit.pipeline.outputs import Elsewhere
+    from biasaudit.t2i.analysis import face_loss, gender
+
+    write_tree(tmp_path)
+    data = load_inputs(tmp_path, groups=GROUPS)
+    cfg = analysis_config(n_boot=100, n_permutations=20, min_group_size=5)
+
+    def broken(inputs, cfg):
+        raise ValueError("this step fails")
+
+    def warns(inputs, cfg):
+        warnings.warn("said in the child", UserWarning, stacklevel=1)
+        return 7
+
+    there = Elsewhere((corrected.compute, broken, gender.compute, warns, face_loss.compute), data, cfg)
+    with pytest.warns(UserWarning, match="said in the child"):
+        assert there.result(warns) == 7
+    with pytest.raises(RuntimeError, match="(?s)broken failed in the child process.*ValueError: this step fails"):
+        there.result(broken)
+    for step in (gender.compute, face_loss.compute, corrected.compute):
+        a, b = step(data, cfg), there.result(step)
+        assert (a.name, a.status, a.reason, a.notes, a.figures) == (b.name, b.status, b.reason, b.notes, {})
+        assert json.dumps(a.metrics, default=repr) == json.dumps(b.metrics, default=repr)
+        assert a.tables.keys() == b.tables.keys() and a.plots.keys() == b.plots.keys()
+        for name in a.tables:
+            pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)

@@ -1,9 +1,12 @@
 """The fast paths of the analysis against the direct computation: per-(prompt, group) sums of several
-labellings in one pass, the permutation test's per-draw group sums, and the figures' shared bounding box."""
+labellings in one pass, the permutation test's per-draw group sums, the figures' shared bounding box, and
+sections written by child processes."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from biasaudit.pipeline.lifeline import FORKS
 from biasaudit.stats import homogeneity as H
 from biasaudit.stats import kernels
 
@@ -102,6 +105,110 @@ def test_shared_bounding_box_is_the_tight_one():
         sizes.append(Image.open(io.BytesIO(buf.getvalue())).size)
     plt.close(fig)
     assert sizes[0] == sizes[1]
+
+
+def _sample_figure():
+    """A figure laid out by tight_layout, with a figure legend and rasterised points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from biasaudit.pipeline.outputs import Figure
+
+    fig, axes = plt.subplots(1, 2, figsize=(5, 3))
+    for ax in axes:
+        ax.scatter(np.arange(50), np.arange(50) ** 2, rasterized=True)
+        ax.plot(np.arange(50), np.sqrt(np.arange(50)), label="a line")
+        ax.set(title="a title that sticks out", xlabel="x label", ylabel="y label")
+    fig.legend(loc="center right")
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    return Figure(fig, "title", "caption")
+
+
+def _written(out) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _results():
+    from biasaudit.pipeline.outputs import Result
+
+    table = pd.DataFrame({"a": [1.23456, np.nan, 3.0], "b": ["x", "y", "z"]})
+    return [Result(f"s{k}", "section", tables={f"t{k}": table}, plots={f"p{k}": table},
+                   figures={f"f{k}": _sample_figure()}) for k in range(3)]
+
+
+def test_a_figure_laid_out_by_tight_layout_is_measured_once_for_png_and_svg(tmp_path):
+    """tight_layout() leaves a placeholder layout engine, with which savefig measures the figure again for every
+    format; the writer drops it and cuts both formats by one box (tight_bbox): the PNG is the bytes of savefig's
+    own bbox_inches="tight", the SVG the same elements and text, its page within two of the PNG's pixels of
+    the box that the SVG renderer would have measured."""
+    import io
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from biasaudit.pipeline.outputs import OutputWriter, Result
+
+    writer = OutputWriter(tmp_path, dpi=60)
+    writer.add(Result("s", "section", figures={"f": _sample_figure()}))
+    writer.finish()
+    fig = _sample_figure().fig
+    assert fig.get_layout_engine() is not None  # the placeholder
+    direct = {}
+    for ext in ("png", "svg"):
+        buf = io.BytesIO()
+        with plt.rc_context({"svg.hashsalt": "biasaudit"}):
+            fig.savefig(buf, format=ext, dpi=60, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        direct[ext] = buf.getvalue()
+    plt.close(fig)
+    assert (tmp_path / "figures" / "f.png").read_bytes() == direct["png"]
+    from biasaudit.pipeline.outputs import tight_bbox
+
+    again = _sample_figure().fig
+    assert not isinstance(tight_bbox(again, 60), str) and again.get_layout_engine() is None  # one box, no engine
+    plt.close(again)
+
+    def numbers(svg: bytes) -> tuple[str, list[float]]:
+        text = re.sub(r'id="[^"]*"|#[A-Za-z_][\w-]*|base64,[^"]+', "", svg.decode())  # hashed ids, rasters
+        rx = r"(?<![\w#])-?\d+(?:\.\d+)?(?:e-?\d+)?"
+        return re.sub(rx, "N", text), [float(x) for x in re.findall(rx, text)]
+
+    (a, xa), (b, xb) = numbers(direct["svg"]), numbers((tmp_path / "figures" / "f.svg").read_bytes())
+    assert a == b and len(xa) == len(xb)
+    assert max(abs(x - y) for x, y in zip(xa, xb)) <= 2 * 72 / 60  # points: two of the PNG's pixels
+
+
+@pytest.mark.skipif(not FORKS, reason="the writer's child processes fork: Linux only")
+def test_sections_written_by_child_processes_are_the_bytes_written_in_process(tmp_path):
+    """OutputWriter(processes=2) forks a child per section: the same tables, plots, PNG and SVG bytes and the same
+    manifest as written in process, with more sections than processes (the writer waits for one to fork the next)."""
+    from biasaudit.pipeline.outputs import OutputWriter
+
+    written = {}
+    for processes in (0, 2):
+        writer = OutputWriter(tmp_path / str(processes), dpi=60, processes=processes)
+        for result in _results():
+            writer.add(result)
+        writer.finish()
+        written[processes] = _written(tmp_path / str(processes))
+    assert {n.rsplit(".", 1)[1] for n in written[0]} == {"csv", "md", "png", "svg", "json"}
+    assert written[0] == written[2]
+
+
+@pytest.mark.skipif(not FORKS, reason="the writer's child processes fork: Linux only")
+def test_a_section_that_fails_in_its_child_process_fails_the_writer(tmp_path, monkeypatch):
+    from biasaudit.pipeline import outputs
+
+    def broken(df, digits=3):
+        raise ValueError("cannot write this table")
+
+    monkeypatch.setattr(outputs, "to_markdown", broken)
+    writer = outputs.OutputWriter(tmp_path, dpi=60, processes=2)
+    writer.add(_results()[0])
+    with pytest.raises(RuntimeError, match="(?s)'s0' failed in its process.*ValueError: cannot write this table"):
+        writer.finish()
+    assert not writer._children  # every child reaped
 
 
 @pytest.mark.parametrize("bad", ["group", "cluster", "cell"])

@@ -36,6 +36,19 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")  # where fork_tied is used (die_with_parent works)
+
+
+def fork_tied() -> int:
+    """os.fork() whose child dies (SIGKILL) when this process does (die_with_parent, Linux): the value of fork.
+    Call it from the main thread: the signal comes when the forking thread ends (see name_driver)."""
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0 and die_with_parent(signal.SIGKILL) and os.getppid() != parent:
+        os._exit(1)  # the parent ended before the request: nothing would end this child
+    return pid
+
+
 def name_driver() -> None:
     """Name this process, in the environment its next helpers inherit, as the driver they die with.
     Only from the main thread: the OS sends the parent-death signal when the thread that started the

@@ -27,3 +27,5 @@ the reason. The `analyze` notebook runs them in this order:
 # the order above; benchmarks/bench_analyze.py times these and a test holds the notebook to the same list
 SECTIONS = ("provenance", "representation", "skin", "gender", "homogeneity", "clusters", "reliability", "corrected", "calibration",
             "validation", "face_loss", "instruments")
+# sections without figures computed in a forked child before the first section (pipeline.outputs.Elsewhere), in this order
+ELSEWHERE = ("gender", "corrected", "face_loss")
