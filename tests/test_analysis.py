@@ -458,6 +458,7 @@ def test_sections_computed_in_a_child_process_give_the_values_computed_here(tmp_
         assert there.result(warns) == 7
     with pytest.raises(RuntimeError, match="(?s)broken failed in the child process.*ValueError: this step fails"):
         there.result(broken)
+    assert there.result(warns) == 7  # a cell run again reads the value it read the first time
     for step in (gender.compute, face_loss.compute, corrected.compute):
         a, b = step(data, cfg), there.result(step)
         assert (a.name, a.status, a.reason, a.notes, a.figures) == (b.name, b.status, b.reason, b.notes, {})
@@ -465,3 +466,21 @@ def test_sections_computed_in_a_child_process_give_the_values_computed_here(tmp_
         assert a.tables.keys() == b.tables.keys() and a.plots.keys() == b.plots.keys()
         for name in a.tables:
             pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)
+
+
+def test_sections_meant_for_a_child_process_are_computed_here_when_fork_fails(monkeypatch):
+    from biasaudit.pipeline import outputs
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(outputs, "fork_tied", no_fork)
+    calls = []
+
+    def step(x):
+        calls.append(x)
+        return x * 2
+
+    there = outputs.Elsewhere((step,), 21)
+    assert there.pid == 0 and calls == []
+    assert there.result(step) == 42 and calls == [21]

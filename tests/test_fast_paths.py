@@ -269,3 +269,33 @@ def test_blocked_path_with_an_odd_chunk_and_an_unusable_block_equals_direct_sums
             unit = X[rows].astype(np.float64) / np.linalg.norm(X[rows].astype(np.float64), axis=1, keepdims=True)
             np.testing.assert_allclose(S[p, g], unit.sum(axis=0), atol=1e-9)
             assert n[p, g] == len(rows)
+
+
+def test_the_writer_clears_a_killed_writers_temporaries_and_writes_in_process_when_fork_fails(tmp_path, monkeypatch):
+    """A stage killed while its children wrote leaves `.name.svg.xyz.tmp` files in a DVC output (persisted between
+    runs): the next writer removes them. A fork that fails (no memory, no process left) writes in process."""
+    from biasaudit.pipeline import outputs
+
+    stale = tmp_path / "figures" / ".f0.svg.2kpe381u.tmp"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("half a figure")
+
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(outputs, "fork_tied", no_fork)
+    writer = outputs.OutputWriter(tmp_path, dpi=60, processes=2)
+    assert not stale.exists()
+    for result in _results():
+        writer.add(result)
+    writer.finish()
+    written = _written(tmp_path)
+    assert {n.rsplit(".", 1)[1] for n in written} == {"csv", "md", "png", "svg", "json"}
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_markdown_table_may_repeat_a_column_name():
+    from biasaudit.pipeline.outputs import to_markdown
+
+    text = to_markdown(pd.DataFrame([[0.1, -0.0001, "x"]], columns=["a", "a", "s"]))
+    assert text.splitlines()[2].replace(" ", "") == "|0.1|0|x|"

@@ -84,7 +84,7 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
     section that does not apply to this input) shows and writes nothing."""
     from IPython.display import Markdown, display
 
-    from biasaudit.pipeline.io import stable_table
+    from biasaudit.pipeline.io import display_table
 
     if result is None:
         return
@@ -94,7 +94,7 @@ def show(result: Any, writer: Any, rows: int = 30) -> None:
         print("note:", note)
     for name, table in result.tables.items():
         print(name)
-        display(stable_table(table.head(rows)).round(3))  # the notebook's text: the writer's precision first
+        display(display_table(table.head(rows)))  # the notebook's text: the writer's precision first, as in its .md
     for fig in result.figures.values():
         display(fig.fig)
     writer.add(result)

@@ -127,6 +127,19 @@ def stable_table(df: pd.DataFrame, digits: int = SIGNIFICANT_DIGITS) -> pd.DataF
     return out
 
 
+def display_table(df: pd.DataFrame, decimals: int = 3) -> pd.DataFrame:
+    """What a reader sees of `df` (its Markdown table, a notebook's output): the floats its CSV holds
+    (`stable_table`) at `decimals` decimals, a residue that rounds away written 0, never -0 (its sign is a CPU
+    kernel's)."""
+    import pandas as pd
+
+    out = stable_table(df).round(decimals)
+    for i, dtype in enumerate(out.dtypes):  # by position: a frame may repeat a column name
+        if pd.api.types.is_float_dtype(dtype):
+            out.iloc[:, i] = out.iloc[:, i] + 0.0  # -0.0 + 0.0 is +0.0
+    return out
+
+
 def stable_floats(values: Any, decimals: int = TABLE_DECIMALS) -> Any:
     """`values` (a numpy array or a DataFrame) with its floats rounded to `decimals`, dtypes kept; -0.0
     becomes 0.0 (its sign bit differs across kernels too); other columns are untouched."""

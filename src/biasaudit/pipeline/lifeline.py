@@ -21,9 +21,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 DRIVER_VAR = "BIASAUDIT_LIFELINE_DRIVER"
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Have the OS send `sig` to this process when its parent exits (Linux; False elsewhere or when
-    the request fails). The caller checks afterwards that the parent it expects is still there: a
+def die_with_parent(sig: int | None = None) -> bool:
+    """Have the OS send `sig` (SIGKILL by default) to this process when its parent exits (Linux; False elsewhere
+    or when the request fails). The caller checks afterwards that the parent it expects is still there: a
     parent that died between the fork and this call sends nothing."""
     if not sys.platform.startswith("linux"):
         return False
@@ -31,7 +31,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL if sig is None else sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

@@ -20,7 +20,14 @@ import pandas as pd
 
 from biasaudit import contracts as C
 from biasaudit.contracts import check_table
-from biasaudit.pipeline.io import atomic_path, atomic_write_json, atomic_write_table, atomic_write_text, stable_table
+from biasaudit.pipeline.io import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_table,
+    atomic_write_text,
+    display_table,
+    remove_stale_temporaries,
+)
 from biasaudit.pipeline.lifeline import FORKS, fork_tied
 
 OK, NO_DATA = "ok", "no data"
@@ -66,12 +73,7 @@ def json_safe(obj: Any) -> Any:
 
 
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
-    """The table as Markdown at `digits` decimals, from the floats its CSV holds (`stable_table`); a value that
-    rounds to zero is written "0", never "-0" (the sign of a residue such as -3e-9 is the CPU kernel's)."""
-    rounded = stable_table(df).round(digits)
-    floats = rounded.select_dtypes("float").columns
-    rounded[floats] = rounded[floats] + 0.0  # -0.0 + 0.0 is +0.0
-    return rounded.to_markdown(index=False) + "\n"
+    return display_table(df, digits).to_markdown(index=False) + "\n"
 
 
 def tight_bbox(fig: Any, dpi: float) -> Any:
@@ -97,6 +99,14 @@ def tight_bbox(fig: Any, dpi: float) -> Any:
         fig.dpi = saved
 
 
+def silence() -> None:
+    """In a forked child: nothing it writes to stdout or stderr, Python's or C's, reaches the parent's streams (a
+    notebook kernel captures file descriptors 1 and 2 into whichever cell runs at that moment)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1), os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")
+
+
 class OutputWriter:
     """Writes every Result under `out_dir` (reports/t2i or reports/vlm) and records it in the manifest.
     A table declared in contracts.py must carry its declared columns (ContractError otherwise).
@@ -112,6 +122,8 @@ class OutputWriter:
         self.sections: list[dict[str, Any]] = []
         self.metrics: dict[str, Any] = {}
         self.processes = processes if FORKS else 0
+        if self.out.is_dir():  # a killed stage's writers (children included) leave their temporaries in DVC outputs
+            remove_stale_temporaries(self.out)
         self._children: list[tuple[int, int, str]] = []  # (pid, read end of its error pipe, section name)
 
     def add(self, result: Result) -> dict[str, Any]:
@@ -163,13 +175,16 @@ class OutputWriter:
         while len(self._children) >= self.processes:
             self._reap(self._children.pop(0))
         read, write = os.pipe()
-        pid = fork_tied()  # the child ends with this process, whatever ends it
+        try:
+            pid = fork_tied()  # the child ends with this process, whatever ends it
+        except OSError:  # no memory or process left for a child: write here
+            os.close(read), os.close(write)
+            return self._write(result)
         if pid == 0:  # the child: write, report a failure through the pipe, never return
             status = 0
             try:
                 os.close(read)
-                # the process' own streams, not a notebook kernel's (whose threads are not in this copy)
-                sys.stdout, sys.stderr = sys.__stdout__ or sys.stdout, sys.__stderr__ or sys.stderr
+                silence()
                 self._write(result)
             except BaseException:
                 os.write(write, traceback.format_exc().encode()[-60_000:])  # within a pipe's buffer
@@ -227,17 +242,22 @@ class Elsewhere:
 
     def __init__(self, steps: tuple[Callable[..., Any], ...], *args: Any):
         self.steps, self.args = tuple(steps), args
-        self.pid, self.reaped = 0, False
+        self.pid, self.reaped, self.done = 0, False, {}
         if not FORKS:
             return
         # per step: an unlinked file for its pickled value (nothing to clean up), a pipe that says it is there
         self.files = [tempfile.TemporaryFile() for _ in steps]
         pipes = [os.pipe() for _ in steps]
-        self.pid = fork_tied()  # the child ends with this process, whatever ends it
+        try:
+            self.pid = fork_tied()  # the child ends with this process, whatever ends it
+        except OSError:  # no memory or process left for a child: `result` computes here
+            for file, (read, write) in zip(self.files, pipes):
+                file.close(), os.close(read), os.close(write)
+            return
         if self.pid == 0:  # the child: each step's (ok, value or traceback, warnings); never returns
             status = 0
             try:
-                sys.stdout = sys.stderr = open(os.devnull, "w")  # not a notebook kernel's streams
+                silence()
                 for (read, write), file, step in zip(pipes, self.files, steps):
                     os.close(read)
                     with warnings.catch_warnings(record=True) as caught:
@@ -262,16 +282,22 @@ class Elsewhere:
         if not self.pid:
             return step(*self.args)
         i = self.steps.index(step)
-        ready = os.read(self.reads[i], 1)
-        os.close(self.reads[i])
-        with self.files[i] as file:
-            file.seek(0)
-            ok, value, said = pickle.load(file) if ready else (False, "(the child process ended early)", [])
-        if (i == len(self.steps) - 1 or not ready) and not self.reaped:
-            os.waitpid(self.pid, 0)
-            self.reaped = True
-        for message, category, filename, lineno in said:  # as if warned here (the registry dedupes)
-            warnings.warn_explicit(message, category, filename, lineno)
+        if i in self.done:  # a cell run again (interactive use): the value it read the first time
+            ok, value = self.done[i]
+        else:
+            ready = os.read(self.reads[i], 1)
+            os.close(self.reads[i])
+            with self.files[i] as file:
+                file.seek(0)
+                ok, value, said = pickle.load(file) if ready else (False, "(the child process ended early)", [])
+            if (i == len(self.steps) - 1 or not ready) and not self.reaped:
+                status = os.waitpid(self.pid, 0)[1]
+                self.reaped = True
+                if not ready:
+                    value += f" (exit code {os.waitstatus_to_exitcode(status)})"
+            self.done[i] = ok, value
+            for message, category, filename, lineno in said:  # as if warned here
+                warnings.warn_explicit(message, category, filename, lineno)
         if not ok:
             raise RuntimeError(f"{step.__module__}.{step.__qualname__} failed in the child process:\n{value}")
         return value

@@ -28,11 +28,6 @@ class Statistic:
     def columns(self) -> tuple[str, str, str]:
         return self.column, self.low or f"{self.column}_low", self.high or f"{self.column}_high"
 
-    @property
-    def call(self) -> str:
-        """What the credited notebook cell contains: `<module>.<function>(`."""
-        module, func = self.function.rsplit(".", 2)[-2:]
-        return f"{module}.{func}("
 
     def label(self, level: str) -> str:
         """'<name> [<level> <interval>]', the column head of a table showing it."""

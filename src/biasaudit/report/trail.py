@@ -89,12 +89,18 @@ class Trail:
     cell: str = ""
 
 
-def trail(reports: Path, notebook: str, function: str, html_dir: str = "html") -> Trail:
-    # the call as the notebook spells it: `representation.compute(` for a section, else the function's name
+def call_needles(function: str) -> tuple[str, str]:
+    """How a notebook cell spells the call of `function` (dotted): `representation.compute(` for a section, else
+    the function's name; or, for a section computed in a child process, `result(corrected.compute)` in the cell
+    that shows it (pipeline.outputs.Elsewhere)."""
     parts = function.split(".")
     short = ".".join(parts[-2:]) if parts[-1] == "compute" else parts[-1]
+    return f"{short}(", f"result({short})"
+
+
+def trail(reports: Path, notebook: str, function: str, html_dir: str = "html") -> Trail:
     ipynb = reports / "notebooks" / f"{notebook}.ipynb"
-    anchor = cell_anchor(ipynb, f"{short}(") if ipynb.exists() else ""
+    anchor = cell_anchor(ipynb, *call_needles(function)) if ipynb.exists() else ""
     html = reports / html_dir / f"{notebook}.html"
     if html.exists():
         href = f"{html_dir}/{notebook}.html" + (f"#{anchor}" if anchor else "")
