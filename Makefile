@@ -50,8 +50,9 @@ gpu-wheels:
 # Bradley–Terry coefficient of 7e-8 where the answer is 0, follows the BLAS kernel and no rounding absorbs it), so a
 # fresh clone's dvc.lock is the committed one on another CPU too (docs/running.md); real models (make paper) are not
 # pinned. tests/test_stable_bytes.py reads this line.
+# (OpenBLAS pinned on x86-64 only: on aarch64 an x86 core name selects its slowest generic kernels)
 PINNED_KERNELS := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE \
-                  OPENBLAS_CORETYPE=Prescott
+                  $(if $(filter x86_64,$(shell uname -m)),OPENBLAS_CORETYPE=Prescott)
 
 # `biasaudit check` first: it validates params.yaml and refreshes the fingerprints of the input folders it
 # names (data/check/), so `dvc repro` re-runs the stages whose folder changed; with nothing changed it runs none
