@@ -66,10 +66,10 @@ class ClipEmbedder:
         import open_clip
         import torch
 
-        if self.stand_in:  # registers the tiny config with open_clip (the checkpoint exists: not rewritten)
-            from biasaudit.tiny.clip import build_tiny_open_clip
+        if self.stand_in:  # the tiny config, with this process' open_clip (the checkpoint exists since __init__)
+            from biasaudit.tiny.clip import register_tiny_open_clip
 
-            build_tiny_open_clip(tiny_dir())
+            register_tiny_open_clip(tiny_dir())
         self.device = resolve_device(self.device_wanted)
         precision = "fp16" if self.device.startswith("cuda") else "fp32"
         model, _, self.preprocess = open_clip.create_model_and_transforms(
